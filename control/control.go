@@ -1,0 +1,108 @@
+// Package control is the plumbing of gpud's control API: HTTP with JSON
+// bodies and a bearer token, served on gpud's --api address and used by
+// gpuctl, by peer gpuds during migration, and by schedulers.
+//
+// Each concept (sessions, images, migration) registers its own routes on
+// the mux that gpud builds; this package holds only what they share:
+// authentication, the error envelope and the client.
+//
+// Errors travel as {"kind": "...", "error": "..."} with an HTTP status
+// derived from the kind, and come back out of Client as *errs.Error with
+// the same kind, so a caller on the far side can still ask errs.IsNotFound.
+package control
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/gpuctl/gpuctl/errs"
+)
+
+// ErrorBody is the JSON envelope of a failed request.
+type ErrorBody struct {
+	Kind  errs.Kind `json:"kind"`
+	Error string    `json:"error"`
+}
+
+var kindStatus = map[errs.Kind]int{
+	errs.NotFound:           http.StatusNotFound,
+	errs.AlreadyExists:      http.StatusConflict,
+	errs.InvalidArgument:    http.StatusBadRequest,
+	errs.FailedPrecondition: http.StatusPreconditionFailed,
+	errs.Unavailable:        http.StatusServiceUnavailable,
+	errs.Unauthenticated:    http.StatusUnauthorized,
+	errs.ResourceExhausted:  http.StatusInsufficientStorage,
+	errs.DataLoss:           http.StatusUnprocessableEntity,
+	errs.Internal:           http.StatusInternalServerError,
+}
+
+// StatusOf maps an error kind to the HTTP status that carries it.
+func StatusOf(k errs.Kind) int {
+	if s, ok := kindStatus[k]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
+
+// WriteJSON writes v with status 200.
+func WriteJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// WriteError writes err in the error envelope.
+func WriteError(w http.ResponseWriter, err error) {
+	k := errs.KindOf(err)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(StatusOf(k))
+	_ = json.NewEncoder(w).Encode(ErrorBody{Kind: k, Error: err.Error()})
+}
+
+// DecodeJSON reads a request body into v, limited to 1 MiB, and returns
+// an InvalidArgument error that says what was wrong.
+func DecodeJSON(r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return errs.Wrap(err, errs.InvalidArgument, "", "request body")
+	}
+	return nil
+}
+
+// HandlerFunc is a handler that returns its error instead of writing it.
+type HandlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// Handle adapts h to http.Handler, writing a returned error as the envelope.
+func Handle(h HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			WriteError(w, err)
+		}
+	})
+}
+
+// RequireToken wraps next so that only requests bearing token pass. The
+// comparison is constant-time.
+func RequireToken(token string, next http.Handler) http.Handler {
+	want := []byte(token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			WriteError(w, errs.New(errs.Unauthenticated, "", "missing or wrong token; pass the host's token with --token-file"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// decodeError turns an error response back into an *errs.Error.
+func decodeError(resp *http.Response, subject string) error {
+	var body ErrorBody
+	if err := json.NewDecoder(http.MaxBytesReader(nil, resp.Body, 1<<20)).Decode(&body); err != nil || body.Error == "" {
+		return errs.New(errs.Unknown, subject, "HTTP %s", resp.Status)
+	}
+	return &errs.Error{Kind: body.Kind, Err: errors.New(body.Error)}
+}
