@@ -1,0 +1,239 @@
+package emulated
+
+import (
+	"context"
+	"errors"
+
+	"github.com/gpuctl/gpuctl/remoting/backend"
+	"github.com/gpuctl/gpuctl/remoting/backend/emulated/ptx"
+	"github.com/gpuctl/gpuctl/remoting/cu"
+)
+
+type module struct {
+	ctx     backend.Ctx
+	mod     *ptx.Module
+	globals []uint64 // device addresses of the module's variables
+}
+
+type function struct {
+	ctx    backend.Ctx
+	module backend.Module
+	fn     *ptx.Function
+	// maxDynShared is CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+	// carveout is CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT.
+	maxDynShared int32
+	carveout     int32
+}
+
+// CUfunction_attribute values the backend answers itself.
+const (
+	funcAttrMaxThreadsPerBlock = 0
+	funcAttrSharedSizeBytes    = 1
+	funcAttrMaxDynamicShared   = 8
+	funcAttrPreferredCarveout  = 9
+)
+
+func (d *Device) ModuleLoad(_ context.Context, h backend.Ctx, image []byte) (backend.Module, error) {
+	if _, err := d.ctx(h); err != nil {
+		return 0, err
+	}
+	pm, err := ptx.Load(image)
+	if err != nil {
+		return 0, err
+	}
+	m := &module{ctx: h, mod: pm}
+	for _, g := range pm.Globals() {
+		size := g.Size
+		if size == 0 {
+			size = 1 // an empty variable still needs an address of its own
+		}
+		a, err := d.mem.alloc(size, h)
+		if err == nil {
+			copy(a.data, g.Init)
+			m.globals = append(m.globals, a.base)
+			err = pm.BindGlobal(g.Name, a.base)
+		}
+		if err != nil {
+			d.freeGlobals(m)
+			return 0, err
+		}
+	}
+	handle := backend.Module(d.newID())
+	d.modules[handle] = m
+	return handle, nil
+}
+
+func (d *Device) freeGlobals(m *module) {
+	for _, p := range m.globals {
+		_ = d.mem.free(p)
+	}
+	m.globals = nil
+}
+
+// isGlobal reports whether p is the address of a module variable.
+func (d *Device) isGlobal(p uint64) bool {
+	for _, m := range d.modules {
+		for _, g := range m.globals {
+			if g == p {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (d *Device) module(h backend.Ctx, mh backend.Module) (*module, error) {
+	if _, err := d.ctx(h); err != nil {
+		return nil, err
+	}
+	m, ok := d.modules[mh]
+	if !ok || m.ctx != h {
+		return nil, cu.Errorf(cu.ErrorInvalidHandle, "module %#x does not exist in context %#x", uint64(mh), uint64(h))
+	}
+	return m, nil
+}
+
+func (d *Device) ModuleUnload(_ context.Context, h backend.Ctx, mh backend.Module) error {
+	m, err := d.module(h, mh)
+	if err != nil {
+		return err
+	}
+	for fh, f := range d.funcs {
+		if f.module == mh {
+			delete(d.funcs, fh)
+		}
+	}
+	d.freeGlobals(m)
+	delete(d.modules, mh)
+	return nil
+}
+
+func (d *Device) ModuleGetFunction(_ context.Context, h backend.Ctx, mh backend.Module, name string) (backend.Function, []backend.Param, error) {
+	m, err := d.module(h, mh)
+	if err != nil {
+		return 0, nil, err
+	}
+	pf, err := m.mod.Function(name)
+	if err != nil {
+		return 0, nil, err
+	}
+	ps := pf.Params()
+	params := make([]backend.Param, len(ps))
+	for i, p := range ps {
+		params[i] = backend.Param{Offset: p.Offset, Size: p.Size}
+	}
+	fh := backend.Function(d.newID())
+	static, _ := pf.Attribute(funcAttrSharedSizeBytes)
+	d.funcs[fh] = &function{ctx: h, module: mh, fn: pf, maxDynShared: sharedPerBlock - static, carveout: -1}
+	return fh, params, nil
+}
+
+func (d *Device) ModuleGetGlobal(_ context.Context, h backend.Ctx, mh backend.Module, name string) (backend.DevPtr, uint64, error) {
+	m, err := d.module(h, mh)
+	if err != nil {
+		return 0, 0, err
+	}
+	addr, size, err := m.mod.GlobalAddr(name)
+	if err != nil {
+		return 0, 0, err
+	}
+	return backend.DevPtr(addr), size, nil
+}
+
+func (d *Device) function(h backend.Ctx, fh backend.Function) (*context_, *function, error) {
+	c, err := d.ctx(h)
+	if err != nil {
+		return nil, nil, err
+	}
+	f, ok := d.funcs[fh]
+	if !ok || f.ctx != h {
+		return nil, nil, cu.Errorf(cu.ErrorInvalidHandle, "function %#x does not exist in context %#x", uint64(fh), uint64(h))
+	}
+	return c, f, nil
+}
+
+func (d *Device) FuncGetAttribute(_ context.Context, h backend.Ctx, fh backend.Function, attr int32) (int32, error) {
+	_, f, err := d.function(h, fh)
+	if err != nil {
+		return 0, err
+	}
+	switch attr {
+	case funcAttrMaxDynamicShared:
+		return f.maxDynShared, nil
+	case funcAttrPreferredCarveout:
+		return f.carveout, nil
+	}
+	return f.fn.Attribute(attr)
+}
+
+func (d *Device) FuncSetAttribute(_ context.Context, h backend.Ctx, fh backend.Function, attr int32, value int32) error {
+	_, f, err := d.function(h, fh)
+	if err != nil {
+		return err
+	}
+	switch attr {
+	case funcAttrMaxDynamicShared:
+		static, _ := f.fn.Attribute(funcAttrSharedSizeBytes)
+		if value < 0 || value+static > sharedPerBlockOptin {
+			return cu.Errorf(cu.ErrorInvalidValue, "dynamic shared memory of %d bytes plus %d static exceeds the %d-byte opt-in limit",
+				value, static, sharedPerBlockOptin)
+		}
+		f.maxDynShared = value
+	case funcAttrPreferredCarveout:
+		if value < -1 || value > 100 {
+			return cu.Errorf(cu.ErrorInvalidValue, "shared memory carveout %d (must be -1..100)", value)
+		}
+		f.carveout = value
+	default:
+		return cu.Errorf(cu.ErrorInvalidValue, "function attribute %d cannot be set", attr)
+	}
+	return nil
+}
+
+// Launch checks the configuration (bad arguments fail the call itself, as
+// in CUDA) and runs the kernel to completion. A failure inside the kernel
+// is recorded on the context for the next call to report.
+func (d *Device) Launch(ctx context.Context, h backend.Ctx, fh backend.Function, cfg backend.LaunchConfig) error {
+	c, f, err := d.function(h, fh)
+	if err != nil {
+		return err
+	}
+	if err := d.stream(c, cfg.Stream); err != nil {
+		return err
+	}
+	if err := checkLaunch(cfg, f); err != nil {
+		return err
+	}
+	err = f.fn.Run(ctx, ptx.Launch{Grid: cfg.Grid, Block: cfg.Block, SharedBytes: cfg.SharedBytes, Params: cfg.Params}, d.mem, d.cfg.Cores)
+	if err == nil {
+		return nil
+	}
+	if !isCUDA(err) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	if cu.Code(err) == cu.ErrorInvalidValue {
+		return err // a configuration the interpreter rejects up front
+	}
+	d.log.Warn("kernel failed", "kernel", f.fn.Name(), "err", err)
+	c.fail(err)
+	return nil
+}
+
+func checkLaunch(cfg backend.LaunchConfig, f *function) error {
+	g, b := cfg.Grid, cfg.Block
+	if g[0] == 0 || g[1] == 0 || g[2] == 0 || b[0] == 0 || b[1] == 0 || b[2] == 0 {
+		return cu.Errorf(cu.ErrorInvalidValue, "launch dimensions grid %v block %v: every dimension must be at least 1", g, b)
+	}
+	if g[0] > maxGridDimX || g[1] > maxGridDimYZ || g[2] > maxGridDimYZ {
+		return cu.Errorf(cu.ErrorInvalidValue, "grid %v exceeds the limits [%d %d %d]", g, maxGridDimX, maxGridDimYZ, maxGridDimYZ)
+	}
+	if b[0] > maxThreadsPerBlock || b[1] > maxThreadsPerBlock || b[2] > maxBlockDimZ ||
+		uint64(b[0])*uint64(b[1])*uint64(b[2]) > maxThreadsPerBlock {
+		return cu.Errorf(cu.ErrorInvalidValue, "block %v exceeds %d threads (z at most %d)", b, maxThreadsPerBlock, maxBlockDimZ)
+	}
+	if int64(cfg.SharedBytes) > int64(f.maxDynShared) {
+		return cu.Errorf(cu.ErrorInvalidValue, "%d bytes of dynamic shared memory exceed the function's limit of %d; raise it with cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+			cfg.SharedBytes, f.maxDynShared)
+	}
+	return nil
+}
