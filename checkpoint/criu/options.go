@@ -1,0 +1,64 @@
+package criu
+
+import "time"
+
+// Options are the CRIU settings of one dump or restore, as plain data. The
+// zero value suits a gpuctl worker: the init of its own PID namespace,
+// sharing the host's mount, network, UTS and IPC namespaces, holding no
+// sockets and no changing files.
+type Options struct {
+	// Binary is the criu executable. Empty means Find("").
+	Binary string
+	// LogDir receives CRIU's log (dump.log, pre-dump.log or restore.log).
+	// Empty means the image directory itself.
+	LogDir string
+	// LogLevel is CRIU's verbosity, 0 to 4. Zero means 4: the log is only
+	// read when something failed, and then every line helps.
+	LogLevel int
+	// Timeout bounds how long CRIU may take to freeze the tasks (CRIU's
+	// own --timeout, whole seconds). Zero leaves CRIU's default.
+	Timeout time.Duration
+
+	// LeaveRunning keeps the dumped tasks running after a dump instead of
+	// killing them, so a failure later in a pipeline can resume them.
+	LeaveRunning bool
+	// LeaveStopped leaves the tasks stopped after a dump or a restore.
+	LeaveStopped bool
+	// ParentImage is the directory of a previous pre-dump, relative to the
+	// image directory; only pages changed since are written.
+	ParentImage string
+	// TrackMemory turns on the kernel's soft-dirty tracking so that a later
+	// dump with ParentImage can skip unchanged pages.
+	TrackMemory bool
+
+	// ShellJob allows tasks whose session or process group lie outside the
+	// dumped tree (a worker that did not call setsid).
+	ShellJob bool
+	// TCPEstablished dumps established TCP connections. Workers hold none
+	// at dump time; leave it off so a stray socket fails loudly.
+	TCPEstablished bool
+	// ExtUnixSockets allows unix sockets whose peer is outside the tree.
+	ExtUnixSockets bool
+	// FileLocks dumps file locks.
+	FileLocks bool
+	// External names resources outside the dumped tree, in CRIU's
+	// --external syntax, e.g. "mnt[/dev/nvidia0]:nvidia0".
+	External []string
+	// EvasiveDevices lets CRIU reopen device files by path when their
+	// device numbers differ on restore.
+	EvasiveDevices bool
+
+	// NoSibling restores the root task as a child of CRIU instead of as
+	// a sibling. By default the restored root becomes a child of the
+	// calling process (CRIU's rst_sibling), so the caller can reap it
+	// directly; with NoSibling it is reparented to the nearest child
+	// subreaper when CRIU exits.
+	NoSibling bool
+}
+
+func (o Options) logLevel() int32 {
+	if o.LogLevel <= 0 || o.LogLevel > 4 {
+		return 4
+	}
+	return int32(o.LogLevel)
+}
