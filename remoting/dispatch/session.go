@@ -1,0 +1,390 @@
+// Package dispatch is the worker side of a session's call stream: it reads
+// request frames from the client's connection, executes them on a
+// backend.Device, writes replies, and keeps the protocol state that makes
+// reconnect and replay exactly-once: the highest executed sequence number,
+// a cache of recent replies, the pending errors of asynchronous work, and
+// bytes read ahead from a connection that was stopped mid-stream.
+//
+// That state lives in the worker's memory, so it survives a CRIU dump and
+// restore together with the device state it describes.
+package dispatch
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpuctl/gpuctl/remoting/backend"
+	"github.com/gpuctl/gpuctl/remoting/cu"
+	"github.com/gpuctl/gpuctl/remoting/wire"
+)
+
+// ErrStopped is returned by Serve after Stop: the session stopped at a
+// frame boundary with every reply written.
+var ErrStopped = errors.New("dispatch: session stopped at a frame boundary")
+
+// WelcomeInfo is what Serve puts in the Welcome of a new connection.
+type WelcomeInfo struct {
+	SessionID string
+	Secret    string // sent only to a new session's first connection; may be empty on resume
+	// MaxFrame is the largest argument block accepted; 0 means
+	// wire.DefaultMaxFrame.
+	MaxFrame uint32
+}
+
+// replyCacheSize bounds the reply cache. A client has at most one
+// synchronous request outstanding per thread, so this is the number of
+// client threads whose lost replies can be replayed.
+const replyCacheSize = 1024
+
+// Session is one session's protocol state. Its methods other than Stop and
+// ExecutedSeq must be called from one goroutine (the worker's).
+type Session struct {
+	dev backend.Device
+	log *slog.Logger
+
+	executed atomic.Uint64
+	stopReq  atomic.Bool
+
+	mu   sync.Mutex // guards conn, which Stop interrupts
+	conn net.Conn
+
+	maxFrame  uint32
+	readAhead []byte                 // unprocessed bytes of a stopped connection
+	pending   map[backend.Ctx]error  // failures of async work not yet reported
+	cache     [replyCacheSize]cached // replies of recent sync requests, by seq % size
+	scratch   []byte                 // reused reply encoding buffer
+}
+
+type cached struct {
+	seq uint64
+	b   []byte // full reply frame
+}
+
+// NewSession returns the protocol state of a new session on dev.
+func NewSession(dev backend.Device, log *slog.Logger) *Session {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Session{dev: dev, log: log, pending: map[backend.Ctx]error{}, maxFrame: wire.DefaultMaxFrame}
+}
+
+// ExecutedSeq is the highest request sequence number executed so far.
+func (s *Session) ExecutedSeq() uint64 { return s.executed.Load() }
+
+// Stop asks Serve to return ErrStopped at the next frame boundary. A read
+// blocked waiting for the next frame is interrupted; a frame whose bulk
+// payload is being streamed is finished first.
+func (s *Session) Stop() {
+	s.stopReq.Store(true)
+	s.mu.Lock()
+	if s.conn != nil {
+		s.conn.SetReadDeadline(time.Unix(1, 0))
+	}
+	s.mu.Unlock()
+}
+
+// Serve runs the session on conn until conn fails (that error is
+// returned), ctx ends (ctx's error), or Stop is called (ErrStopped).
+//
+// resume=false: conn is a new connection; Serve first writes the Welcome
+// (status ok, w's id and secret, the executed seq) and discards any bytes
+// read ahead from an earlier connection, because the client resends what
+// was not executed. resume=true: conn is the same client socket handed
+// back after a Stop; no Welcome is written (the client never left) and the
+// read-ahead bytes are processed first.
+func (s *Session) Serve(ctx context.Context, conn net.Conn, w WelcomeInfo, resume bool) error {
+	if w.MaxFrame != 0 {
+		s.maxFrame = max(w.MaxFrame, wire.MinMaxFrame)
+	}
+	s.stopReq.Store(false)
+	s.mu.Lock()
+	s.conn = conn
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.conn = nil
+		s.mu.Unlock()
+	}()
+	stopWatch := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Unix(1, 0)) })
+	defer stopWatch()
+	conn.SetReadDeadline(time.Time{})
+
+	if !resume {
+		s.readAhead = nil
+		if err := wire.WriteWelcome(conn, &wire.Welcome{
+			Status:       wire.StatusOK,
+			SessionID:    w.SessionID,
+			Secret:       w.Secret,
+			MaxFrame:     s.maxFrame,
+			LastExecuted: s.executed.Load(),
+		}); err != nil {
+			return fmt.Errorf("write welcome: %w", err)
+		}
+	}
+	fr := &frameReader{conn: conn, s: s, ctx: ctx}
+	fr.buf = append(make([]byte, 0, max(64<<10, len(s.readAhead))), s.readAhead...)
+	s.readAhead = nil
+	bw := bufio.NewWriterSize(conn, 64<<10)
+	err := s.loop(ctx, fr, bw)
+	if ferr := bw.Flush(); err == nil || errors.Is(err, ErrStopped) {
+		if ferr != nil {
+			err = fmt.Errorf("write replies: %w", ferr)
+		}
+	}
+	if errors.Is(err, ErrStopped) {
+		s.readAhead = append([]byte(nil), fr.buf[fr.r:]...)
+	}
+	if ctx.Err() != nil && !errors.Is(err, ErrStopped) {
+		return ctx.Err()
+	}
+	return err
+}
+
+func (s *Session) loop(ctx context.Context, fr *frameReader, bw *bufio.Writer) error {
+	x := &call{}
+	for {
+		if s.stopReq.Load() {
+			return ErrStopped
+		}
+		if fr.buffered() < wire.RequestHeaderSize {
+			// About to block on the network: send what is buffered.
+			if err := bw.Flush(); err != nil {
+				return fmt.Errorf("write replies: %w", err)
+			}
+		}
+		hb, err := fr.peek(wire.RequestHeaderSize)
+		if err != nil {
+			return err
+		}
+		h, err := wire.DecodeRequestHeader(hb, s.maxFrame)
+		if err != nil {
+			return s.closeWith(bw, err)
+		}
+		if h.Async() && !h.Op.AsyncAllowed() && h.Op.Known() {
+			return s.closeWith(bw, fmt.Errorf("%w: op %s (seq %d) cannot be asynchronous", wire.ErrProtocol, h.Op, h.Seq))
+		}
+		if fr.buffered() < wire.RequestHeaderSize+int(h.Len) {
+			if err := bw.Flush(); err != nil {
+				return fmt.Errorf("write replies: %w", err)
+			}
+		}
+		if _, err := fr.peek(wire.RequestHeaderSize + int(h.Len)); err != nil {
+			return err
+		}
+		// The frame's header and arguments are in; from here on the frame
+		// is finished even if Stop is called.
+		args := fr.buf[fr.r+wire.RequestHeaderSize : fr.r+wire.RequestHeaderSize+int(h.Len)]
+		fr.r += wire.RequestHeaderSize + int(h.Len)
+		x.reset(h, args, fr.bulk(h.Bulk))
+		if err := s.handle(ctx, x, bw); err != nil {
+			return err
+		}
+		if x.bulkIn.n > 0 {
+			// The op did not consume all its bulk (it failed early):
+			// drain it so the stream stays framed.
+			if _, err := io.Copy(io.Discard, &x.bulkIn); err != nil {
+				return fmt.Errorf("read bulk of seq %d: %w", h.Seq, err)
+			}
+		}
+		fr.compact()
+	}
+}
+
+// handle executes one frame (or recognises it as a duplicate) and writes
+// its reply.
+func (s *Session) handle(ctx context.Context, x *call, bw *bufio.Writer) error {
+	h := &x.h
+	if h.Seq <= s.executed.Load() {
+		return s.duplicate(ctx, x, bw)
+	}
+	err := s.run(ctx, x, bw)
+	s.executed.Store(h.Seq)
+	if errors.Is(err, errFatal) {
+		return err
+	}
+	if h.Async() {
+		if err != nil {
+			s.log.Debug("async call failed; reported at the next sync call", "op", h.Op, "seq", h.Seq, "err", err)
+			if _, ok := s.pending[x.c]; !ok {
+				s.pending[x.c] = err
+			}
+		}
+	} else if !x.replied {
+		if err := s.reply(bw, x, err, true); err != nil {
+			return err
+		}
+	}
+	if h.Flags&wire.FlagAckRequest != 0 {
+		return s.writeAck(bw)
+	}
+	return nil
+}
+
+// duplicate handles a request the session already executed: the client
+// resent it after a reconnect because the reply was lost.
+func (s *Session) duplicate(ctx context.Context, x *call, bw *bufio.Writer) error {
+	h := &x.h
+	if h.Async() {
+		return nil
+	}
+	if c := &s.cache[h.Seq%replyCacheSize]; c.seq == h.Seq && c.b != nil {
+		b := c.b
+		// Refresh the piggybacked ack.
+		binaryPutU64(b[24:], s.executed.Load())
+		_, err := bw.Write(b)
+		return err
+	}
+	if h.Op == wire.OpMemcpyDtoH {
+		// Bulk replies are not cached; reading device memory again is
+		// what the client asked for.
+		err := s.run(ctx, x, bw)
+		if errors.Is(err, errFatal) {
+			return err
+		}
+		if !x.replied {
+			return s.reply(bw, x, err, false)
+		}
+		return nil
+	}
+	s.log.Warn("reply no longer cached for a resent request", "op", h.Op, "seq", h.Seq)
+	return s.reply(bw, x, cu.Errorf(cu.ErrorUnknown, "reply of seq %d lost and no longer cached", h.Seq), false)
+}
+
+// run executes x, turning a panic of the backend into an error so that one
+// hostile frame cannot take the worker down.
+func (s *Session) run(ctx context.Context, x *call, bw *bufio.Writer) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("backend panicked", "op", x.h.Op, "seq", x.h.Seq, "panic", p, "stack", string(debug.Stack()))
+			err = cu.Errorf(cu.ErrorUnknown, "internal error executing %s", x.h.Op)
+		}
+	}()
+	x.bw = bw
+	x.s = s
+	return s.exec(ctx, x)
+}
+
+// reply writes a KindReply for x with err's CUDA result; on success the
+// encoded outputs follow.
+func (s *Session) reply(bw *bufio.Writer, x *call, err error, cache bool) error {
+	res := cu.Code(err)
+	payload := x.e.B
+	if res != cu.Success {
+		payload = nil
+		if x.h.Op != wire.OpStreamQuery && x.h.Op != wire.OpEventQuery || res != cu.ErrorNotReady {
+			s.log.Debug("call failed", "op", x.h.Op, "seq", x.h.Seq, "err", err)
+		}
+	}
+	b := s.scratch[:0]
+	b = append(b, make([]byte, wire.ReplyHeaderSize)...)
+	rh := wire.ReplyHeader{Len: uint32(len(payload)), Kind: wire.KindReply, Result: uint32(res), Seq: x.h.Seq, Executed: s.executed.Load()}
+	rh.Put(b)
+	b = append(b, payload...)
+	s.scratch = b
+	if cache {
+		c := &s.cache[x.h.Seq%replyCacheSize]
+		c.seq = x.h.Seq
+		c.b = append(c.b[:0], b...)
+	}
+	if _, err := bw.Write(b); err != nil {
+		return fmt.Errorf("write reply: %w", err)
+	}
+	return nil
+}
+
+func (s *Session) writeAck(bw *bufio.Writer) error {
+	var b [wire.ReplyHeaderSize]byte
+	rh := wire.ReplyHeader{Kind: wire.KindAck, Executed: s.executed.Load()}
+	rh.Put(b[:])
+	if _, err := bw.Write(b[:]); err != nil {
+		return fmt.Errorf("write ack: %w", err)
+	}
+	return bw.Flush()
+}
+
+// closeWith tells the peer why its connection is being closed and returns
+// the protocol error. The session itself survives: the client may
+// reconnect.
+func (s *Session) closeWith(bw *bufio.Writer, err error) error {
+	s.log.Warn("closing client connection", "err", err)
+	wire.WriteClosing(bw, err.Error())
+	bw.Flush()
+	return err
+}
+
+// takePending returns, for a synchronous call in context c, the failure
+// of earlier asynchronous work in c (once), as CUDA reports errors of
+// asynchronous work at the next call.
+func (s *Session) takePending(x *call, c backend.Ctx) error {
+	if x.h.Async() {
+		return nil
+	}
+	if err, ok := s.pending[c]; ok {
+		delete(s.pending, c)
+		return err
+	}
+	return nil
+}
+
+func (s *Session) badArgs(x *call, err error) error {
+	s.log.Warn("malformed arguments", "op", x.h.Op, "seq", x.h.Seq, "err", err)
+	return cu.Errorf(cu.ErrorInvalidValue, "%s: malformed arguments: %v", x.h.Op, err)
+}
+
+func (s *Session) unknownOp(x *call) error {
+	s.log.Warn("unknown op", "op", uint16(x.h.Op), "seq", x.h.Seq)
+	return cu.Errorf(cu.ErrorNotSupported, "op %d is not supported by this server", uint16(x.h.Op))
+}
+
+// errFatal marks errors after which the connection's framing is lost (a
+// bulk reply failed half-way).
+var errFatal = errors.New("connection framing lost")
+
+// call is the frame being executed. One is reused for every frame.
+type call struct {
+	h       wire.RequestHeader
+	d       wire.Dec
+	e       wire.Enc
+	c       backend.Ctx // the op's context, for pending errors
+	bulkIn  bulkReader
+	bw      *bufio.Writer
+	s       *Session
+	replied bool // the op wrote its own reply (bulk out)
+}
+
+func (x *call) reset(h wire.RequestHeader, args []byte, br bulkReader) {
+	x.h = h
+	x.d = wire.Dec{B: args}
+	x.e.B = x.e.B[:0]
+	x.c = 0
+	x.bulkIn = br
+	x.replied = false
+}
+
+func encodeParams(e *wire.Enc, ps []backend.Param) {
+	e.U32(uint32(len(ps)))
+	for _, p := range ps {
+		e.U32(p.Offset)
+		e.U32(p.Size)
+	}
+}
+
+func binaryPutU64(b []byte, v uint64) {
+	for i := range 8 {
+		b[i] = byte(v >> (8 * i))
+	}
+}
+
+// isTimeout reports a deadline expiry, which is how Stop and ctx interrupt
+// a blocked read.
+func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }

@@ -1,0 +1,275 @@
+// Package wire is gpuctl's client protocol: the handshake (Hello, Welcome),
+// request and reply frames, and the little-endian argument codec shared by
+// the worker's dispatch and, through generated C, the interposer.
+//
+// Every byte is documented in docs/protocol.md. In short: the client sends a
+// Hello, the server answers a Welcome, and from then on the client sends
+// request frames and the server sends reply frames. A frame is a fixed
+// header, an argument block of at most the negotiated maximum frame size,
+// and optionally a bulk payload whose length the header announces and which
+// is streamed rather than buffered (copies, module images).
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Version is the protocol version this package speaks. A peer with another
+// version is refused with StatusVersionMismatch.
+const Version = 1
+
+// Magic numbers open the handshake messages so that a stray connection
+// (an HTTP client on the wrong port) is refused at its first bytes.
+var (
+	HelloMagic   = [4]byte{'G', 'P', 'U', 'H'}
+	WelcomeMagic = [4]byte{'G', 'P', 'U', 'W'}
+)
+
+// Limits on handshake fields. They bound what a server reads from an
+// unauthenticated peer.
+const (
+	MaxTokenLen     = 512
+	MaxSessionIDLen = 64
+	MaxSecretLen    = 128
+	MaxMessageLen   = 1024
+)
+
+// Frame size limits. The server announces its maximum argument-block size
+// in the Welcome; DefaultMaxFrame is what gpud uses. Bulk payloads are
+// bounded separately because they are streamed: MaxBulk bounds copies,
+// MaxImage bounds a module image, which the backend needs in memory.
+const (
+	DefaultMaxFrame = 1 << 20
+	MinMaxFrame     = 4 << 10
+	MaxBulk         = 1 << 40
+	MaxImage        = 512 << 20
+)
+
+// HelloSize and WelcomeSize are the fixed parts of the handshake messages.
+const (
+	HelloSize   = 24
+	WelcomeSize = 32
+)
+
+// Hello flags.
+const (
+	// HelloResume asks to re-attach to SessionID, proving it with Secret.
+	HelloResume uint16 = 1 << 0
+)
+
+// Hello is the client's first message.
+type Hello struct {
+	Version uint16
+	Flags   uint16
+	// Token is the host token that authenticates the client.
+	Token string
+	// SessionID and Secret identify the session to resume; both empty for
+	// a new session.
+	SessionID string
+	Secret    string
+	// LastSeq is the highest request sequence number the client has sent
+	// (0 for a new session). It lets the server log how much is in flight.
+	LastSeq uint64
+}
+
+// Resume reports whether the client asks to re-attach to a session.
+func (h *Hello) Resume() bool { return h.Flags&HelloResume != 0 }
+
+// ErrProtocol marks every malformed-input error of this package, so that a
+// caller can tell a hostile or broken peer from an I/O failure.
+var ErrProtocol = errors.New("protocol error")
+
+func protoErr(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrProtocol}, args...)...)
+}
+
+// ReadHello reads and validates one Hello. Field lengths are bounded before
+// anything is allocated.
+func ReadHello(r io.Reader) (*Hello, error) {
+	var b [HelloSize]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return nil, fmt.Errorf("read hello: %w", err)
+	}
+	return decodeHello(b[:], r)
+}
+
+func decodeHello(b []byte, r io.Reader) (*Hello, error) {
+	if [4]byte(b[0:4]) != HelloMagic {
+		return nil, protoErr("hello: bad magic %q: the peer does not speak the gpuctl protocol", b[0:4])
+	}
+	h := &Hello{
+		Version: le.Uint16(b[4:]),
+		Flags:   le.Uint16(b[6:]),
+		LastSeq: le.Uint64(b[16:]),
+	}
+	tl, sl, cl := int(le.Uint16(b[8:])), int(le.Uint16(b[10:])), int(le.Uint16(b[12:]))
+	switch {
+	case tl > MaxTokenLen:
+		return nil, protoErr("hello: token of %d bytes exceeds %d", tl, MaxTokenLen)
+	case sl > MaxSessionIDLen:
+		return nil, protoErr("hello: session id of %d bytes exceeds %d", sl, MaxSessionIDLen)
+	case cl > MaxSecretLen:
+		return nil, protoErr("hello: secret of %d bytes exceeds %d", cl, MaxSecretLen)
+	case le.Uint16(b[14:]) != 0:
+		return nil, protoErr("hello: reserved field is not zero")
+	}
+	if h.Version != Version {
+		// The variable part may have another layout in another version:
+		// return what we know so the caller can answer with a Welcome.
+		return h, fmt.Errorf("%w: hello: client speaks protocol version %d, this server speaks %d", ErrVersion, h.Version, Version)
+	}
+	rest := make([]byte, tl+sl+cl)
+	if _, err := io.ReadFull(r, rest); err != nil {
+		return nil, fmt.Errorf("read hello: %w", err)
+	}
+	h.Token = string(rest[:tl])
+	h.SessionID = string(rest[tl : tl+sl])
+	h.Secret = string(rest[tl+sl:])
+	if h.Resume() && (h.SessionID == "" || h.Secret == "") {
+		return nil, protoErr("hello: resume without session id and secret")
+	}
+	return h, nil
+}
+
+// ErrVersion is returned (wrapped) by ReadHello and ReadWelcome when the
+// peer speaks another protocol version.
+var ErrVersion = errors.New("protocol version mismatch")
+
+// WriteHello writes h (the client side; used by tests and tools).
+func WriteHello(w io.Writer, h *Hello) error {
+	if len(h.Token) > MaxTokenLen || len(h.SessionID) > MaxSessionIDLen || len(h.Secret) > MaxSecretLen {
+		return fmt.Errorf("write hello: field too long")
+	}
+	b := make([]byte, HelloSize, HelloSize+len(h.Token)+len(h.SessionID)+len(h.Secret))
+	copy(b, HelloMagic[:])
+	v := h.Version
+	if v == 0 {
+		v = Version
+	}
+	le.PutUint16(b[4:], v)
+	le.PutUint16(b[6:], h.Flags)
+	le.PutUint16(b[8:], uint16(len(h.Token)))
+	le.PutUint16(b[10:], uint16(len(h.SessionID)))
+	le.PutUint16(b[12:], uint16(len(h.Secret)))
+	le.PutUint64(b[16:], h.LastSeq)
+	b = append(b, h.Token...)
+	b = append(b, h.SessionID...)
+	b = append(b, h.Secret...)
+	_, err := w.Write(b)
+	return err
+}
+
+// Status is the Welcome's verdict.
+type Status uint16
+
+const (
+	StatusOK              Status = 0
+	StatusBadToken        Status = 1 // the token is wrong; the client gives up
+	StatusUnknownSession  Status = 2 // resume of a session this host does not have (any more)
+	StatusVersionMismatch Status = 3
+	StatusRefused         Status = 4 // refused for the reason in Message (e.g. no capacity)
+	StatusMoved           Status = 5 // the session lives at Message (HOST:PORT); reconnect there
+)
+
+func (s Status) String() string {
+	switch s {
+	case StatusOK:
+		return "ok"
+	case StatusBadToken:
+		return "bad token"
+	case StatusUnknownSession:
+		return "unknown session"
+	case StatusVersionMismatch:
+		return "version mismatch"
+	case StatusRefused:
+		return "refused"
+	case StatusMoved:
+		return "moved"
+	}
+	return fmt.Sprintf("status(%d)", uint16(s))
+}
+
+// Welcome is the server's answer to a Hello.
+type Welcome struct {
+	Status Status
+	// SessionID and Secret name the session (the secret only for a new
+	// session: a resuming client already has it).
+	SessionID string
+	Secret    string
+	// Message is the refusal reason (StatusRefused and other failures) or
+	// the new address (StatusMoved).
+	Message string
+	// MaxFrame is the largest argument block the server accepts.
+	MaxFrame uint32
+	// LastExecuted is the highest request sequence number the session has
+	// executed; the client resends everything after it.
+	LastExecuted uint64
+}
+
+// WriteWelcome writes wl. A zero MaxFrame is sent as DefaultMaxFrame.
+func WriteWelcome(w io.Writer, wl *Welcome) error {
+	if len(wl.SessionID) > MaxSessionIDLen || len(wl.Secret) > MaxSecretLen {
+		return fmt.Errorf("write welcome: session id or secret too long")
+	}
+	msg := wl.Message
+	if len(msg) > MaxMessageLen {
+		msg = msg[:MaxMessageLen]
+	}
+	mf := wl.MaxFrame
+	if mf == 0 {
+		mf = DefaultMaxFrame
+	}
+	b := make([]byte, WelcomeSize, WelcomeSize+len(wl.SessionID)+len(wl.Secret)+len(msg))
+	copy(b, WelcomeMagic[:])
+	le.PutUint16(b[4:], Version)
+	le.PutUint16(b[6:], uint16(wl.Status))
+	le.PutUint16(b[8:], uint16(len(wl.SessionID)))
+	le.PutUint16(b[10:], uint16(len(wl.Secret)))
+	le.PutUint16(b[12:], uint16(len(msg)))
+	le.PutUint32(b[16:], mf)
+	le.PutUint64(b[24:], wl.LastExecuted)
+	b = append(b, wl.SessionID...)
+	b = append(b, wl.Secret...)
+	b = append(b, msg...)
+	_, err := w.Write(b)
+	return err
+}
+
+// ReadWelcome reads one Welcome (the client side).
+func ReadWelcome(r io.Reader) (*Welcome, error) {
+	var b [WelcomeSize]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return nil, fmt.Errorf("read welcome: %w", err)
+	}
+	if [4]byte(b[0:4]) != WelcomeMagic {
+		return nil, protoErr("welcome: bad magic %q", b[0:4])
+	}
+	if v := le.Uint16(b[4:]); v != Version {
+		return nil, fmt.Errorf("%w: welcome: server speaks protocol version %d, this client speaks %d", ErrVersion, v, Version)
+	}
+	wl := &Welcome{
+		Status:       Status(le.Uint16(b[6:])),
+		MaxFrame:     le.Uint32(b[16:]),
+		LastExecuted: le.Uint64(b[24:]),
+	}
+	sl, cl, ml := int(le.Uint16(b[8:])), int(le.Uint16(b[10:])), int(le.Uint16(b[12:]))
+	if sl > MaxSessionIDLen || cl > MaxSecretLen || ml > MaxMessageLen {
+		return nil, protoErr("welcome: field lengths %d/%d/%d exceed limits", sl, cl, ml)
+	}
+	if wl.MaxFrame < MinMaxFrame {
+		return nil, protoErr("welcome: max frame %d below %d", wl.MaxFrame, MinMaxFrame)
+	}
+	rest := make([]byte, sl+cl+ml)
+	if _, err := io.ReadFull(r, rest); err != nil {
+		return nil, fmt.Errorf("read welcome: %w", err)
+	}
+	wl.SessionID = string(rest[:sl])
+	wl.Secret = string(rest[sl : sl+cl])
+	wl.Message = string(rest[sl+cl:])
+	return wl, nil
+}
+
+var le = binary.LittleEndian
