@@ -1,0 +1,168 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"os"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/gpuctl/gpuctl/errs"
+)
+
+// has reports whether d is indexed.
+func (s *Store) has(d Digest) (bool, error) {
+	var ok bool
+	err := s.view(func(tx *bolt.Tx) error {
+		ok = tx.Bucket(bucketChunks).Get(d[:]) != nil
+		return nil
+	})
+	return ok, dbErr(err, "look up chunk")
+}
+
+// Missing returns the digests in ds that the store does not hold, in the
+// order given, without duplicates.
+func (s *Store) Missing(ctx context.Context, ds []Digest) ([]Digest, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out []Digest
+	seen := make(map[Digest]bool, len(ds))
+	err := s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketChunks)
+		for _, d := range ds {
+			if !seen[d] && b.Get(d[:]) == nil {
+				out = append(out, d)
+			}
+			seen[d] = true
+		}
+		return nil
+	})
+	return out, dbErr(err, "look up chunks")
+}
+
+// ChunkInfo describes a stored chunk.
+type ChunkInfo struct {
+	Digest  Digest
+	Raw     int  // uncompressed size
+	Stored  int  // bytes in the pack
+	Refs    int  // images that use it
+	Encoded bool // zstd rather than raw
+}
+
+// Stat returns what the index says about d.
+func (s *Store) Stat(ctx context.Context, d Digest) (ChunkInfo, error) {
+	r, err := s.lookup(ctx, d)
+	if err != nil {
+		return ChunkInfo{}, err
+	}
+	return ChunkInfo{Digest: d, Raw: int(r.Raw), Stored: int(r.Stored), Refs: int(r.Refs), Encoded: r.Enc == encZstd}, nil
+}
+
+func (s *Store) lookup(ctx context.Context, d Digest) (chunkRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return chunkRecord{}, err
+	}
+	var r chunkRecord
+	err := s.view(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketChunks).Get(d[:])
+		if v == nil {
+			return errs.New(errs.NotFound, chunkSubject(d), "not in the store")
+		}
+		var ok bool
+		r, ok = decodeChunkRecord(v)
+		return must(ok, "%s has a bad record", chunkSubject(d))
+	})
+	return r, dbErr(err, "look up chunk")
+}
+
+// ReadChunk returns d's content, decompressed and checked against d. A
+// chunk whose bytes do not match is an errs.DataLoss error naming it.
+func (s *Store) ReadChunk(ctx context.Context, d Digest) ([]byte, error) {
+	raw, _, err := s.readChunk(ctx, d)
+	return raw, err
+}
+
+// ReadChunkFrame returns d's content and its stored form (encoding and
+// payload), for senders that pass chunks on without recompressing.
+func (s *Store) readChunk(ctx context.Context, d Digest) (raw []byte, r chunkRecord, err error) {
+	r, err = s.lookup(ctx, d)
+	if err != nil {
+		return nil, r, err
+	}
+	payload, err := s.readPayload(r)
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrClosed) {
+		// gc rewrote the pack between the look-up and the read.
+		if r, err = s.lookup(ctx, d); err != nil {
+			return nil, r, err
+		}
+		payload, err = s.readPayload(r)
+	}
+	if err != nil {
+		return nil, r, errs.Wrap(err, errs.DataLoss, chunkSubject(d), "read")
+	}
+	raw, err = s.decode(d, r.Enc, r.Raw, payload)
+	return raw, r, err
+}
+
+func (s *Store) readPayload(r chunkRecord) ([]byte, error) {
+	s.packsMu.RLock()
+	f := s.files[r.Pack]
+	s.packsMu.RUnlock()
+	if f == nil {
+		s.packsMu.Lock()
+		if f = s.files[r.Pack]; f == nil {
+			var err error
+			if f, err = os.Open(s.packPath(r.Pack)); err != nil {
+				s.packsMu.Unlock()
+				return nil, err
+			}
+			s.files[r.Pack] = f
+		}
+		s.packsMu.Unlock()
+	}
+	buf := make([]byte, r.Stored)
+	s.packsMu.RLock()
+	defer s.packsMu.RUnlock()
+	if f = s.files[r.Pack]; f == nil { // gc closed it meanwhile
+		return nil, os.ErrNotExist
+	}
+	if _, err := f.ReadAt(buf, int64(r.Offset)); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// decode turns a stored payload back into content, never producing more
+// than the decoder's limit (2×MaxChunkSize), and checks the length and
+// the digest.
+func (s *Store) decode(d Digest, enc uint8, raw uint32, payload []byte) ([]byte, error) {
+	var out []byte
+	switch enc {
+	case encRaw:
+		out = payload
+	case encZstd:
+		var err error
+		out, err = s.dec.DecodeAll(payload, make([]byte, 0, raw))
+		if err != nil {
+			return nil, errs.Wrap(err, errs.DataLoss, chunkSubject(d), "decompress")
+		}
+	default:
+		return nil, errs.New(errs.DataLoss, chunkSubject(d), "unknown encoding %d", enc)
+	}
+	if len(out) != int(raw) {
+		return nil, errs.New(errs.DataLoss, chunkSubject(d), "content is %d bytes, index says %d", len(out), raw)
+	}
+	if Sum(out) != d {
+		return nil, errs.New(errs.DataLoss, chunkSubject(d), "content does not match its digest")
+	}
+	return out, nil
+}
+
+// closePack forgets an open pack file; callers hold packsMu.
+func (s *Store) closePackLocked(id Digest) {
+	if f := s.files[id]; f != nil {
+		_ = f.Close()
+		delete(s.files, id)
+	}
+}
