@@ -1,0 +1,212 @@
+package cuda
+
+// #cgo LDFLAGS: -ldl
+// #include <stdlib.h>
+// #include "api.h"
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/remoting/cu"
+)
+
+// DefaultLibrary is the driver library's soname, found through the
+// dynamic loader's search path.
+const DefaultLibrary = "libcuda.so.1"
+
+// driver is a loaded libcuda.so.1. It is never unloaded: the driver keeps
+// threads and mappings that outlive any one user.
+type driver struct {
+	api  *C.gc_api
+	path string
+}
+
+// loadDriver opens the driver library at path (a soname or a file) and
+// runs cuInit. It refuses gpuctl's own client library, which a stray
+// LD_LIBRARY_PATH could otherwise put in the driver's place.
+func loadDriver(path string) (*driver, error) {
+	if path == "" {
+		path = DefaultLibrary
+	}
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var msg [512]C.char
+	api := C.gc_load(cpath, &msg[0], C.size_t(len(msg)))
+	if api == nil {
+		return nil, errs.New(errs.Unavailable, "", "NVIDIA driver library %s did not load (%s): install NVIDIA driver >= 570 or run gpud with --backend emulated",
+			path, C.GoString(&msg[0]))
+	}
+	d := &driver{api: api, path: path}
+	if C.gc_is_interposer(api) != 0 {
+		return nil, errs.New(errs.FailedPrecondition, "", "%s is gpuctl's client library, not NVIDIA's driver: remove gpuctl's lib directory from LD_LIBRARY_PATH for gpud", path)
+	}
+	if err := d.check(C.gc_init(api), "cuInit"); err != nil {
+		return nil, errs.Wrap(err, errs.Unavailable, "", "NVIDIA driver did not initialise")
+	}
+	return d, nil
+}
+
+// check turns a CUresult into nil or a *cu.Error naming the call. Hot
+// paths that expect CUDA_ERROR_NOT_READY compare the result first.
+func (d *driver) check(r C.CUresult, call string) error {
+	if r == 0 {
+		return nil
+	}
+	code := cu.Result(r)
+	if s := C.GoString(C.gc_error_string(d.api, r)); s != "" {
+		return &cu.Error{Code: code, Detail: call + ": " + s}
+	}
+	return &cu.Error{Code: code, Detail: call}
+}
+
+// version returns cuDriverGetVersion's value, e.g. 13000 for CUDA 13.0.
+func (d *driver) version() (int32, error) {
+	var v C.int
+	if err := d.check(C.gc_driver_version(d.api, &v), "cuDriverGetVersion"); err != nil {
+		return 0, err
+	}
+	return int32(v), nil
+}
+
+// deviceCount returns how many GPUs this process enumerated.
+func (d *driver) deviceCount() (int, error) {
+	var n C.int
+	if err := d.check(C.gc_device_count(d.api, &n), "cuDeviceGetCount"); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
+func (d *driver) device(ordinal int) (C.CUdevice, error) {
+	var dev C.CUdevice
+	if err := d.check(C.gc_device_get(d.api, C.int(ordinal), &dev), "cuDeviceGet"); err != nil {
+		return 0, err
+	}
+	return dev, nil
+}
+
+func (d *driver) uuid(dev C.CUdevice) ([16]byte, error) {
+	var u C.CUuuid
+	var out [16]byte
+	if err := d.check(C.gc_device_uuid(d.api, dev, &u), "cuDeviceGetUuid"); err != nil {
+		return out, err
+	}
+	for i := range out {
+		out[i] = byte(u.bytes[i])
+	}
+	return out, nil
+}
+
+func (d *driver) name(dev C.CUdevice) (string, error) {
+	var buf [256]C.char
+	if err := d.check(C.gc_device_name(d.api, dev, &buf[0], C.int(len(buf))), "cuDeviceGetName"); err != nil {
+		return "", err
+	}
+	return C.GoString(&buf[0]), nil
+}
+
+func (d *driver) totalMem(dev C.CUdevice) (uint64, error) {
+	var n C.size_t
+	if err := d.check(C.gc_device_total_mem(d.api, dev, &n), "cuDeviceTotalMem"); err != nil {
+		return 0, err
+	}
+	return uint64(n), nil
+}
+
+func (d *driver) pciBusID(dev C.CUdevice) (string, error) {
+	var buf [64]C.char
+	if err := d.check(C.gc_device_pci_bus_id(d.api, dev, &buf[0], C.int(len(buf))), "cuDeviceGetPCIBusId"); err != nil {
+		return "", err
+	}
+	return C.GoString(&buf[0]), nil
+}
+
+// enumerate returns the UUID of every GPU this process sees, by ordinal.
+func (d *driver) enumerate() ([]string, error) {
+	n, err := d.deviceCount()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, n)
+	for i := 0; i < n; i++ {
+		dev, err := d.device(i)
+		if err != nil {
+			return nil, err
+		}
+		u, err := d.uuid(dev)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, FormatUUID(u))
+	}
+	return out, nil
+}
+
+// FormatUUID writes a GPU UUID the way nvidia-smi and NVML do:
+// GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
+func FormatUUID(u [16]byte) string {
+	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}
+
+// ParseUUID reads a GPU UUID in FormatUUID's form; the "GPU-" prefix is
+// optional and case does not matter.
+func ParseUUID(s string) ([16]byte, error) {
+	var u [16]byte
+	t := s
+	if len(t) >= 4 && (t[:4] == "GPU-" || t[:4] == "gpu-") {
+		t = t[4:]
+	}
+	hex := make([]byte, 0, 32)
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if c == '-' {
+			continue
+		}
+		hex = append(hex, c)
+	}
+	if len(hex) != 32 || (len(hex) != len(t) && !validGroups(t)) {
+		return u, errs.New(errs.InvalidArgument, "", "GPU UUID %q is not of the form GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", s)
+	}
+	for i := range u {
+		hi, ok1 := unhex(hex[2*i])
+		lo, ok2 := unhex(hex[2*i+1])
+		if !ok1 || !ok2 {
+			return u, errs.New(errs.InvalidArgument, "", "GPU UUID %q has a character that is not hexadecimal", s)
+		}
+		u[i] = hi<<4 | lo
+	}
+	return u, nil
+}
+
+// validGroups checks the 8-4-4-4-12 grouping when dashes are present.
+func validGroups(t string) bool {
+	groups := []int{8, 4, 4, 4, 12}
+	n, g := 0, 0
+	for i := 0; i <= len(t); i++ {
+		if i == len(t) || t[i] == '-' {
+			if g >= len(groups) || n != groups[g] {
+				return false
+			}
+			g++
+			n = 0
+			continue
+		}
+		n++
+	}
+	return g == len(groups)
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
