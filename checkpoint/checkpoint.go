@@ -1,0 +1,295 @@
+// Package checkpoint is the checkpoint pipeline: a short list of named
+// steps, each with an undo, that turns a running session into an image in
+// the host's store.
+//
+//	quiesce  the worker finishes the call in progress, drains the device,
+//	         drops its client socket and holds new calls  (undo: Resume)
+//	suspend  the backend's outside hook on the worker PID; for the cuda
+//	         backend the driver's checkpoint API moves GPU state into the
+//	         process's memory                             (undo: Resume)
+//	detach   the worker drops its control connection and waits to dial
+//	         back an abstract socket named by a nonce     (undo: Reattach)
+//	dump     CRIU dumps the worker, which is left running (frozen in
+//	         detach) so that any later failure can resume it
+//	store    the image directory goes into the store with the session,
+//	         its previous image, host, backend, GPUs, versions and nonce
+//
+// A failure undoes the completed steps in reverse, so the session is
+// running again, and the error names the step and the session (and quotes
+// CRIU's log when CRIU failed). After the store step the caller holds a
+// *Frozen: Resume it to keep the session running where it was
+// (--leave-running, or a migration that failed later), or Release it.
+//
+// The interfaces here are what the pipeline consumes; gpud adapts its
+// worker handles, its backend's checkpoint hooks and its image store.
+package checkpoint
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/gpuctl/gpuctl/checkpoint/criu"
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/remoting/backend"
+)
+
+// Worker is a session's worker as the pipeline drives it.
+type Worker interface {
+	// PID is the worker's host PID.
+	PID() int
+	// Quiesce stops the worker at a frame boundary: the call in progress
+	// finishes, device work drains, the client socket is dropped, new
+	// calls wait. gpud keeps the client's socket, so the client stalls.
+	Quiesce(ctx context.Context) error
+	// Resume undoes Quiesce: the worker serves its client again.
+	Resume(ctx context.Context) error
+	// Detach closes the control connection; the worker then waits to dial
+	// @gpuctl-attach-<nonce> when told to.
+	Detach(ctx context.Context, nonce string) error
+}
+
+// Reattacher connects gpud to a detached worker, the original or a
+// restored copy, through the nonce's abstract socket. The worker comes
+// back quiesced.
+type Reattacher interface {
+	Reattach(ctx context.Context, pid int, nonce string) (Worker, error)
+}
+
+// Suspender is a backend's hook from outside the worker process. The cuda
+// backend moves GPU state into host memory (the driver's checkpoint API:
+// lock, checkpoint) and back (restore, unlock); the emulated backend needs
+// none, and a nil Suspender skips the step.
+type Suspender interface {
+	Suspend(ctx context.Context, pid int) error
+	Resume(ctx context.Context, pid int) error
+}
+
+// Meta is what an image records about its origin, for listings,
+// compatibility checks and restores on any host.
+type Meta struct {
+	Session     string        `json:"session"`
+	Parent      string        `json:"parent,omitempty"` // the session's previous image
+	Host        string        `json:"host"`
+	Backend     string        `json:"backend"`
+	GPUs        []backend.GPU `json:"gpus"`
+	CRIUVersion string        `json:"criu_version"`
+	Kernel      string        `json:"kernel"`
+	Nonce       string        `json:"nonce"` // the worker dials @gpuctl-attach-<nonce> after a restore
+	Created     time.Time     `json:"created"`
+}
+
+// Stored is what the store reports about a committed image.
+type Stored struct {
+	Image       string // image id
+	Bytes       int64  // logical size of the image
+	StoredBytes int64  // bytes this commit added to the store
+}
+
+// Store puts a CRIU image directory into the host's store.
+type Store interface {
+	Commit(ctx context.Context, dir string, meta Meta) (Stored, error)
+}
+
+// Pipeline checkpoints sessions on one host. Its fields are set once, by
+// gpud, and never change.
+type Pipeline struct {
+	WorkDir   string       // STATE_DIR/work: scratch image directories and CRIU logs
+	CRIU      criu.Options // CRIU settings (binary, timeouts); LeaveRunning is always set
+	Suspender Suspender    // nil for backends that need no outside hook
+	Store     Store
+	Reattach  Reattacher
+	Host      string // this host's name, for the manifest
+	Backend   string
+	GPUs      []backend.GPU
+	Log       *slog.Logger
+}
+
+// Request names the session to checkpoint.
+type Request struct {
+	Session string
+	Worker  Worker
+	Parent  string // the session's previous image, if any
+}
+
+// Result describes a stored checkpoint.
+type Result struct {
+	Image       string   `json:"image"`
+	Session     string   `json:"session"`
+	Bytes       int64    `json:"bytes"`
+	StoredBytes int64    `json:"stored_bytes"`
+	DurationMS  int64    `json:"duration_ms"`
+	Steps       []Timing `json:"steps,omitempty"`
+	Nonce       string   `json:"nonce"`
+}
+
+// Frozen is a checkpointed session whose original worker is still alive,
+// detached and suspended. Exactly one of Resume or Release must follow.
+type Frozen struct {
+	Result
+	PID     int
+	p       *Pipeline
+	settled bool
+}
+
+// Checkpoint runs quiesce, suspend, detach, dump and store. On success the
+// original worker is frozen; see Frozen.
+func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error) {
+	t0 := time.Now()
+	subject := errs.Session(req.Session)
+	if req.Worker == nil {
+		return nil, errs.New(errs.FailedPrecondition, subject, "no worker is running; the session cannot be checkpointed")
+	}
+	pid := req.Worker.PID()
+	nonce, err := newNonce()
+	if err != nil {
+		return nil, err
+	}
+	meta, err := p.meta(ctx, req, nonce)
+	if err != nil {
+		return nil, err
+	}
+	work := filepath.Join(p.WorkDir, fmt.Sprintf("ckpt-%s-%s", req.Session, nonce[:8]))
+	imgDir := filepath.Join(work, "img")
+	if err := os.MkdirAll(imgDir, 0o700); err != nil {
+		return nil, errs.Wrap(err, errs.Internal, subject, "create the checkpoint work directory")
+	}
+	ok := false
+	defer func() {
+		// The image is in the store or the checkpoint failed: either way
+		// the dump is no longer needed. A failed run keeps CRIU's log,
+		// which its error names.
+		if ok {
+			os.RemoveAll(work)
+		} else {
+			os.RemoveAll(imgDir)
+		}
+	}()
+
+	cur := req.Worker // the handle in use; a reattach replaces it
+	var stored Stored
+	opts := p.CRIU
+	opts.LeaveRunning = true
+	opts.LogDir = work
+	steps := []Step{
+		{Name: "quiesce",
+			Do:   func(ctx context.Context) error { return cur.Quiesce(ctx) },
+			Undo: func(ctx context.Context) error { return cur.Resume(ctx) }},
+	}
+	if p.Suspender != nil {
+		steps = append(steps, Step{Name: "suspend",
+			Do:   func(ctx context.Context) error { return p.Suspender.Suspend(ctx, pid) },
+			Undo: func(ctx context.Context) error { return p.Suspender.Resume(ctx, pid) }})
+	}
+	steps = append(steps,
+		Step{Name: "detach",
+			Do: func(ctx context.Context) error { return cur.Detach(ctx, nonce) },
+			Undo: func(ctx context.Context) error {
+				w, err := p.Reattach.Reattach(ctx, pid, nonce)
+				if err != nil {
+					return err
+				}
+				cur = w
+				return nil
+			}},
+		Step{Name: "dump",
+			Do: func(ctx context.Context) error { return criu.Dump(ctx, pid, imgDir, opts) }},
+		Step{Name: "store",
+			Do: func(ctx context.Context) error {
+				var err error
+				stored, err = p.Store.Commit(ctx, imgDir, meta)
+				return err
+			}},
+	)
+	timings, err := Run(ctx, p.Log, "checkpoint", subject, steps)
+	if err != nil {
+		return nil, err
+	}
+	ok = true
+	return &Frozen{
+		Result: Result{
+			Image: stored.Image, Session: req.Session,
+			Bytes: stored.Bytes, StoredBytes: stored.StoredBytes,
+			DurationMS: time.Since(t0).Milliseconds(), Steps: timings, Nonce: nonce,
+		},
+		PID: pid, p: p,
+	}, nil
+}
+
+// Resume brings the frozen original back: reattach, backend resume,
+// worker resume. The returned worker replaces the session's old handle.
+func (f *Frozen) Resume(ctx context.Context) (Worker, error) {
+	if f.settled {
+		return nil, errs.New(errs.FailedPrecondition, errs.Session(f.Session), "checkpoint already resumed or released")
+	}
+	f.settled = true
+	w, err := f.p.Reattach.Reattach(ctx, f.PID, f.Nonce)
+	if err != nil {
+		return nil, errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "resume after checkpoint %s: reattach worker %d", f.Image, f.PID)
+	}
+	if f.p.Suspender != nil {
+		if err := f.p.Suspender.Resume(ctx, f.PID); err != nil {
+			return w, errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "resume after checkpoint %s: backend resume", f.Image)
+		}
+	}
+	if err := w.Resume(ctx); err != nil {
+		return w, errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "resume after checkpoint %s: worker resume", f.Image)
+	}
+	return w, nil
+}
+
+// Release ends the frozen original: the session now lives only in its
+// image (or on the host it migrated to). gpud, the worker's parent and
+// child subreaper, reaps it.
+func (f *Frozen) Release(ctx context.Context) error {
+	if f.settled {
+		return errs.New(errs.FailedPrecondition, errs.Session(f.Session), "checkpoint already resumed or released")
+	}
+	f.settled = true
+	if err := syscall.Kill(f.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return errs.Wrap(err, errs.Internal, errs.Session(f.Session), "release worker %d", f.PID)
+	}
+	return nil
+}
+
+func (p *Pipeline) meta(ctx context.Context, req Request, nonce string) (Meta, error) {
+	v, err := criu.GetVersion(ctx, p.CRIU.Binary)
+	if err != nil {
+		return Meta{}, errs.Wrap(err, errs.FailedPrecondition, errs.Session(req.Session), "checkpoint")
+	}
+	if !v.AtLeast(criu.MinVersion) {
+		return Meta{}, errs.New(errs.FailedPrecondition, errs.Session(req.Session), "criu %s is older than %s; run `make deps` and start gpud with --criu .deps/criu/criu", v, criu.MinVersion)
+	}
+	var uts syscall.Utsname
+	_ = syscall.Uname(&uts)
+	return Meta{
+		Session: req.Session, Parent: req.Parent, Host: p.Host, Backend: p.Backend, GPUs: p.GPUs,
+		CRIUVersion: v.String(), Kernel: utsString(uts.Release[:]), Nonce: nonce, Created: time.Now().UTC(),
+	}, nil
+}
+
+func utsString(b []int8) string {
+	out := make([]byte, 0, len(b))
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		out = append(out, byte(c))
+	}
+	return string(out)
+}
+
+func newNonce() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", errs.Wrap(err, errs.Internal, "", "nonce")
+	}
+	return hex.EncodeToString(b[:]), nil
+}
