@@ -1,0 +1,491 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/remoting/dispatch"
+)
+
+// Options describe the worker to start.
+type Options struct {
+	// Backend is "emulated" or "cuda" (already resolved from "auto").
+	Backend string
+	// Device is the host GPU the session uses: an ordinal or, for cuda, a
+	// UUID.
+	Device string
+	// SessionID names the session, for logs.
+	SessionID string
+	// EmulatedMemBytes sizes an emulated device; zero is the default.
+	EmulatedMemBytes uint64
+	// Seed makes an emulated device's UUID stable (gpud passes its name).
+	Seed string
+	// Exe is the gpud binary to re-execute; empty means this process's
+	// own executable.
+	Exe string
+	// Log receives the worker's log lines and gpud-side diagnostics.
+	Log *slog.Logger
+}
+
+// Event is an unsolicited report from a worker.
+type Event struct {
+	// Ended is set when the worker's client went away; Err says why
+	// (empty for a clean close).
+	Ended bool
+	Err   string
+}
+
+// Handle is gpud's side of one worker process.
+type Handle struct {
+	pid  int
+	cmd  *exec.Cmd // nil for a worker adopted with Reattach
+	log  *slog.Logger
+	sess string
+
+	mu      sync.Mutex
+	ctrl    *net.UnixConn
+	nextID  uint64
+	pending map[uint64]chan reply
+	ctrlErr error // why the control connection ended, once it has
+
+	events chan Event
+	exited chan struct{} // closed when the process is gone
+	exit   error
+}
+
+// Start launches a worker: a re-execution of gpud as `gpud worker`, as PID 1
+// of a new PID namespace, in its own process group, with stdio on
+// /dev/null and no inherited descriptor but the control socket (fd 3).
+func Start(ctx context.Context, opts Options) (*Handle, error) {
+	subj := errs.Session(opts.SessionID)
+	exe := opts.Exe
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, errs.Wrap(err, errs.Internal, subj, "locate gpud's binary")
+		}
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, errs.Wrap(err, errs.Internal, subj, "control socket")
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "control"), os.NewFile(uintptr(fds[1]), "control-worker")
+	defer theirs.Close()
+	fc, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		return nil, errs.Wrap(err, errs.Internal, subj, "control socket")
+	}
+	args := []string{"worker", "--backend", opts.Backend, "--device", opts.Device, "--session", opts.SessionID}
+	if opts.EmulatedMemBytes != 0 {
+		args = append(args, "--emulated-mem", fmt.Sprint(opts.EmulatedMemBytes))
+	}
+	if opts.Seed != "" {
+		args = append(args, "--seed", opts.Seed)
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.ExtraFiles = []*os.File{theirs}
+	cmd.Env = workerEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWPID,
+		Setpgid:    true,
+		// A worker must not outlive gpud: its client socket would stay
+		// half-owned and the GPU held.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	if err := cmd.Start(); err != nil {
+		fc.Close()
+		return nil, errs.Wrap(err, errs.Unavailable, subj, "start worker process")
+	}
+	h := newHandle(cmd.Process.Pid, fc.(*net.UnixConn), opts)
+	h.cmd = cmd
+	go func() {
+		err := cmd.Wait()
+		h.setExited(err)
+	}()
+	// The worker says it is ready (its backend opened) with a first stats
+	// reply; a backend that cannot open fails here, not at first call.
+	if _, err := h.Stats(ctx); err != nil {
+		h.Kill()
+		<-h.exited
+		return nil, errs.Wrap(err, errs.Unavailable, subj, "worker did not come up")
+	}
+	return h, nil
+}
+
+// workerEnv passes the worker only what it needs from gpud's environment.
+func workerEnv() []string {
+	var env []string
+	for _, k := range []string{"PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "GOTRACEBACK"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+func newHandle(pid int, ctrl *net.UnixConn, opts Options) *Handle {
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &Handle{
+		pid:     pid,
+		log:     log.With("session", opts.SessionID, "worker_pid", pid),
+		sess:    opts.SessionID,
+		pending: map[uint64]chan reply{},
+		events:  make(chan Event, 16),
+		exited:  make(chan struct{}),
+	}
+	h.setCtrl(ctrl)
+	return h
+}
+
+// setCtrl installs a control connection and starts reading it.
+func (h *Handle) setCtrl(c *net.UnixConn) {
+	h.mu.Lock()
+	h.ctrl, h.ctrlErr = c, nil
+	h.mu.Unlock()
+	go h.readLoop(c)
+}
+
+func (h *Handle) readLoop(c *net.UnixConn) {
+	for {
+		var r reply
+		f, err := recvMsg(c, &r)
+		if f != nil {
+			f.Close() // a worker never sends descriptors
+		}
+		if err != nil {
+			h.ctrlDown(c, err)
+			return
+		}
+		if r.ID == 0 {
+			if r.Event == evLog && r.Log != nil {
+				h.logRecord(r.Log)
+				continue
+			}
+			if r.Event == evEnded {
+				select {
+				case h.events <- Event{Ended: true, Err: r.Err}:
+				default:
+					h.log.Warn("worker event dropped", "event", r.Event)
+				}
+			}
+			continue
+		}
+		h.mu.Lock()
+		ch := h.pending[r.ID]
+		delete(h.pending, r.ID)
+		h.mu.Unlock()
+		if ch != nil {
+			ch <- r
+		}
+	}
+}
+
+// ctrlDown fails every request waiting on connection c.
+func (h *Handle) ctrlDown(c *net.UnixConn, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ctrl != c {
+		return // an older connection, already replaced
+	}
+	h.ctrlErr = err
+	for id, ch := range h.pending {
+		close(ch)
+		delete(h.pending, id)
+	}
+}
+
+func (h *Handle) setExited(err error) {
+	h.exit = err
+	close(h.exited)
+	h.mu.Lock()
+	c := h.ctrl
+	h.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+// Events delivers the worker's unsolicited reports (its client went
+// away). It is never closed; watch Exited too.
+func (h *Handle) Events() <-chan Event { return h.events }
+
+// Exited is closed when the worker process is gone.
+func (h *Handle) Exited() <-chan struct{} { return h.exited }
+
+// PID is the worker's PID in gpud's PID namespace.
+func (h *Handle) PID() int { return h.pid }
+
+// call sends one request, with fd attached when fd >= 0, and waits for
+// its reply.
+func (h *Handle) call(ctx context.Context, req request, fd int) (reply, error) {
+	subj := errs.Session(h.sess)
+	h.mu.Lock()
+	c := h.ctrl
+	if c == nil || h.ctrlErr != nil {
+		err := h.ctrlErr
+		h.mu.Unlock()
+		return reply{}, errs.Wrap(orClosed(err), errs.Unavailable, subj, "worker control connection is down")
+	}
+	h.nextID++
+	req.ID = h.nextID
+	ch := make(chan reply, 1)
+	h.pending[req.ID] = ch
+	h.mu.Unlock()
+	if err := sendMsg(c, req, fd); err != nil {
+		h.mu.Lock()
+		delete(h.pending, req.ID)
+		h.mu.Unlock()
+		return reply{}, errs.Wrap(err, errs.Unavailable, subj, "send %s to worker", req.Op)
+	}
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			return reply{}, errs.New(errs.Unavailable, subj, "worker closed its control connection during %s", req.Op)
+		}
+		if r.Err != "" {
+			return r, errs.New(errs.FailedPrecondition, subj, "worker: %s: %s", req.Op, r.Err)
+		}
+		return r, nil
+	case <-ctx.Done():
+		h.mu.Lock()
+		delete(h.pending, req.ID)
+		h.mu.Unlock()
+		return reply{}, errs.Wrap(ctx.Err(), errs.Unavailable, subj, "waiting for worker to %s", req.Op)
+	case <-h.exited:
+		return reply{}, errs.New(errs.Unavailable, subj, "worker exited during %s: %v", req.Op, h.exit)
+	}
+}
+
+func orClosed(err error) error {
+	if err == nil {
+		return net.ErrClosed
+	}
+	return err
+}
+
+// withConnFD runs fn with conn's descriptor; the kernel duplicates it into
+// the worker when it rides a control message, and gpud keeps its own.
+func withConnFD(conn syscall.Conn, fn func(fd int) error) error {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
+}
+
+// Attach hands the client's socket to the worker, which serves it.
+// resume=false: a new connection (a new session, or a client that
+// reconnected), which the worker greets with a Welcome carrying welcome's
+// fields and the last executed sequence number. resume=true: the socket
+// the worker served before a Quiesce, which needs no greeting.
+func (h *Handle) Attach(ctx context.Context, conn *net.TCPConn, welcome dispatch.WelcomeInfo, resume bool) error {
+	return withConnFD(conn, func(fd int) error {
+		_, err := h.call(ctx, request{Op: opAttach, Welcome: &welcome, Resume: resume}, fd)
+		return err
+	})
+}
+
+// Quiesce stops the worker at a frame boundary, suspends its device and
+// makes it drop its copy of the client socket. It returns the last request
+// sequence number the worker executed.
+func (h *Handle) Quiesce(ctx context.Context) (uint64, error) {
+	r, err := h.call(ctx, request{Op: opQuiesce}, -1)
+	return r.Seq, err
+}
+
+// Resume undoes Quiesce: the worker runs its backend's Resume hook and,
+// when conn is non-nil, serves conn again without a greeting (it is the
+// socket gpud kept open while the client stalled). A client that instead
+// reconnected on a new socket is handed over with Attach.
+func (h *Handle) Resume(ctx context.Context, conn *net.TCPConn) error {
+	if conn == nil {
+		_, err := h.call(ctx, request{Op: opResume}, -1)
+		return err
+	}
+	return withConnFD(conn, func(fd int) error {
+		_, err := h.call(ctx, request{Op: opResume, Resume: true}, fd)
+		return err
+	})
+}
+
+// Stats asks the worker for its counters.
+func (h *Handle) Stats(ctx context.Context) (Stats, error) {
+	r, err := h.call(ctx, request{Op: opStats}, -1)
+	if err != nil || r.Stats == nil {
+		return Stats{}, err
+	}
+	return *r.Stats, nil
+}
+
+// Detach makes the worker close its control connection and wait for
+// SIGUSR2, after which it dials @gpuctl-attach-<nonce>. A quiesced,
+// detached worker holds no sockets: CRIU can dump it.
+func (h *Handle) Detach(ctx context.Context, nonce string) error {
+	if err := checkNonce(nonce); err != nil {
+		return errs.Wrap(err, errs.InvalidArgument, errs.Session(h.sess), "detach")
+	}
+	if _, err := h.call(ctx, request{Op: opDetach, Nonce: nonce}, -1); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	c := h.ctrl
+	h.ctrl, h.ctrlErr = nil, errors.New("detached")
+	h.mu.Unlock()
+	return c.Close()
+}
+
+func checkNonce(nonce string) error {
+	if nonce == "" || len(nonce) > 64 {
+		return fmt.Errorf("nonce must be 1 to 64 characters, got %d", len(nonce))
+	}
+	for _, r := range nonce {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return fmt.Errorf("nonce %q: only letters, digits, '-' and '_'", nonce)
+		}
+	}
+	return nil
+}
+
+// AttachAddr is the abstract unix socket a detached worker dials.
+func AttachAddr(nonce string) *net.UnixAddr {
+	return &net.UnixAddr{Name: "@gpuctl-attach-" + nonce, Net: "unixpacket"}
+}
+
+// reattachTimeout bounds how long Reattach waits for the worker to dial.
+const reattachTimeout = 10 * time.Second
+
+// Reattach takes control of a detached worker: after a CRIU restore (the
+// restored process is reparented to gpud, the subreaper) or after a
+// checkpoint that leaves the session running. It listens on the nonce's
+// abstract socket, sends SIGUSR2 to pid and accepts the worker's call.
+//
+// A worker that is not gpud's own child (restored by CRIU) is reaped by
+// gpud's reaper, not by the Handle; reaped, when non-nil, is closed when
+// the process is gone.
+func Reattach(ctx context.Context, pid int, nonce string, reaped <-chan struct{}, opts Options) (*Handle, error) {
+	subj := errs.Session(opts.SessionID)
+	if err := checkNonce(nonce); err != nil {
+		return nil, errs.Wrap(err, errs.InvalidArgument, subj, "reattach")
+	}
+	ln, err := net.ListenUnix("unixpacket", AttachAddr(nonce))
+	if err != nil {
+		return nil, errs.Wrap(err, errs.Unavailable, subj, "listen for the worker")
+	}
+	defer ln.Close()
+	if err := unix.Kill(pid, unix.SIGUSR2); err != nil {
+		return nil, errs.Wrap(err, errs.Unavailable, subj, "signal worker %d", pid)
+	}
+	deadline := time.Now().Add(reattachTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = ln.SetDeadline(deadline)
+	c, err := ln.AcceptUnix()
+	if err != nil {
+		return nil, errs.Wrap(err, errs.Unavailable, subj, "worker %d did not dial back", pid)
+	}
+	if err := checkPeer(c, pid); err != nil {
+		c.Close()
+		return nil, errs.Wrap(err, errs.Unavailable, subj, "reattach")
+	}
+	h := newHandle(pid, c, opts)
+	go func() {
+		if reaped == nil {
+			// Poll for the process; it is not our child to wait for.
+			for unix.Kill(pid, 0) == nil {
+				time.Sleep(200 * time.Millisecond)
+			}
+		} else {
+			<-reaped
+		}
+		h.setExited(errors.New("worker exited"))
+	}()
+	if _, err := h.Stats(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// checkPeer makes sure the process that dialled the attach socket is the
+// worker we signalled, so another process in the namespace cannot take
+// over the session.
+func checkPeer(c *net.UnixConn, pid int) error {
+	var cred *unix.Ucred
+	err := withConnFD(c, func(fd int) error {
+		var err error
+		cred, err = unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if int(cred.Pid) != pid {
+		return fmt.Errorf("attach socket dialled by pid %d, expected %d", cred.Pid, pid)
+	}
+	return nil
+}
+
+// Exit asks the worker to release its device and exit, and waits for it;
+// after timeout it is killed.
+func (h *Handle) Exit(ctx context.Context) error {
+	_, err := h.call(ctx, request{Op: opExit}, -1)
+	select {
+	case <-h.exited:
+		return nil
+	case <-time.After(5 * time.Second):
+	case <-ctx.Done():
+	}
+	h.Kill()
+	<-h.exited
+	return err
+}
+
+// Kill ends the worker at once. As PID 1 of its namespace it ignores
+// every signal it does not handle, so this is SIGKILL.
+func (h *Handle) Kill() {
+	select {
+	case <-h.exited:
+		return
+	default:
+	}
+	_ = unix.Kill(h.pid, unix.SIGKILL)
+}
+
+// Wait blocks until the worker is gone.
+func (h *Handle) Wait() error {
+	<-h.exited
+	return h.exit
+}
+
+// logRecord writes a worker's forwarded log line to gpud's log.
+func (h *Handle) logRecord(r *LogRecord) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(r.Level)); err != nil {
+		lvl = slog.LevelInfo
+	}
+	args := make([]any, 0, 2*len(r.Attrs))
+	for k, v := range r.Attrs {
+		args = append(args, k, v)
+	}
+	h.log.Log(context.Background(), lvl, "worker: "+r.Msg, args...)
+}

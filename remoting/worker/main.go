@@ -1,0 +1,355 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"runtime"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuctl/gpuctl/remoting/backend"
+	"github.com/gpuctl/gpuctl/remoting/dispatch"
+)
+
+// ControlFD is the descriptor on which a worker finds its control socket.
+const ControlFD = 3
+
+// Main is the body of `gpud worker` and returns its exit status. The
+// worker is PID 1 of its own PID namespace, serves one session, and is
+// driven entirely over the control socket on fd 3.
+func Main(args []string) int {
+	fs := flag.NewFlagSet("gpud worker", flag.ContinueOnError)
+	var o Options
+	fs.StringVar(&o.Backend, "backend", BackendEmulated, "device backend")
+	fs.StringVar(&o.Device, "device", "0", "host device")
+	fs.StringVar(&o.SessionID, "session", "", "session id")
+	fs.Uint64Var(&o.EmulatedMemBytes, "emulated-mem", 0, "emulated device size in bytes")
+	fs.StringVar(&o.Seed, "seed", "", "emulated device UUID seed")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	// SIGUSR2 is how gpud calls a detached worker back; subscribe before
+	// anything can send it. SIGTERM/SIGINT are ignored: gpud ends a
+	// worker over the control socket or with SIGKILL.
+	usr2 := make(chan os.Signal, 1)
+	signal.Notify(usr2, unix.SIGUSR2)
+	signal.Ignore(unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGPIPE)
+
+	f := os.NewFile(ControlFD, "control")
+	fc, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return 3
+	}
+	ctrl, ok := fc.(*net.UnixConn)
+	if !ok {
+		return 3
+	}
+	w := &worker{opts: o, usr2: usr2, thread: newThread()}
+	w.log = slog.New(&eventHandler{w: w, level: slog.LevelInfo})
+	w.setCtrl(ctrl)
+	var openErr error
+	w.thread.run(func() { w.dev, openErr = open(o, w.log) })
+	if openErr != nil {
+		// Report it as the answer to gpud's first request.
+		var req request
+		if _, err := recvMsg(ctrl, &req); err == nil {
+			_ = w.send(reply{ID: req.ID, Err: "open backend: " + openErr.Error()}, -1)
+		}
+		return 4
+	}
+	w.sess = dispatch.NewSession(w.dev, w.log)
+	return w.run()
+}
+
+// thread runs functions on one locked OS thread: a real driver binds its
+// contexts to the thread that made them, so every backend call, including
+// the whole of Serve, happens here.
+type thread struct{ work chan func() }
+
+func newThread() *thread {
+	t := &thread{work: make(chan func())}
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the worker
+		for f := range t.work {
+			f()
+		}
+	}()
+	return t
+}
+
+// run executes f on the thread and waits for it.
+func (t *thread) run(f func()) {
+	done := make(chan struct{})
+	t.work <- func() { f(); close(done) }
+	<-done
+}
+
+type worker struct {
+	opts   Options
+	dev    backend.Device
+	sess   *dispatch.Session
+	log    *slog.Logger
+	thread *thread
+	usr2   chan os.Signal
+
+	mu   sync.Mutex
+	ctrl *net.UnixConn // nil while detached
+
+	// serving is non-nil while Serve runs; it yields Serve's result once.
+	serving chan error
+	conn    net.Conn
+	welcome dispatch.WelcomeInfo
+	cancel  context.CancelFunc
+}
+
+func (w *worker) setCtrl(c *net.UnixConn) {
+	w.mu.Lock()
+	w.ctrl = c
+	w.mu.Unlock()
+}
+
+// send writes one message to gpud; while detached it is dropped.
+func (w *worker) send(r reply, fd int) error {
+	w.mu.Lock()
+	c := w.ctrl
+	w.mu.Unlock()
+	if c == nil {
+		return net.ErrClosed
+	}
+	return sendMsg(c, r, fd)
+}
+
+// run serves control requests until gpud says exit or goes away.
+func (w *worker) run() int {
+	for {
+		w.mu.Lock()
+		c := w.ctrl
+		w.mu.Unlock()
+		var req request
+		f, err := recvMsg(c, &req)
+		if err != nil {
+			// gpud is gone (it would have killed us) or broke the
+			// protocol: nobody can drive this session any more.
+			w.shutdown()
+			return 5
+		}
+		r := reply{ID: req.ID}
+		switch req.Op {
+		case opAttach:
+			err = w.attach(f, req.Welcome, req.Resume)
+		case opQuiesce:
+			r.Seq, err = w.quiesce()
+		case opResume:
+			err = w.resume(f)
+		case opStats:
+			r.Stats = w.stats()
+		case opDetach:
+			if err = checkNonce(req.Nonce); err == nil {
+				_ = w.send(r, -1)
+				w.detach(req.Nonce)
+				continue
+			}
+		case opExit:
+			w.shutdown()
+			_ = w.send(r, -1)
+			return 0
+		default:
+			err = fmt.Errorf("unknown operation %q", req.Op)
+		}
+		if f != nil {
+			f.Close() // consumed (dup'ed) by attach/resume, or unwanted
+		}
+		if err != nil {
+			r.Err = err.Error()
+		}
+		if err := w.send(r, -1); err != nil {
+			w.shutdown()
+			return 5
+		}
+	}
+}
+
+// serve starts Serve on the call thread for the socket in f.
+func (w *worker) serve(f *os.File, resume bool) error {
+	if w.serving != nil {
+		return errors.New("already serving a client; quiesce first")
+	}
+	if f == nil {
+		return errors.New("no client socket passed")
+	}
+	conn, err := net.FileConn(f)
+	if err != nil {
+		return fmt.Errorf("client socket: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	w.serving, w.conn, w.cancel = done, conn, cancel
+	welcome := w.welcome
+	go w.thread.run(func() {
+		err := w.sess.Serve(ctx, conn, welcome, resume)
+		done <- err
+	})
+	// A client that goes away by itself is reported to gpud, and the
+	// worker's copy of its socket is closed at once so the client sees the
+	// end even while gpud still holds its own copy. A quiesce collects the
+	// result instead.
+	go func() {
+		err := <-done
+		done <- err // leave it for endServe
+		if !errors.Is(err, dispatch.ErrStopped) {
+			conn.Close()
+			msg := ""
+			if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) {
+				msg = err.Error()
+			}
+			_ = w.send(reply{Event: evEnded, Err: msg}, -1)
+		}
+	}()
+	return nil
+}
+
+func (w *worker) attach(f *os.File, welcome *dispatch.WelcomeInfo, resume bool) error {
+	if welcome != nil {
+		w.welcome = *welcome
+	}
+	if w.serving != nil {
+		// The previous client is gone but its Serve may not have noticed
+		// yet (a reconnect racing the old socket's close): end it first.
+		w.endServe()
+	}
+	return w.serve(f, resume)
+}
+
+// endServe stops a running Serve, waits for it, and closes the worker's
+// copy of the client socket.
+func (w *worker) endServe() error {
+	if w.serving == nil {
+		return nil
+	}
+	w.sess.Stop()
+	var err error
+	select {
+	case err = <-w.serving:
+	case <-time.After(30 * time.Second):
+		// A backend call that never returns: cut the socket under it.
+		w.cancel()
+		err = <-w.serving
+	}
+	w.serving = nil
+	w.cancel()
+	w.conn.Close()
+	w.conn = nil
+	if err != nil && !errors.Is(err, dispatch.ErrStopped) {
+		return err
+	}
+	return nil
+}
+
+func (w *worker) quiesce() (uint64, error) {
+	if err := w.endServe(); err != nil {
+		w.log.Info("client connection ended during quiesce", "err", err)
+	}
+	var err error
+	if s, ok := w.dev.(backend.Suspender); ok {
+		w.thread.run(func() { err = s.Suspend(context.Background()) })
+	}
+	return w.sess.ExecutedSeq(), err
+}
+
+func (w *worker) resume(f *os.File) error {
+	var err error
+	if s, ok := w.dev.(backend.Suspender); ok {
+		w.thread.run(func() { err = s.Resume(context.Background()) })
+	}
+	if err != nil || f == nil {
+		return err
+	}
+	return w.serve(f, true)
+}
+
+func (w *worker) stats() *Stats {
+	st := &Stats{Serving: w.serving != nil, Executed: w.sess.ExecutedSeq()}
+	if m, ok := w.dev.(interface{ MemInUse() uint64 }); ok {
+		st.MemInUse = m.MemInUse()
+	}
+	return st
+}
+
+// detach drops the control connection and waits for SIGUSR2, then dials
+// the nonce's abstract socket. In between the worker holds no socket at
+// all, which is when CRIU dumps it.
+func (w *worker) detach(nonce string) {
+	w.mu.Lock()
+	c := w.ctrl
+	w.ctrl = nil
+	w.mu.Unlock()
+	c.Close()
+	for {
+		<-w.usr2
+		nc, err := dialBack(nonce)
+		if err == nil {
+			w.setCtrl(nc)
+			return
+		}
+		// Nobody listening (a stray signal): keep waiting.
+	}
+}
+
+// dialBack dials gpud's attach socket, retrying briefly: the signal may
+// arrive a moment before the listener is visible.
+func dialBack(nonce string) (*net.UnixConn, error) {
+	var err error
+	for i := 0; i < 50; i++ {
+		var c *net.UnixConn
+		if c, err = net.DialUnix("unixpacket", nil, AttachAddr(nonce)); err == nil {
+			return c, nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil, err
+}
+
+// shutdown ends the session and releases the device.
+func (w *worker) shutdown() {
+	_ = w.endServe()
+	w.thread.run(func() { _ = w.dev.Close() })
+}
+
+// eventHandler forwards the worker's log records to gpud, which writes
+// them to its log with the session attached; a worker has no stderr.
+type eventHandler struct {
+	w     *worker
+	level slog.Level
+	attrs []slog.Attr
+}
+
+func (h *eventHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level }
+
+func (h *eventHandler) Handle(_ context.Context, r slog.Record) error {
+	rec := LogRecord{Level: r.Level.String(), Msg: r.Message, Attrs: map[string]string{}}
+	for _, a := range h.attrs {
+		rec.Attrs[a.Key] = a.Value.String()
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		rec.Attrs[a.Key] = a.Value.String()
+		return true
+	})
+	_ = h.w.send(reply{Event: evLog, Log: &rec}, -1)
+	return nil
+}
+
+func (h *eventHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &eventHandler{w: h.w, level: h.level, attrs: append(append([]slog.Attr(nil), h.attrs...), as...)}
+}
+
+func (h *eventHandler) WithGroup(string) slog.Handler { return h }

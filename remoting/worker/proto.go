@@ -1,0 +1,142 @@
+package worker
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuctl/gpuctl/remoting/dispatch"
+)
+
+// The control connection between gpud and a worker is a unix
+// SOCK_SEQPACKET socket: one JSON message per packet, so there is no
+// framing to get wrong, and a client socket travels as SCM_RIGHTS
+// ancillary data on the packet that asks the worker to serve it.
+
+// Operations gpud asks of a worker.
+const (
+	opAttach  = "attach"  // serve the passed socket
+	opQuiesce = "quiesce" // stop at a frame boundary, suspend, drop the socket
+	opResume  = "resume"  // undo quiesce; serve the passed socket, if any
+	opDetach  = "detach"  // drop the control connection, wait for SIGUSR2
+	opStats   = "stats"   // report counters
+	opExit    = "exit"    // release the device and exit 0
+)
+
+// evEnded is the worker's unsolicited report that its client went away
+// (not because gpud quiesced it).
+const evEnded = "ended"
+
+// evLog carries one of the worker's log records.
+const evLog = "log"
+
+// maxPacket bounds one control message.
+const maxPacket = 64 << 10
+
+type request struct {
+	ID      uint64                `json:"id"`
+	Op      string                `json:"op"`
+	Welcome *dispatch.WelcomeInfo `json:"welcome,omitempty"`
+	Resume  bool                  `json:"resume,omitempty"`
+	Nonce   string                `json:"nonce,omitempty"`
+}
+
+type reply struct {
+	ID    uint64     `json:"id"` // 0 for an event
+	Event string     `json:"event,omitempty"`
+	Err   string     `json:"err,omitempty"`
+	Seq   uint64     `json:"seq,omitempty"`
+	Stats *Stats     `json:"stats,omitempty"`
+	Log   *LogRecord `json:"log,omitempty"`
+}
+
+// LogRecord is a worker log line forwarded to gpud.
+type LogRecord struct {
+	Level string            `json:"level"`
+	Msg   string            `json:"msg"`
+	Attrs map[string]string `json:"attrs,omitempty"`
+}
+
+// Stats are a worker's counters.
+type Stats struct {
+	MemInUse uint64 `json:"mem_in_use"`
+	Serving  bool   `json:"serving"`
+	Executed uint64 `json:"executed"`
+}
+
+// sendMsg writes v as one packet, with fd attached when fd >= 0.
+func sendMsg(c *net.UnixConn, v any, fd int) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(b) > maxPacket {
+		return fmt.Errorf("control message of %d bytes exceeds %d", len(b), maxPacket)
+	}
+	var oob []byte
+	if fd >= 0 {
+		oob = unix.UnixRights(fd)
+	}
+	n, oobn, err := c.WriteMsgUnix(b, oob, nil)
+	if err != nil {
+		return err
+	}
+	if n != len(b) || oobn != len(oob) {
+		return errors.New("short write on the control connection")
+	}
+	return nil
+}
+
+// recvMsg reads one packet into v and returns the file descriptor it
+// carried, or nil. Extra descriptors (which a well-behaved peer never
+// sends) are closed so they cannot leak.
+func recvMsg(c *net.UnixConn, v any) (*os.File, error) {
+	buf := make([]byte, maxPacket)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 && oobn == 0 {
+		return nil, net.ErrClosed // the peer closed a SOCK_SEQPACKET socket
+	}
+	var fds []int
+	if oobn > 0 {
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil {
+			return nil, fmt.Errorf("control message: %w", err)
+		}
+		for _, m := range msgs {
+			got, err := unix.ParseUnixRights(&m)
+			if err == nil {
+				fds = append(fds, got...)
+			}
+		}
+	}
+	var f *os.File
+	for i, fd := range fds {
+		unix.CloseOnExec(fd)
+		if i == 0 {
+			f = os.NewFile(uintptr(fd), "client")
+		} else {
+			unix.Close(fd)
+		}
+	}
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+		if f != nil {
+			f.Close()
+		}
+		return nil, errors.New("control message truncated")
+	}
+	if err := json.Unmarshal(buf[:n], v); err != nil {
+		if f != nil {
+			f.Close()
+		}
+		return nil, fmt.Errorf("control message: %w", err)
+	}
+	return f, nil
+}
