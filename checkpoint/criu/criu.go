@@ -335,7 +335,42 @@ func (d *dirs) logPath(name string) string { return filepath.Join(d.logDir, name
 
 func (d *dirs) fail(op, logName string, err error) error {
 	p := d.logPath(logName)
-	return errs.Wrap(&Error{Op: op, Log: p, Excerpt: LogExcerpt(p), Err: err}, errs.Internal, "", "")
+	ex := LogExcerpt(p)
+	if benign(err.Error()) {
+		// CRIU reports its first error, which may be one it shrugged off;
+		// the first one that mattered says more.
+		for _, l := range ex {
+			if strings.Contains(l, "Error") && !benign(l) {
+				err = errors.New(errorText(l))
+				break
+			}
+		}
+	}
+	return errs.Wrap(&Error{Op: op, Log: p, Excerpt: ex, Err: err}, errs.Internal, "", "")
+}
+
+// benignErrors are "Error" lines CRIU logs and then carries on from.
+var benignErrors = []string{
+	// Raising the fd limit needs CAP_SYS_RESOURCE, which some sandboxes
+	// withhold; CRIU works on with the current limit.
+	"Can't setup RLIMIT_NOFILE",
+}
+
+func benign(line string) bool {
+	for _, b := range benignErrors {
+		if strings.Contains(line, b) {
+			return true
+		}
+	}
+	return false
+}
+
+// errorText strips a CRIU log line's timestamp: "(00.03) Error (x.c:1): msg".
+func errorText(line string) string {
+	if i := strings.Index(line, "Error"); i >= 0 {
+		return line[i:]
+	}
+	return line
 }
 
 // LogExcerpt returns the lines of a CRIU log around its first errors: for
@@ -356,7 +391,7 @@ func LogExcerpt(path string) []string {
 	var out []string
 	next, found := 0, 0
 	for i, l := range lines {
-		if !strings.Contains(l, "Error") || i < next {
+		if !strings.Contains(l, "Error") || benign(l) || i < next {
 			continue
 		}
 		from := max(i-2, next)
