@@ -1,0 +1,201 @@
+package cuda
+
+// #include "api.h"
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/gpuctl/gpuctl/errs"
+)
+
+// ProcessState is the driver's CUprocessState for a process.
+type ProcessState int
+
+const (
+	StateRunning      ProcessState = 0 // CU_PROCESS_STATE_RUNNING
+	StateLocked       ProcessState = 1 // CU_PROCESS_STATE_LOCKED
+	StateCheckpointed ProcessState = 2 // CU_PROCESS_STATE_CHECKPOINTED
+	StateFailed       ProcessState = 3 // CU_PROCESS_STATE_FAILED
+)
+
+func (s ProcessState) String() string {
+	switch s {
+	case StateRunning:
+		return "running"
+	case StateLocked:
+		return "locked"
+	case StateCheckpointed:
+		return "checkpointed"
+	case StateFailed:
+		return "failed"
+	}
+	return fmt.Sprintf("state(%d)", int(s))
+}
+
+// GPUPair maps a GPU a checkpointed process used to the GPU it is
+// restored on, both by UUID.
+type GPUPair struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// DefaultLockTimeout bounds how long Lock waits for a process's
+// in-flight driver calls to finish when the caller gives no timeout.
+const DefaultLockTimeout = 10 * time.Second
+
+// Checkpointer drives the driver's checkpoint API for other processes
+// (gpud calls it on its workers' host PIDs):
+// lock -> checkpoint -> (CRIU dump, restore) -> restore -> unlock.
+// After Checkpoint the process holds no GPU state and no /dev/nvidia*
+// files, so CRIU can dump it.
+//
+// The driver calls cannot be interrupted: ctx is checked before each one.
+type Checkpointer struct {
+	drv *driver
+	log *slog.Logger
+}
+
+// NewCheckpointer loads the driver in the calling process. Keeping the
+// driver initialised here (or persistence mode on) also keeps the GPUs
+// ready for restores.
+func NewCheckpointer(library string, log *slog.Logger) (*Checkpointer, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	drv, err := loadDriver(library)
+	if err != nil {
+		return nil, err
+	}
+	if drv.api.cuCheckpointProcessLock == nil || drv.api.cuCheckpointProcessRestore == nil {
+		return nil, errs.New(errs.FailedPrecondition, "", "the NVIDIA driver at %s has no checkpoint API: install driver >= 570", drv.path)
+	}
+	return &Checkpointer{drv: drv, log: log}, nil
+}
+
+func subject(pid int) string { return fmt.Sprintf("process %d", pid) }
+
+// call runs one driver checkpoint call and classifies its failure.
+func (c *Checkpointer) call(ctx context.Context, pid int, what string, f func() C.CUresult) error {
+	if err := ctx.Err(); err != nil {
+		return errs.Wrap(err, errs.Unavailable, subject(pid), "%s not started", what)
+	}
+	start := time.Now()
+	err := c.drv.check(f(), what)
+	c.log.Debug("cuda checkpoint call", "op", what, "pid", pid, "took", time.Since(start), "err", err)
+	if err != nil {
+		return errs.Wrap(err, errs.FailedPrecondition, subject(pid), "%s", what)
+	}
+	return nil
+}
+
+// Lock stops the process's further driver calls and waits, at most
+// timeout, for those in flight to finish.
+func (c *Checkpointer) Lock(ctx context.Context, pid int, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = DefaultLockTimeout
+		if dl, ok := ctx.Deadline(); ok {
+			timeout = time.Until(dl)
+		}
+	}
+	ms := max(timeout.Milliseconds(), 1)
+	return c.call(ctx, pid, "cuCheckpointProcessLock", func() C.CUresult {
+		return C.gc_ckpt_lock(c.drv.api, C.int(pid), C.uint(min(ms, 1<<31)))
+	})
+}
+
+// Checkpoint copies the locked process's device memory to its host memory
+// and releases its GPU resources.
+func (c *Checkpointer) Checkpoint(ctx context.Context, pid int) error {
+	return c.call(ctx, pid, "cuCheckpointProcessCheckpoint", func() C.CUresult {
+		return C.gc_ckpt_checkpoint(c.drv.api, C.int(pid))
+	})
+}
+
+// Restore puts a checkpointed process's state back on the GPUs. pairs
+// is empty to restore on the same GPUs; otherwise it must be a full
+// permutation of every GPU the process enumerated (see PlanRemap): the
+// driver refuses a partial map with CUDA_ERROR_INVALID_VALUE.
+func (c *Checkpointer) Restore(ctx context.Context, pid int, pairs []GPUPair) error {
+	from := make([]C.CUuuid, len(pairs))
+	to := make([]C.CUuuid, len(pairs))
+	for i, p := range pairs {
+		f, err := ParseUUID(p.From)
+		if err != nil {
+			return err
+		}
+		t, err := ParseUUID(p.To)
+		if err != nil {
+			return err
+		}
+		for j := range f {
+			from[i].bytes[j] = C.char(f[j])
+			to[i].bytes[j] = C.char(t[j])
+		}
+	}
+	return c.call(ctx, pid, "cuCheckpointProcessRestore", func() C.CUresult {
+		if len(pairs) == 0 {
+			return C.gc_ckpt_restore(c.drv.api, C.int(pid), nil, nil, 0)
+		}
+		return C.gc_ckpt_restore(c.drv.api, C.int(pid), &from[0], &to[0], C.uint(len(pairs)))
+	})
+}
+
+// Unlock lets a restored (or merely locked) process call the driver again.
+func (c *Checkpointer) Unlock(ctx context.Context, pid int) error {
+	return c.call(ctx, pid, "cuCheckpointProcessUnlock", func() C.CUresult {
+		return C.gc_ckpt_unlock(c.drv.api, C.int(pid))
+	})
+}
+
+// State reports where the process is in the checkpoint sequence.
+func (c *Checkpointer) State(ctx context.Context, pid int) (ProcessState, error) {
+	var s C.int
+	err := c.call(ctx, pid, "cuCheckpointProcessGetState", func() C.CUresult {
+		return C.gc_ckpt_state(c.drv.api, C.int(pid), &s)
+	})
+	return ProcessState(s), err
+}
+
+// Suspend locks the process and checkpoints its GPU state, leaving it
+// ready for a CRIU dump. On any failure it puts the process back to
+// running (restore if needed, then unlock) before returning, so a failed
+// suspend never leaves a session frozen.
+func (c *Checkpointer) Suspend(ctx context.Context, pid int, timeout time.Duration) error {
+	if err := c.Lock(ctx, pid, timeout); err != nil {
+		return err
+	}
+	if err := c.Checkpoint(ctx, pid); err != nil {
+		if rerr := c.Resume(context.WithoutCancel(ctx), pid, nil); rerr != nil {
+			return fmt.Errorf("%w; rolling back also failed: %w", err, rerr)
+		}
+		return err
+	}
+	return nil
+}
+
+// Resume brings a process back from wherever Suspend left it, or from
+// where a CRIU restore put it: restore (with pairs, when it moved to other
+// GPUs) if its GPU state is checkpointed, then unlock. A running process
+// is left alone, so Resume is safe to call more than once.
+func (c *Checkpointer) Resume(ctx context.Context, pid int, pairs []GPUPair) error {
+	st, err := c.State(ctx, pid)
+	if err != nil {
+		return err
+	}
+	switch st {
+	case StateRunning:
+		return nil
+	case StateCheckpointed:
+		if err := c.Restore(ctx, pid, pairs); err != nil {
+			return err
+		}
+	case StateLocked:
+	default:
+		return errs.New(errs.FailedPrecondition, subject(pid), "the driver reports checkpoint state %s; the process cannot be resumed", st)
+	}
+	return c.Unlock(ctx, pid)
+}
