@@ -5,143 +5,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/gpuctl/gpuctl/checkpoint/criu"
+	"github.com/gpuctl/gpuctl/checkpoint/proctest"
 	"github.com/gpuctl/gpuctl/errs"
 )
 
-const childEnv = "GPUCTL_CHECKPOINT_TEST_CHILD"
-
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(childEnv); spec != "" {
-		runChild(spec)
-		return
-	}
+	proctest.MaybeChild()
 	os.Exit(m.Run())
-}
-
-// runChild stands in for a worker process: PID 1 of its own PID
-// namespace, counting in memory and reporting "HOSTPID COUNT" to the
-// test's abstract datagram socket. "tcp:" in front of the address makes
-// it also hold an established TCP connection, which CRIU refuses to dump
-// without --tcp-established: a real dump failure.
-func runChild(spec string) {
-	addr, tcp := strings.CutPrefix(spec, "tcp:")
-	if tcp {
-		i := strings.LastIndexByte(addr, ',')
-		if _, err := net.Dial("tcp", addr[i+1:]); err != nil {
-			os.Exit(4)
-		}
-		addr = addr[:i]
-	}
-	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM, 0)
-	if err != nil {
-		os.Exit(3)
-	}
-	to := &syscall.SockaddrUnix{Name: "\x00" + strings.TrimPrefix(addr, "@")}
-	for n := uint64(1); ; n++ {
-		self, _ := os.Readlink("/proc/self")
-		_ = syscall.Sendto(fd, []byte(self+" "+strconv.FormatUint(n, 10)), 0, to)
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-type harness struct {
-	t    *testing.T
-	conn *net.UnixConn
-	addr string
-	tcp  string // a TCP listener's address for "tcp:" children
-}
-
-func newHarness(t *testing.T) *harness {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("CRIU needs root")
-	}
-	bin, err := criu.Find("")
-	if err != nil {
-		t.Skipf("%v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if v, err := criu.GetVersion(ctx, bin); err != nil || !v.AtLeast(criu.MinVersion) {
-		t.Skipf("criu at %s is not usable (%v, %v); run make deps", bin, v, err)
-	}
-	addr := fmt.Sprintf("@gpuctl-ckpt-test-%d-%d", os.Getpid(), time.Now().UnixNano())
-	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: addr, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _, _ = io.Copy(io.Discard, c) }()
-		}
-	}()
-	t.Cleanup(func() { c.Close(); ln.Close() })
-	return &harness{t: t, conn: c, addr: addr, tcp: ln.Addr().String()}
-}
-
-func (h *harness) start(tcp bool) *exec.Cmd {
-	h.t.Helper()
-	spec := h.addr
-	if tcp {
-		spec = "tcp:" + h.addr + "," + h.tcp
-	}
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), childEnv+"="+spec)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Setsid: true}
-	if err := cmd.Start(); err != nil {
-		h.t.Fatal(err)
-	}
-	h.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	h.next(cmd.Process.Pid)
-	return cmd
-}
-
-// next returns the next count reported by pid.
-func (h *harness) next(pid int) uint64 {
-	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	buf := make([]byte, 128)
-	for {
-		_ = h.conn.SetReadDeadline(deadline)
-		n, err := h.conn.Read(buf)
-		if err != nil {
-			h.t.Fatalf("no report from pid %d: %v", pid, err)
-		}
-		f := strings.Fields(string(buf[:n]))
-		if len(f) == 2 && f[0] == strconv.Itoa(pid) {
-			c, _ := strconv.ParseUint(f[1], 10, 64)
-			return c
-		}
-	}
-}
-
-// counting asserts that pid is alive and its count advances.
-func (h *harness) counting(pid int) {
-	h.t.Helper()
-	a := h.next(pid)
-	for b := h.next(pid); b <= a+2; b = h.next(pid) {
-	}
 }
 
 // recWorker drives a real process and records what the pipeline asked of
@@ -225,7 +103,7 @@ func (s *dirStore) Commit(_ context.Context, dir string, meta Meta) (Stored, err
 }
 
 func TestCheckpointPipeline(t *testing.T) {
-	h := newHarness(t)
+	h := proctest.New(t)
 	boom := errs.New(errs.ResourceExhausted, "", "store full")
 	cases := []struct {
 		name      string
@@ -253,7 +131,7 @@ func TestCheckpointPipeline(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			child := h.start(c.tcp)
+			child := h.Start(c.tcp)
 			pid := child.Process.Pid
 			var calls []string
 			w := &recWorker{pid: pid, calls: &calls, mu: &sync.Mutex{}, fail: c.fail}
@@ -277,7 +155,7 @@ func TestCheckpointPipeline(t *testing.T) {
 				if c.wantLog != "" && !strings.Contains(err.Error(), c.wantLog) {
 					t.Errorf("error does not quote CRIU's log (%q): %v", c.wantLog, err)
 				}
-				h.counting(pid) // rolled back: the original still runs
+				h.Counting(pid) // rolled back: the original still runs
 				if n := countDirs(t, p.WorkDir, "img"); n != 0 {
 					t.Errorf("%d image directories left behind", n)
 				}
@@ -299,7 +177,7 @@ func TestCheckpointPipeline(t *testing.T) {
 			if got := strings.Join(names, " "); got != "quiesce suspend detach dump store" {
 				t.Errorf("steps %q", got)
 			}
-			h.counting(pid) // left running by CRIU, frozen only in our protocol
+			h.Counting(pid) // left running by CRIU, frozen only in our protocol
 
 			// Resume: reattach, backend resume, worker resume, in that order.
 			calls = calls[:0]
@@ -323,10 +201,10 @@ func TestCheckpointPipeline(t *testing.T) {
 }
 
 func TestCheckpointRelease(t *testing.T) {
-	h := newHarness(t)
+	h := proctest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	child := h.start(false)
+	child := h.Start(false)
 	var calls []string
 	w := &recWorker{pid: child.Process.Pid, calls: &calls, mu: &sync.Mutex{}}
 	p := &Pipeline{WorkDir: t.TempDir(), Store: &dirStore{root: t.TempDir()}, Reattach: w}

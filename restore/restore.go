@@ -1,0 +1,168 @@
+// Package restore is the restore pipeline: it turns an image in the
+// host's store back into a live session worker, on this host or any other
+// compatible one.
+//
+//	checkout  the image's files into a scratch directory, and its manifest
+//	          checked against this host (backend)
+//	criu      CRIU restores the worker detached, as a direct child of gpud,
+//	          in a fresh PID namespace           (undo: kill and reap it)
+//	resume    the backend's hook on the restored PID; for the cuda backend
+//	          the driver restores GPU state (with GPU pairs) and unlocks
+//	reattach  the worker dials back the abstract socket its nonce names,
+//	          and comes back quiesced: it waits for its client
+//
+// The session keeps its id and secret: they are in the worker's memory.
+// gpud then registers the session as detached, waiting for its client.
+package restore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/gpuctl/gpuctl/checkpoint"
+	"github.com/gpuctl/gpuctl/checkpoint/criu"
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/remoting/backend"
+)
+
+// Store reads images out of the host's store.
+type Store interface {
+	// Checkout writes image id's CRIU files into dir (which exists and is
+	// empty) and returns the image's meta. An unknown image is
+	// errs.NotFound; a damaged one errs.DataLoss.
+	Checkout(ctx context.Context, id, dir string) (checkpoint.Meta, error)
+}
+
+// Resumer is a backend's hook on a restored worker from outside the
+// process: the cuda backend restores the GPU state the driver checkpointed
+// (mapping the image's GPUs onto this host's) and unlocks the process. A
+// nil Resumer skips the step.
+type Resumer interface {
+	Resume(ctx context.Context, pid int, imageGPUs []backend.GPU) error
+}
+
+// Restorer restores images on one host. Its fields are set once, by gpud.
+type Restorer struct {
+	WorkDir  string       // STATE_DIR/work
+	CRIU     criu.Options // CRIU settings (binary, timeouts)
+	Store    Store
+	Resumer  Resumer
+	Reattach checkpoint.Reattacher
+	Backend  string // this host's backend; images from another backend are refused
+	Log      *slog.Logger
+}
+
+// Result is a restored, live session waiting for its client.
+type Result struct {
+	Session    string              `json:"session"`
+	Image      string              `json:"image"`
+	PID        int                 `json:"pid"`
+	DurationMS int64               `json:"duration_ms"`
+	Steps      []checkpoint.Timing `json:"steps,omitempty"`
+	Meta       checkpoint.Meta     `json:"-"`
+	Worker     checkpoint.Worker   `json:"-"`
+}
+
+// Restore restores image as a live worker. On failure nothing is left
+// running and the error names the step and the image.
+func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
+	t0 := time.Now()
+	subject := errs.Image(image)
+	if image == "" {
+		return nil, errs.New(errs.InvalidArgument, "", "no image id given; list images with `gpuctl images ls`")
+	}
+	work, err := os.MkdirTemp(r.WorkDir, "rst-")
+	if err != nil {
+		return nil, errs.Wrap(err, errs.Internal, subject, "create the restore work directory")
+	}
+	imgDir := filepath.Join(work, "img")
+	ok := false
+	defer func() {
+		// CRIU has read the image by the time it returns. A failed run
+		// keeps CRIU's log, which its error names.
+		if ok {
+			os.RemoveAll(work)
+		} else {
+			os.RemoveAll(imgDir)
+		}
+	}()
+
+	var (
+		meta checkpoint.Meta
+		pid  int
+		w    checkpoint.Worker
+	)
+	opts := r.CRIU
+	opts.LogDir = work
+	steps := []checkpoint.Step{
+		{Name: "checkout", Do: func(ctx context.Context) error {
+			if err := os.Mkdir(imgDir, 0o700); err != nil {
+				return err
+			}
+			var err error
+			if meta, err = r.Store.Checkout(ctx, image, imgDir); err != nil {
+				return err
+			}
+			if meta.Nonce == "" {
+				return errs.New(errs.DataLoss, subject, "the manifest has no worker nonce; the image cannot be reattached")
+			}
+			if r.Backend != "" && meta.Backend != "" && meta.Backend != r.Backend {
+				return errs.New(errs.FailedPrecondition, subject, "made on the %s backend, this host runs %s; restore it on a %s host", meta.Backend, r.Backend, meta.Backend)
+			}
+			return nil
+		}},
+		{Name: "criu",
+			Do: func(ctx context.Context) error {
+				var err error
+				pid, err = criu.Restore(ctx, imgDir, opts)
+				return err
+			},
+			Undo: func(ctx context.Context) error { return kill(pid) }},
+	}
+	if r.Resumer != nil {
+		steps = append(steps, checkpoint.Step{Name: "resume",
+			Do: func(ctx context.Context) error { return r.Resumer.Resume(ctx, pid, meta.GPUs) }})
+	}
+	steps = append(steps, checkpoint.Step{Name: "reattach", Do: func(ctx context.Context) error {
+		var err error
+		w, err = r.Reattach.Reattach(ctx, pid, meta.Nonce)
+		return err
+	}})
+	timings, err := checkpoint.Run(ctx, r.Log, "restore", subject, steps)
+	if err != nil {
+		return nil, err
+	}
+	ok = true
+	return &Result{
+		Session: meta.Session, Image: image, PID: pid, Meta: meta, Worker: w,
+		DurationMS: time.Since(t0).Milliseconds(), Steps: timings,
+	}, nil
+}
+
+// kill ends a restored worker and reaps it: CRIU restored it as our
+// child. Another reaper (gpud's subreaper loop) may have been first.
+func kill(pid int) error {
+	if pid <= 0 {
+		return nil
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("kill restored worker %d: %w", pid, err)
+	}
+	var ws syscall.WaitStatus
+	for {
+		_, err := syscall.Wait4(pid, &ws, 0, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil && !errors.Is(err, syscall.ECHILD) {
+			return fmt.Errorf("reap restored worker %d: %w", pid, err)
+		}
+		return nil
+	}
+}
