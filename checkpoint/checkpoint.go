@@ -117,6 +117,9 @@ type Request struct {
 	Session string
 	Worker  Worker
 	Parent  string // the session's previous image, if any
+	// Reattached, when set, is told of the new handle when a rollback
+	// reattached the worker; the old one is then dead.
+	Reattached func(Worker)
 }
 
 // Result describes a stored checkpoint.
@@ -197,6 +200,9 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 					return err
 				}
 				cur = w
+				if req.Reattached != nil {
+					req.Reattached(w)
+				}
 				return nil
 			}},
 		Step{Name: "dump",

@@ -214,3 +214,84 @@ func TestRestoreNeedsAnImage(t *testing.T) {
 		t.Errorf("empty image id: %v", err)
 	}
 }
+
+// adopter records adoptions and refuses a session already live here.
+type adopter struct{ live map[string]bool }
+
+func (a *adopter) Adopt(_ context.Context, id string, w checkpoint.Worker, image string) error {
+	if a.live[id] {
+		return errs.New(errs.AlreadyExists, errs.Session(id), "already live on this host")
+	}
+	a.live[id] = true
+	return nil
+}
+
+func TestRestoreService(t *testing.T) {
+	h := proctest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	child := h.Start(false)
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "img-1"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := criu.Dump(ctx, child.Process.Pid, filepath.Join(root, "img-1"), criu.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	store := &dirStore{root: root, metas: map[string]checkpoint.Meta{"img-1": {Session: "s-00000000000b", Nonce: "n-1", Backend: "emulated"}}}
+	ad := &adopter{live: map[string]bool{}}
+	svc := &Service{
+		Restorer: &Restorer{WorkDir: t.TempDir(), Store: store, Reattach: &reattacher{nonce: "n-1"}, Backend: "emulated"},
+		Sessions: ad, Listen: "10.1.0.2:7070",
+	}
+	cases := []struct {
+		name, image string
+		wantKind    errs.Kind
+	}{
+		{"first restore is adopted", "img-1", ""},
+		{"second restore of a live session is refused", "img-1", errs.AlreadyExists},
+		{"malformed id", "../etc", errs.InvalidArgument},
+	}
+	var adopted []int
+	defer func() {
+		for _, pid := range adopted {
+			_ = kill(pid)
+		}
+	}()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			res, err := svc.Restore(ctx, c.image)
+			if c.wantKind != "" {
+				if errs.KindOf(err) != c.wantKind {
+					t.Fatalf("err %v, want kind %s", err, c.wantKind)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Session != "s-00000000000b" || res.Listen != "10.1.0.2:7070" || res.PID <= 0 {
+				t.Errorf("response %+v", res)
+			}
+			h.Counting(res.PID)
+			adopted = append(adopted, res.PID)
+		})
+	}
+	// The refused restore's worker was killed and reaped: only the
+	// adopted one is a child of ours.
+	n := 0
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) > 1 && f[1] == fmt.Sprint(os.Getpid()) && f[0] != "Z" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d live children, want 1 (the adopted restore)", n)
+	}
+}

@@ -1,0 +1,227 @@
+// Package migrate moves a live session from this host (A) to another
+// gpud (B) while its client keeps running:
+//
+//	precheck  B answers GET /v1/host, runs the same backend, has GPUs
+//	freeze    the checkpoint pipeline on A: quiesce, suspend, detach, dump,
+//	          store; A's worker stays alive, frozen     (undo: resume on A)
+//	migrating the session is marked as being restored elsewhere
+//	push      the chunks of the image that B lacks go to B
+//	restore   B restores the image and adopts the session, which waits
+//	          for its client
+//	moved     A tells the client, on the socket A holds, that the session
+//	          now lives at B's --listen address; the client reconnects there
+//	release   A's frozen worker is killed
+//
+// Any failure before "moved" leaves the session running on A, and the
+// error names the step and the host. The client-visible stall
+// (downtime_ms) runs from the start of quiesce to the moved notice; the
+// client's reconnect to B adds one round trip and a handshake.
+package migrate
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/gpuctl/gpuctl/checkpoint"
+	"github.com/gpuctl/gpuctl/control"
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/remoting/backend"
+)
+
+// Pusher sends an image's chunks that the target lacks, then its manifest.
+type Pusher interface {
+	Push(ctx context.Context, image string, to *control.Client) (PushStats, error)
+}
+
+// PushStats says what crossed the network.
+type PushStats struct {
+	Chunks int   `json:"chunks"`
+	Bytes  int64 `json:"bytes"`
+}
+
+// Service migrates sessions from this host; gpud builds one and registers
+// its route.
+type Service struct {
+	Checkpoint *checkpoint.Service
+	Push       Pusher
+	// Token is presented to the target; hosts that migrate to each other
+	// share one token file.
+	Token string
+	// Backend is this host's backend; the target must run the same.
+	Backend string
+	// PrecheckTimeout bounds the target's health check; zero means 3 s.
+	PrecheckTimeout time.Duration
+	Log             *slog.Logger
+}
+
+// Request is the body of POST /v1/sessions/{id}/migrate.
+type Request struct {
+	To string `json:"to"` // the target gpud's --api HOST:PORT
+}
+
+// Result is what a migration reports.
+type Result struct {
+	Session    string              `json:"session"`
+	To         string              `json:"to"`
+	Listen     string              `json:"listen"` // where the client was sent
+	Image      string              `json:"image"`
+	Bytes      int64               `json:"bytes"`      // the image's logical size
+	SentBytes  int64               `json:"sent_bytes"` // what crossed the network
+	SentChunks int                 `json:"sent_chunks"`
+	DowntimeMS int64               `json:"downtime_ms"`
+	DurationMS int64               `json:"duration_ms"`
+	Steps      []checkpoint.Timing `json:"steps"`
+}
+
+// Register adds POST /v1/sessions/{id}/migrate to mux.
+func (s *Service) Register(mux *http.ServeMux) {
+	mux.Handle("POST /v1/sessions/{id}/migrate", control.Handle(func(w http.ResponseWriter, r *http.Request) error {
+		var req Request
+		if err := control.DecodeJSON(r, &req); err != nil {
+			return err
+		}
+		res, err := s.Migrate(r.Context(), r.PathValue("id"), req.To)
+		if err != nil {
+			return err
+		}
+		control.WriteJSON(w, res)
+		return nil
+	}))
+}
+
+// hostInfo is the part of the target's GET /v1/host the precheck reads.
+type hostInfo struct {
+	backend.HostInfo
+	Listen string `json:"listen"`
+}
+
+// restoreResponse is the target's answer to POST /v1/images/{id}/restore.
+type restoreResponse struct {
+	Session string `json:"session"`
+	Listen  string `json:"listen"`
+}
+
+// Migrate moves session id to the gpud whose API is at to.
+func (s *Service) Migrate(ctx context.Context, id, to string) (*Result, error) {
+	t0 := time.Now()
+	if err := checkpoint.CheckSessionID(id); err != nil {
+		return nil, err
+	}
+	if to == "" {
+		return nil, errs.New(errs.InvalidArgument, errs.Session(id), "no target: pass --to HOST:PORT, the target gpud's --api address")
+	}
+	target := control.NewClient(to, s.Token)
+	host := errs.Host(to)
+	res := &Result{Session: id, To: to}
+	var (
+		fr     *checkpoint.Frozen
+		listen string
+		tq     time.Time // quiesce began: the client stalls from here
+	)
+	sess := s.Checkpoint.Sessions
+	steps := []checkpoint.Step{
+		{Name: "precheck", Do: func(ctx context.Context) error {
+			var err error
+			listen, err = s.precheck(ctx, target)
+			return err
+		}},
+		{Name: "freeze",
+			Do: func(ctx context.Context) error {
+				tq = time.Now()
+				var err error
+				fr, err = s.Checkpoint.Freeze(ctx, id)
+				if err != nil {
+					return err
+				}
+				res.Image, res.Bytes = fr.Image, fr.Bytes
+				return nil
+			},
+			Undo: func(ctx context.Context) error {
+				w, err := fr.Resume(ctx)
+				if w != nil {
+					if rerr := sess.Resumed(id, w); err == nil {
+						err = rerr
+					}
+				}
+				return err
+			}},
+		{Name: "migrating", Do: func(ctx context.Context) error { return sess.Migrating(id) }},
+		{Name: "push", Do: func(ctx context.Context) error {
+			st, err := s.Push.Push(ctx, fr.Image, target)
+			res.SentBytes, res.SentChunks = st.Bytes, st.Chunks
+			return errs.Wrap(err, errs.KindOf(err), host, "send image %s", fr.Image)
+		}},
+		{Name: "restore", Do: func(ctx context.Context) error {
+			var rr restoreResponse
+			if err := target.Do(ctx, http.MethodPost, "/v1/images/"+fr.Image+"/restore", nil, &rr); err != nil {
+				return errs.Wrap(err, errs.KindOf(err), host, "restore there")
+			}
+			if rr.Session != id {
+				return errs.New(errs.Internal, host, "restored session %q, expected %q", rr.Session, id)
+			}
+			if rr.Listen != "" {
+				listen = rr.Listen
+			}
+			if listen == "" {
+				return errs.New(errs.FailedPrecondition, host, "the target does not report its --listen address; upgrade its gpud")
+			}
+			return nil
+		}},
+		{Name: "moved", Do: func(ctx context.Context) error {
+			return sess.Moved(id, listen)
+		}},
+	}
+	timings, err := checkpoint.Run(ctx, s.log(), "migrate", errs.Session(id), steps)
+	res.Steps = timings
+	if err != nil {
+		return nil, err
+	}
+	res.DowntimeMS = time.Since(tq).Milliseconds()
+	res.Listen = listen
+	// The session lives on the target now; what is left here is a frozen
+	// copy that must not run again.
+	if err := fr.Release(ctx); err != nil {
+		s.log().Error("frozen worker not released after migration", "session", id, "err", err)
+	}
+	if err := sess.Released(id); err != nil {
+		s.log().Warn("session record not updated after migration", "session", id, "err", err)
+	}
+	res.DurationMS = time.Since(t0).Milliseconds()
+	s.log().Info("session migrated", "session", id, "to", to, "downtime_ms", res.DowntimeMS, "sent_bytes", res.SentBytes)
+	return res, nil
+}
+
+// precheck fails fast on a target that is down, misconfigured or cannot
+// run the session, before the session is touched.
+func (s *Service) precheck(ctx context.Context, target *control.Client) (string, error) {
+	d := s.PrecheckTimeout
+	if d <= 0 {
+		d = 3 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	host := errs.Host(target.Addr())
+	var hi hostInfo
+	if err := target.Do(ctx, http.MethodGet, "/v1/host", nil, &hi); err != nil {
+		if errs.KindOf(err) == errs.Unknown || ctx.Err() != nil {
+			return "", errs.Wrap(err, errs.Unavailable, host, "target did not answer within %v", d)
+		}
+		return "", err
+	}
+	if s.Backend != "" && hi.Backend != s.Backend {
+		return "", errs.New(errs.FailedPrecondition, host, "runs the %s backend, this host runs %s; migrate to a %s host", hi.Backend, s.Backend, s.Backend)
+	}
+	if len(hi.GPUs) == 0 {
+		return "", errs.New(errs.ResourceExhausted, host, "reports no GPUs to run the session on")
+	}
+	return hi.Listen, nil
+}
+
+func (s *Service) log() *slog.Logger {
+	if s.Log != nil {
+		return s.Log
+	}
+	return slog.Default()
+}

@@ -1,0 +1,180 @@
+package checkpoint
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"sync"
+
+	"github.com/gpuctl/gpuctl/control"
+	"github.com/gpuctl/gpuctl/errs"
+)
+
+// Sessions is gpud's session table as the checkpoint and migration routes
+// drive it. Its methods move the session through the state machine
+// (running|detached -> quiescing -> checkpointing -> ...); a transition
+// the machine refuses is an errs.FailedPrecondition error.
+type Sessions interface {
+	// Begin claims a running or detached session for a checkpoint
+	// (-> quiescing) and returns its worker, adapted so that Resume hands
+	// it the client socket gpud kept.
+	Begin(ctx context.Context, id string) (Worker, error)
+	// Dumped records that the session is in an image (-> checkpointing).
+	Dumped(id string) error
+	// Resumed records that the session runs here again, served by w (a
+	// checkpoint that left it running, or a rollback).
+	Resumed(id string, w Worker) error
+	// Migrating records that another host is restoring the session.
+	Migrating(id string) error
+	// Moved tells the session's client that the session now lives at
+	// addr (a "moved" notice on the client socket gpud holds).
+	Moved(id string, addr string) error
+	// Released records that the session's worker here is gone: it lives
+	// in its image or on another host (-> stopped).
+	Released(id string) error
+	// LastImage is the session's most recent image on this host, or "".
+	LastImage(ctx context.Context, id string) (string, error)
+}
+
+// sessionID matches the ids sessions get: "s-" and 12 hex digits.
+var sessionID = regexp.MustCompile(`^s-[0-9a-f]{12}$`)
+
+// CheckSessionID returns an InvalidArgument error for a malformed id.
+func CheckSessionID(id string) error {
+	if !sessionID.MatchString(id) {
+		return errs.New(errs.InvalidArgument, errs.Session(id), "not a session id (s- and 12 hex digits); list them with `gpuctl sessions`")
+	}
+	return nil
+}
+
+// Service checkpoints sessions on request; gpud builds one and registers
+// its routes.
+type Service struct {
+	Pipeline *Pipeline
+	Sessions Sessions
+	Log      *slog.Logger
+	// OnStep, when set, observes each step's duration (metrics).
+	OnStep func(pipeline, step string, d float64)
+
+	mu   sync.Mutex
+	busy map[string]bool // sessions with a checkpoint or migration in progress
+}
+
+// CheckpointRequest is the body of POST /v1/sessions/{id}/checkpoint.
+type CheckpointRequest struct {
+	LeaveRunning bool `json:"leave_running"`
+}
+
+// Register adds POST /v1/sessions/{id}/checkpoint to mux.
+func (s *Service) Register(mux *http.ServeMux) {
+	mux.Handle("POST /v1/sessions/{id}/checkpoint", control.Handle(func(w http.ResponseWriter, r *http.Request) error {
+		var req CheckpointRequest
+		if r.ContentLength != 0 {
+			if err := control.DecodeJSON(r, &req); err != nil {
+				return err
+			}
+		}
+		res, err := s.Checkpoint(r.Context(), r.PathValue("id"), req.LeaveRunning)
+		if err != nil {
+			return err
+		}
+		control.WriteJSON(w, res)
+		return nil
+	}))
+}
+
+// Claim marks a session busy for one checkpoint or migration; the
+// returned func frees it. A second claim is refused.
+func (s *Service) Claim(id string) (func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busy == nil {
+		s.busy = map[string]bool{}
+	}
+	if s.busy[id] {
+		return nil, errs.New(errs.FailedPrecondition, errs.Session(id), "a checkpoint or migration of this session is already in progress")
+	}
+	s.busy[id] = true
+	return func() {
+		s.mu.Lock()
+		delete(s.busy, id)
+		s.mu.Unlock()
+	}, nil
+}
+
+// Checkpoint stores the session in an image; with leaveRunning the session
+// goes on running here, otherwise its worker is released.
+func (s *Service) Checkpoint(ctx context.Context, id string, leaveRunning bool) (*Result, error) {
+	fr, err := s.Freeze(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if leaveRunning {
+		w, err := fr.Resume(ctx)
+		if w != nil {
+			if rerr := s.Sessions.Resumed(id, w); err == nil {
+				err = rerr
+			}
+		}
+		if err != nil {
+			return nil, errs.Wrap(err, errs.KindOf(err), "", "image %s is stored, but the session did not resume", fr.Image)
+		}
+		return &fr.Result, nil
+	}
+	if err := fr.Release(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.Sessions.Released(id); err != nil {
+		s.log().Warn("session record not updated after release", "session", id, "err", err)
+	}
+	return &fr.Result, nil
+}
+
+// Freeze claims the session, runs the pipeline and records the session as
+// checkpointed; on failure the session is running again. The caller must
+// Resume or Release the result.
+func (s *Service) Freeze(ctx context.Context, id string) (*Frozen, error) {
+	if err := CheckSessionID(id); err != nil {
+		return nil, err
+	}
+	free, err := s.Claim(id)
+	if err != nil {
+		return nil, err
+	}
+	defer free()
+	parent, err := s.Sessions.LastImage(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	w, err := s.Sessions.Begin(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	cur := w
+	fr, err := s.Pipeline.Checkpoint(ctx, Request{Session: id, Worker: w, Parent: parent,
+		Reattached: func(nw Worker) { cur = nw }})
+	if err != nil {
+		// The pipeline resumed the worker, perhaps through a new handle.
+		if rerr := s.Sessions.Resumed(id, cur); rerr != nil {
+			s.log().Error("session record not restored after a failed checkpoint", "session", id, "err", rerr)
+		}
+		return nil, err
+	}
+	for _, t := range fr.Steps {
+		if s.OnStep != nil {
+			s.OnStep("checkpoint", t.Step, t.Duration.Seconds())
+		}
+	}
+	if err := s.Sessions.Dumped(id); err != nil {
+		s.log().Warn("session record not updated after dump", "session", id, "err", err)
+	}
+	return fr, nil
+}
+
+func (s *Service) log() *slog.Logger {
+	if s.Log != nil {
+		return s.Log
+	}
+	return slog.Default()
+}

@@ -1,0 +1,82 @@
+package restore
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"regexp"
+
+	"github.com/gpuctl/gpuctl/checkpoint"
+	"github.com/gpuctl/gpuctl/control"
+	"github.com/gpuctl/gpuctl/errs"
+)
+
+// Adopter is gpud's session table as the restore route uses it.
+type Adopter interface {
+	// Adopt registers a restored session, detached and waiting for its
+	// client (which reconnects with the session's id and secret), served
+	// by w. A session with that id already live here is
+	// errs.AlreadyExists.
+	Adopt(ctx context.Context, id string, w checkpoint.Worker, image string) error
+}
+
+// Service restores images on request; gpud builds one and registers its
+// route.
+type Service struct {
+	Restorer *Restorer
+	Sessions Adopter
+	// Listen is this gpud's --listen address, returned so that a
+	// migrating host can send the client here.
+	Listen string
+	Log    *slog.Logger
+}
+
+// Response is the body POST /v1/images/{id}/restore returns.
+type Response struct {
+	Session    string `json:"session"`
+	Image      string `json:"image"`
+	PID        int    `json:"pid"`
+	Listen     string `json:"listen"`
+	DurationMS int64  `json:"duration_ms"`
+}
+
+var imageID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// Register adds POST /v1/images/{id}/restore to mux.
+func (s *Service) Register(mux *http.ServeMux) {
+	mux.Handle("POST /v1/images/{id}/restore", control.Handle(func(w http.ResponseWriter, r *http.Request) error {
+		res, err := s.Restore(r.Context(), r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		control.WriteJSON(w, res)
+		return nil
+	}))
+}
+
+// Restore restores image and registers its session here.
+func (s *Service) Restore(ctx context.Context, image string) (*Response, error) {
+	if !imageID.MatchString(image) {
+		return nil, errs.New(errs.InvalidArgument, errs.Image(image), "not an image id; list them with `gpuctl images ls`")
+	}
+	res, err := s.Restorer.Restore(ctx, image)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Sessions.Adopt(ctx, res.Session, res.Worker, image); err != nil {
+		// Nothing may run that no session owns.
+		if kerr := kill(res.PID); kerr != nil {
+			s.log().Error("restored worker left running", "pid", res.PID, "err", kerr)
+		}
+		return nil, errs.Wrap(err, errs.KindOf(err), errs.Image(image), "register restored session %s", res.Session)
+	}
+	s.log().Info("session restored", "session", res.Session, "image", image, "pid", res.PID, "took_ms", res.DurationMS)
+	return &Response{Session: res.Session, Image: image, PID: res.PID, Listen: s.Listen, DurationMS: res.DurationMS}, nil
+}
+
+func (s *Service) log() *slog.Logger {
+	if s.Log != nil {
+		return s.Log
+	}
+	return slog.Default()
+}
