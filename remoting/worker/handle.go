@@ -57,7 +57,8 @@ type Handle struct {
 	ctrl    *net.UnixConn
 	nextID  uint64
 	pending map[uint64]chan reply
-	ctrlErr error // why the control connection ended, once it has
+	ctrlErr error         // why the control connection ended, once it has
+	ctrlEnd chan struct{} // closed when the current connection's reader ends
 
 	events chan Event
 	exited chan struct{} // closed when the process is gone
@@ -94,6 +95,9 @@ func Start(ctx context.Context, opts Options) (*Handle, error) {
 	if opts.Seed != "" {
 		args = append(args, "--seed", opts.Seed)
 	}
+	// Descriptors gpud inherited without close-on-exec (from whatever
+	// started it) must not reach the worker either.
+	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 	cmd := exec.Command(exe, args...)
 	cmd.ExtraFiles = []*os.File{theirs}
 	cmd.Env = workerEnv()
@@ -132,7 +136,11 @@ func workerEnv() []string {
 			env = append(env, k+"="+v)
 		}
 	}
-	return env
+	// Without containermaxprocs=0 the Go runtime keeps the cgroup's CPU
+	// quota files open for the life of the process, to track limit
+	// changes; a worker must hold no files that CRIU would have to
+	// reopen on another host.
+	return append(env, "GODEBUG=containermaxprocs=0,updatemaxprocs=0")
 }
 
 func newHandle(pid int, ctrl *net.UnixConn, opts Options) *Handle {
@@ -154,13 +162,15 @@ func newHandle(pid int, ctrl *net.UnixConn, opts Options) *Handle {
 
 // setCtrl installs a control connection and starts reading it.
 func (h *Handle) setCtrl(c *net.UnixConn) {
+	end := make(chan struct{})
 	h.mu.Lock()
-	h.ctrl, h.ctrlErr = c, nil
+	h.ctrl, h.ctrlErr, h.ctrlEnd = c, nil, end
 	h.mu.Unlock()
-	go h.readLoop(c)
+	go h.readLoop(c, end)
 }
 
-func (h *Handle) readLoop(c *net.UnixConn) {
+func (h *Handle) readLoop(c *net.UnixConn, end chan struct{}) {
+	defer close(end)
 	for {
 		var r reply
 		f, err := recvMsg(c, &r)
@@ -210,14 +220,14 @@ func (h *Handle) ctrlDown(c *net.UnixConn, err error) {
 }
 
 func (h *Handle) setExited(err error) {
-	h.exit = err
-	close(h.exited)
 	h.mu.Lock()
 	c := h.ctrl
 	h.mu.Unlock()
 	if c != nil {
 		c.Close()
 	}
+	h.exit = err
+	close(h.exited)
 }
 
 // Events delivers the worker's unsolicited reports (its client went
@@ -305,11 +315,11 @@ func (h *Handle) Attach(ctx context.Context, conn *net.TCPConn, welcome dispatch
 }
 
 // Quiesce stops the worker at a frame boundary, suspends its device and
-// makes it drop its copy of the client socket. It returns the last request
-// sequence number the worker executed.
-func (h *Handle) Quiesce(ctx context.Context) (uint64, error) {
-	r, err := h.call(ctx, request{Op: opQuiesce}, -1)
-	return r.Seq, err
+// makes it drop its copy of the client socket. Stats then reports the
+// last request sequence number the worker executed.
+func (h *Handle) Quiesce(ctx context.Context) error {
+	_, err := h.call(ctx, request{Op: opQuiesce}, -1)
+	return err
 }
 
 // Resume undoes Quiesce: the worker runs its backend's Resume hook and,
@@ -347,10 +357,23 @@ func (h *Handle) Detach(ctx context.Context, nonce string) error {
 		return err
 	}
 	h.mu.Lock()
-	c := h.ctrl
+	c, end := h.ctrl, h.ctrlEnd
+	h.mu.Unlock()
+	// The worker closes its end after replying; only then does it hold no
+	// socket, which is what the caller (about to dump it) relies on.
+	var err error
+	select {
+	case <-end:
+	case <-ctx.Done():
+		err = errs.Wrap(ctx.Err(), errs.Unavailable, errs.Session(h.sess), "worker did not close its control connection")
+	case <-h.exited:
+		err = errs.New(errs.Unavailable, errs.Session(h.sess), "worker exited while detaching")
+	}
+	h.mu.Lock()
 	h.ctrl, h.ctrlErr = nil, errors.New("detached")
 	h.mu.Unlock()
-	return c.Close()
+	c.Close()
+	return err
 }
 
 func checkNonce(nonce string) error {
@@ -411,7 +434,7 @@ func Reattach(ctx context.Context, pid int, nonce string, reaped <-chan struct{}
 	go func() {
 		if reaped == nil {
 			// Poll for the process; it is not our child to wait for.
-			for unix.Kill(pid, 0) == nil {
+			for !gone(pid) {
 				time.Sleep(200 * time.Millisecond)
 			}
 		} else {

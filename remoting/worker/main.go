@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -108,8 +109,10 @@ type worker struct {
 	// serving is non-nil while Serve runs; it yields Serve's result once.
 	serving chan error
 	conn    net.Conn
-	welcome dispatch.WelcomeInfo
-	cancel  context.CancelFunc
+
+	bytesIn, bytesOut atomic.Uint64
+	welcome           dispatch.WelcomeInfo
+	cancel            context.CancelFunc
 }
 
 func (w *worker) setCtrl(c *net.UnixConn) {
@@ -187,10 +190,11 @@ func (w *worker) serve(f *os.File, resume bool) error {
 	if f == nil {
 		return errors.New("no client socket passed")
 	}
-	conn, err := net.FileConn(f)
+	nc, err := net.FileConn(f)
 	if err != nil {
 		return fmt.Errorf("client socket: %w", err)
 	}
+	conn := &countingConn{Conn: nc, in: &w.bytesIn, out: &w.bytesOut}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	w.serving, w.conn, w.cancel = done, conn, cancel
@@ -278,7 +282,8 @@ func (w *worker) resume(f *os.File) error {
 }
 
 func (w *worker) stats() *Stats {
-	st := &Stats{Serving: w.serving != nil, Executed: w.sess.ExecutedSeq()}
+	st := &Stats{Serving: w.serving != nil, Executed: w.sess.ExecutedSeq(),
+		BytesIn: w.bytesIn.Load(), BytesOut: w.bytesOut.Load()}
 	if m, ok := w.dev.(interface{ MemInUse() uint64 }); ok {
 		st.MemInUse = m.MemInUse()
 	}
@@ -353,3 +358,21 @@ func (h *eventHandler) WithAttrs(as []slog.Attr) slog.Handler {
 }
 
 func (h *eventHandler) WithGroup(string) slog.Handler { return h }
+
+// countingConn counts a client's traffic for gpud's metrics.
+type countingConn struct {
+	net.Conn
+	in, out *atomic.Uint64
+}
+
+func (c *countingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.in.Add(uint64(n))
+	return n, err
+}
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.out.Add(uint64(n))
+	return n, err
+}

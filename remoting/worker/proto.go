@@ -66,6 +66,10 @@ type Stats struct {
 	MemInUse uint64 `json:"mem_in_use"`
 	Serving  bool   `json:"serving"`
 	Executed uint64 `json:"executed"`
+	// BytesIn and BytesOut count what the worker read from and wrote to
+	// its clients, over the session's life.
+	BytesIn  uint64 `json:"bytes_in"`
+	BytesOut uint64 `json:"bytes_out"`
 }
 
 // sendMsg writes v as one packet, with fd attached when fd >= 0.

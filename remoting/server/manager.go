@@ -1,0 +1,520 @@
+// Package server is gpud's client side: it accepts connections on
+// --listen, runs the handshake (token, new session or resume), keeps the
+// table of sessions and their state machine, and hands each connection to
+// its session's worker process.
+//
+// A session's record is persisted in the sessions bucket of the host's
+// bbolt database (see Store). gpud holds its own copy of every attached
+// client's socket, so that a quiesced session's client only stalls, and so
+// that a worker can be given the socket back.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"log/slog"
+	"net"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/remoting/dispatch"
+	"github.com/gpuctl/gpuctl/remoting/worker"
+)
+
+// DefaultGrace is how long a detached session waits for its client.
+const DefaultGrace = 30 * time.Second
+
+// Config configures a Manager.
+type Config struct {
+	// Host is this host's name, shown in listings.
+	Host string
+	// Grace is how long a session whose client disconnected keeps its
+	// worker for a reconnect; zero means DefaultGrace.
+	Grace time.Duration
+	// Worker is the template for starting workers; SessionID is filled in.
+	Worker worker.Options
+	// Store persists session records; nil keeps them in memory only.
+	Store *Store
+	// Reaper reaps adopted (restored) workers; may be nil.
+	Reaper  *worker.Reaper
+	Metrics *Metrics
+	Log     *slog.Logger
+}
+
+// Manager owns the host's sessions.
+type Manager struct {
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	sessions map[string]*Session
+	closed   bool
+	wg       sync.WaitGroup // watchers
+}
+
+// Session is one live session. Its fields are guarded by the Manager's
+// mutex.
+type Session struct {
+	rec    Record
+	worker *worker.Handle
+	conn   *net.TCPConn // gpud's copy of the attached client's socket
+	grace  *time.Timer
+	// stats is the last report from the worker, for listings and metrics.
+	stats worker.Stats
+}
+
+// NewManager returns a manager. Records left by an earlier gpud run are
+// loaded: their workers died with that gpud, so live states become
+// stopped.
+func NewManager(cfg Config) (*Manager, error) {
+	if cfg.Grace <= 0 {
+		cfg.Grace = DefaultGrace
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	m := &Manager{cfg: cfg, log: log, sessions: map[string]*Session{}}
+	if cfg.Store != nil {
+		recs, err := cfg.Store.List()
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			if r.State == Stopped {
+				continue
+			}
+			log.Info("session's worker did not survive gpud's restart", "session", r.ID, "was", r.State)
+			if err := cfg.Store.Delete(r.ID); err != nil {
+				return nil, err
+			}
+		}
+	}
+	cfg.Metrics.sessions = m.countStates
+	cfg.Metrics.live = m.liveTotals
+	return m, nil
+}
+
+func newID() (id, secret string, err error) {
+	var b [6 + 16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", "", err
+	}
+	return "s-" + hex.EncodeToString(b[:6]), hex.EncodeToString(b[6:]), nil
+}
+
+func hashSecret(secret string) []byte {
+	h := sha256.Sum256([]byte(secret))
+	return h[:]
+}
+
+// persist writes s's record; the caller holds m.mu.
+func (m *Manager) persist(s *Session) {
+	if m.cfg.Store == nil {
+		return
+	}
+	if err := m.cfg.Store.Put(s.rec); err != nil {
+		m.log.Error("persist session", "session", s.rec.ID, "err", err)
+	}
+}
+
+// setState moves s to state to if the table allows it; the caller holds
+// m.mu.
+func (m *Manager) setState(s *Session, to State) error {
+	if err := checkTransition(s.rec.ID, s.rec.State, to); err != nil {
+		return err
+	}
+	m.log.Info("session state", "session", s.rec.ID, "from", s.rec.State, "to", to)
+	s.rec.State = to
+	if to != Detached && s.grace != nil {
+		s.grace.Stop()
+		s.grace = nil
+	}
+	if to == Detached {
+		m.armGrace(s)
+	}
+	m.persist(s)
+	return nil
+}
+
+// armGrace starts the detached-session timer; the caller holds m.mu.
+func (m *Manager) armGrace(s *Session) {
+	if s.grace != nil {
+		s.grace.Stop()
+	}
+	id := s.rec.ID
+	var t *time.Timer
+	t = time.AfterFunc(m.cfg.Grace, func() { m.expire(id, t) })
+	s.grace = t
+}
+
+// expire ends a session whose client did not come back in time.
+func (m *Manager) expire(id string, t *time.Timer) {
+	m.mu.Lock()
+	s, ok := m.sessions[id]
+	if !ok || s.grace != t || s.rec.State != Detached {
+		m.mu.Unlock()
+		return
+	}
+	m.log.Info("client did not reconnect within the grace period; ending session", "session", id, "grace", m.cfg.Grace)
+	m.mu.Unlock()
+	m.end(id, "grace period expired")
+}
+
+// end stops a session's worker and forgets the session.
+func (m *Manager) end(id, why string) {
+	m.mu.Lock()
+	s, ok := m.sessions[id]
+	if !ok {
+		m.mu.Unlock()
+		return
+	}
+	h := s.worker
+	m.closeConn(s)
+	if s.grace != nil {
+		s.grace.Stop()
+		s.grace = nil
+	}
+	m.mu.Unlock()
+	if h != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = h.Exit(ctx)
+		cancel()
+	}
+	m.forget(id, why)
+}
+
+// forget removes a session from the table and the store.
+func (m *Manager) forget(id, why string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.sessions[id]
+	if !ok {
+		return
+	}
+	m.closeConn(s)
+	if s.grace != nil {
+		s.grace.Stop()
+	}
+	delete(m.sessions, id)
+	m.cfg.Metrics.addDone(totals{calls: s.stats.Executed, in: s.stats.BytesIn, out: s.stats.BytesOut})
+	if m.cfg.Store != nil {
+		if err := m.cfg.Store.Delete(id); err != nil {
+			m.log.Error("delete session record", "session", id, "err", err)
+		}
+	}
+	m.log.Info("session ended", "session", id, "why", why)
+}
+
+func (m *Manager) closeConn(s *Session) {
+	if s.conn != nil {
+		s.conn.Close()
+		s.conn = nil
+	}
+}
+
+// watch follows one worker handle of a session: a client that went away
+// detaches the session; a worker that died ends it. It stops caring once
+// the session has moved on to another handle.
+func (m *Manager) watch(id string, h *worker.Handle) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		for {
+			select {
+			case ev := <-h.Events():
+				if ev.Ended {
+					m.clientGone(id, h, ev.Err)
+				}
+			case <-h.Exited():
+				m.workerExited(id, h)
+				return
+			}
+		}
+	}()
+}
+
+func (m *Manager) clientGone(id string, h *worker.Handle, why string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.sessions[id]
+	if !ok || s.worker != h || s.rec.State != Running {
+		return
+	}
+	m.log.Info("client disconnected; keeping the session for a reconnect", "session", id, "err", why, "grace", m.cfg.Grace)
+	m.closeConn(s)
+	_ = m.setState(s, Detached)
+}
+
+func (m *Manager) workerExited(id string, h *worker.Handle) {
+	m.mu.Lock()
+	s, ok := m.sessions[id]
+	if !ok || s.worker != h {
+		m.mu.Unlock()
+		return
+	}
+	switch s.rec.State {
+	case Checkpointing, Migrating:
+		// The checkpoint pipeline released the worker on purpose and
+		// decides the session's fate.
+		s.worker = nil
+		m.mu.Unlock()
+		return
+	}
+	m.mu.Unlock()
+	m.cfg.Metrics.workerExits.WithLabelValues("unexpected").Inc()
+	m.log.Warn("worker exited", "session", id, "err", h.Wait())
+	m.forget(id, "worker exited")
+}
+
+// create starts a new session for a client: a fresh id and secret and a
+// new worker serving conn.
+func (m *Manager) create(ctx context.Context, conn *net.TCPConn) (string, error) {
+	id, secret, err := newID()
+	if err != nil {
+		return "", errs.Wrap(err, errs.Internal, "", "session id")
+	}
+	opts := m.cfg.Worker
+	opts.SessionID = id
+	if opts.Log == nil {
+		opts.Log = m.log
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return "", errs.New(errs.Unavailable, "", "gpud is shutting down")
+	}
+	m.wg.Add(1) // shutdown waits for a worker being started
+	m.mu.Unlock()
+	defer m.wg.Done()
+	h, err := worker.Start(ctx, opts)
+	if err != nil {
+		return "", err
+	}
+	m.cfg.Metrics.workerStarts.WithLabelValues("start").Inc()
+	s := &Session{
+		rec: Record{
+			ID: id, SecretHash: hashSecret(secret), State: Running,
+			Client: conn.RemoteAddr().String(), Created: time.Now().UTC(),
+			Backend: opts.Backend, Device: opts.Device, WorkerPID: h.PID(),
+		},
+		worker: h,
+		conn:   conn,
+	}
+	m.mu.Lock()
+	m.sessions[id] = s
+	m.persist(s)
+	m.mu.Unlock()
+	m.watch(id, h)
+	if err := h.Attach(ctx, conn, dispatch.WelcomeInfo{SessionID: id, Secret: secret}, false); err != nil {
+		m.end(id, "attach failed")
+		return "", err
+	}
+	return id, nil
+}
+
+// errUnknown is the one answer to a resume that names no session of
+// ours or presents the wrong secret: a client learns nothing about other
+// sessions.
+var errUnknown = errs.New(errs.NotFound, "", "no such session on this host")
+
+// resume re-attaches a reconnecting client to its session.
+func (m *Manager) resume(ctx context.Context, conn *net.TCPConn, id, secret string) error {
+	m.mu.Lock()
+	s, ok := m.sessions[id]
+	if !ok || subtle.ConstantTimeCompare(hashSecret(secret), s.rec.SecretHash) != 1 {
+		m.mu.Unlock()
+		return errUnknown
+	}
+	switch s.rec.State {
+	case Running, Detached:
+	default:
+		m.mu.Unlock()
+		return errs.New(errs.Unavailable, errs.Session(id), "session is %s; retry shortly", s.rec.State)
+	}
+	h := s.worker
+	if h == nil {
+		m.mu.Unlock()
+		return errUnknown
+	}
+	// A client that reconnects while its old socket still looks alive
+	// (a cut link) replaces it.
+	m.closeConn(s)
+	s.conn = conn
+	s.rec.Client = conn.RemoteAddr().String()
+	if s.rec.State == Detached {
+		_ = m.setState(s, Running)
+	} else {
+		m.persist(s)
+	}
+	m.mu.Unlock()
+	if err := h.Attach(ctx, conn, dispatch.WelcomeInfo{SessionID: id}, false); err != nil {
+		m.mu.Lock()
+		if s.conn == conn {
+			s.conn = nil
+			if s.rec.State == Running {
+				_ = m.setState(s, Detached)
+			}
+		}
+		m.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// Info is a session as listings show it.
+type Info struct {
+	ID        string    `json:"id"`
+	State     State     `json:"state"`
+	Host      string    `json:"host"`
+	Client    string    `json:"client,omitempty"`
+	Created   time.Time `json:"created"`
+	MemBytes  uint64    `json:"mem_bytes"`
+	Device    string    `json:"device"`
+	Backend   string    `json:"backend"`
+	WorkerPID int       `json:"worker_pid,omitempty"`
+}
+
+// refreshStats asks each live worker for its counters, briefly: a busy
+// worker keeps its last known figures.
+func (m *Manager) refreshStats(ctx context.Context) {
+	m.mu.Lock()
+	type item struct {
+		id string
+		h  *worker.Handle
+	}
+	var live []item
+	for id, s := range m.sessions {
+		if s.worker != nil && (s.rec.State == Running || s.rec.State == Detached) {
+			live = append(live, item{id, s.worker})
+		}
+	}
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, it := range live {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			st, err := it.h.Stats(sctx)
+			cancel()
+			if err != nil {
+				return
+			}
+			m.mu.Lock()
+			if s, ok := m.sessions[it.id]; ok && s.worker == it.h {
+				s.stats = st
+			}
+			m.mu.Unlock()
+		}()
+	}
+	wg.Wait()
+}
+
+func (m *Manager) liveTotals() totals {
+	m.refreshStats(context.Background())
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var t totals
+	for _, s := range m.sessions {
+		t.calls += s.stats.Executed
+		t.in += s.stats.BytesIn
+		t.out += s.stats.BytesOut
+		t.mem += s.stats.MemInUse
+	}
+	return t
+}
+
+// List returns the sessions, oldest first, with each worker's current
+// device memory use.
+func (m *Manager) List(ctx context.Context) []Info {
+	m.refreshStats(ctx)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Info, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		out = append(out, s.info(m.cfg.Host))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Created.Equal(out[j].Created) {
+			return out[i].Created.Before(out[j].Created)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+func (s *Session) info(host string) Info {
+	return Info{
+		ID: s.rec.ID, State: s.rec.State, Host: host, Client: s.rec.Client, Created: s.rec.Created,
+		MemBytes: s.stats.MemInUse, Device: s.rec.Device, Backend: s.rec.Backend, WorkerPID: s.rec.WorkerPID,
+	}
+}
+
+// Get returns a session's listing.
+func (m *Manager) Get(id string) (Info, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.sessions[id]
+	if !ok {
+		return Info{}, errs.New(errs.NotFound, errs.Session(id), "no such session on this host")
+	}
+	return s.info(m.cfg.Host), nil
+}
+
+// Transition moves a session to another state, as the state machine
+// allows; the checkpoint and migration pipelines drive it.
+func (m *Manager) Transition(id string, to State) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.sessions[id]
+	if !ok {
+		return errs.New(errs.NotFound, errs.Session(id), "no such session on this host")
+	}
+	return m.setState(s, to)
+}
+
+func (m *Manager) countStates() map[State]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := map[State]int{}
+	for _, s := range m.sessions {
+		n[s.rec.State]++
+	}
+	return n
+}
+
+// Shutdown ends every session: workers are told to exit (killed if they
+// do not), client sockets closed. New sessions are refused from the start.
+func (m *Manager) Shutdown(ctx context.Context) {
+	m.mu.Lock()
+	m.closed = true
+	ids := make([]string, 0, len(m.sessions))
+	for id := range m.sessions {
+		ids = append(ids, id)
+	}
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.end(id, "gpud shutting down")
+		}()
+	}
+	wg.Wait()
+	done := make(chan struct{})
+	go func() { m.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}

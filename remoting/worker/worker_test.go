@@ -1,0 +1,256 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuctl/gpuctl/remoting/dispatch"
+	"github.com/gpuctl/gpuctl/remoting/worker/testclient"
+)
+
+// The test binary doubles as the worker: Start re-executes it with
+// "worker" as its first argument.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "worker" {
+		os.Exit(Main(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+func testOptions(t *testing.T) Options {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Options{Backend: BackendEmulated, Device: "0", SessionID: "s-0123456789ab", EmulatedMemBytes: 1 << 30, Seed: "t", Exe: exe}
+}
+
+func requireRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("starting a worker in a new PID namespace needs root")
+	}
+}
+
+// tcpPair returns the two ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (server *net.TCPConn, client net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.(*net.TCPConn), client
+}
+
+func openFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+func TestWorkerLifecycle(t *testing.T) {
+	requireRoot(t)
+	fdsBefore := openFDs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	h, err := Start(ctx, testOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := h.PID()
+	orig := h // the handle that reaps the child
+	defer h.Kill()
+	checkIsolation(t, pid)
+
+	srv, cconn := tcpPair(t)
+	defer cconn.Close()
+	if err := h.Attach(ctx, srv, dispatch.WelcomeInfo{SessionID: "s-0123456789ab", Secret: "sekrit"}, false); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := testclient.Greeted(cconn, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cl.Welcome.SessionID != "s-0123456789ab" || cl.Welcome.Secret != "sekrit" {
+		t.Fatalf("welcome %+v", cl.Welcome)
+	}
+	n, err := cl.DeviceCount()
+	if err != nil || n != 1 {
+		t.Fatalf("device count %d, %v", n, err)
+	}
+	c, err := cl.PrimaryCtxRetain(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := cl.MemAlloc(c, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("gpuctl!!"), 512)
+	if err := cl.MemcpyHtoD(c, p, data); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := h.Stats(ctx); err != nil || st.MemInUse != 4096 || !st.Serving || st.BytesIn == 0 {
+		t.Fatalf("stats %+v, %v", st, err)
+	}
+
+	// Twice through quiesce, detach, reattach, resume, on the socket gpud
+	// kept: the client only stalls.
+	for round := 0; round < 2; round++ {
+		if err := h.Quiesce(ctx); err != nil {
+			t.Fatalf("round %d: quiesce: %v", round, err)
+		}
+		// A call sent while quiesced waits; it is answered after resume.
+		if _, err := cl.Send(0xffff, nil, nil, true); err != nil { // async unknown op: no reply
+			t.Fatal(err)
+		}
+		nonce := "t" + strings.Repeat("0", round+1)
+		if err := h.Detach(ctx, nonce); err != nil {
+			t.Fatalf("round %d: detach: %v", round, err)
+		}
+		if _, err := h.Stats(ctx); err == nil {
+			t.Fatal("stats answered after detach")
+		}
+		checkNoSockets(t, pid)
+		h2, err := Reattach(ctx, pid, nonce, nil, testOptions(t))
+		if err != nil {
+			t.Fatalf("round %d: reattach: %v", round, err)
+		}
+		h = h2
+		if err := h.Resume(ctx, srv); err != nil {
+			t.Fatalf("round %d: resume: %v", round, err)
+		}
+		got, err := cl.MemcpyDtoH(c, p, uint64(len(data)))
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("round %d: data after resume: %v", round, err)
+		}
+	}
+
+	// The client hangs up: the worker reports it.
+	cconn.Close()
+	select {
+	case ev := <-h.Events():
+		if !ev.Ended {
+			t.Fatalf("event %+v", ev)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event for a client that went away")
+	}
+	srv.Close()
+	if err := h.Exit(ctx); err != nil {
+		t.Fatalf("exit: %v", err)
+	}
+	if err := orig.Wait(); err != nil {
+		t.Fatalf("worker exit status: %v", err)
+	}
+	if err := unix.Kill(pid, 0); err == nil {
+		t.Fatalf("worker %d still exists after Exit", pid)
+	}
+	if after := openFDs(t); after > fdsBefore {
+		t.Fatalf("descriptors leaked: %d before, %d after", fdsBefore, after)
+	}
+}
+
+// checkIsolation asserts the worker is PID 1 of its own PID namespace and
+// holds no descriptors but /dev/null and the control socket.
+func checkIsolation(t *testing.T, pid int) {
+	t.Helper()
+	status, err := os.ReadFile(filepath.Join("/proc", itoa(pid), "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nspid string
+	for _, line := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(line, "NSpid:") {
+			nspid = strings.Join(strings.Fields(line)[1:], " ")
+		}
+	}
+	if f := strings.Fields(nspid); len(f) != 2 || f[1] != "1" {
+		t.Fatalf("NSpid %q: worker is not PID 1 of a new namespace", nspid)
+	}
+	for _, fd := range fdTargets(t, pid) {
+		if strings.HasPrefix(fd, "/") && fd != "/dev/null" || strings.HasPrefix(fd, "pipe:") {
+			t.Fatalf("worker inherited %s (all: %v)", fd, fdTargets(t, pid))
+		}
+	}
+}
+
+func checkNoSockets(t *testing.T, pid int) {
+	t.Helper()
+	for _, fd := range fdTargets(t, pid) {
+		if strings.HasPrefix(fd, "socket:") {
+			t.Fatalf("detached worker still holds %s (all: %v)", fd, fdTargets(t, pid))
+		}
+	}
+}
+
+func fdTargets(t *testing.T, pid int) []string {
+	dir := filepath.Join("/proc", itoa(pid), "fd")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestStartFailsCleanly(t *testing.T) {
+	requireRoot(t)
+	opts := testOptions(t)
+	opts.Device = "not-a-number"
+	fds := openFDs(t)
+	_, err := Start(context.Background(), opts)
+	if err == nil {
+		t.Fatal("worker started with a bad device")
+	}
+	if !strings.Contains(err.Error(), "want an ordinal") {
+		t.Fatalf("error does not say why: %v", err)
+	}
+	if after := openFDs(t); after > fds {
+		t.Fatalf("descriptors leaked: %d before, %d after", fds, after)
+	}
+}
+
+func TestNonce(t *testing.T) {
+	for _, tc := range []struct {
+		nonce string
+		ok    bool
+	}{
+		{"abc-DEF_123", true},
+		{"", false},
+		{strings.Repeat("a", 65), false},
+		{"a/b", false},
+		{"a b", false},
+	} {
+		if err := checkNonce(tc.nonce); (err == nil) != tc.ok {
+			t.Errorf("checkNonce(%q) = %v", tc.nonce, err)
+		}
+	}
+}
