@@ -1,7 +1,48 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"context"
+	"net/http"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpuctl/gpuctl/control"
+	"github.com/gpuctl/gpuctl/restore"
+)
 
 func restoreCommand(e *env) *cli.Command {
-	return &cli.Command{Name: "restore", Action: notYet("restore")}
+	return &cli.Command{
+		Name:      "restore",
+		Usage:     "restore an image from the host's store as a live session",
+		ArgsUsage: "IMAGE",
+		Description: "The session keeps its id and waits for its client, which reconnects to this\n" +
+			"host by itself (point it here with GPUCTL_SERVER if it was told of no move).",
+		Flags: []cli.Flag{jsonFlag},
+		Action: func(c *cli.Context) error {
+			img, err := oneArg(c, "IMAGE", "gpuctl restore IMAGE_ID (see `gpuctl images ls`)")
+			if err != nil {
+				return err
+			}
+			cl, err := apiClient(c)
+			if err != nil {
+				return err
+			}
+			return runRestore(c.Context, e, cl, img, c.Bool("json"))
+		},
+	}
+}
+
+func runRestore(ctx context.Context, e *env, cl *control.Client, img string, asJSON bool) error {
+	stop := e.spinner(asJSON, "restoring "+img)
+	var res restore.Response
+	err := cl.Do(ctx, http.MethodPost, "/v1/images/"+img+"/restore", nil, &res)
+	stop()
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return e.printJSON(res)
+	}
+	e.printf("restored session %s from image %s in %d ms; it waits for its client at %s\n", res.Session, res.Image, res.DurationMS, orDash(res.Listen))
+	return nil
 }
