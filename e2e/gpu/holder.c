@@ -1,0 +1,66 @@
+// holder: keeps MIB of incompressible data on the GPU and checks all of it
+// on the GPU every PERIOD_MS, appending one line per check to LOG:
+//
+//   holder MIB LOG KERNELS.ptx [PERIOD_MS]
+//
+// Lines: "start ...", "ready ...", then "iter N ok t=MS" or "iter N BAD=K".
+// A checkpoint, restore or migration must leave every later line "ok" with
+// N still counting up; the gap in t across it is the client's stall.
+#include "common.h"
+
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+int main(int argc, char **argv)
+{
+	if (argc < 4) {
+		fprintf(stderr, "usage: holder MIB LOG KERNELS.ptx [PERIOD_MS]\n");
+		return 2;
+	}
+	uint64_t mib = strtoull(argv[1], NULL, 10), n = mib << 18; // 4-byte elements
+	FILE *log = fopen(argv[2], "a");
+	if (log == NULL) {
+		perror(argv[2]);
+		return 2;
+	}
+	setvbuf(log, NULL, _IOLBF, 0);
+	int period = argc > 4 ? atoi(argv[4]) : 50;
+	uint32_t seed = 0x5eed0000u ^ (uint32_t)mib;
+
+	CUdevice dev;
+	CUmodule mod = open_device(argv[3], &dev);
+	CUfunction fill, bump, check;
+	CK(cuModuleGetFunction(&fill, mod, "fill"));
+	CK(cuModuleGetFunction(&bump, mod, "bump"));
+	CK(cuModuleGetFunction(&check, mod, "check"));
+	char name[128], bus[64];
+	CK(cuDeviceGetName(name, sizeof name, dev));
+	CK(cuDeviceGetPCIBusId(bus, sizeof bus, dev));
+	fprintf(log, "start pid=%d dev=\"%s\" bus=%s mib=%llu\n", (int)getpid(), name, bus,
+		(unsigned long long)mib);
+
+	CUdeviceptr a, bad;
+	CK(cuMemAlloc(&a, n * 4));
+	CK(cuMemAlloc(&bad, 8));
+	unsigned grid = 2048, block = 256;
+	void *fa[] = {&a, &n, &seed};
+	CK(cuLaunchKernel(fill, grid, 1, 1, block, 1, 1, 0, NULL, fa, NULL));
+	CK(cuCtxSynchronize());
+	fprintf(log, "ready t=%.1f\n", now_ms());
+
+	for (uint32_t it = 1;; it++) {
+		void *ba[] = {&a, &n};
+		void *ca[] = {&a, &n, &seed, &it, &bad};
+		unsigned long long h = ~0ull;
+		CK(cuLaunchKernel(bump, grid, 1, 1, block, 1, 1, 0, NULL, ba, NULL));
+		CK(cuMemsetD8(bad, 0, 8));
+		CK(cuLaunchKernel(check, grid, 1, 1, block, 1, 1, 0, NULL, ca, NULL));
+		CK(cuMemcpyDtoH(&h, bad, 8));
+		if (h == 0)
+			fprintf(log, "iter %u ok t=%.1f\n", it, now_ms());
+		else
+			fprintf(log, "iter %u BAD=%llu t=%.1f\n", it, h, now_ms());
+		usleep(period * 1000);
+	}
+}

@@ -1,0 +1,42 @@
+// Kernels for the GPU suite's helper programs (holder, bench). Compiled to
+// PTX with nvcc on the GPU host and loaded with cuModuleLoadData, so the
+// same PTX runs natively and through gpud.
+#include <stdint.h>
+
+// mix is an integer hash: it makes the held data incompressible, so that
+// checkpoint timings are not flattered by the store's compression.
+__device__ __forceinline__ uint32_t mix(uint64_t i, uint32_t seed)
+{
+	uint32_t x = (uint32_t)((i * 0x9E3779B97F4A7C15ull) >> 32) ^ seed;
+	x ^= x >> 16;
+	x *= 0x7feb352du;
+	x ^= x >> 15;
+	x *= 0x846ca68bu;
+	x ^= x >> 16;
+	return x;
+}
+
+#define GRID_STRIDE(i, n) \
+	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < (n); i += (uint64_t)gridDim.x * blockDim.x)
+
+extern "C" __global__ void fill(uint32_t *a, uint64_t n, uint32_t seed)
+{
+	GRID_STRIDE(i, n) a[i] = mix(i, seed);
+}
+
+extern "C" __global__ void bump(uint32_t *a, uint64_t n)
+{
+	GRID_STRIDE(i, n) a[i] += 1;
+}
+
+// check counts the elements that differ from fill's value plus iter.
+extern "C" __global__ void check(const uint32_t *a, uint64_t n, uint32_t seed, uint32_t iter,
+				 unsigned long long *bad)
+{
+	unsigned long long b = 0;
+	GRID_STRIDE(i, n) b += a[i] != mix(i, seed) + iter;
+	if (b)
+		atomicAdd(bad, b);
+}
+
+extern "C" __global__ void noop(void) {}

@@ -1,0 +1,429 @@
+#!/usr/bin/env bash
+# The GPU suite: everything gpuctl must do on a real NVIDIA host, in one run.
+#
+#   e2e/gpu/run.sh            (or: make gpu-test)
+#
+# Needs, on the GPU host: an NVIDIA driver >= 570, nvcc, gcc, root, and from a
+# build machine: build/ (gpud, gpuctl, lib/libcuda.so.1, include/cuda.h) and
+# the CRIU bundle .deps/criu (make deps). No Go toolchain is needed here.
+#
+# It
+#   1. builds the kernels (nvcc -ptx), the C test programs (e2e/cprogs,
+#      e2e/kernels/kernelrun.c) and this suite's helpers twice: against
+#      NVIDIA's cuda.h and libcuda (native) and against build/ (remote);
+#   2. runs the programs natively and through gpud --backend cuda and
+#      requires identical output;
+#   3. checkpoints and restores sessions holding 1 GiB and 8 GiB through
+#      gpuctl, with the data checked on the GPU before and after, and times
+#      the manual baseline (driver lock+checkpoint, criu dump; criu restore,
+#      driver restore+unlock) on the same program;
+#   4. on two GPUs, live-migrates a running 8 GiB session from a gpud
+#      serving GPU0 to one serving GPU1 while the client keeps running;
+#   5. prints one table of everything measured, side by side.
+#
+# Variables: OUT (logs; default /tmp/gpuctl-gpu-suite), WORK (scratch for
+# images, default a fresh dir under /tmp), SIZES (MiB, default "1024 8192"),
+# MIGRATE_MIB (default 8192), NVCC, CUDA_INC, CRIU, KEEP=1 keeps WORK.
+# Exit status 0 only if every check passed.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+HERE=$ROOT/e2e/gpu
+OUT=${OUT:-/tmp/gpuctl-gpu-suite}
+mkdir -p "$OUT"
+WORK=${WORK:-$(mktemp -d /tmp/gpuctl-gpu.XXXXXX)}
+mkdir -p "$WORK"
+SIZES=${SIZES:-"1024 8192"}
+MIGRATE_MIB=${MIGRATE_MIB:-8192}
+NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
+CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
+CRIU=${CRIU:-$ROOT/.deps/criu/criu}
+GPUD=$ROOT/build/bin/gpud
+GPUCTL=$ROOT/build/bin/gpuctl
+TOKEN=$WORK/token
+A_LISTEN=127.0.0.1:17400 A_API=127.0.0.1:17401
+B_LISTEN=127.0.0.1:17410 B_API=127.0.0.1:17411
+T_START=$(date +%s)
+
+exec > >(tee "$OUT/suite.log") 2>&1
+
+# ---------------------------------------------------------------- helpers
+declare -A R          # measurements, by key
+FAILS=0 PASSES=0
+PIDS=()               # processes to stop on exit
+pass() { PASSES=$((PASSES + 1)); echo "PASS  $*"; }
+fail() { FAILS=$((FAILS + 1)); echo "FAIL  $*"; }
+skip() { echo "SKIP  $*"; }
+step() { echo; echo "== $* ($(($(date +%s) - T_START)) s)"; }
+ms_now() { date +%s%3N; }
+# jget FILE KEY: the first value of KEY in a JSON file (string or number).
+jget() { tr -d '\n' <"$1" | grep -o "\"$2\" *: *\"\\{0,1\\}[^\",}]*" | head -n 1 | sed 's/.*: *"\{0,1\}//'; }
+fmt() { [[ -n ${1:-} ]] && printf '%s' "$1" || printf 'n/a'; }
+div() { awk -v a="${1:-}" -v b="${2:-}" 'BEGIN{ if (a=="" || b=="" || a=="NA" || b=="NA" || b+0==0) print ""; else printf "%.2f", a/b }'; }
+
+cleanup() {
+	for p in "${PIDS[@]}"; do kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; done
+	sleep 1
+	for p in "${PIDS[@]}"; do kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null; done
+	if [[ ${KEEP:-0} != 1 ]]; then rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+ctl() { # ctl API ARGS...: gpuctl against one gpud's control API
+	local api=$1
+	shift
+	"$GPUCTL" --host "$api" --token-file "$TOKEN" "$@"
+}
+
+# wait_log LOG PATTERN SECONDS: wait until LOG has a line matching PATTERN.
+wait_log() {
+	local deadline=$(($(date +%s) + $3))
+	while (($(date +%s) < deadline)); do
+		grep -q -- "$2" "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# last_iter LOG: the number of the holder's last check.
+last_iter() { grep -o '^iter [0-9]*' "$1" 2>/dev/null | tail -n 1 | cut -d' ' -f2; }
+
+# wait_iter LOG N SECONDS: wait until the holder has checked past N.
+wait_iter() {
+	local deadline=$(($(date +%s) + $3)) it
+	while (($(date +%s) < deadline)); do
+		it=$(last_iter "$1")
+		[[ -n $it ]] && ((it > $2)) && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# max_gap LOG FROM: the longest time between consecutive checks after
+# check FROM, in ms: what the client felt as a stall.
+max_gap() {
+	awk -v from="$2" '/^iter/ { split($NF, t, "="); if ($2 >= from && prev != "") { g = t[2] - prev; if (g > m) m = g } if ($2 >= from) prev = t[2] } END { printf "%.0f", m }' "$1"
+}
+
+# holder_bad LOG: how many checks found wrong data.
+holder_bad() { grep -c BAD "$1" 2>/dev/null || true; }
+
+gpu_mem_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "$1" | tr -d ' '; }
+
+# sessions API: the ids of sessions gpuctl lists, one per line.
+sessions() { ctl "$1" sessions --json 2>/dev/null | tr -d '\n' | grep -o '"id" *: *"[^"]*"' | sed 's/.*"\([^"]*\)"$/\1/'; }
+
+# new_session API BEFORE SECONDS: a session id not in BEFORE, once it appears.
+new_session() {
+	local deadline=$(($(date +%s) + $3)) s
+	while (($(date +%s) < deadline)); do
+		for s in $(sessions "$1"); do
+			grep -qx -- "$s" <<<"$2" || { echo "$s"; return 0; }
+		done
+		sleep 0.2
+	done
+	return 1
+}
+
+# start_gpud NAME LISTEN API GPU: a gpud serving one GPU, logs in OUT.
+start_gpud() {
+	local name=$1 listen=$2 api=$3 gpu=$4 uuid
+	uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i "$gpu" | tr -d ' ')
+	mkdir -p "$WORK/$name"
+	# gpud must load NVIDIA's libcuda, never the interposer: no LD_LIBRARY_PATH.
+	env -u LD_LIBRARY_PATH -u LD_PRELOAD GPUCTL_CRIU="$CRIU" setsid "$GPUD" --listen "$listen" --api "$api" \
+		--state-dir "$WORK/$name" --backend cuda --token-file "$TOKEN" --name "$name" ${GPU_FLAG:+$GPU_FLAG "$uuid"} \
+		>"$OUT/gpud-$name.log" 2>&1 &
+	PIDS+=($!)
+	local deadline=$(($(date +%s) + 30))
+	while (($(date +%s) < deadline)); do
+		ctl "$api" sessions --json >/dev/null 2>&1 && { echo "gpud $name up: $api, GPU $gpu ($uuid)"; return 0; }
+		sleep 0.2
+	done
+	echo "gpud $name did not come up; its log:"
+	tail -n 20 "$OUT/gpud-$name.log"
+	return 1
+}
+
+# start_holder LOG MIB remote|native: the data-holding client, in its own
+# process group (setsid); HP is its pid (for native: the holder's own).
+start_holder() {
+	local log=$1 mib=$2 how=$3
+	rm -f "$log"
+	if [[ $how == remote ]]; then
+		setsid "$GPUCTL" run --server "$A_LISTEN" --token-file "$TOKEN" -- "$WORK/remote/holder" "$mib" "$log" "$WORK/kernels.ptx" 50 \
+			</dev/null >"$log.out" 2>&1 &
+	else
+		env -u LD_LIBRARY_PATH setsid "$WORK/native/holder" "$mib" "$log" "$WORK/kernels.ptx" 50 </dev/null >"$log.out" 2>&1 &
+	fi
+	HP=$!
+	PIDS+=("$HP")
+}
+
+stop_group() { kill -KILL -- "-$1" 2>/dev/null || kill -KILL "$1" 2>/dev/null; wait "$1" 2>/dev/null || true; }
+
+# ------------------------------------------------------------- environment
+step "environment"
+need() { [[ -e $1 ]] || { echo "missing $1: $2"; exit 2; }; }
+command -v nvidia-smi >/dev/null || { echo "nvidia-smi not found: this suite needs an NVIDIA host"; exit 2; }
+need "$NVCC" "set NVCC=/path/to/nvcc"
+need "$CUDA_INC/cuda.h" "set CUDA_INC to the CUDA toolkit's include directory"
+need "$GPUD" "run make build on a build machine and carry build/ along"
+need "$GPUCTL" "run make build on a build machine and carry build/ along"
+need "$ROOT/build/lib/libcuda.so.1" "run make build and carry build/ along"
+need "$ROOT/build/include/cuda.h" "run make build and carry build/ along"
+need "$CRIU" "run make deps and carry .deps/criu along, or set CRIU"
+[[ $(id -u) == 0 ]] || { echo "the suite needs root (CRIU and the driver's checkpoint API)"; exit 2; }
+uname -r
+head -n 1 /proc/driver/nvidia/version 2>/dev/null
+nvidia-smi -L
+NGPU=$(nvidia-smi -L | wc -l)
+CAP=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i 0 | tr -d ' .')
+"$NVCC" --version | tail -n 1
+"$CRIU" --version | head -n 1
+"$CRIU" check 2>&1 | tail -n 1
+# The native programs link against the toolkit's stub and load the driver's
+# libcuda.so.1 at run time.
+STUBS=$(dirname "$(find /usr/local/cuda/ -path '*stubs/libcuda.so' 2>/dev/null | head -n 1)")
+[[ -d $STUBS ]] || STUBS=/usr/local/cuda/lib64/stubs
+# The flag that gives a gpud its GPU.
+GPU_FLAG=
+for f in --gpu --device; do
+	"$GPUD" --help 2>&1 | grep -q -- "$f[ =]" && { GPU_FLAG=$f; break; }
+done
+od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$TOKEN"
+chmod 600 "$TOKEN"
+echo "GPUs: $NGPU (sm_$CAP); work: $WORK; logs: $OUT; gpud selects its GPU with ${GPU_FLAG:-(no flag found: every gpud serves its default GPU)}"
+
+# ---------------------------------------------------------------- build
+step "build"
+mkdir -p "$WORK/native" "$WORK/remote" "$WORK/ptx"
+"$NVCC" -O3 -ptx -arch=sm_"$CAP" -o "$WORK/kernels.ptx" "$HERE/kernels.cu" || { echo "nvcc failed"; exit 1; }
+if [[ -x $ROOT/e2e/kernels/build-ptx.sh ]]; then
+	OUT="$WORK/ptx" ARCHS="$CAP" NVCC="$NVCC" "$ROOT/e2e/kernels/build-ptx.sh" >"$OUT/build-ptx.log" 2>&1 &&
+		pass "kernel corpus compiled ($(ls "$WORK"/ptx/*.ptx | wc -l) PTX files)" ||
+		fail "kernel corpus: e2e/kernels/build-ptx.sh failed (see $OUT/build-ptx.log)"
+fi
+# build_c NAME SRC...: the program both ways.
+build_c() {
+	local name=$1
+	shift
+	gcc -O2 -std=gnu11 -I"$HERE" -I"$CUDA_INC" -o "$WORK/native/$name" "$@" -L"$STUBS" -lcuda -lm -lpthread 2>"$OUT/build-$name.native.log" ||
+		{ fail "build $name (native): $(head -n 3 "$OUT/build-$name.native.log")"; return 1; }
+	gcc -O2 -std=gnu11 -I"$HERE" -I"$ROOT/build/include" -o "$WORK/remote/$name" "$@" \
+		-L"$ROOT/build/lib" -Wl,-rpath,"$ROOT/build/lib" -lcuda -lm -lpthread 2>"$OUT/build-$name.remote.log" ||
+		{ fail "build $name (remote): $(head -n 3 "$OUT/build-$name.remote.log")"; return 1; }
+}
+build_c holder "$HERE/holder.c"
+build_c bench "$HERE/bench.c"
+gcc -O2 -I"$CUDA_INC" -o "$WORK/native/gpuckpt" "$HERE/ckpt.c" -L"$STUBS" -lcuda || fail "build gpuckpt"
+PROGS=()
+for src in "$ROOT"/e2e/cprogs/*.c "$ROOT"/e2e/kernels/kernelrun.c; do
+	[[ -f $src ]] || continue
+	name=$(basename "$src" .c)
+	build_c "$name" "$src" && PROGS+=("$src")
+done
+echo "built ${#PROGS[@]} test programs, holder, bench, gpuckpt"
+
+# ------------------------------------------------------------ gpud (GPU0)
+step "gpud on GPU0"
+start_gpud a "$A_LISTEN" "$A_API" 0 || { fail "gpud did not start"; exit 1; }
+ctl "$A_API" host --json >"$OUT/host.json" 2>&1 || true
+backend=$(jget "$OUT/host.json" backend)
+[[ $backend == cuda ]] && pass "gpud reports backend cuda" || fail "gpud reports backend '$backend' (see $OUT/host.json)"
+for u in $(nvidia-smi --query-gpu=uuid --format=csv,noheader); do
+	grep -q "$u" "$OUT/host.json" && pass "GET /v1/host lists $u" || fail "GET /v1/host does not list $u"
+done
+ctl "$A_API" doctor >"$OUT/doctor.txt" 2>&1
+grep -qi "H200\|NVIDIA" "$OUT/doctor.txt" && pass "gpuctl doctor shows the GPUs" || fail "gpuctl doctor does not show the GPUs (see $OUT/doctor.txt)"
+
+# ---------------------------------------------------- native vs remote
+step "test programs: native and through gpud"
+# A program may name its arguments in a comment line "// gpu-suite-args: ...";
+# $PTX expands to the compiled kernel corpus.
+for src in "${PROGS[@]}"; do
+	name=$(basename "$src" .c)
+	args=$(sed -n 's|^// gpu-suite-args:[[:space:]]*||p' "$src" | head -n 1)
+	args=${args//\$PTX/$WORK/ptx}
+	(cd "$WORK/ptx" && env -u LD_LIBRARY_PATH timeout 120 "$WORK/native/$name" $args) >"$OUT/$name.native.out" 2>"$OUT/$name.native.err"
+	nrc=$?
+	(cd "$WORK/ptx" && timeout 120 "$GPUCTL" run --server "$A_LISTEN" --token-file "$TOKEN" -- "$WORK/remote/$name" $args) >"$OUT/$name.remote.out" 2>"$OUT/$name.remote.err"
+	rrc=$?
+	if [[ $nrc == "$rrc" ]] && cmp -s "$OUT/$name.native.out" "$OUT/$name.remote.out"; then
+		pass "$name: identical output natively and through gpud (exit $nrc, $(wc -l <"$OUT/$name.native.out") lines)"
+	else
+		fail "$name: native exit $nrc, remote exit $rrc; diff in $OUT/$name.diff"
+		diff "$OUT/$name.native.out" "$OUT/$name.remote.out" >"$OUT/$name.diff"
+		head -n 5 "$OUT/$name.diff"
+	fi
+done
+
+# ------------------------------------------------------------ benchmarks
+step "microbenchmarks"
+env -u LD_LIBRARY_PATH timeout 120 "$WORK/native/bench" "$WORK/kernels.ptx" 256 >"$OUT/bench.native" 2>&1 || fail "native bench: $(tail -n 2 "$OUT/bench.native")"
+timeout 180 "$GPUCTL" run --server "$A_LISTEN" --token-file "$TOKEN" -- "$WORK/remote/bench" "$WORK/kernels.ptx" 256 >"$OUT/bench.remote" 2>&1 ||
+	fail "remote bench: $(tail -n 2 "$OUT/bench.remote")"
+while read -r k v; do R[native_$k]=$v; done < <(grep -E '^[a-z_]+ [0-9.NA]+$' "$OUT/bench.native")
+while read -r k v; do R[remote_$k]=$v; done < <(grep -E '^[a-z_]+ [0-9.NA]+$' "$OUT/bench.remote")
+cat "$OUT/bench.native" "$OUT/bench.remote" | sed 's/^/  /'
+
+# ------------------------------------------- checkpoint/restore via gpuctl
+step "checkpoint and restore through gpuctl"
+for mib in $SIZES; do
+	log=$WORK/holder.remote.$mib.log
+	before=$(sessions "$A_API")
+	start_holder "$log" "$mib" remote
+	hp=$HP
+	if ! wait_log "$log" '^iter 3 ok' 120; then
+		fail "$mib MiB: the holder did not start through gpud: $(tail -n 3 "$log.out")"
+		stop_group "$hp"
+		continue
+	fi
+	sid=$(new_session "$A_API" "$before" 10) || { fail "$mib MiB: no new session listed"; stop_group "$hp"; continue; }
+	it=$(last_iter "$log")
+	t0=$(ms_now)
+	if ! ctl "$A_API" checkpoint "$sid" --json >"$OUT/ckpt.$mib.json" 2>"$OUT/ckpt.$mib.err"; then
+		fail "$mib MiB: gpuctl checkpoint $sid: $(cat "$OUT/ckpt.$mib.err")"
+		stop_group "$hp"
+		continue
+	fi
+	t1=$(ms_now)
+	img=$(jget "$OUT/ckpt.$mib.json" image)
+	R[gpuctl_ckpt_s_$mib]=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", (b-a)/1000}')
+	R[gpuctl_ckpt_bytes_$mib]=$(jget "$OUT/ckpt.$mib.json" bytes)
+	R[gpuctl_ckpt_stored_$mib]=$(jget "$OUT/ckpt.$mib.json" stored_bytes)
+	t0=$(ms_now)
+	if ! ctl "$A_API" restore "$img" --json >"$OUT/restore.$mib.json" 2>"$OUT/restore.$mib.err"; then
+		fail "$mib MiB: gpuctl restore $img: $(cat "$OUT/restore.$mib.err")"
+		stop_group "$hp"
+		continue
+	fi
+	t1=$(ms_now)
+	R[gpuctl_restore_s_$mib]=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", (b-a)/1000}')
+	if wait_iter "$log" $((it + 5)) 60 && [[ $(holder_bad "$log") == 0 ]]; then
+		pass "$mib MiB: checkpoint ${R[gpuctl_ckpt_s_$mib]} s, restore ${R[gpuctl_restore_s_$mib]} s; data checked on the GPU after ($(last_iter "$log") checks, none bad)"
+	else
+		fail "$mib MiB: after restore the holder did not continue cleanly: $(tail -n 2 "$log")"
+	fi
+	R[gpuctl_stall_ms_$mib]=$(max_gap "$log" "$it")
+	stop_group "$hp"
+done
+
+# --------------------------------------------------------- manual baseline
+step "manual baseline: driver checkpoint API + criu, same program"
+for mib in $SIZES; do
+	log=$WORK/holder.native.$mib.log img=$WORK/img.$mib
+	map=""
+	# On two GPUs the baseline of the migration size also moves GPUs, with a
+	# full permutation, as gpuctl's migration does.
+	((NGPU >= 2)) && [[ $mib == "$MIGRATE_MIB" ]] && map="0:1,1:0"
+	start_holder "$log" "$mib" native
+	if ! wait_log "$log" '^iter 3 ok' 120; then
+		fail "$mib MiB native holder did not start: $(tail -n 3 "$log.out")"
+		continue
+	fi
+	pid=$(sed -n 's/^start pid=\([0-9]*\).*/\1/p' "$log" | head -n 1)
+	rm -rf "$img"
+	mkdir -p "$img"
+	it=$(last_iter "$log")
+	t0=$(ms_now)
+	"$WORK/native/gpuckpt" "$pid" lock checkpoint >"$OUT/manual.$mib.log" 2>&1 &&
+		"$CRIU" dump -t "$pid" -D "$img" -o dump.log >>"$OUT/manual.$mib.log" 2>&1
+	rc=$?
+	t1=$(ms_now)
+	R[manual_ckpt_s_$mib]=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", (b-a)/1000}')
+	R[manual_image_mb_$mib]=$(du -sm "$img" | cut -f1)
+	if [[ $rc != 0 ]]; then
+		fail "$mib MiB manual checkpoint failed: $(grep -h Error "$img/dump.log" | head -n 3) $(tail -n 2 "$OUT/manual.$mib.log")"
+		kill -9 "$pid" 2>/dev/null
+		continue
+	fi
+	t0=$(ms_now)
+	"$CRIU" restore -D "$img" -d -o restore.log >>"$OUT/manual.$mib.log" 2>&1 &&
+		GPUCKPT_MAP=$map "$WORK/native/gpuckpt" "$pid" restore unlock >>"$OUT/manual.$mib.log" 2>&1
+	rc=$?
+	t1=$(ms_now)
+	R[manual_restore_s_$mib]=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", (b-a)/1000}')
+	if [[ $rc == 0 ]] && wait_iter "$log" $((it + 5)) 60 && [[ $(holder_bad "$log") == 0 ]]; then
+		pass "$mib MiB manual: checkpoint ${R[manual_ckpt_s_$mib]} s, restore ${R[manual_restore_s_$mib]} s${map:+ onto GPU1 (map $map)}; data checked after"
+	else
+		fail "$mib MiB manual restore${map:+ with map $map}: $(grep -h Error "$img/restore.log" | head -n 3) $(tail -n 3 "$OUT/manual.$mib.log")"
+	fi
+	grep -h 'ms=' "$OUT/manual.$mib.log" | sed 's/^/  /'
+	kill -9 "$pid" 2>/dev/null
+	rm -rf "$img"
+done
+
+# ---------------------------------------------------------------- migrate
+step "live migration GPU0 -> GPU1 between two gpuds"
+if ((NGPU < 2)); then
+	skip "migration needs two GPUs; this host has $NGPU"
+elif start_gpud b "$B_LISTEN" "$B_API" 1; then
+	log=$WORK/holder.migrate.log
+	before=$(sessions "$A_API")
+	start_holder "$log" "$MIGRATE_MIB" remote
+	hp=$HP
+	if wait_log "$log" '^iter 3 ok' 120 && sid=$(new_session "$A_API" "$before" 10); then
+		m0=$(gpu_mem_mib 0) m1=$(gpu_mem_mib 1)
+		it=$(last_iter "$log")
+		t0=$(ms_now)
+		if ctl "$A_API" migrate "$sid" --to "$B_API" --json >"$OUT/migrate.json" 2>"$OUT/migrate.err"; then
+			t1=$(ms_now)
+			R[migrate_s]=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", (b-a)/1000}')
+			R[migrate_downtime_ms]=$(jget "$OUT/migrate.json" downtime_ms)
+			if wait_iter "$log" $((it + 10)) 90 && [[ $(holder_bad "$log") == 0 ]]; then
+				pass "migrated $sid in ${R[migrate_s]} s; the client kept checking its data ($(last_iter "$log") checks, none bad)"
+			else
+				fail "after migration the holder did not continue cleanly: $(tail -n 2 "$log")"
+			fi
+			R[migrate_stall_ms]=$(max_gap "$log" "$it")
+			n0=$(gpu_mem_mib 0) n1=$(gpu_mem_mib 1)
+			echo "  GPU memory used (MiB): before GPU0=$m0 GPU1=$m1, after GPU0=$n0 GPU1=$n1"
+			((n1 - m1 > MIGRATE_MIB * 9 / 10)) && pass "the session's memory is on GPU1 now" || fail "GPU1 did not gain the session's memory"
+			sessions "$B_API" | grep -qx -- "$sid" && pass "gpud b lists $sid" || fail "gpud b does not list $sid"
+		else
+			fail "gpuctl migrate: $(cat "$OUT/migrate.err")"
+		fi
+	else
+		fail "the migration holder did not start: $(tail -n 3 "$log.out")"
+	fi
+	stop_group "$hp"
+else
+	fail "the second gpud did not start"
+fi
+
+# ------------------------------------------------------------------ table
+step "results"
+gbs() { awk -v mib="$1" -v s="${2:-}" 'BEGIN{ if (s=="" || s+0==0) print ""; else printf "%.2f", mib*1048576/1e9/s }'; }
+row() { printf '| %-44s | %14s | %14s | %-34s | %7s |\n' "$1" "$(fmt "$2")" "$(fmt "$3")" "$4" "$(fmt "${5:-}")"; }
+{
+	echo "GPU suite, $(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-gpu=name --format=csv,noheader -i 0), $NGPU GPU(s), driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0)"
+	printf '| %-44s | %14s | %14s | %-34s | %7s |\n' "measure" "gpuctl" "baseline" "baseline is" "ratio"
+	printf '|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..46})" "$(printf -- '-%.0s' {1..16})" "$(printf -- '-%.0s' {1..16})" "$(printf -- '-%.0s' {1..36})" "$(printf -- '-%.0s' {1..9})"
+	row "sync call round trip, median (us)" "${R[remote_rtt_us]:-}" "${R[native_rtt_us]:-}" "native cuStreamQuery" "$(div "${R[remote_rtt_us]:-}" "${R[native_rtt_us]:-}")"
+	row "sync call round trip, p99 (us)" "${R[remote_rtt_p99_us]:-}" "${R[native_rtt_p99_us]:-}" "native cuStreamQuery" "$(div "${R[remote_rtt_p99_us]:-}" "${R[native_rtt_p99_us]:-}")"
+	row "async launch, per launch (us)" "${R[remote_launch_us]:-}" "${R[native_launch_us]:-}" "native cuLaunchKernel" "$(div "${R[remote_launch_us]:-}" "${R[native_launch_us]:-}")"
+	row "launches per second" "${R[remote_launches_per_s]:-}" "${R[native_launches_per_s]:-}" "native cuLaunchKernel" "$(div "${R[remote_launches_per_s]:-}" "${R[native_launches_per_s]:-}")"
+	row "HtoD 256 MiB (GB/s)" "${R[remote_htod_gbs]:-}" "${R[native_htod_gbs]:-}" "native, pageable" "$(div "${R[remote_htod_gbs]:-}" "${R[native_htod_gbs]:-}")"
+	row "HtoD 256 MiB (GB/s)" "${R[remote_htod_gbs]:-}" "${R[native_htod_pinned_gbs]:-}" "native, pinned" "$(div "${R[remote_htod_gbs]:-}" "${R[native_htod_pinned_gbs]:-}")"
+	row "DtoH 256 MiB (GB/s)" "${R[remote_dtoh_gbs]:-}" "${R[native_dtoh_gbs]:-}" "native, pageable" "$(div "${R[remote_dtoh_gbs]:-}" "${R[native_dtoh_gbs]:-}")"
+	row "DtoH 256 MiB (GB/s)" "${R[remote_dtoh_gbs]:-}" "${R[native_dtoh_pinned_gbs]:-}" "native, pinned" "$(div "${R[remote_dtoh_gbs]:-}" "${R[native_dtoh_pinned_gbs]:-}")"
+	for mib in $SIZES; do
+		g="$((mib / 1024)) GiB"
+		((mib < 1024)) && g="$mib MiB"
+		row "checkpoint $g (s)" "${R[gpuctl_ckpt_s_$mib]:-}" "${R[manual_ckpt_s_$mib]:-}" "lock+checkpoint+criu dump" "$(div "${R[manual_ckpt_s_$mib]:-}" "${R[gpuctl_ckpt_s_$mib]:-}")"
+		row "checkpoint $g (GB/s)" "$(gbs "$mib" "${R[gpuctl_ckpt_s_$mib]:-}")" "$(gbs "$mib" "${R[manual_ckpt_s_$mib]:-}")" "lock+checkpoint+criu dump" "$(div "${R[manual_ckpt_s_$mib]:-}" "${R[gpuctl_ckpt_s_$mib]:-}")"
+		row "restore $g (s)" "${R[gpuctl_restore_s_$mib]:-}" "${R[manual_restore_s_$mib]:-}" "criu restore+restore+unlock" "$(div "${R[manual_restore_s_$mib]:-}" "${R[gpuctl_restore_s_$mib]:-}")"
+		row "restore $g (GB/s)" "$(gbs "$mib" "${R[gpuctl_restore_s_$mib]:-}")" "$(gbs "$mib" "${R[manual_restore_s_$mib]:-}")" "criu restore+restore+unlock" "$(div "${R[manual_restore_s_$mib]:-}" "${R[gpuctl_restore_s_$mib]:-}")"
+		row "image $g: logical / new in store (MB)" "$(awk -v b="${R[gpuctl_ckpt_bytes_$mib]:-}" -v s="${R[gpuctl_ckpt_stored_$mib]:-}" 'BEGIN{ if (b!="") printf "%.0f/%.0f", b/1e6, s/1e6 }')" "${R[manual_image_mb_$mib]:-}" "criu image directory (MB)" ""
+	done
+	if [[ -n ${R[migrate_s]:-} ]]; then
+		bl=$(awk -v a="${R[manual_ckpt_s_$MIGRATE_MIB]:-}" -v b="${R[manual_restore_s_$MIGRATE_MIB]:-}" 'BEGIN{ if (a!="" && b!="") printf "%.0f", (a+b)*1000 }')
+		row "migrate $((MIGRATE_MIB / 1024)) GiB GPU0->GPU1: downtime (ms)" "${R[migrate_downtime_ms]:-}" "$bl" "manual stop-and-copy (ckpt+restore)" "$(div "$bl" "${R[migrate_downtime_ms]:-}")"
+		row "migrate: client stall, longest gap (ms)" "${R[migrate_stall_ms]:-}" "" "" ""
+		row "migrate: gpuctl migrate wall time (s)" "${R[migrate_s]:-}" "" "" ""
+	fi
+	echo "ratio: gpuctl/baseline for round trips, launch costs and rates (1.00 = native); baseline/gpuctl (the speed-up) for checkpoint, restore and downtime"
+	echo "checks: $PASSES passed, $FAILS failed; total $(($(date +%s) - T_START)) s; logs in $OUT"
+} | tee "$OUT/table.md"
+((FAILS == 0))
