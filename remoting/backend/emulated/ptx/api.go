@@ -1,12 +1,24 @@
 // Package ptx parses the PTX that nvcc emits and executes its kernels on
 // the host. It is the engine of the emulated backend.
 //
-// This file fixes the package's surface; the parser and interpreter fill
-// it in.
+// Load accepts PTX text, fatbins (compressed entries included) and ELF
+// images that embed them. The parser builds a syntax tree; the compiler
+// resolves every operand to a register slot (constants and special
+// registers included) and every instruction to one closure, so the
+// interpreter's inner loop is an indirect call per warp-instruction.
+//
+// Execution is SIMT: a warp of 32 lanes runs each instruction for all of
+// its converged lanes at once. Divergent lanes keep their own program
+// counters; the warp always runs the lanes with the lowest one, which
+// reconverges if/else and loops at their join point, and warp-wide
+// instructions (shfl, vote, match, redux) see exactly the converged lanes.
+// Warps of a block run cooperatively on one goroutine and meet at
+// barriers; blocks run in parallel on a pool of goroutines.
 package ptx
 
 import (
 	"context"
+	"sync"
 
 	"github.com/gpuctl/gpuctl/remoting/cu"
 )
@@ -45,51 +57,186 @@ type Launch struct {
 
 // Module is a loaded PTX module.
 type Module struct {
-	_ struct{}
+	ast          *ast
+	vars         []Global
+	varIndex     map[string]int
+	shared       map[string]uint32 // static shared variables' offsets
+	dynShared    []string
+	dynAlign     uint32
+	staticShared uint32
+	cfuncs       map[string]*cfunc
+	entries      map[string]*Function
+	entryOrder   []string
+
+	mu    sync.Mutex
+	gaddr []uint64
+	bound []bool
 }
 
 // Function is a kernel (.entry) of a module.
 type Function struct {
-	_ struct{}
+	m  *Module
+	cf *cfunc
 }
+
+// Limits of the emulated device, as the backend reports them.
+const (
+	MaxThreadsPerBlock = 1024
+	MaxSharedPerBlock  = 227 << 10 // opt-in maximum, as on sm_90
+	DefaultSharedLimit = 48 << 10
+)
 
 // Load parses image, which may be PTX text, a cubin (ELF) or a fatbin
 // (including compressed entries) that embeds PTX. An image without PTX
 // fails with CUDA_ERROR_NO_BINARY_FOR_GPU and says how to rebuild it.
 func Load(image []byte) (*Module, error) {
-	return nil, cu.Errorf(cu.ErrorNotSupported, "PTX loading is not implemented")
+	src, err := extractPTX(image)
+	if err != nil {
+		return nil, err
+	}
+	a, err := parseSource(src)
+	if err != nil {
+		return nil, cu.Errorf(cu.ErrorInvalidPTX, "PTX syntax error: %v", err)
+	}
+	if a.version == "" {
+		return nil, cu.Errorf(cu.ErrorInvalidPTX, "PTX has no .version directive")
+	}
+	if a.verMajor < 6 || a.verMajor > 9 {
+		return nil, cu.Errorf(cu.ErrorUnsupportedPTXVersion, "PTX ISA version %s is not supported (6.0 to 9.x are)", a.version)
+	}
+	if a.sm > DeviceSM {
+		return nil, cu.Errorf(cu.ErrorNoBinaryForGPU,
+			"PTX targets %s, newer than the emulated device (sm_%d): rebuild with -gencode arch=compute_%d,code=compute_%d",
+			a.target, DeviceSM, DeviceSM, DeviceSM)
+	}
+	return compileModule(a)
 }
 
 // Globals lists the module's variables that need device memory.
-func (m *Module) Globals() []Global { return nil }
+func (m *Module) Globals() []Global {
+	out := make([]Global, len(m.vars))
+	copy(out, m.vars)
+	return out
+}
 
 // BindGlobal records the device address of the named variable.
 func (m *Module) BindGlobal(name string, addr uint64) error {
-	return cu.Errorf(cu.ErrorNotFound, "global %q", name)
+	i, ok := m.varIndex[name]
+	if !ok {
+		return cu.Errorf(cu.ErrorNotFound, "global %q is not defined in this module", name)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.gaddr[i] = addr
+	m.bound[i] = true
+	return nil
 }
 
 // GlobalAddr returns a bound variable's address and size
 // (cuModuleGetGlobal). Unknown names fail with CUDA_ERROR_NOT_FOUND.
 func (m *Module) GlobalAddr(name string) (addr, size uint64, err error) {
-	return 0, 0, cu.Errorf(cu.ErrorNotFound, "global %q", name)
+	i, ok := m.varIndex[name]
+	if !ok {
+		return 0, 0, cu.Errorf(cu.ErrorNotFound, "global %q is not defined in this module", name)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.bound[i] {
+		return 0, 0, cu.Errorf(cu.ErrorNotFound, "global %q has no device memory yet", name)
+	}
+	return m.gaddr[i], m.vars[i].Size, nil
 }
+
+// Kernels lists the module's kernel names in source order.
+func (m *Module) Kernels() []string { return append([]string(nil), m.entryOrder...) }
 
 // Function looks up a kernel by name (CUDA_ERROR_NOT_FOUND if absent).
 func (m *Module) Function(name string) (*Function, error) {
-	return nil, cu.Errorf(cu.ErrorNotFound, "kernel %q", name)
+	f, ok := m.entries[name]
+	if !ok {
+		return nil, cu.Errorf(cu.ErrorNotFound, "kernel %q is not defined in this module", name)
+	}
+	return f, nil
 }
 
 // Name is the kernel's (mangled) name.
-func (f *Function) Name() string { return "" }
+func (f *Function) Name() string { return f.cf.name }
 
 // Params is the kernel's parameter layout.
-func (f *Function) Params() []Param { return nil }
+func (f *Function) Params() []Param { return append([]Param(nil), f.cf.kparams...) }
+
+// paramBytes is the size of the flat parameter buffer.
+func (f *Function) paramBytes() uint32 {
+	var n uint32
+	for _, p := range f.cf.kparams {
+		n = max(n, p.Offset+p.Size)
+	}
+	return n
+}
+
+// CUfunction_attribute values.
+const (
+	attrMaxThreadsPerBlock      = 0
+	attrSharedSizeBytes         = 1
+	attrConstSizeBytes          = 2
+	attrLocalSizeBytes          = 3
+	attrNumRegs                 = 4
+	attrPTXVersion              = 5
+	attrBinaryVersion           = 6
+	attrCacheModeCA             = 7
+	attrMaxDynamicSharedSize    = 8
+	attrPreferredSharedCarveout = 9
+	attrLast                    = 15
+)
+
+func (f *Function) maxThreads() int32 {
+	d := f.cf.decl
+	switch {
+	case d.reqntid[0] > 0:
+		return int32(d.reqntid[0] * d.reqntid[1] * d.reqntid[2])
+	case d.maxntid[0] > 0:
+		return int32(min(d.maxntid[0]*d.maxntid[1]*d.maxntid[2], MaxThreadsPerBlock))
+	}
+	return MaxThreadsPerBlock
+}
 
 // Attribute answers cuFuncGetAttribute for a CUfunction_attribute value
 // (max threads per block, static shared bytes, local bytes, registers,
 // PTX and binary version).
 func (f *Function) Attribute(attr int32) (int32, error) {
-	return 0, cu.ErrorNotSupported
+	m := f.m
+	switch attr {
+	case attrMaxThreadsPerBlock:
+		return f.maxThreads(), nil
+	case attrSharedSizeBytes:
+		return int32(m.staticShared), nil
+	case attrConstSizeBytes:
+		var n uint64
+		for _, v := range m.ast.vars {
+			if v.space == "const" && !v.extern {
+				n += v.size()
+			}
+		}
+		return int32(min(n, 1<<31-1)), nil
+	case attrLocalSizeBytes:
+		return int32(f.cf.localSize), nil
+	case attrNumRegs:
+		return int32(min(max(f.cf.nregs, 16), 255)), nil
+	case attrPTXVersion:
+		return int32(m.ast.verMajor*10 + m.ast.verMinor), nil
+	case attrBinaryVersion:
+		return DeviceSM, nil
+	case attrCacheModeCA:
+		return 0, nil
+	case attrMaxDynamicSharedSize:
+		return int32(DefaultSharedLimit - min(m.staticShared, DefaultSharedLimit)), nil
+	case attrPreferredSharedCarveout:
+		return -1, nil
+	}
+	if attr > attrPreferredSharedCarveout && attr <= attrLast {
+		return 0, nil
+	}
+	return 0, cu.Errorf(cu.ErrorInvalidValue, "function attribute %d is not known", attr)
 }
 
 // Run executes the launch to completion, running blocks in parallel on up
@@ -98,5 +245,58 @@ func (f *Function) Attribute(attr int32) (int32, error) {
 // unsupported instruction, CUDA_ERROR_INVALID_VALUE for a bad launch
 // configuration. A kernel can never crash the calling process.
 func (f *Function) Run(ctx context.Context, l Launch, mem Memory, workers int) error {
-	return cu.Errorf(cu.ErrorNotSupported, "PTX execution is not implemented")
+	name := f.cf.name
+	g, b := l.Grid, l.Block
+	for i := 0; i < 3; i++ {
+		if g[i] == 0 || b[i] == 0 {
+			return cu.Errorf(cu.ErrorInvalidValue, "kernel %s: grid %v and block %v must have no zero dimension", name, g, b)
+		}
+	}
+	threads := uint64(b[0]) * uint64(b[1]) * uint64(b[2])
+	if b[0] > 1024 || b[1] > 1024 || b[2] > 64 || threads > uint64(f.maxThreads()) {
+		return cu.Errorf(cu.ErrorInvalidValue, "kernel %s: block %v has %d threads; at most %d fit (x,y <= 1024, z <= 64)", name, b, threads, f.maxThreads())
+	}
+	if d := f.cf.decl.reqntid; d[0] > 0 && (uint32(d[0]) != b[0] || uint32(d[1]) != b[1] || uint32(d[2]) != b[2]) {
+		return cu.Errorf(cu.ErrorInvalidValue, "kernel %s requires a block of %v threads (.reqntid), launched with %v", name, d, b)
+	}
+	if g[0] > 1<<31-1 || g[1] > 65535 || g[2] > 65535 {
+		return cu.Errorf(cu.ErrorInvalidValue, "kernel %s: grid %v exceeds (2^31-1, 65535, 65535)", name, g)
+	}
+	if need := f.paramBytes(); uint32(len(l.Params)) < need {
+		return cu.Errorf(cu.ErrorInvalidValue, "kernel %s takes %d bytes of parameters, the launch passed %d", name, need, len(l.Params))
+	}
+	m := f.m
+	sh := uint64(m.staticShared)
+	if len(m.dynShared) > 0 || l.SharedBytes > 0 {
+		sh = uint64(alignUp32(m.staticShared, m.dynAlign)) + uint64(l.SharedBytes)
+	}
+	if sh > MaxSharedPerBlock {
+		return cu.Errorf(cu.ErrorInvalidValue, "kernel %s needs %d bytes of shared memory per block; the device has %d", name, sh, MaxSharedPerBlock)
+	}
+	m.mu.Lock()
+	gaddr := append([]uint64(nil), m.gaddr...)
+	for i, ok := range m.bound {
+		if !ok {
+			m.mu.Unlock()
+			return cu.Errorf(cu.ErrorInvalidValue, "kernel %s: module variable %q has no device memory (BindGlobal was not called)", name, m.vars[i].Name)
+		}
+	}
+	m.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return cu.Errorf(cu.ErrorLaunchFailed, "kernel %s: %v", name, err)
+	}
+	ln := &launch{
+		ctx:      ctx,
+		kernel:   f.cf,
+		mod:      m,
+		mem:      mem,
+		params:   l.Params,
+		grid:     g,
+		blk:      b,
+		shBytes:  uint32(sh),
+		dynBytes: l.SharedBytes,
+		gaddr:    gaddr,
+	}
+	ln.start = timeNow()
+	return execute(ln, workers)
 }

@@ -1,0 +1,974 @@
+package ptx
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"strings"
+)
+
+// instr compiles one instruction. Operand preparation (negated predicates,
+// clock reads) may emit helper instructions first; an instruction the
+// emulator cannot execute compiles to one that fails with
+// CUDA_ERROR_NOT_SUPPORTED when it runs.
+func (c *fcomp) instr(in *instr) {
+	start := len(c.f.code)
+	defer func() {
+		if r := recover(); r != nil {
+			u, ok := r.(*unsupportedError)
+			if !ok {
+				panic(r)
+			}
+			c.f.code = c.f.code[:start]
+			c.f.code = append(c.f.code, inst{fn: opUnsupported(u.what), guard: -1, d: -1, d2: -1, src: in})
+		}
+	}()
+	x := inst{guard: -1, guardNeg: in.guardNeg, d: -1, a: -1, b: -1, c: -1, e: -1, d2: -1, src: in}
+	if in.guard != "" {
+		s := c.lookup(in.guard)
+		if s == nil || s.kind != symReg {
+			c.failf("guard %q is not a declared predicate", in.guard)
+		}
+		x.guard = s.slot
+	}
+	c.build(in, &x)
+	c.f.code = append(c.f.code, x)
+}
+
+func unsupported(format string, args ...any) {
+	panic(&unsupportedError{what: fmt.Sprintf(format, args...)})
+}
+
+func (c *fcomp) nargs(in *instr, n ...int) {
+	for _, k := range n {
+		if len(in.args) == k {
+			return
+		}
+	}
+	c.failf("`%s` takes %v operands, has %d", in.text, n, len(in.args))
+}
+
+// lastType is the instruction's operand type (its last type modifier).
+func (c *fcomp) lastType(in *instr) ptype {
+	ts := typesOf(in.mods)
+	if len(ts) == 0 {
+		c.failf("`%s` has no type", in.text)
+	}
+	return ts[len(ts)-1]
+}
+
+func (c *fcomp) build(in *instr, x *inst) {
+	a := in.args
+	switch in.op {
+	case "mov":
+		c.nargs(in, 2)
+		t := c.lastType(in)
+		x.t = t
+		switch {
+		case a[0].kind == oVec:
+			c.unpack(in, x, t)
+		case a[1].kind == oVec:
+			c.pack(in, x, t)
+		default:
+			if a[1].kind == oSym || a[1].kind == oReg {
+				if s := c.lookup(a[1].name); s != nil && (s.kind == symKParam || s.kind == symParam) {
+					unsupported("taking the address of parameter %q", a[1].name)
+				}
+			}
+			x.d = c.dst(a[0])
+			x.a = c.val(a[1], t)
+			if t.size() < 8 && t != tPred {
+				mask := t.mask()
+				x.fn = un(func(v uint64) uint64 { return v & mask })
+			} else {
+				x.fn = opMov
+			}
+		}
+	case "add", "sub", "mul", "div", "rem", "min", "max", "mul24", "copysign":
+		c.nargs(in, 3)
+		t := c.lastType(in)
+		x.t = t
+		x.d = c.dst(a[0])
+		x.a, x.b = c.val(a[1], t), c.val(a[2], t)
+		if hasMod(in.mods, "cc") || in.op == "addc" {
+			unsupported("carry arithmetic")
+		}
+		if t.float() {
+			if t == tF16 || t == tBF16 {
+				x.fn = bin(halfBinary(in.op, t, in.mods))
+				return
+			}
+			f := floatBinary(in.op, t, in.mods)
+			if f == nil {
+				unsupported("%s on .%s", in.op, t)
+			}
+			x.fn = bin(f)
+			return
+		}
+		if t == tF16x2 || t == tBF16x2 {
+			x.fn = bin(halfBinary(in.op, t, in.mods))
+			return
+		}
+		f := intBinary(in.op, t, in.mods)
+		if f == nil {
+			unsupported("%s on .%s", in.op, t)
+		}
+		switch {
+		case in.op == "add" && (t == tS32 || t == tU32 || t == tB32) && !hasMod(in.mods, "sat"):
+			x.fn = opAdd32
+		case in.op == "add" && t.size() == 8:
+			x.fn = opAdd64
+		case in.op == "mul" && t == tS32 && hasMod(in.mods, "wide"):
+			x.fn = opMulWideS32
+		default:
+			x.fn = bin(f)
+		}
+	case "addc", "subc", "madc":
+		unsupported("carry arithmetic")
+	case "mad", "fma", "mad24":
+		c.nargs(in, 4)
+		t := c.lastType(in)
+		x.t = t
+		x.d = c.dst(a[0])
+		x.a, x.b, x.c = c.val(a[1], t), c.val(a[2], t), c.val(a[3], t)
+		if t.float() || t == tF16x2 || t == tBF16x2 {
+			if t == tF16 || t == tBF16 || t == tF16x2 || t == tBF16x2 {
+				x.fn = ter(halfFma(t, in.mods))
+				return
+			}
+			x.fn = ter(fmaFn(t, in.mods))
+			return
+		}
+		if hasMod(in.mods, "cc") {
+			unsupported("carry arithmetic")
+		}
+		mods := in.mods
+		op := "mul"
+		if in.op == "mad24" {
+			op = "mul24"
+		}
+		mul := intBinary(op, t, mods)
+		dt := t
+		if hasMod(mods, "wide") {
+			dt = map[ptype]ptype{tU16: tU32, tS16: tS32, tU32: tU64, tS32: tS64}[t]
+		}
+		dm := dt.mask()
+		if hasMod(mods, "hi") && hasMod(mods, "sat") && t == tS32 {
+			x.fn = ter(func(p, q, r uint64) uint64 { return sat32(int64(int32(mul(p, q))) + int64(int32(r))) })
+			return
+		}
+		if in.op == "mad" && hasMod(mods, "lo") && t.size() == 4 {
+			x.fn = opMadLo32
+			return
+		}
+		x.fn = ter(func(p, q, r uint64) uint64 { return (mul(p, q) + r) & dm })
+	case "sad":
+		c.nargs(in, 4)
+		t := c.lastType(in)
+		x.d = c.dst(a[0])
+		x.a, x.b, x.c = c.val(a[1], t), c.val(a[2], t), c.val(a[3], t)
+		x.fn = ter(func(p, q, r uint64) uint64 {
+			u, v := t.ext(p), t.ext(q)
+			var d uint64
+			if t.signed() && int64(u) > int64(v) || !t.signed() && u > v {
+				d = u - v
+			} else {
+				d = v - u
+			}
+			return (d + r) & t.mask()
+		})
+	case "neg", "abs", "not", "cnot", "popc", "clz", "brev", "sqrt", "rsqrt", "rcp", "ex2", "lg2", "sin", "cos", "tanh", "bfind":
+		c.nargs(in, 2)
+		t := c.lastType(in)
+		x.t = t
+		x.d = c.dst(a[0])
+		x.a = c.val(a[1], t)
+		var f func(uint64) uint64
+		switch {
+		case in.op == "bfind":
+			f = bfind(t, hasMod(in.mods, "shiftamt"))
+		case t.float():
+			if t == tF16 || t == tBF16 {
+				f = halfUnary(in.op, t, in.mods)
+			} else {
+				f = floatUnary(in.op, t, in.mods)
+			}
+		case t == tF16x2 || t == tBF16x2:
+			f = halfUnary(in.op, t, in.mods)
+		default:
+			f = intUnary(in.op, t)
+		}
+		if f == nil {
+			unsupported("%s on .%s", in.op, t)
+		}
+		x.fn = un(f)
+	case "and", "or", "xor":
+		c.nargs(in, 3)
+		t := c.lastType(in)
+		x.d = c.dst(a[0])
+		x.a, x.b = c.val(a[1], t), c.val(a[2], t)
+		x.fn = bin(intBinary(in.op, t, nil))
+	case "shl", "shr":
+		c.nargs(in, 3)
+		t := c.lastType(in)
+		x.d = c.dst(a[0])
+		x.a, x.b = c.val(a[1], t), c.val(a[2], tU32)
+		if in.op == "shl" && t.size() == 8 {
+			x.fn = opShl64
+			return
+		}
+		x.fn = bin(intBinary(in.op, t, nil))
+	case "bfe":
+		c.nargs(in, 4)
+		t := c.lastType(in)
+		x.d = c.dst(a[0])
+		x.a, x.b, x.c = c.val(a[1], t), c.val(a[2], tU32), c.val(a[3], tU32)
+		x.fn = ter(bfe(t))
+	case "bfi":
+		c.nargs(in, 5)
+		t := c.lastType(in)
+		x.d = c.dst(a[0])
+		x.a, x.b, x.c, x.e = c.val(a[1], t), c.val(a[2], t), c.val(a[3], tU32), c.val(a[4], tU32)
+		x.fn = quad(bfi(t))
+	case "prmt":
+		c.nargs(in, 4)
+		mode := ""
+		for _, m := range in.mods {
+			switch m {
+			case "f4e", "b4e", "rc8", "ecl", "ecr", "rc16":
+				mode = m
+			}
+		}
+		x.d = c.dst(a[0])
+		x.a, x.b, x.c = c.val(a[1], tB32), c.val(a[2], tB32), c.val(a[3], tB32)
+		x.fn = ter(prmt(mode))
+	case "shf":
+		c.nargs(in, 4)
+		x.d = c.dst(a[0])
+		x.a, x.b, x.c = c.val(a[1], tB32), c.val(a[2], tB32), c.val(a[3], tU32)
+		x.fn = ter(shf(hasMod(in.mods, "l"), hasMod(in.mods, "wrap")))
+	case "lop3":
+		c.nargs(in, 5)
+		if a[0].pair != "" {
+			unsupported("lop3 with a predicate result")
+		}
+		x.d = c.dst(a[0])
+		x.a, x.b, x.c, x.e = c.val(a[1], tB32), c.val(a[2], tB32), c.val(a[3], tB32), c.val(a[4], tB32)
+		x.fn = quad(lop3)
+	case "dp4a", "dp2a":
+		c.nargs(in, 4)
+		ts := typesOf(in.mods)
+		if len(ts) != 2 {
+			c.failf("`%s` needs two types", in.text)
+		}
+		x.d = c.dst(a[0])
+		x.a, x.b, x.c = c.val(a[1], tB32), c.val(a[2], tB32), c.val(a[3], tB32)
+		if in.op == "dp4a" {
+			x.fn = ter(dp4a(ts[0].signed(), ts[1].signed()))
+		} else {
+			x.fn = ter(dp2a(ts[0].signed(), ts[1].signed(), hasMod(in.mods, "hi")))
+		}
+	case "selp":
+		c.nargs(in, 4)
+		t := c.lastType(in)
+		x.d = c.dst(a[0])
+		x.a, x.b, x.c = c.val(a[1], t), c.val(a[2], t), c.val(a[3], tPred)
+		x.fn = ter(func(p, q, r uint64) uint64 {
+			if r != 0 {
+				return p
+			}
+			return q
+		})
+	case "slct":
+		c.nargs(in, 4)
+		ts := typesOf(in.mods)
+		if len(ts) != 2 {
+			c.failf("`%s` needs two types", in.text)
+		}
+		t, ct := ts[0], ts[1]
+		x.d = c.dst(a[0])
+		x.a, x.b, x.c = c.val(a[1], t), c.val(a[2], t), c.val(a[3], ct)
+		ftz := hasMod(in.mods, "ftz")
+		x.fn = ter(func(p, q, r uint64) uint64 {
+			var ge bool
+			if ct == tF32 {
+				ge = readFloat(tF32, r, ftz) >= 0
+			} else {
+				ge = int32(r) >= 0
+			}
+			if ge {
+				return p
+			}
+			return q
+		})
+	case "testp":
+		c.nargs(in, 2)
+		t := c.lastType(in)
+		x.d = c.dst(a[0])
+		x.a = c.val(a[1], t)
+		x.fn = un(testp(in.mods[0], t))
+	case "setp", "set":
+		c.setp(in, x)
+	case "cvt":
+		c.cvt(in, x)
+	case "cvta":
+		c.nargs(in, 2)
+		x.d = c.dst(a[0])
+		x.a = c.val(a[1], tU64)
+		to := hasMod(in.mods, "to")
+		var win uint64
+		switch {
+		case hasMod(in.mods, "shared") || hasMod(in.mods, "shared::cta"):
+			win = SharedWindow
+		case hasMod(in.mods, "local"):
+			win = LocalWindow
+		case hasMod(in.mods, "global"), hasMod(in.mods, "const"):
+			win = 0
+		default:
+			unsupported("cvta for this state space")
+		}
+		t := c.lastType(in)
+		mask := t.mask()
+		if to {
+			x.fn = un(func(v uint64) uint64 { return (v - win) & mask })
+		} else {
+			x.fn = un(func(v uint64) uint64 { return (v&mask + win) })
+		}
+	case "isspacep":
+		c.nargs(in, 2)
+		x.d = c.dst(a[0])
+		x.a = c.val(a[1], tU64)
+		var f func(v uint64) uint64
+		switch {
+		case hasMod(in.mods, "shared"):
+			f = func(v uint64) uint64 { return b2u(v&^(windowSize-1) == SharedWindow) }
+		case hasMod(in.mods, "local"):
+			f = func(v uint64) uint64 { return b2u(v&^(windowSize-1) == LocalWindow) }
+		default:
+			f = func(v uint64) uint64 {
+				h := v &^ (windowSize - 1)
+				return b2u(h != SharedWindow && h != LocalWindow)
+			}
+		}
+		x.fn = un(f)
+	case "ld", "ldu":
+		c.ld(in, x)
+	case "st":
+		c.st(in, x)
+	case "atom", "red":
+		c.atom(in, x)
+	case "cp":
+		c.cp(in, x)
+	case "bra":
+		c.nargs(in, 1)
+		if a[0].kind != oSym {
+			unsupported("indirect branch")
+		}
+		x.ctl = cBra
+		c.fixups = append(c.fixups, fixup{pc: len(c.f.code), label: a[0].name, in: in})
+	case "brx":
+		unsupported("indexed branch")
+	case "ret":
+		x.ctl = cRet
+	case "exit":
+		x.ctl = cExit
+	case "call":
+		c.call(in, x)
+	case "bar", "barrier":
+		c.bar(in, x)
+	case "membar", "fence", "nanosleep", "prefetch", "prefetchu", "pmevent", "discard", "applypriority",
+		"griddepcontrol", "setmaxnreg":
+		x.fn = opNop
+	case "createpolicy":
+		x.d = c.dst(a[0])
+		zero := c.constSlot(0)
+		x.a = zero
+		x.fn = opMov
+	case "trap", "brkpt":
+		x.fn = opTrap
+	case "shfl":
+		c.shfl(in, x)
+	case "vote":
+		c.vote(in, x)
+	case "activemask":
+		c.nargs(in, 1)
+		x.d = c.dst(a[0])
+		x.fn = opActivemask
+	case "match":
+		c.nargs(in, 3)
+		t := c.lastType(in)
+		x.d = c.dst(a[0])
+		if a[0].pair != "" {
+			x.d2 = c.dst(operand{kind: oReg, name: a[0].pair})
+		}
+		x.a = c.val(a[1], t)
+		x.e = c.val(a[2], tB32)
+		x.fn = opMatch(hasMod(in.mods, "all"), t)
+	case "redux":
+		c.nargs(in, 3)
+		t := c.lastType(in)
+		op := ""
+		for _, m := range in.mods {
+			switch m {
+			case "add", "min", "max", "and", "or", "xor":
+				op = m
+			}
+		}
+		if op == "" || t.float() {
+			unsupported("redux of this kind")
+		}
+		x.d = c.dst(a[0])
+		x.a = c.val(a[1], t)
+		x.e = c.val(a[2], tB32)
+		x.fn = opRedux(op, t)
+	case "elect":
+		c.nargs(in, 2)
+		x.d = c.dst(a[0])
+		if a[0].pair != "" {
+			x.d2 = c.dst(operand{kind: oReg, name: a[0].pair})
+		}
+		x.e = c.val(a[1], tB32)
+		x.fn = opElect
+	default:
+		unsupported("no emulation for %q", in.op)
+	}
+}
+
+func (c *fcomp) unpack(in *instr, x *inst, t ptype) {
+	el := in.args[0].elems
+	if len(el) < 2 || t.bits()%uint(len(el)) != 0 {
+		c.failf("bad vector in `%s`", in.text)
+	}
+	w := t.bits() / uint(len(el))
+	x.a = c.val(in.args[1], t)
+	for _, e := range el {
+		x.vec = append(x.vec, c.dst(e))
+	}
+	em := uint64(1)<<w - 1
+	x.fn = func(wp *warp, fr *frame, in *inst, m uint32) {
+		r := fr.regs
+		for ; m != 0; m &= m - 1 {
+			l := bits.TrailingZeros32(m)
+			v := r[int(in.a)*warpSize+l]
+			for i, d := range in.vec {
+				r[int(d)*warpSize+l] = v >> (uint(i) * w) & em
+			}
+		}
+	}
+}
+
+func (c *fcomp) pack(in *instr, x *inst, t ptype) {
+	el := in.args[1].elems
+	if len(el) < 2 || t.bits()%uint(len(el)) != 0 {
+		c.failf("bad vector in `%s`", in.text)
+	}
+	w := t.bits() / uint(len(el))
+	x.d = c.dst(in.args[0])
+	et := map[uint]ptype{8: tB8, 16: tB16, 32: tB32}[w]
+	for _, e := range el {
+		x.vec = append(x.vec, c.val(e, et))
+	}
+	em := uint64(1)<<w - 1
+	x.fn = func(wp *warp, fr *frame, in *inst, m uint32) {
+		r := fr.regs
+		for ; m != 0; m &= m - 1 {
+			l := bits.TrailingZeros32(m)
+			var v uint64
+			for i, s := range in.vec {
+				v |= (r[int(s)*warpSize+l] & em) << (uint(i) * w)
+			}
+			r[int(in.d)*warpSize+l] = v
+		}
+	}
+}
+
+var cmpOps = map[string]bool{"eq": true, "ne": true, "lt": true, "le": true, "gt": true, "ge": true,
+	"lo": true, "ls": true, "hi": true, "hs": true, "equ": true, "neu": true, "ltu": true, "leu": true,
+	"gtu": true, "geu": true, "num": true, "nan": true}
+
+func (c *fcomp) setp(in *instr, x *inst) {
+	a := in.args
+	var cmp, boolop string
+	for _, m := range in.mods {
+		switch {
+		case cmpOps[m] && cmp == "":
+			cmp = m
+		case m == "and" || m == "or" || m == "xor":
+			boolop = m
+		}
+	}
+	ts := typesOf(in.mods)
+	if cmp == "" || len(ts) == 0 {
+		c.failf("`%s` lacks a comparison or a type", in.text)
+	}
+	st := ts[len(ts)-1]
+	if boolop != "" {
+		c.nargs(in, 4)
+	} else {
+		c.nargs(in, 3)
+	}
+	x.d = c.dst(a[0])
+	if a[0].pair != "" {
+		x.d2 = c.dst(operand{kind: oReg, name: a[0].pair})
+	}
+	x.a, x.b = c.val(a[1], st), c.val(a[2], st)
+	var cf func(p, q uint64) bool
+	if st.float() {
+		cf = floatCompare(cmp, st, hasMod(in.mods, "ftz"))
+	} else if st == tF16x2 || st == tBF16x2 {
+		unsupported("packed half comparisons")
+	} else {
+		cf = intCompare(cmp, st)
+	}
+	if cf == nil {
+		c.failf("comparison %q does not apply to .%s", cmp, st)
+	}
+	combine := func(v bool, r uint64) bool { return v }
+	if boolop != "" {
+		x.c = c.val(a[3], tPred)
+		switch boolop {
+		case "and":
+			combine = func(v bool, r uint64) bool { return v && r != 0 }
+		case "or":
+			combine = func(v bool, r uint64) bool { return v || r != 0 }
+		case "xor":
+			combine = func(v bool, r uint64) bool { return v != (r != 0) }
+		}
+	} else {
+		x.c = c.constSlot(0)
+	}
+	if in.op == "set" {
+		dt := ts[0]
+		one := uint64(0xffffffff)
+		if dt == tF32 {
+			one = uint64(math.Float32bits(1))
+		}
+		x.fn = ter(func(p, q, r uint64) uint64 {
+			if combine(cf(p, q), r) {
+				return one
+			}
+			return 0
+		})
+		return
+	}
+	if x.d2 < 0 && boolop == "" {
+		x.fn = setpFn(cf)
+		return
+	}
+	if x.d2 < 0 {
+		x.fn = ter(func(p, q, r uint64) uint64 { return b2u(combine(cf(p, q), r)) })
+		return
+	}
+	x.fn = bin2(func(p, q, r uint64) (uint64, uint64) {
+		v := cf(p, q)
+		return b2u(combine(v, r)), b2u(combine(!v, r))
+	})
+}
+
+func (c *fcomp) cvt(in *instr, x *inst) {
+	ts := typesOf(in.mods)
+	if len(ts) != 2 {
+		c.failf("`%s` needs a destination and a source type", in.text)
+	}
+	dt, st := ts[0], ts[1]
+	a := in.args
+	if dt == tF16x2 || dt == tBF16x2 {
+		c.nargs(in, 3)
+		x.d = c.dst(a[0])
+		x.a, x.b = c.val(a[1], st), c.val(a[2], st)
+		relu := hasMod(in.mods, "relu")
+		conv := func(v uint64) uint64 {
+			f := float32(readFloat(st, v, false))
+			if relu && (f < 0 || f != f) {
+				f = 0
+			}
+			if dt == tF16x2 {
+				return uint64(f32ToF16(f))
+			}
+			return uint64(f32ToBF16(f))
+		}
+		x.fn = bin(func(p, q uint64) uint64 { return conv(p)<<16 | conv(q) })
+		return
+	}
+	if dt == tB128 || st == tB128 || dt == tTF32 || st == tTF32 || dt == tPred || st == tPred {
+		unsupported("cvt between .%s and .%s", dt, st)
+	}
+	c.nargs(in, 2)
+	x.d = c.dst(a[0])
+	x.a = c.val(a[1], st)
+	x.fn = un(cvtFn(dt, st, in.mods))
+}
+
+// memSpace reads the state space of a memory instruction.
+func memSpace(mods []string) uint8 {
+	for _, m := range mods {
+		switch m {
+		case "global":
+			return spGlobal
+		case "shared", "shared::cta", "shared::cluster":
+			return spShared
+		case "local":
+			return spLocal
+		case "const":
+			return spConst
+		case "param", "param::entry", "param::func":
+			return spParam
+		}
+	}
+	return spGeneric
+}
+
+func vecLen(mods []string) uint8 {
+	for _, m := range mods {
+		switch m {
+		case "v2":
+			return 2
+		case "v4":
+			return 4
+		case "v8":
+			return 8
+		}
+	}
+	return 1
+}
+
+// address resolves a memory operand "[base+off]" for space sp to a slot
+// holding the base and a constant offset. Parameter operands resolve to
+// their symbol instead.
+func (c *fcomp) address(o operand, sp uint8) (slot int32, off uint64, ps *sym) {
+	if o.kind != oAddr {
+		c.failf("expected an address in `%s`", c.cur.text)
+	}
+	if o.base == nil {
+		return c.constSlot(0), o.ival, nil
+	}
+	b := *o.base
+	off = o.ival + b.ival
+	b.ival = 0
+	if _, ok := specialNames[b.name]; !ok {
+		if s := c.lookup(b.name); s != nil {
+			switch s.kind {
+			case symKParam, symParam:
+				return -1, uint64(s.off) + off, s
+			case symShared:
+				if sp == spGeneric {
+					off += SharedWindow
+				}
+				return c.constSlot(0), uint64(s.off) + off, nil
+			case symLocal:
+				slot = c.addrSlot(fillLocal, int32(s.off))
+				if sp == spGeneric {
+					off += LocalWindow
+				}
+				return slot, off, nil
+			}
+		}
+	}
+	return c.val(b, tU64), off, nil
+}
+
+func (c *fcomp) ld(in *instr, x *inst) {
+	c.nargs(in, 2)
+	t := c.lastType(in)
+	if t == tB128 {
+		unsupported("128-bit loads")
+	}
+	sp := memSpace(in.mods)
+	x.t, x.n, x.space = t, vecLen(in.mods), sp
+	dstOp := in.args[0]
+	if x.n > 1 {
+		if dstOp.kind != oVec || len(dstOp.elems) != int(x.n) {
+			c.failf("`%s` needs a %d-element vector destination", in.text, x.n)
+		}
+		for _, e := range dstOp.elems {
+			x.vec = append(x.vec, c.dst(e))
+		}
+	} else {
+		x.d = c.dst(dstOp)
+	}
+	slot, off, ps := c.address(in.args[1], sp)
+	x.a, x.off = slot, off
+	if ps != nil || sp == spParam {
+		if ps == nil {
+			unsupported("parameter access through a register address")
+		}
+		if ps.kind == symParam {
+			x.aux = 1
+		}
+		x.space = spParam
+		x.fn = opLdParam
+		return
+	}
+	if sp == spGlobal && x.n == 1 && t.size() == 4 {
+		x.fn = opLdGlobal32
+		return
+	}
+	x.fn = opLd
+}
+
+func (c *fcomp) st(in *instr, x *inst) {
+	c.nargs(in, 2)
+	t := c.lastType(in)
+	if t == tB128 {
+		unsupported("128-bit stores")
+	}
+	sp := memSpace(in.mods)
+	x.t, x.n, x.space = t, vecLen(in.mods), sp
+	src := in.args[1]
+	if x.n > 1 {
+		if src.kind != oVec || len(src.elems) != int(x.n) {
+			c.failf("`%s` needs a %d-element vector source", in.text, x.n)
+		}
+		for _, e := range src.elems {
+			x.vec = append(x.vec, c.val(e, t))
+		}
+	} else {
+		x.b = c.val(src, t)
+	}
+	slot, off, ps := c.address(in.args[0], sp)
+	x.a, x.off = slot, off
+	if ps != nil || sp == spParam {
+		if ps == nil {
+			unsupported("parameter access through a register address")
+		}
+		if ps.kind == symKParam {
+			c.failf("kernel parameters are read-only")
+		}
+		x.aux = 1
+		x.space = spParam
+		x.fn = opStParam
+		return
+	}
+	if sp == spGlobal && x.n == 1 && t.size() == 4 {
+		x.fn = opStGlobal32
+		return
+	}
+	x.fn = opSt
+}
+
+func (c *fcomp) atom(in *instr, x *inst) {
+	t := c.lastType(in)
+	sp := memSpace(in.mods)
+	if sp == spLocal || sp == spConst || sp == spParam {
+		c.failf("atomics on .%s are not allowed", in.mods)
+	}
+	op := -1
+	for _, m := range in.mods {
+		if v, ok := atomOps[m]; ok {
+			op = v
+		}
+	}
+	if op < 0 {
+		unsupported("atomic operation of this kind")
+	}
+	if vecLen(in.mods) > 1 {
+		unsupported("vector atomics")
+	}
+	if t == tF16x2 || t == tBF16x2 || t == tB128 || (t == tF16 || t == tBF16) && op != atAdd {
+		unsupported("atomics on .%s", t)
+	}
+	x.t, x.space, x.aux = t, sp, uint32(op)
+	args := in.args
+	if in.op == "atom" {
+		x.d = c.dst(args[0])
+		args = args[1:]
+	}
+	want := 2
+	if op == atCas {
+		want = 3
+	}
+	if len(args) != want {
+		c.failf("`%s` has the wrong number of operands", in.text)
+	}
+	slot, off, ps := c.address(args[0], sp)
+	if ps != nil {
+		c.failf("atomics on parameters are not allowed")
+	}
+	x.a, x.off = slot, off
+	x.b = c.val(args[1], t)
+	if op == atCas {
+		x.c = c.val(args[2], t)
+	}
+	x.fn = opAtom
+}
+
+func (c *fcomp) cp(in *instr, x *inst) {
+	if len(in.mods) == 0 || in.mods[0] != "async" {
+		unsupported("cp other than cp.async")
+	}
+	if hasMod(in.mods, "commit_group") || hasMod(in.mods, "wait_group") || hasMod(in.mods, "wait_all") {
+		x.fn = opNop
+		return
+	}
+	if hasMod(in.mods, "bulk") || hasMod(in.mods, "mbarrier") {
+		unsupported("bulk or mbarrier-tracked cp.async")
+	}
+	a := in.args
+	if len(a) < 3 || a[2].kind != oImm {
+		c.failf("`%s` needs [dst], [src], size", in.text)
+	}
+	dslot, doff, _ := c.address(a[0], spShared)
+	sslot, soff, _ := c.address(a[1], spGlobal)
+	x.a, x.off = dslot, doff
+	x.b, x.target = sslot, int32(soff)
+	x.n = uint8(a[2].ival)
+	if x.n != 4 && x.n != 8 && x.n != 16 {
+		c.failf("cp.async size must be 4, 8 or 16")
+	}
+	if len(a) > 3 && a[3].kind != oImm || len(a) > 3 && a[3].kind == oImm {
+		if len(a) > 3 {
+			x.c = c.val(a[3], tU32)
+		}
+	}
+	x.fn = opCpAsync
+}
+
+func (c *fcomp) call(in *instr, x *inst) {
+	a := in.args
+	var rets, args []operand
+	i := 0
+	if i < len(a) && a[i].kind == oList {
+		rets = a[i].elems
+		i++
+	}
+	if i >= len(a) || a[i].kind != oSym {
+		if i < len(a) && a[i].kind == oReg {
+			unsupported("indirect call")
+		}
+		c.failf("`%s` does not name a function", in.text)
+	}
+	name := a[i].name
+	i++
+	if i < len(a) && a[i].kind == oList {
+		args = a[i].elems
+		i++
+	}
+	ci := &callInfo{name: name}
+	loc := func(o operand) Param {
+		s := c.lookup(o.name)
+		if s == nil || s.kind != symParam {
+			unsupported("call argument %q that is not a .param variable", o.name)
+		}
+		return Param{Offset: s.off, Size: s.size}
+	}
+	for _, r := range rets {
+		ci.rets = append(ci.rets, loc(r))
+	}
+	for _, p := range args {
+		ci.args = append(ci.args, loc(p))
+	}
+	x.ctl = cCall
+	x.call = ci
+}
+
+func (c *fcomp) bar(in *instr, x *inst) {
+	a := in.args
+	mods := in.mods
+	if hasMod(mods, "warp") {
+		x.fn = opNop // bar.warp.sync: lanes run converged already
+		return
+	}
+	if hasMod(mods, "cluster") {
+		x.fn = opNop // a cluster is one block here
+		return
+	}
+	x.ctl = cBar
+	x.a, x.b = -1, -1
+	red := hasMod(mods, "red")
+	if red {
+		if len(a) < 3 {
+			c.failf("`%s` needs a destination, a barrier and a predicate", in.text)
+		}
+		x.d = c.dst(a[0])
+		x.c = c.val(a[len(a)-1], tPred)
+		op := redPopc
+		if hasMod(mods, "and") {
+			op = redAnd
+		} else if hasMod(mods, "or") {
+			op = redOr
+		}
+		x.aux = barReduces | barWaits | uint32(op)<<8
+		a = a[1 : len(a)-1]
+	} else if hasMod(mods, "arrive") {
+		x.aux = 0
+	} else {
+		x.aux = barWaits
+	}
+	if len(a) == 0 {
+		// barrier.sync with no operand is barrier 0 (CUDA 12+ spelling).
+		return
+	}
+	if a[0].kind == oImm {
+		if a[0].ival > 15 {
+			c.failf("barrier %d does not exist (0..15)", a[0].ival)
+		}
+		x.aux |= uint32(a[0].ival)
+	} else {
+		x.a = c.val(a[0], tU32)
+	}
+	if len(a) > 1 {
+		if a[1].kind == oImm && (a[1].ival == 0 || a[1].ival%warpSize != 0 || a[1].ival > 1024) {
+			c.failf("barrier thread count %d must be a non-zero multiple of 32", a[1].ival)
+		}
+		x.b = c.val(a[1], tU32)
+	}
+}
+
+func (c *fcomp) shfl(in *instr, x *inst) {
+	a := in.args
+	sync := hasMod(in.mods, "sync")
+	if sync {
+		c.nargs(in, 5)
+	} else {
+		c.nargs(in, 4)
+	}
+	switch {
+	case hasMod(in.mods, "up"):
+		x.aux = shflUp
+	case hasMod(in.mods, "down"):
+		x.aux = shflDown
+	case hasMod(in.mods, "bfly"):
+		x.aux = shflBfly
+	case hasMod(in.mods, "idx"):
+		x.aux = shflIdx
+	default:
+		c.failf("`%s` lacks a mode", in.text)
+	}
+	x.d = c.dst(a[0])
+	if a[0].pair != "" {
+		x.d2 = c.dst(operand{kind: oReg, name: a[0].pair})
+	}
+	x.a, x.b, x.c = c.val(a[1], tB32), c.val(a[2], tU32), c.val(a[3], tU32)
+	if sync {
+		x.e = c.val(a[4], tB32)
+	}
+	x.fn = opShfl
+}
+
+func (c *fcomp) vote(in *instr, x *inst) {
+	a := in.args
+	sync := hasMod(in.mods, "sync")
+	if sync {
+		c.nargs(in, 3)
+		x.e = c.val(a[2], tB32)
+	} else {
+		c.nargs(in, 2)
+	}
+	switch {
+	case hasMod(in.mods, "all"):
+		x.aux = voteAll
+	case hasMod(in.mods, "any"):
+		x.aux = voteAny
+	case hasMod(in.mods, "uni"):
+		x.aux = voteUni
+	case hasMod(in.mods, "ballot"):
+		x.aux = voteBallot
+	default:
+		c.failf("`%s` lacks a mode", in.text)
+	}
+	x.d = c.dst(a[0])
+	x.a = c.val(a[1], tPred)
+	x.fn = opVote
+}
+
+var _ = strings.HasPrefix

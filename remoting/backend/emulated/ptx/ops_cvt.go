@@ -1,0 +1,183 @@
+package ptx
+
+import (
+	"math"
+	"math/big"
+)
+
+// cvtFn converts a register value of type st to type dt under the
+// instruction's rounding and saturation modifiers.
+func cvtFn(dt, st ptype, mods []string) func(a uint64) uint64 {
+	ftz := hasMod(mods, "ftz")
+	sat := hasMod(mods, "sat")
+	mode := roundMode(mods)
+	integral := false
+	for _, m := range mods {
+		if m == "rni" || m == "rzi" || m == "rmi" || m == "rpi" {
+			integral = true
+		}
+	}
+	switch {
+	case !dt.float() && !st.float():
+		return func(a uint64) uint64 {
+			v := st.ext(a)
+			if sat {
+				return satInt(v, st.signed(), dt)
+			}
+			return v & dt.mask()
+		}
+	case !dt.float() && st.float():
+		if !integral {
+			mode = rmRZ
+		}
+		return func(a uint64) uint64 {
+			x := roundIntegral(readFloat(st, a, ftz), mode)
+			return floatToInt(x, dt)
+		}
+	case dt.float() && !st.float():
+		return func(a uint64) uint64 {
+			v := st.ext(a)
+			var r float64
+			var exactF *big.Float
+			if st.signed() {
+				r = float64(int64(v))
+				if int64(float64(int64(v))) != int64(v) || math.Abs(r) >= 1<<63 {
+					exactF = new(big.Float).SetInt64(int64(v))
+				}
+			} else {
+				r = float64(v)
+				if r >= 1<<64 || uint64(r) != v {
+					exactF = new(big.Float).SetUint64(v)
+				}
+			}
+			return fromFloat(r, exactF, dt, mode, sat)
+		}
+	default:
+		return func(a uint64) uint64 {
+			x := readFloat(st, a, ftz)
+			if integral {
+				x = roundIntegral(x, mode)
+				mode = rmRN
+			}
+			if sat {
+				x = sat01(x)
+			}
+			r := fromFloat(x, nil, dt, mode, false)
+			if ftz && dt == tF32 {
+				r = uint64(math.Float32bits(ftz32(f32(r))))
+			}
+			return r
+		}
+	}
+}
+
+// fromFloat narrows an exact value x (or exact when non-nil, for integers
+// that a double cannot hold) to float type dt.
+func fromFloat(x float64, exact *big.Float, dt ptype, mode rmode, sat bool) uint64 {
+	if sat {
+		x = sat01(x)
+	}
+	switch dt {
+	case tF64:
+		if exact != nil {
+			exact.SetMode(bigMode(mode)).SetPrec(53)
+			r, _ := exact.Float64()
+			return b64(r)
+		}
+		return b64(x)
+	case tF32:
+		if exact != nil {
+			exact.SetMode(bigMode(mode)).SetPrec(24)
+			r, _ := exact.Float32()
+			return b32(r)
+		}
+		return b32(round32(x, 0, mode))
+	case tF16:
+		return uint64(f32ToF16(round32(x, 0, rmRN)))
+	case tBF16:
+		return uint64(f32ToBF16(round32(x, 0, rmRN)))
+	}
+	return 0
+}
+
+func bigMode(m rmode) big.RoundingMode {
+	switch m {
+	case rmRZ:
+		return big.ToZero
+	case rmRM:
+		return big.ToNegativeInf
+	case rmRP:
+		return big.ToPositiveInf
+	}
+	return big.ToNearestEven
+}
+
+func roundIntegral(x float64, mode rmode) float64 {
+	switch mode {
+	case rmRZ:
+		return math.Trunc(x)
+	case rmRM:
+		return math.Floor(x)
+	case rmRP:
+		return math.Ceil(x)
+	}
+	return math.RoundToEven(x)
+}
+
+// floatToInt saturates as the device does: NaN becomes 0, out-of-range
+// values the nearest bound.
+func floatToInt(x float64, dt ptype) uint64 {
+	if x != x {
+		return 0
+	}
+	w := dt.bits()
+	if dt.signed() {
+		lo := -math.Ldexp(1, int(w-1))
+		hi := math.Ldexp(1, int(w-1))
+		switch {
+		case x <= lo:
+			return uint64(int64(-1)<<(w-1)) & dt.mask()
+		case x >= hi:
+			return (uint64(1)<<(w-1) - 1) & dt.mask()
+		}
+		return uint64(int64(x)) & dt.mask()
+	}
+	hi := math.Ldexp(1, int(w))
+	switch {
+	case x <= 0:
+		return 0
+	case x >= hi:
+		return dt.mask()
+	}
+	return uint64(x) & dt.mask()
+}
+
+func satInt(v uint64, srcSigned bool, dt ptype) uint64 {
+	w := dt.bits()
+	if dt.signed() {
+		maxv := int64(1)<<(w-1) - 1
+		minv := -int64(1) << (w - 1)
+		if w == 64 {
+			if !srcSigned && int64(v) < 0 {
+				return uint64(maxv)
+			}
+			return v
+		}
+		if !srcSigned {
+			if v > uint64(maxv) {
+				return uint64(maxv) & dt.mask()
+			}
+			return v & dt.mask()
+		}
+		x := int64(v)
+		x = max(min(x, maxv), minv)
+		return uint64(x) & dt.mask()
+	}
+	if srcSigned && int64(v) < 0 {
+		return 0
+	}
+	if w < 64 && v > dt.mask() {
+		return dt.mask()
+	}
+	return v
+}
