@@ -1,0 +1,5 @@
+# `make demo`: two hosts, a CUDA workload migrated back and forth while it
+# runs (e2e/demo/demo.sh); exits 0 when the workload's result checks out.
+# DEMO_MIB, DEMO_STEPS, DEMO_SLEEP_MS and DEMO_MIGRATIONS tune it.
+demo: deps build
+	@bash e2e/demo/demo.sh
