@@ -128,9 +128,16 @@ fail:
 	return NULL;
 }
 
+// gc_is_interposer tells gpuctl's client library from NVIDIA's driver. The
+// client library exports only the compute API it forwards; the driver
+// always has graphics interop and texture objects, which a remote
+// forwarder never will.
 int gc_is_interposer(const gc_api *a)
 {
-	return dlsym(a->lib, "gpuctl_interposer_version") != NULL;
+	if (dlsym(a->lib, "gpuctl_interposer_version") != NULL)
+		return 1;
+	return dlsym(a->lib, "cuGraphicsUnregisterResource") == NULL &&
+	       dlsym(a->lib, "cuTexObjectCreate") == NULL;
 }
 
 const char *gc_error_string(const gc_api *a, CUresult r)

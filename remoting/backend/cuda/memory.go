@@ -206,9 +206,10 @@ func (d *Device) MemcpyHtoD(_ context.Context, h backend.Ctx, dst backend.DevPtr
 
 // MemcpyDtoH copies chunks into the staging buffers and writes each to
 // dst while the GPU fills the other. Errors found before the first byte is
-// written return with nothing written. A failure after that (a device
-// error half-way) still writes n bytes, zeros for the part not copied, and
-// returns the error, so that the stream stays framed.
+// written (a bad range, or a device error, which the first chunk's copy
+// reports because it waits for the stream's earlier work) return with
+// nothing written. A failure after that returns with the copy incomplete;
+// the stream cannot be reframed and the caller drops the connection.
 func (d *Device) MemcpyDtoH(_ context.Context, h backend.Ctx, dst io.Writer, src backend.DevPtr, n uint64, s backend.Stream) error {
 	c, st, raw, err := d.copySetup(h, src, n, s)
 	if err != nil {
@@ -223,16 +224,9 @@ func (d *Device) MemcpyDtoH(_ context.Context, h backend.Ctx, dst io.Writer, src
 		st.pending[i] = true
 		return nil
 	}
-	var written uint64
 	fail := func(err error) error {
 		d.wait(c, st, 0)
 		d.wait(c, st, 1)
-		if written == 0 {
-			return err
-		}
-		if _, werr := io.CopyN(dst, zeros{}, int64(n-written)); werr != nil {
-			return fmt.Errorf("writing copy data to the client: %w", werr)
-		}
 		return err
 	}
 	if n == 0 {
@@ -255,7 +249,6 @@ func (d *Device) MemcpyDtoH(_ context.Context, h backend.Ctx, dst io.Writer, src
 			d.wait(c, st, i^1)
 			return fmt.Errorf("writing copy data to the client: %w", err)
 		}
-		written += k
 		off += k
 	}
 	return nil
@@ -290,13 +283,6 @@ func drain(src io.Reader, n uint64, err error) error {
 		return fmt.Errorf("discarding %d bytes of a failed copy: %w (the copy failed with %w)", n, rerr, err)
 	}
 	return err
-}
-
-type zeros struct{}
-
-func (zeros) Read(p []byte) (int, error) {
-	clear(p)
-	return len(p), nil
 }
 
 func (d *Device) MemcpyDtoD(_ context.Context, h backend.Ctx, dst, src backend.DevPtr, n uint64, s backend.Stream) error {
