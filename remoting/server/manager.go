@@ -64,6 +64,8 @@ type Session struct {
 	worker *worker.Handle
 	conn   *net.TCPConn // gpud's copy of the attached client's socket
 	grace  *time.Timer
+	// graceGen tells the current grace timer from one stopped too late.
+	graceGen *struct{ _ byte }
 	// stats is the last report from the worker, for listings and metrics.
 	stats worker.Stats
 }
@@ -151,16 +153,16 @@ func (m *Manager) armGrace(s *Session) {
 		s.grace.Stop()
 	}
 	id := s.rec.ID
-	var t *time.Timer
-	t = time.AfterFunc(m.cfg.Grace, func() { m.expire(id, t) })
-	s.grace = t
+	gen := new(struct{ _ byte }) // identifies this arming of the timer
+	s.graceGen = gen
+	s.grace = time.AfterFunc(m.cfg.Grace, func() { m.expire(id, gen) })
 }
 
 // expire ends a session whose client did not come back in time.
-func (m *Manager) expire(id string, t *time.Timer) {
+func (m *Manager) expire(id string, gen *struct{ _ byte }) {
 	m.mu.Lock()
 	s, ok := m.sessions[id]
-	if !ok || s.grace != t || s.rec.State != Detached {
+	if !ok || s.graceGen != gen || s.rec.State != Detached {
 		m.mu.Unlock()
 		return
 	}

@@ -1,24 +1,19 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
 
-	"go.etcd.io/bbolt"
-
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/store"
 )
 
-// sessionsBucket is the top-level bucket of the host's bbolt database
-// (DIR/gpud.db, shared with the image store) that holds session records:
-//
-//	sessions/
-//	    <session id> -> Record as JSON
-var sessionsBucket = []byte("sessions")
-
-// Record is what gpud persists about a session. The secret itself is never
-// stored, only its SHA-256, which is all a resume check needs.
+// Record is what gpud persists about a session, as the opaque value of
+// its entry in the sessions bucket of the host store (STATE_DIR/gpud.db).
+// The secret itself is never stored, only its SHA-256, which is all a
+// resume check needs.
 type Record struct {
 	ID         string    `json:"id"`
 	SecretHash []byte    `json:"secret_sha256"`
@@ -28,23 +23,24 @@ type Record struct {
 	Backend    string    `json:"backend"`
 	Device     string    `json:"device"`
 	WorkerPID  int       `json:"worker_pid,omitempty"`
+	// Image is the image the session was last restored from here.
+	Image string `json:"image,omitempty"`
 }
 
-// Store keeps session records in a bucket of a bbolt database that others
-// may share.
-type Store struct{ db *bbolt.DB }
-
-// OpenStore makes sure the sessions bucket exists in db.
-func OpenStore(db *bbolt.DB) (*Store, error) {
-	err := db.Update(func(tx *bbolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(sessionsBucket)
-		return err
-	})
-	if err != nil {
-		return nil, errs.Wrap(err, errs.Internal, "", "create the sessions bucket")
-	}
-	return &Store{db: db}, nil
+// Records is the sessions bucket; *store.Store provides it.
+type Records interface {
+	PutSession(ctx context.Context, id string, rec []byte) error
+	DeleteSession(ctx context.Context, id string) error
+	ListSessions(ctx context.Context) ([]store.SessionRecord, error)
 }
+
+var _ Records = (*store.Store)(nil)
+
+// Store reads and writes session records.
+type Store struct{ r Records }
+
+// NewStore keeps session records in r.
+func NewStore(r Records) *Store { return &Store{r: r} }
 
 // Put writes r.
 func (s *Store) Put(r Record) error {
@@ -52,43 +48,29 @@ func (s *Store) Put(r Record) error {
 	if err != nil {
 		return err
 	}
-	err = s.db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(sessionsBucket).Put([]byte(r.ID), b) })
-	return errs.Wrap(err, errs.Internal, errs.Session(r.ID), "save session record")
+	return errs.Wrap(s.r.PutSession(context.Background(), r.ID, b), errs.Internal, errs.Session(r.ID), "save session record")
 }
 
 // Delete removes the record of id; a missing record is not an error.
 func (s *Store) Delete(id string) error {
-	err := s.db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(sessionsBucket).Delete([]byte(id)) })
-	return errs.Wrap(err, errs.Internal, errs.Session(id), "delete session record")
-}
-
-// Get reads the record of id.
-func (s *Store) Get(id string) (Record, error) {
-	var r Record
-	err := s.db.View(func(tx *bbolt.Tx) error {
-		b := tx.Bucket(sessionsBucket).Get([]byte(id))
-		if b == nil {
-			return errs.New(errs.NotFound, errs.Session(id), "no such session")
-		}
-		return decodeRecord(id, b, &r)
-	})
-	return r, err
+	return errs.Wrap(s.r.DeleteSession(context.Background(), id), errs.Internal, errs.Session(id), "delete session record")
 }
 
 // List reads every record.
 func (s *Store) List() ([]Record, error) {
-	var out []Record
-	err := s.db.View(func(tx *bbolt.Tx) error {
-		return tx.Bucket(sessionsBucket).ForEach(func(k, v []byte) error {
-			var r Record
-			if err := decodeRecord(string(k), v, &r); err != nil {
-				return err
-			}
-			out = append(out, r)
-			return nil
-		})
-	})
-	return out, err
+	raw, err := s.r.ListSessions(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Record, 0, len(raw))
+	for _, e := range raw {
+		var r Record
+		if err := decodeRecord(e.ID, e.Rec, &r); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 func decodeRecord(id string, b []byte, r *Record) error {

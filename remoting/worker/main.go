@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -113,6 +114,9 @@ type worker struct {
 	bytesIn, bytesOut atomic.Uint64
 	welcome           dispatch.WelcomeInfo
 	cancel            context.CancelFunc
+	// secretHash is the SHA-256 of the session's secret, kept for a host
+	// that restores this worker from an image.
+	secretHash []byte
 }
 
 func (w *worker) setCtrl(c *net.UnixConn) {
@@ -225,6 +229,10 @@ func (w *worker) serve(f *os.File, resume bool) error {
 func (w *worker) attach(f *os.File, welcome *dispatch.WelcomeInfo, resume bool) error {
 	if welcome != nil {
 		w.welcome = *welcome
+		if welcome.Secret != "" {
+			sum := sha256.Sum256([]byte(welcome.Secret))
+			w.secretHash = sum[:]
+		}
 	}
 	if w.serving != nil {
 		// The previous client is gone but its Serve may not have noticed
@@ -283,7 +291,8 @@ func (w *worker) resume(f *os.File) error {
 
 func (w *worker) stats() *Stats {
 	st := &Stats{Serving: w.serving != nil, Executed: w.sess.ExecutedSeq(),
-		BytesIn: w.bytesIn.Load(), BytesOut: w.bytesOut.Load()}
+		BytesIn: w.bytesIn.Load(), BytesOut: w.bytesOut.Load(),
+		SessionID: w.opts.SessionID, SecretSHA256: w.secretHash}
 	if m, ok := w.dev.(interface{ MemInUse() uint64 }); ok {
 		st.MemInUse = m.MemInUse()
 	}

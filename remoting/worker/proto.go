@@ -70,6 +70,12 @@ type Stats struct {
 	// its clients, over the session's life.
 	BytesIn  uint64 `json:"bytes_in"`
 	BytesOut uint64 `json:"bytes_out"`
+	// SessionID and SecretSHA256 are the identity the worker was given
+	// with its first client. They travel inside a checkpoint image, so a
+	// host that restores the worker learns from it which secret a
+	// reconnecting client must present.
+	SessionID    string `json:"session_id,omitempty"`
+	SecretSHA256 []byte `json:"secret_sha256,omitempty"`
 }
 
 // sendMsg writes v as one packet, with fd attached when fd >= 0.

@@ -1,0 +1,237 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"time"
+
+	"github.com/gpuctl/gpuctl/checkpoint"
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/remoting/wire"
+	"github.com/gpuctl/gpuctl/remoting/worker"
+)
+
+// The Manager is the session table of the checkpoint, migration and
+// restore pipelines: it implements checkpoint.Sessions,
+// checkpoint.Reattacher and restore.Adopter.
+var _ checkpoint.Sessions = (*Manager)(nil)
+var _ checkpoint.Reattacher = (*Manager)(nil)
+
+// sessionWorker adapts a worker handle to checkpoint.Worker: Resume hands
+// the worker the client socket gpud kept, if the session has one.
+type sessionWorker struct {
+	m  *Manager
+	id string
+	h  *worker.Handle
+}
+
+func (w *sessionWorker) PID() int                                   { return w.h.PID() }
+func (w *sessionWorker) Quiesce(ctx context.Context) error          { return w.h.Quiesce(ctx) }
+func (w *sessionWorker) Detach(ctx context.Context, n string) error { return w.h.Detach(ctx, n) }
+
+func (w *sessionWorker) Resume(ctx context.Context) error {
+	w.m.mu.Lock()
+	conn := w.m.connOf(w.id)
+	w.m.mu.Unlock()
+	return w.h.Resume(ctx, conn)
+}
+
+// Handle is the underlying worker handle.
+func (w *sessionWorker) Handle() *worker.Handle { return w.h }
+
+func (m *Manager) session(id string) (*Session, error) {
+	s, ok := m.sessions[id]
+	if !ok {
+		return nil, errs.New(errs.NotFound, errs.Session(id), "no such session on this host")
+	}
+	return s, nil
+}
+
+// connOf is gpud's copy of the session's client socket, or nil; the
+// caller holds m.mu.
+func (m *Manager) connOf(id string) *net.TCPConn {
+	if s, ok := m.sessions[id]; ok {
+		return s.conn
+	}
+	return nil
+}
+
+// Begin claims a running or detached session for a checkpoint.
+func (m *Manager) Begin(ctx context.Context, id string) (checkpoint.Worker, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.session(id)
+	if err != nil {
+		return nil, err
+	}
+	if s.worker == nil {
+		return nil, errs.New(errs.FailedPrecondition, errs.Session(id), "session has no worker on this host")
+	}
+	if err := m.setState(s, Quiescing); err != nil {
+		return nil, err
+	}
+	return &sessionWorker{m: m, id: id, h: s.worker}, nil
+}
+
+// Dumped records that the session is in an image.
+func (m *Manager) Dumped(id string) error { return m.Transition(id, Checkpointing) }
+
+// Migrating records that another host is restoring the session.
+func (m *Manager) Migrating(id string) error { return m.Transition(id, Migrating) }
+
+// Resumed records that the session runs here again, served by w.
+func (m *Manager) Resumed(id string, w checkpoint.Worker) error {
+	sw, ok := w.(*sessionWorker)
+	if !ok {
+		return errs.New(errs.Internal, errs.Session(id), "resumed with a worker gpud did not make")
+	}
+	m.mu.Lock()
+	s, err := m.session(id)
+	if err != nil {
+		m.mu.Unlock()
+		return err
+	}
+	changed := s.worker != sw.h
+	s.worker = sw.h
+	s.rec.WorkerPID = sw.h.PID()
+	to := Running
+	if s.conn == nil {
+		to = Detached
+	}
+	err = nil
+	if s.rec.State != to {
+		err = m.setState(s, to)
+	} else {
+		m.persist(s)
+	}
+	m.mu.Unlock()
+	if changed {
+		m.watch(id, sw.h)
+	}
+	return err
+}
+
+// Moved sends the session's client a "moved to addr" notice on the socket
+// gpud kept, then lets go of it: the client reconnects there.
+func (m *Manager) Moved(id, addr string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.session(id)
+	if err != nil {
+		return err
+	}
+	if s.conn == nil {
+		return nil // no client attached: it will find the session on its own
+	}
+	err = wire.WriteMoved(s.conn, addr)
+	m.closeConn(s)
+	return errs.Wrap(err, errs.Unavailable, errs.Session(id), "tell the client it moved to %s", addr)
+}
+
+// Released records that the session's worker here is gone: the session
+// lives in its image or on another host. It is forgotten here.
+func (m *Manager) Released(id string) error {
+	m.mu.Lock()
+	s, err := m.session(id)
+	if err != nil {
+		m.mu.Unlock()
+		return err
+	}
+	err = m.setState(s, Stopped)
+	s.worker = nil
+	m.mu.Unlock()
+	m.forget(id, "released to an image")
+	return err
+}
+
+// LastImage is the image the session was last restored from here, or "".
+func (m *Manager) LastImage(_ context.Context, id string) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.session(id)
+	if err != nil {
+		return "", err
+	}
+	return s.rec.Image, nil
+}
+
+// Reattach takes control of a detached worker (the original after a
+// checkpoint, or a restored copy) through the nonce's socket.
+func (m *Manager) Reattach(ctx context.Context, pid int, nonce string) (checkpoint.Worker, error) {
+	m.mu.Lock()
+	var reaped <-chan struct{}
+	for _, s := range m.sessions {
+		if s.worker != nil && s.worker.PID() == pid {
+			reaped = s.worker.Exited() // still our own child: its first handle reaps it
+		}
+	}
+	m.mu.Unlock()
+	if reaped == nil && m.cfg.Reaper != nil {
+		// Not a process gpud started (a CRIU restore, reparented to gpud
+		// as subreaper): the reaper collects it.
+		reaped = m.cfg.Reaper.Adopt(pid)
+	}
+	opts := m.cfg.Worker
+	if opts.Log == nil {
+		opts.Log = m.log
+	}
+	h, err := worker.Reattach(ctx, pid, nonce, reaped, opts)
+	if err != nil {
+		return nil, err
+	}
+	m.cfg.Metrics.workerStarts.WithLabelValues("reattach").Inc()
+	st, err := h.Stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &sessionWorker{m: m, id: st.SessionID, h: h}, nil
+}
+
+// Adopt registers a restored session, detached and waiting for its client,
+// served by w (from Reattach). The worker is resumed (its backend's
+// in-process hook) without a client; the client's reconnect attaches.
+func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, image string) error {
+	sw, ok := w.(*sessionWorker)
+	if !ok {
+		return errs.New(errs.Internal, errs.Session(id), "adopt: a worker gpud did not make")
+	}
+	st, err := sw.h.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	if st.SessionID != id {
+		return errs.New(errs.DataLoss, errs.Session(id), "the restored worker serves session %q", st.SessionID)
+	}
+	if len(st.SecretSHA256) != 32 {
+		return errs.New(errs.DataLoss, errs.Session(id), "the restored worker holds no session secret")
+	}
+	m.mu.Lock()
+	if _, dup := m.sessions[id]; dup {
+		m.mu.Unlock()
+		return errs.New(errs.AlreadyExists, errs.Session(id), "session is already live on this host")
+	}
+	if m.closed {
+		m.mu.Unlock()
+		return errs.New(errs.Unavailable, errs.Session(id), "gpud is shutting down")
+	}
+	s := &Session{
+		rec: Record{
+			ID: id, SecretHash: bytes.Clone(st.SecretSHA256), State: Detached, Created: time.Now().UTC(),
+			Backend: m.cfg.Worker.Backend, Device: m.cfg.Worker.Device, WorkerPID: sw.h.PID(), Image: image,
+		},
+		worker: sw.h,
+		stats:  st,
+	}
+	m.sessions[id] = s
+	m.armGrace(s)
+	m.persist(s)
+	m.mu.Unlock()
+	m.watch(id, sw.h)
+	if err := sw.h.Resume(ctx, nil); err != nil {
+		m.end(id, "resume after restore failed")
+		return err
+	}
+	m.log.Info("restored session adopted; waiting for its client", "session", id, "image", image, "worker_pid", sw.h.PID())
+	return nil
+}

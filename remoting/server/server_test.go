@@ -1,0 +1,249 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuctl/gpuctl/remoting/wire"
+	"github.com/gpuctl/gpuctl/remoting/worker"
+	"github.com/gpuctl/gpuctl/remoting/worker/testclient"
+)
+
+// The test binary doubles as the worker process.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "worker" {
+		os.Exit(worker.Main(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+const testToken = "t0ken-for-tests"
+
+type testServer struct {
+	addr string
+	m    *Manager
+	stop func()
+}
+
+func startServer(t *testing.T, grace time.Duration) *testServer {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("workers start in a new PID namespace, which needs root")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := openTestStore(t)
+	m, err := NewManager(Config{
+		Host: "test", Grace: grace, Store: st,
+		Worker: worker.Options{Backend: worker.BackendEmulated, Device: "0", EmulatedMemBytes: 1 << 30, Exe: exe},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &Listener{Manager: m, Token: testToken, HandshakeTimeout: 300 * time.Millisecond}
+	done := make(chan error, 1)
+	go func() { done <- l.Serve(ctx, ln) }()
+	ts := &testServer{addr: ln.Addr().String(), m: m}
+	ts.stop = func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		sctx, c2 := context.WithTimeout(context.Background(), 10*time.Second)
+		defer c2()
+		m.Shutdown(sctx)
+	}
+	t.Cleanup(ts.stop)
+	return ts
+}
+
+func dial(t *testing.T, addr string, h wire.Hello) (*testclient.Client, error) {
+	t.Helper()
+	return testclient.Dial(addr, h, 5*time.Second)
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func openFDs() int {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	return len(ents)
+}
+
+func TestSessionLifecycle(t *testing.T) {
+	ts := startServer(t, 500*time.Millisecond)
+	fds := openFDs()
+
+	cl, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, secret := cl.Welcome.SessionID, cl.Welcome.Secret
+	if len(id) != 14 || id[:2] != "s-" || len(secret) != 32 {
+		t.Fatalf("welcome id %q secret %q", id, secret)
+	}
+	c, err := cl.PrimaryCtxRetain(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.MemAlloc(c, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	list := ts.m.List(context.Background())
+	if len(list) != 1 || list[0].ID != id || list[0].State != Running || list[0].MemBytes != 1<<20 || list[0].Client == "" {
+		t.Fatalf("list %+v", list)
+	}
+	pid := list[0].WorkerPID
+
+	for _, tc := range []struct {
+		name   string
+		hello  wire.Hello
+		status wire.Status
+	}{
+		{"wrong token", wire.Hello{Token: "nope"}, wire.StatusBadToken},
+		{"wrong secret", wire.Hello{Token: testToken, Flags: wire.HelloResume, SessionID: id, Secret: "x"}, wire.StatusUnknownSession},
+		{"unknown session", wire.Hello{Token: testToken, Flags: wire.HelloResume, SessionID: "s-000000000000", Secret: secret}, wire.StatusUnknownSession},
+		{"old version", wire.Hello{Token: testToken, Version: 99}, wire.StatusVersionMismatch},
+	} {
+		bad, err := dial(t, ts.addr, tc.hello)
+		if err == nil || bad == nil || bad.Welcome.Status != tc.status {
+			t.Errorf("%s: err=%v welcome=%+v, want status %s", tc.name, err, bad, tc.status)
+		}
+	}
+
+	// The client disconnects; the session waits, detached, and a
+	// reconnect with the secret finds its memory intact.
+	cl.Close()
+	waitFor(t, "detached", func() bool { i, err := ts.m.Get(id); return err == nil && i.State == Detached })
+	cl2, err := dial(t, ts.addr, wire.Hello{Token: testToken, Flags: wire.HelloResume, SessionID: id, Secret: secret, LastSeq: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cl2.Welcome.LastExecuted != 2 {
+		t.Fatalf("last executed %d, want 2", cl2.Welcome.LastExecuted)
+	}
+	if free, total, err := cl2.MemGetInfo(c); err != nil || total-free != 1<<20 {
+		t.Fatalf("memory after reconnect: free %d total %d err %v", free, total, err)
+	}
+	if i, _ := ts.m.Get(id); i.State != Running {
+		t.Fatalf("state after reconnect %s", i.State)
+	}
+
+	// Gone for longer than the grace period: the worker is ended.
+	cl2.Close()
+	waitFor(t, "session to end", func() bool { _, err := ts.m.Get(id); return err != nil })
+	waitFor(t, "worker to exit", func() bool { return unix.Kill(pid, 0) != nil })
+	if after := openFDs(); after > fds {
+		t.Fatalf("descriptors leaked: %d before, %d after", fds, after)
+	}
+	if recs, _ := ts.m.cfg.Store.List(); len(recs) != 0 {
+		t.Fatalf("records left: %+v", recs)
+	}
+}
+
+// Garbage, oversized and half-open connections are refused and do not
+// disturb a session in progress.
+func TestHostileConnections(t *testing.T) {
+	ts := startServer(t, time.Minute)
+	good, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	oversized := make([]byte, wire.HelloSize)
+	copy(oversized, wire.HelloMagic[:])
+	binary.LittleEndian.PutUint16(oversized[4:], wire.Version)
+	binary.LittleEndian.PutUint16(oversized[8:], 60000) // token length
+	for _, tc := range []struct {
+		name string
+		send []byte
+	}{
+		{"http", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")},
+		{"garbage", []byte("\x00\xff\x13\x37 this is not a hello at all......")},
+		{"oversized token", oversized},
+		{"half open", nil},
+		{"short", []byte("GPUH")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", ts.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if tc.send != nil {
+				c.Write(tc.send)
+			}
+			start := time.Now()
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, err = io.Copy(io.Discard, c) // returns when gpud closes
+			// Bytes gpud never read make its close a reset: closed too.
+			if err != nil && !errors.Is(err, unix.ECONNRESET) {
+				t.Fatalf("connection not closed by gpud: %v", err)
+			}
+			if took := time.Since(start); took > 2*time.Second {
+				t.Fatalf("closed after %v; the handshake deadline is 300ms", took)
+			}
+			if n, err := good.DeviceCount(); err != nil || n != 1 {
+				t.Fatalf("established session disturbed: %d %v", n, err)
+			}
+		})
+	}
+	if n := len(ts.m.List(context.Background())); n != 1 {
+		t.Fatalf("%d sessions, want only the good one", n)
+	}
+}
+
+// Sessions are isolated: one client's handles mean nothing in another's
+// session.
+func TestSessionsAreIsolated(t *testing.T) {
+	ts := startServer(t, time.Minute)
+	a, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ca, _ := a.PrimaryCtxRetain(0)
+	p, err := a.MemAlloc(ca, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.MemcpyHtoD(ca, p, []byte("secret data")); err != nil {
+		t.Fatal(err)
+	}
+	cb, _ := b.PrimaryCtxRetain(0)
+	if _, err := b.MemcpyDtoH(cb, p, 11); err == nil {
+		t.Fatal("session b read session a's memory")
+	}
+	list := ts.m.List(context.Background())
+	if len(list) != 2 || list[0].WorkerPID == list[1].WorkerPID {
+		t.Fatalf("sessions do not have their own workers: %+v", list)
+	}
+}
