@@ -3,3 +3,10 @@
 # DEMO_MIB, DEMO_STEPS, DEMO_SLEEP_MS and DEMO_MIGRATIONS tune it.
 demo: deps build
 	@bash e2e/demo/demo.sh
+
+# `make bench` runs bench-checkpoint too: checkpoint, restore and migration
+# timings and bytes for sessions of 16 MiB, 256 MiB and 1 GiB (BENCH_SIZES).
+BENCH_STEPS += bench-checkpoint
+.PHONY: bench-checkpoint
+bench-checkpoint: deps build
+	@bash e2e/demo/bench.sh
