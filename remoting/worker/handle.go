@@ -103,7 +103,10 @@ func Start(ctx context.Context, opts Options) (*Handle, error) {
 	cmd.Env = workerEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWPID,
-		Setpgid:    true,
+		// Its own session, not only its own process group: CRIU refuses to
+		// dump a pid-namespace init whose session leader is outside the
+		// namespace ("A session leader ... is outside of its pid namespace").
+		Setsid: true,
 		// A worker must not outlive gpud: its client socket would stay
 		// half-owned and the GPU held.
 		Pdeathsig: syscall.SIGKILL,
