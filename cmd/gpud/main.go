@@ -1,12 +1,93 @@
-// Command gpud is the GPU host daemon.
+// Command gpud is the GPU host daemon: it accepts remote CUDA clients on
+// --listen and runs each session in its own worker process, serves the
+// control API on --api, and keeps its state (token, session records,
+// image store, log) under --state-dir.
+//
+// `gpud worker` is the worker process itself, started only by gpud.
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/gpuctl/gpuctl/remoting/server"
+	"github.com/gpuctl/gpuctl/remoting/worker"
 )
 
 func main() {
-	fmt.Fprintln(os.Stderr, "gpud: not built yet")
-	os.Exit(1)
+	if len(os.Args) > 1 && os.Args[1] == "worker" {
+		os.Exit(worker.Main(os.Args[2:]))
+	}
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gpud:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := run(ctx, cfg, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "gpud:", err)
+		os.Exit(1)
+	}
+}
+
+// config is gpud's command line.
+type config struct {
+	listen, api, stateDir string
+	backend               string
+	tokenFile             string
+	name                  string
+	device                string
+	grace                 time.Duration
+	handshakeTimeout      time.Duration
+	emulatedMem           uint64
+	logLevel              slog.Level
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	fs := flag.NewFlagSet("gpud", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c config
+	host, _ := os.Hostname()
+	fs.StringVar(&c.listen, "listen", "", "`HOST:PORT` where clients (the interposer) connect (required)")
+	fs.StringVar(&c.api, "api", "", "`HOST:PORT` of the control API (required)")
+	fs.StringVar(&c.stateDir, "state-dir", "", "`DIR` for the token, session records, image store and log (required)")
+	fs.StringVar(&c.backend, "backend", worker.BackendAuto, "device backend: auto, emulated or cuda")
+	fs.StringVar(&c.tokenFile, "token-file", "", "`FILE` holding the host token (default: DIR/token, created if missing)")
+	fs.StringVar(&c.name, "name", host, "this host's `NAME` in listings and image manifests")
+	fs.StringVar(&c.device, "device", "0", "the GPU sessions use: an ordinal, or a UUID for the cuda backend")
+	fs.DurationVar(&c.grace, "grace", server.DefaultGrace, "how long a session whose client disconnected waits for it")
+	fs.DurationVar(&c.handshakeTimeout, "handshake-timeout", server.DefaultHandshakeTimeout, "how long a new connection may take to present its token")
+	fs.Uint64Var(&c.emulatedMem, "emulated-mem", 16<<30, "device memory of the emulated backend, in bytes")
+	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: gpud --listen HOST:PORT --api HOST:PORT --state-dir DIR [--backend auto|emulated|cuda] [--token-file FILE] [--name NAME]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q; see gpud --help", fs.Arg(0))
+	}
+	for _, req := range []struct{ name, val string }{{"--listen", c.listen}, {"--api", c.api}, {"--state-dir", c.stateDir}} {
+		if req.val == "" {
+			return c, fmt.Errorf("%s is required; see gpud --help", req.name)
+		}
+	}
+	if c.grace <= 0 || c.handshakeTimeout <= 0 {
+		return c, errors.New("--grace and --handshake-timeout must be positive")
+	}
+	return c, nil
 }

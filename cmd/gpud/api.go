@@ -1,0 +1,73 @@
+package main
+
+import (
+	"net/http"
+	"runtime"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gpuctl/gpuctl/control"
+	"github.com/gpuctl/gpuctl/remoting/backend"
+)
+
+// router is what a concept package implements to add its routes to the
+// control API: checkpoint, restore, migration and images each register
+// their own.
+type router interface {
+	Register(mux *http.ServeMux)
+}
+
+// apiHandler builds the control API in one place. Every route needs the
+// host token except /metrics, which Prometheus scrapes.
+func (d *daemon) apiHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /v1/host", control.Handle(d.getHost))
+	mux.Handle("GET /v1/sessions", control.Handle(d.listSessions))
+	mux.Handle("GET /v1/sessions/{id}", control.Handle(d.getSession))
+	for _, r := range d.routers() {
+		r.Register(mux)
+	}
+	root := http.NewServeMux()
+	root.Handle("GET /metrics", promhttp.HandlerFor(d.registry, promhttp.HandlerOpts{ErrorLog: nil}))
+	root.Handle("/", control.RequireToken(d.token, mux))
+	return root
+}
+
+// HostReply is GET /v1/host.
+type HostReply struct {
+	Name string `json:"name"`
+	backend.HostInfo
+	Listen    string    `json:"listen"`
+	API       string    `json:"api"`
+	Version   string    `json:"version"`
+	GoVersion string    `json:"go_version"`
+	Started   time.Time `json:"started"`
+	Sessions  int       `json:"sessions"`
+}
+
+func (d *daemon) getHost(w http.ResponseWriter, r *http.Request) error {
+	control.WriteJSON(w, HostReply{
+		Name: d.cfg.name, HostInfo: d.host, Listen: d.cfg.listen, API: d.cfg.api,
+		Version: version, GoVersion: runtime.Version(), Started: d.started,
+		Sessions: len(d.manager.List(r.Context())),
+	})
+	return nil
+}
+
+func (d *daemon) listSessions(w http.ResponseWriter, r *http.Request) error {
+	control.WriteJSON(w, d.manager.List(r.Context()))
+	return nil
+}
+
+func (d *daemon) getSession(w http.ResponseWriter, r *http.Request) error {
+	info, err := d.manager.Get(r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	control.WriteJSON(w, info)
+	return nil
+}
+
+// version is gpud's version, set at link time with -X main.version=...
+var version = "dev"

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/remoting/backend"
+	"github.com/gpuctl/gpuctl/remoting/server"
+	"github.com/gpuctl/gpuctl/remoting/worker"
+	"github.com/gpuctl/gpuctl/store"
+)
+
+// daemon is everything a running gpud holds.
+type daemon struct {
+	cfg      config
+	log      *slog.Logger
+	token    string
+	host     backend.HostInfo
+	workerOp worker.Options
+	store    *store.Store
+	manager  *server.Manager
+	metrics  *server.Metrics
+	reaper   *worker.Reaper
+	registry *prometheus.Registry
+	started  time.Time
+}
+
+// run starts gpud and blocks until ctx ends (SIGTERM), then shuts down:
+// it stops accepting, lets every worker finish its call in flight and
+// exit, and returns nil.
+func run(ctx context.Context, cfg config, stderr io.Writer) error {
+	if err := os.MkdirAll(cfg.stateDir, 0o700); err != nil {
+		return errs.Wrap(err, errs.FailedPrecondition, "", "create --state-dir %s", cfg.stateDir)
+	}
+	for _, sub := range []string{"work"} {
+		if err := os.MkdirAll(filepath.Join(cfg.stateDir, sub), 0o700); err != nil {
+			return errs.Wrap(err, errs.FailedPrecondition, "", "create %s under --state-dir", sub)
+		}
+	}
+	logFile, err := os.OpenFile(filepath.Join(cfg.stateDir, "gpud.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return errs.Wrap(err, errs.FailedPrecondition, "", "open the log in --state-dir")
+	}
+	defer logFile.Close()
+	hopts := &slog.HandlerOptions{Level: cfg.logLevel}
+	log := slog.New(slog.NewMultiHandler(slog.NewTextHandler(logFile, hopts), slog.NewTextHandler(stderr, hopts)))
+
+	d := &daemon{cfg: cfg, log: log, started: time.Now().UTC()}
+	if d.token, err = loadToken(cfg); err != nil {
+		return err
+	}
+	// Workers restored by CRIU are reparented to us; we must be able to
+	// reap them.
+	if err := worker.SetSubreaper(); err != nil {
+		return errs.Wrap(err, errs.Internal, "", "become child subreaper")
+	}
+	d.reaper = worker.NewReaper(log)
+	rctx, stopReaper := context.WithCancel(context.Background())
+	defer stopReaper()
+	go d.reaper.Run(rctx)
+
+	name, err := worker.Resolve(cfg.backend)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return errs.Wrap(err, errs.Internal, "", "locate gpud's binary for its workers")
+	}
+	d.workerOp = worker.Options{Backend: name, Device: cfg.device, EmulatedMemBytes: cfg.emulatedMem, Seed: cfg.name, Exe: exe, Log: log}
+	if d.host, err = worker.HostInfo(name, d.workerOp); err != nil {
+		return err
+	}
+	if d.store, err = store.Open(ctx, cfg.stateDir, store.Options{Logger: log}); err != nil {
+		return err
+	}
+	defer d.store.Close()
+
+	d.registry = prometheus.NewRegistry()
+	d.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	d.metrics = server.NewMetrics(d.registry)
+	d.manager, err = server.NewManager(server.Config{
+		Host: cfg.name, Grace: cfg.grace, Worker: d.workerOp, Store: server.NewStore(d.store),
+		Reaper: d.reaper, Metrics: d.metrics, Log: log,
+	})
+	if err != nil {
+		return err
+	}
+
+	clientLn, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return errs.Wrap(err, errs.Unavailable, "", "listen for clients on --listen %s", cfg.listen)
+	}
+	apiLn, err := net.Listen("tcp", cfg.api)
+	if err != nil {
+		clientLn.Close()
+		return errs.Wrap(err, errs.Unavailable, "", "listen for the control API on --api %s", cfg.api)
+	}
+	api := &http.Server{Handler: d.apiHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	apiDone := make(chan error, 1)
+	go func() { apiDone <- api.Serve(apiLn) }()
+	listener := &server.Listener{Manager: d.manager, Token: d.token, HandshakeTimeout: cfg.handshakeTimeout, Log: log}
+	clientDone := make(chan error, 1)
+	go func() { clientDone <- listener.Serve(ctx, clientLn) }()
+	log.Info("gpud ready", "listen", clientLn.Addr().String(), "api", apiLn.Addr().String(), "backend", name,
+		"gpus", len(d.host.GPUs), "state_dir", cfg.stateDir, "name", cfg.name)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-apiDone:
+		runErr = errs.Wrap(runErr, errs.Unavailable, "", "control API stopped")
+	case runErr = <-clientDone:
+		if runErr != nil {
+			runErr = errs.Wrap(runErr, errs.Unavailable, "", "client listener stopped")
+		}
+	}
+	log.Info("gpud shutting down")
+	shctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clientLn.Close()
+	_ = api.Shutdown(shctx)
+	d.manager.Shutdown(shctx)
+	if runErr == nil {
+		runErr = waitErr(clientDone)
+	}
+	log.Info("gpud stopped")
+	return runErr
+}
+
+func waitErr(ch chan error) error {
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(5 * time.Second):
+		return errors.New("client listener did not stop")
+	}
+}
+
+// loadToken reads --token-file, or DIR/token, creating the latter with a
+// fresh random token (mode 0600) on first start.
+func loadToken(cfg config) (string, error) {
+	path, create := cfg.tokenFile, false
+	if path == "" {
+		path, create = filepath.Join(cfg.stateDir, "token"), true
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && create {
+		var raw [32]byte
+		if _, err := rand.Read(raw[:]); err != nil {
+			return "", err
+		}
+		tok := hex.EncodeToString(raw[:])
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil {
+			return "", errs.Wrap(err, errs.FailedPrecondition, "", "create token file %s", path)
+		}
+		if _, err := fmt.Fprintln(f, tok); err != nil {
+			f.Close()
+			return "", err
+		}
+		if err := f.Close(); err != nil {
+			return "", err
+		}
+		return tok, nil
+	}
+	if err != nil {
+		return "", errs.Wrap(err, errs.InvalidArgument, "", "read token file %s", path)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", errs.New(errs.InvalidArgument, "", "token file %s is empty", path)
+	}
+	return tok, nil
+}
