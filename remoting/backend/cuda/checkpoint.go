@@ -78,14 +78,15 @@ func NewCheckpointer(library string, log *slog.Logger) (*Checkpointer, error) {
 
 func subject(pid int) string { return fmt.Sprintf("process %d", pid) }
 
-// call runs one driver checkpoint call and classifies its failure.
-func (c *Checkpointer) call(ctx context.Context, pid int, what string, f func() C.CUresult) error {
+// call runs one driver checkpoint call (named call, described by what)
+// and classifies its failure.
+func (c *Checkpointer) call(ctx context.Context, pid int, call, what string, f func() C.CUresult) error {
 	if err := ctx.Err(); err != nil {
-		return errs.Wrap(err, errs.Unavailable, subject(pid), "%s not started", what)
+		return errs.Wrap(err, errs.Unavailable, subject(pid), "%s: not started", what)
 	}
 	start := time.Now()
-	err := c.drv.check(f(), what)
-	c.log.Debug("cuda checkpoint call", "op", what, "pid", pid, "took", time.Since(start), "err", err)
+	err := c.drv.check(f(), call)
+	c.log.Debug("cuda checkpoint call", "op", call, "pid", pid, "took", time.Since(start), "err", err)
 	if err != nil {
 		return errs.Wrap(err, errs.FailedPrecondition, subject(pid), "%s", what)
 	}
@@ -102,7 +103,7 @@ func (c *Checkpointer) Lock(ctx context.Context, pid int, timeout time.Duration)
 		}
 	}
 	ms := max(timeout.Milliseconds(), 1)
-	return c.call(ctx, pid, "cuCheckpointProcessLock", func() C.CUresult {
+	return c.call(ctx, pid, "cuCheckpointProcessLock", "locking its CUDA calls", func() C.CUresult {
 		return C.gc_ckpt_lock(c.drv.api, C.int(pid), C.uint(min(ms, 1<<31)))
 	})
 }
@@ -110,7 +111,7 @@ func (c *Checkpointer) Lock(ctx context.Context, pid int, timeout time.Duration)
 // Checkpoint copies the locked process's device memory to its host memory
 // and releases its GPU resources.
 func (c *Checkpointer) Checkpoint(ctx context.Context, pid int) error {
-	return c.call(ctx, pid, "cuCheckpointProcessCheckpoint", func() C.CUresult {
+	return c.call(ctx, pid, "cuCheckpointProcessCheckpoint", "checkpointing its GPU state", func() C.CUresult {
 		return C.gc_ckpt_checkpoint(c.drv.api, C.int(pid))
 	})
 }
@@ -136,7 +137,7 @@ func (c *Checkpointer) Restore(ctx context.Context, pid int, pairs []GPUPair) er
 			to[i].bytes[j] = C.char(t[j])
 		}
 	}
-	return c.call(ctx, pid, "cuCheckpointProcessRestore", func() C.CUresult {
+	return c.call(ctx, pid, "cuCheckpointProcessRestore", "restoring its GPU state", func() C.CUresult {
 		if len(pairs) == 0 {
 			return C.gc_ckpt_restore(c.drv.api, C.int(pid), nil, nil, 0)
 		}
@@ -146,7 +147,7 @@ func (c *Checkpointer) Restore(ctx context.Context, pid int, pairs []GPUPair) er
 
 // Unlock lets a restored (or merely locked) process call the driver again.
 func (c *Checkpointer) Unlock(ctx context.Context, pid int) error {
-	return c.call(ctx, pid, "cuCheckpointProcessUnlock", func() C.CUresult {
+	return c.call(ctx, pid, "cuCheckpointProcessUnlock", "unlocking its CUDA calls", func() C.CUresult {
 		return C.gc_ckpt_unlock(c.drv.api, C.int(pid))
 	})
 }
@@ -154,7 +155,7 @@ func (c *Checkpointer) Unlock(ctx context.Context, pid int) error {
 // State reports where the process is in the checkpoint sequence.
 func (c *Checkpointer) State(ctx context.Context, pid int) (ProcessState, error) {
 	var s C.int
-	err := c.call(ctx, pid, "cuCheckpointProcessGetState", func() C.CUresult {
+	err := c.call(ctx, pid, "cuCheckpointProcessGetState", "reading its checkpoint state", func() C.CUresult {
 		return C.gc_ckpt_state(c.drv.api, C.int(pid), &s)
 	})
 	return ProcessState(s), err
