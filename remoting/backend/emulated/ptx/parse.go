@@ -216,7 +216,7 @@ func (p *parser) topLevel(m *ast) {
 		}
 	case ".global", ".const", ".shared":
 		p.next()
-		for _, v := range p.varDecls(t.text[1:]) {
+		for _, v := range p.varDecls(t.text[1:], true) {
 			v.extern = extern
 			m.vars = append(m.vars, v)
 		}
@@ -228,7 +228,7 @@ func (p *parser) topLevel(m *ast) {
 
 // varDecls parses the rest of a declaration after its state space:
 // qualifiers, type, and one or more names.
-func (p *parser) varDecls(space string) []*varDecl {
+func (p *parser) varDecls(space string, multi bool) []*varDecl {
 	proto := varDecl{space: space, count: 1, line: p.peek().line}
 	for {
 		t := p.peek()
@@ -290,7 +290,7 @@ func (p *parser) varDecls(space string) []*varDecl {
 			v.init = p.initializer(nil)
 		}
 		out = append(out, &v)
-		if !p.accept(",") {
+		if !multi || !p.accept(",") {
 			break
 		}
 	}
@@ -377,7 +377,7 @@ func (p *parser) paramList() []*varDecl {
 			p.pos--
 			p.failf("expected .param, found %s", t)
 		}
-		vs := p.varDecls("param")
+		vs := p.varDecls("param", false)
 		out = append(out, vs...)
 		if !p.accept(",") {
 			break
@@ -419,7 +419,7 @@ func (p *parser) body() []stmt {
 		switch t.text {
 		case ".reg", ".local", ".shared", ".param", ".const", ".global":
 			p.next()
-			for _, v := range p.varDecls(t.text[1:]) {
+			for _, v := range p.varDecls(t.text[1:], true) {
 				out = append(out, stmt{kind: stDecl, decl: v})
 			}
 			p.expect(";")
@@ -507,6 +507,13 @@ func (p *parser) operand() operand {
 					v = -v
 				}
 				o.ival += v
+			}
+			// texture and surface coordinates: [tex, {x, y}]
+			for p.accept(",") {
+				o.elems = append(o.elems, p.operand())
+				if len(o.elems) > 8 {
+					p.failf("address too long")
+				}
 			}
 		}
 		p.expect("]")
