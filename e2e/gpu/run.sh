@@ -188,8 +188,8 @@ STUBS=$(dirname "$(find /usr/local/cuda/ -path '*stubs/libcuda.so' 2>/dev/null |
 [[ -d $STUBS ]] || STUBS=/usr/local/cuda/lib64/stubs
 # The flag that gives a gpud its GPU.
 GPU_FLAG=
-for f in --gpu --device; do
-	"$GPUD" --help 2>&1 | grep -q -- "$f[ =]" && { GPU_FLAG=$f; break; }
+for f in device gpu; do
+	"$GPUD" --help 2>&1 | grep -qE -- "^ +--?$f( |=|$)" && { GPU_FLAG=--$f; break; }
 done
 od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$TOKEN"
 chmod 600 "$TOKEN"
