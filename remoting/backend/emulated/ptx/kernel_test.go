@@ -5,6 +5,8 @@ import (
 	"math"
 	"os"
 	"testing"
+
+	"github.com/gpuctl/gpuctl/remoting/cu"
 )
 
 func readTestdata(t testing.TB, name string) string {
@@ -43,4 +45,201 @@ func TestSaxpy(t *testing.T) {
 			}
 		}
 	}
+}
+
+// loadKernels loads testdata/kernels.ptx and binds its globals.
+func loadKernels(t *testing.T, mem *testMem) *Module {
+	t.Helper()
+	m := mustLoad(t, readTestdata(t, "kernels.ptx"))
+	for _, g := range m.Globals() {
+		addr := mem.alloc(int(g.Size))
+		copy(mem.bytes(addr), g.Init)
+		if err := m.BindGlobal(g.Name, addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return m
+}
+
+func TestReduceKernel(t *testing.T) {
+	for _, tc := range []struct{ blocks, threads int }{{1, 32}, {4, 256}, {3, 64}, {2, 1}} {
+		mem := newTestMem()
+		m := loadKernels(t, mem)
+		f := mustFunc(t, m, "reduce")
+		n := tc.blocks * tc.threads
+		in, out := mem.alloc(4*n), mem.alloc(4*tc.blocks)
+		vals := make([]uint32, n)
+		for i := range vals {
+			vals[i] = uint32(i*i + 7)
+		}
+		mem.putU32(in, vals)
+		err := f.Run(context.Background(), Launch{Grid: [3]uint32{uint32(tc.blocks), 1, 1}, Block: [3]uint32{uint32(tc.threads), 1, 1},
+			Params: params(t, f, in, out)}, mem, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := mem.u32s(out, tc.blocks)
+		for b := 0; b < tc.blocks; b++ {
+			var want uint32
+			for i := 0; i < tc.threads; i++ {
+				want += vals[b*tc.threads+i]
+			}
+			if got[b] != want {
+				t.Errorf("%+v: block %d sum %d, want %d", tc, b, got[b], want)
+			}
+		}
+	}
+}
+
+func TestDeviceCalls(t *testing.T) {
+	mem := newTestMem()
+	m := loadKernels(t, mem)
+	f := mustFunc(t, m, "calls")
+	in, out := mem.alloc(4*64), mem.alloc(4*64)
+	xs := make([]float32, 64)
+	for i := range xs {
+		xs[i] = float32(i)*0.25 - 4
+	}
+	mem.putF32(in, xs)
+	if err := f.Run(context.Background(), Launch{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{64, 1, 1}, Params: params(t, f, in, out)}, mem, 1); err != nil {
+		t.Fatal(err)
+	}
+	fact := func(n int) float32 {
+		r := 1
+		for i := 2; i <= n; i++ {
+			r *= i
+		}
+		return float32(r)
+	}
+	got := mem.f32s(out, 64)
+	for i, x := range xs {
+		want := min(max(x, -2), 2)
+		if i&7 != 3 {
+			want += fact(i & 7)
+		}
+		if got[i] != want {
+			t.Errorf("out[%d] = %v, want %v", i, got[i], want)
+		}
+	}
+}
+
+func TestDynamicSharedAndGlobals(t *testing.T) {
+	mem := newTestMem()
+	m := loadKernels(t, mem)
+	f := mustFunc(t, m, "dynsh")
+	const n = 96
+	out := mem.alloc(4 * n)
+	err := f.Run(context.Background(), Launch{Grid: [3]uint32{3, 1, 1}, Block: [3]uint32{n, 1, 1}, SharedBytes: 4 * n,
+		Params: params(t, f, out, uint32(n))}, mem, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range mem.u32s(out, n) {
+		if want := uint32(n-1-i) + 2; v != want {
+			t.Fatalf("out[%d] = %d, want %d", i, v, want)
+		}
+	}
+	addr, size, err := m.GlobalAddr("counter")
+	if err != nil || size != 4 {
+		t.Fatalf("GlobalAddr(counter) = %#x, %d, %v", addr, size, err)
+	}
+	if got := mem.u32s(addr, 1)[0]; got != 3*n {
+		t.Fatalf("counter = %d, want %d", got, 3*n)
+	}
+	// Too little dynamic shared memory: the reads run past the end.
+	err = f.Run(context.Background(), Launch{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{n, 1, 1}, SharedBytes: 16,
+		Params: params(t, f, out, uint32(n))}, mem, 1)
+	if cu := codeOf(err); cu != "CUDA_ERROR_ILLEGAL_ADDRESS" {
+		t.Fatalf("short dynamic shared memory: got %v", err)
+	}
+}
+
+func TestLocalMemoryAndConst(t *testing.T) {
+	mem := newTestMem()
+	m := loadKernels(t, mem)
+	f := mustFunc(t, m, "localarr")
+	out := mem.alloc(4 * 40)
+	if err := f.Run(context.Background(), Launch{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{40, 1, 1}, Params: params(t, f, out)}, mem, 1); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range mem.f32s(out, 40) {
+		if want := float32((i%16)*i) * 2; v != want {
+			t.Fatalf("out[%d] = %v, want %v", i, v, want)
+		}
+	}
+	if got, _ := f.Attribute(attrLocalSizeBytes); got != 64 {
+		t.Fatalf("local size attribute = %d, want 64", got)
+	}
+}
+
+func TestPrintfIsHarmless(t *testing.T) {
+	mem := newTestMem()
+	m := loadKernels(t, mem)
+	f := mustFunc(t, m, "printer")
+	if err := f.Run(context.Background(), Launch{Grid: [3]uint32{2, 1, 1}, Block: [3]uint32{8, 1, 1}, Params: params(t, f, uint32(1))}, mem, 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestModuleSurface(t *testing.T) {
+	mem := newTestMem()
+	m := loadKernels(t, mem)
+	if _, err := m.Function("nope"); codeOf(err) != "CUDA_ERROR_NOT_FOUND" {
+		t.Fatalf("Function(nope) = %v", err)
+	}
+	if _, err := m.Function("_Z4facti"); codeOf(err) != "CUDA_ERROR_NOT_FOUND" {
+		t.Fatalf("a .func is not a kernel: %v", err)
+	}
+	if _, _, err := m.GlobalAddr("nope"); codeOf(err) != "CUDA_ERROR_NOT_FOUND" {
+		t.Fatalf("GlobalAddr(nope) = %v", err)
+	}
+	names := map[string]Global{}
+	for _, g := range m.Globals() {
+		names[g.Name] = g
+	}
+	if g := names["table"]; g.Size != 16 || len(g.Init) != 16 || g.Init[4] != 2 {
+		t.Fatalf("table = %+v", g)
+	}
+	if g := names["scale"]; g.Size != 4 || math.Float32frombits(uint32(g.Init[0])|uint32(g.Init[1])<<8|uint32(g.Init[2])<<16|uint32(g.Init[3])<<24) != 2 {
+		t.Fatalf("scale = %+v", g)
+	}
+	f := mustFunc(t, m, "reduce")
+	attrs := []struct {
+		attr int32
+		want int32
+	}{
+		{attrMaxThreadsPerBlock, 256},
+		{attrSharedSizeBytes, 1024},
+		{attrPTXVersion, 84},
+		{attrBinaryVersion, 90},
+	}
+	for _, a := range attrs {
+		if got, err := f.Attribute(a.attr); err != nil || got != a.want {
+			t.Errorf("attribute %d = %d, %v; want %d", a.attr, got, err, a.want)
+		}
+	}
+	if _, err := f.Attribute(99); codeOf(err) != "CUDA_ERROR_INVALID_VALUE" {
+		t.Errorf("attribute 99: %v", err)
+	}
+	if ps := f.Params(); len(ps) != 2 || ps[1].Offset != 8 || ps[1].Size != 8 {
+		t.Errorf("params = %+v", ps)
+	}
+	bad := []Launch{
+		{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{512, 1, 1}, Params: make([]byte, 16)}, // above .maxntid
+		{Grid: [3]uint32{0, 1, 1}, Block: [3]uint32{32, 1, 1}, Params: make([]byte, 16)},
+		{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}, Params: make([]byte, 8)},
+		{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}, Params: make([]byte, 16), SharedBytes: 1 << 20},
+	}
+	for i, l := range bad {
+		if err := f.Run(context.Background(), l, mem, 1); codeOf(err) != "CUDA_ERROR_INVALID_VALUE" {
+			t.Errorf("bad launch %d: %v", i, err)
+		}
+	}
+}
+
+func codeOf(err error) string {
+	if err == nil {
+		return "CUDA_SUCCESS"
+	}
+	return cu.Code(err).Name()
 }

@@ -61,7 +61,7 @@ func lex(src string) ([]token, error) {
 		if atLineStart {
 			atLineStart = false
 			rest := src[i:]
-			if strings.HasPrefix(rest, ".loc") || strings.HasPrefix(rest, ".file") || strings.HasPrefix(rest, "@@DWARF") {
+			if isDebugLine(rest) {
 				for i < n && src[i] != '\n' {
 					i++
 				}
@@ -133,4 +133,15 @@ func lex(src string) ([]token, error) {
 	}
 	toks = append(toks, token{kind: tkEOF, line: line})
 	return toks, nil
+}
+
+// isDebugLine reports whether a line is a .loc/.file directive or an old
+// @@DWARF line, none of which affect execution.
+func isDebugLine(rest string) bool {
+	for _, d := range []string{".loc", ".file", "@@DWARF"} {
+		if strings.HasPrefix(rest, d) && len(rest) > len(d) && (rest[len(d)] == ' ' || rest[len(d)] == '\t') {
+			return true
+		}
+	}
+	return false
 }
