@@ -14,13 +14,14 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args, &env{stdout: os.Stdout, stderr: os.Stderr})
+	code := run(ctx, os.Args, osEnv())
 	stop()
 	os.Exit(code)
 }
@@ -69,7 +70,20 @@ func newApp(e *env) *cli.App {
 
 // env carries the process's outside world so tests can replace it.
 type env struct {
+	stdin          io.Reader
 	stdout, stderr io.Writer
+	environ        func() []string
+	getenv         func(string) string
+	executable     func() (string, error)
+	now            func() time.Time
+}
+
+// osEnv is the real outside world.
+func osEnv() *env {
+	return &env{
+		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr,
+		environ: os.Environ, getenv: os.Getenv, executable: os.Executable, now: time.Now,
+	}
 }
 
 func asExit(err error, target *cli.ExitCoder) bool {

@@ -1,7 +1,178 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpuctl/gpuctl/errs"
+)
 
 func runCommand(e *env) *cli.Command {
-	return &cli.Command{Name: "run", Action: notYet("run")}
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "run a CUDA program against a remote GPU",
+		ArgsUsage: "-- CMD [ARGS...]",
+		Description: "Runs CMD with gpuctl's libcuda.so.1 first on LD_LIBRARY_PATH and GPUCTL_SERVER and the\n" +
+			"token in its environment, so every CUDA driver call goes to the gpud at --server.\n" +
+			"gpuctl exits with CMD's status.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "server", Usage: "gpud --listen address `HOST:PORT`", EnvVars: []string{"GPUCTL_SERVER"}},
+			&cli.StringFlag{Name: "token-file", Usage: "`FILE` holding the host's token (or set GPUCTL_TOKEN)"},
+		},
+		Action: func(c *cli.Context) error {
+			// run's own --token-file, else the global one (which also reads
+			// GPUCTL_TOKEN_FILE).
+			var tokenFile string
+			for _, l := range c.Lineage() {
+				if v := l.String("token-file"); v != "" {
+					tokenFile = v
+					break
+				}
+			}
+			return runProgram(c.Context, e, runArgs{server: c.String("server"), tokenFile: tokenFile, argv: c.Args().Slice()})
+		},
+	}
+}
+
+// runArgs is `gpuctl run`'s command line.
+type runArgs struct {
+	server    string
+	tokenFile string
+	argv      []string
+}
+
+// runProgram starts the program with the interposer and waits for it. Its
+// exit status becomes gpuctl's.
+func runProgram(ctx context.Context, e *env, a runArgs) error {
+	if len(a.argv) > 0 && a.argv[0] == "--" {
+		a.argv = a.argv[1:]
+	}
+	if len(a.argv) == 0 {
+		return usageError("no program given: gpuctl run --server HOST:PORT -- CMD [ARGS...]")
+	}
+	if a.server == "" {
+		return usageError("no server: pass --server HOST:PORT (gpud's --listen address) or set GPUCTL_SERVER")
+	}
+	if _, _, err := net.SplitHostPort(a.server); err != nil {
+		return usageError("--server %q is not HOST:PORT", a.server)
+	}
+	lib, err := e.libDir()
+	if err != nil {
+		return err
+	}
+	env, err := runEnv(e.environ(), lib, a)
+	if err != nil {
+		return err
+	}
+	path, err := exec.LookPath(a.argv[0])
+	if err != nil {
+		return errs.Wrap(err, errs.InvalidArgument, "", "cannot run %s", a.argv[0])
+	}
+	cmd := exec.Command(path, a.argv[1:]...)
+	cmd.Env = env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
+	if err := cmd.Start(); err != nil {
+		return errs.Wrap(err, errs.InvalidArgument, "", "start %s", a.argv[0])
+	}
+	// gpuctl stands in for the program: a SIGTERM or Ctrl-C that reaches
+	// gpuctl is passed on, and gpuctl waits for the program to end.
+	stop := context.AfterFunc(ctx, func() { _ = cmd.Process.Signal(syscall.SIGTERM) })
+	defer stop()
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code := ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int(ws.Signal())
+		}
+		return cli.Exit("", code)
+	}
+	return err
+}
+
+// runEnv is the program's environment: ours, with the interposer's
+// directory first on LD_LIBRARY_PATH and the server and token set. The
+// token travels as a file name when there is one, so it never shows in
+// the process table.
+func runEnv(base []string, lib string, a runArgs) ([]string, error) {
+	drop := map[string]bool{"LD_LIBRARY_PATH": true, "GPUCTL_SERVER": true}
+	var ldPath string
+	var env []string
+	for _, kv := range base {
+		k, v, _ := strings.Cut(kv, "=")
+		if k == "LD_LIBRARY_PATH" {
+			ldPath = v
+		}
+		if a.tokenFile != "" && (k == "GPUCTL_TOKEN" || k == "GPUCTL_TOKEN_FILE") {
+			continue
+		}
+		if !drop[k] {
+			env = append(env, kv)
+		}
+	}
+	if ldPath != "" {
+		lib += ":" + ldPath
+	}
+	env = append(env, "LD_LIBRARY_PATH="+lib, "GPUCTL_SERVER="+a.server)
+	if a.tokenFile != "" {
+		abs, err := filepath.Abs(a.tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := readToken(abs); err != nil {
+			return nil, err
+		}
+		env = append(env, "GPUCTL_TOKEN_FILE="+abs)
+	} else if !hasAny(base, "GPUCTL_TOKEN", "GPUCTL_TOKEN_FILE") {
+		return nil, usageError("no token: pass --token-file FILE (gpud writes one to STATE_DIR/token) or set GPUCTL_TOKEN")
+	}
+	return env, nil
+}
+
+func hasAny(env []string, keys ...string) bool {
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		for _, want := range keys {
+			if k == want && v != "" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// libDir finds the directory holding gpuctl's libcuda.so.1: ../lib from
+// the gpuctl binary (build/bin/gpuctl -> build/lib), or GPUCTL_LIB_DIR.
+func (e *env) libDir() (string, error) {
+	if d := e.getenv("GPUCTL_LIB_DIR"); d != "" {
+		return checkLib(d)
+	}
+	exe, err := e.executable()
+	if err != nil {
+		return "", errs.Wrap(err, errs.Internal, "", "locate the gpuctl binary")
+	}
+	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = resolved
+	}
+	return checkLib(filepath.Join(filepath.Dir(filepath.Dir(exe)), "lib"))
+}
+
+func checkLib(dir string) (string, error) {
+	if _, err := os.Stat(filepath.Join(dir, "libcuda.so.1")); err != nil {
+		return "", errs.New(errs.FailedPrecondition, "", "libcuda.so.1 not found in %s: build it with `make build`, or set GPUCTL_LIB_DIR", dir)
+	}
+	return filepath.Abs(dir)
+}
+
+// usageError is an InvalidArgument error (exit status 2).
+func usageError(format string, args ...any) error {
+	return errs.New(errs.InvalidArgument, "", format, args...)
 }

@@ -1,7 +1,95 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpuctl/gpuctl/control"
+)
+
+// sessionRow is the part of GET /v1/sessions the table shows; --json
+// passes gpud's objects through whole.
+type sessionRow struct {
+	ID       string    `json:"id"`
+	State    string    `json:"state"`
+	Host     string    `json:"host"`
+	Client   string    `json:"client"`
+	Created  time.Time `json:"created"`
+	MemBytes uint64    `json:"mem_bytes"`
+	Device   string    `json:"device"`
+	Backend  string    `json:"backend"`
+}
 
 func sessionsCommand(e *env) *cli.Command {
-	return &cli.Command{Name: "sessions", Action: notYet("sessions")}
+	return &cli.Command{
+		Name:  "sessions",
+		Usage: "list the sessions on a host",
+		Description: "Lists the host's sessions: id, state (running, detached, quiescing, checkpointing,\n" +
+			"migrating, stopped), client address, age, device memory in use and device.",
+		Flags: []cli.Flag{jsonFlag},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usageError("gpuctl sessions takes no arguments")
+			}
+			cl, err := apiClient(c)
+			if err != nil {
+				return err
+			}
+			return runSessions(c.Context, e, cl, c.Bool("json"))
+		},
+	}
+}
+
+func runSessions(ctx context.Context, e *env, cl *control.Client, asJSON bool) error {
+	var raw []json.RawMessage
+	if err := cl.Do(ctx, http.MethodGet, "/v1/sessions", nil, &raw); err != nil {
+		return err
+	}
+	if raw == nil {
+		raw = []json.RawMessage{} // an empty list prints as [], never null
+	}
+	if asJSON {
+		return e.printJSON(raw)
+	}
+	if len(raw) == 0 {
+		e.printf("no sessions on %s\n", cl.Addr())
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tCLIENT\tAGE\tMEMORY\tDEVICE")
+	now := e.now()
+	for _, r := range raw {
+		var s sessionRow
+		if err := json.Unmarshal(r, &s); err != nil {
+			return fmt.Errorf("decode session from %s: %w", cl.Addr(), err)
+		}
+		client := s.Client
+		if client == "" {
+			client = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s %s\n", s.ID, s.State, client, age(now.Sub(s.Created)),
+			humanBytes(s.MemBytes), s.Backend, s.Device)
+	}
+	return tw.Flush()
+}
+
+// age prints a duration the way listings do: 42s, 5m, 3h, 2d.
+func age(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
