@@ -212,23 +212,23 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		out_p, err := s.dev.MemAlloc(ctx, c, in_size)
+		out_ptr, err := s.dev.MemAlloc(ctx, c, in_size)
 		if err != nil {
 			return err
 		}
-		x.e.U64(uint64(out_p))
+		x.e.U64(uint64(out_ptr))
 		return nil
 	case wire.OpMemFree:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_p := backend.DevPtr(x.d.U64())
+		in_ptr := backend.DevPtr(x.d.U64())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		err := s.dev.MemFree(ctx, c, in_p)
+		err := s.dev.MemFree(ctx, c, in_ptr)
 		if err != nil {
 			return err
 		}
@@ -252,14 +252,14 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 	case wire.OpMemGetAddressRange:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_p := backend.DevPtr(x.d.U64())
+		in_ptr := backend.DevPtr(x.d.U64())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		out_base, out_size, err := s.dev.MemGetAddressRange(ctx, c, in_p)
+		out_base, out_size, err := s.dev.MemGetAddressRange(ctx, c, in_ptr)
 		if err != nil {
 			return err
 		}
@@ -396,11 +396,11 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		out_p, out_size, err := s.dev.ModuleGetGlobal(ctx, c, in_m, in_name)
+		out_ptr, out_size, err := s.dev.ModuleGetGlobal(ctx, c, in_m, in_name)
 		if err != nil {
 			return err
 		}
-		x.e.U64(uint64(out_p))
+		x.e.U64(uint64(out_ptr))
 		x.e.U64(uint64(out_size))
 		return nil
 	case wire.OpFuncGetAttribute:

@@ -76,7 +76,7 @@ var (
 	fn     = f("fn", U64, "backend.Function")
 	stream = f("s", U64, "backend.Stream")
 	event  = f("e", U64, "backend.Event")
-	ptr    = f("p", U64, "backend.DevPtr")
+	ptr    = f("ptr", U64, "backend.DevPtr")
 )
 
 // Ops is the table of wire operations. Codes never change meaning; new ops

@@ -1,0 +1,904 @@
+/* Hand-written entry points: those served locally (errors, lookup, the
+ * per-thread context stack, host memory) and those that need more than
+ * argument forwarding (copies, modules, launches, context creation).
+ * The rest is generated from remoting/spec into gen/gc_entries.c. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cuda.h"
+#include "gc_core.h"
+#include "../gen/gc_ops.h"
+#include "../gen/gc_undef.h"
+
+/* ---- errors ------------------------------------------------------------ */
+
+static const struct {
+	CUresult code;
+	const char *name;
+	const char *text;
+} errors[] = {
+	{ CUDA_SUCCESS, "CUDA_SUCCESS", "no error" },
+	{ CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument" },
+	{ CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory" },
+	{ CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error" },
+	{ CUDA_ERROR_DEINITIALIZED, "CUDA_ERROR_DEINITIALIZED", "driver shutting down" },
+	{ CUDA_ERROR_STUB_LIBRARY, "CUDA_ERROR_STUB_LIBRARY", "CUDA driver is a stub library" },
+	{ CUDA_ERROR_DEVICE_UNAVAILABLE, "CUDA_ERROR_DEVICE_UNAVAILABLE", "CUDA-capable device(s) is/are busy or unavailable" },
+	{ CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected" },
+	{ CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal" },
+	{ CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid" },
+	{ CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context" },
+	{ CUDA_ERROR_CONTEXT_ALREADY_CURRENT, "CUDA_ERROR_CONTEXT_ALREADY_CURRENT", "context already current" },
+	{ CUDA_ERROR_MAP_FAILED, "CUDA_ERROR_MAP_FAILED", "mapping of buffer object failed" },
+	{ CUDA_ERROR_NO_BINARY_FOR_GPU, "CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution on the device" },
+	{ CUDA_ERROR_INVALID_PTX, "CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed" },
+	{ CUDA_ERROR_UNSUPPORTED_PTX_VERSION, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", "the provided PTX was compiled with an unsupported toolchain" },
+	{ CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY, "CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY", "the execution affinity is not supported" },
+	{ CUDA_ERROR_INVALID_SOURCE, "CUDA_ERROR_INVALID_SOURCE", "device kernel image is invalid" },
+	{ CUDA_ERROR_FILE_NOT_FOUND, "CUDA_ERROR_FILE_NOT_FOUND", "file not found" },
+	{ CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM", "OS call failed or operation not supported on this OS" },
+	{ CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle" },
+	{ CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE", "the operation cannot be performed in the present state" },
+	{ CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found" },
+	{ CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready" },
+	{ CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered" },
+	{ CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "too many resources requested for launch" },
+	{ CUDA_ERROR_LAUNCH_TIMEOUT, "CUDA_ERROR_LAUNCH_TIMEOUT", "the launch timed out and was terminated" },
+	{ CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, "CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE", "the primary context for the device is already active" },
+	{ CUDA_ERROR_CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed" },
+	{ CUDA_ERROR_ASSERT, "CUDA_ERROR_ASSERT", "device-side assert triggered" },
+	{ CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", "part or all of the requested memory range is already mapped" },
+	{ CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", "pointer does not correspond to a registered memory region" },
+	{ CUDA_ERROR_ILLEGAL_INSTRUCTION, "CUDA_ERROR_ILLEGAL_INSTRUCTION", "an illegal instruction was encountered" },
+	{ CUDA_ERROR_MISALIGNED_ADDRESS, "CUDA_ERROR_MISALIGNED_ADDRESS", "misaligned address" },
+	{ CUDA_ERROR_INVALID_ADDRESS_SPACE, "CUDA_ERROR_INVALID_ADDRESS_SPACE", "operation not supported on global/shared address space" },
+	{ CUDA_ERROR_INVALID_PC, "CUDA_ERROR_INVALID_PC", "invalid program counter" },
+	{ CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure" },
+	{ CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted" },
+	{ CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported" },
+	{ CUDA_ERROR_SYSTEM_NOT_READY, "CUDA_ERROR_SYSTEM_NOT_READY", "system not yet initialized" },
+	{ CUDA_ERROR_TIMEOUT, "CUDA_ERROR_TIMEOUT", "wait operation timed out" },
+	{ CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error" },
+};
+
+CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr)
+{
+	if (pStr == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++) {
+		if (errors[i].code == error) {
+			*pStr = errors[i].name;
+			return CUDA_SUCCESS;
+		}
+	}
+	*pStr = NULL;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
+{
+	if (pStr == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++) {
+		if (errors[i].code == error) {
+			*pStr = errors[i].text;
+			return CUDA_SUCCESS;
+		}
+	}
+	*pStr = NULL;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- lookup -------------------------------------------------------------- */
+
+static CUresult proc_lookup(const char *symbol, void **pfn, int cudaVersion, CUdriverProcAddressQueryResult *st)
+{
+	if (symbol == NULL || pfn == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pfn = NULL;
+	int found = 0;
+	for (size_t i = 0; i < gc_nprocs; i++) {
+		if (strcmp(gc_procs[i].name, symbol) != 0)
+			continue;
+		found = 1;
+		/* Rows are sorted by version: keep the newest one allowed. */
+		if (gc_procs[i].version <= cudaVersion)
+			*pfn = gc_procs[i].fn;
+	}
+	if (st != NULL)
+		*st = *pfn ? CU_GET_PROC_ADDRESS_SUCCESS
+			   : found ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+	return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+/* Both versions answer the per-thread-default-stream flag with the same
+ * functions: the server has one default stream per context. */
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+	(void)flags;
+	return proc_lookup(symbol, pfn, cudaVersion, NULL);
+}
+
+CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+				     CUdriverProcAddressQueryResult *symbolStatus)
+{
+	(void)flags;
+	return proc_lookup(symbol, pfn, cudaVersion, symbolStatus);
+}
+
+/* ---- init and devices ------------------------------------------------------ */
+
+CUresult CUDAAPI cuInit(unsigned int Flags)
+{
+	if (Flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	return gc_connect();
+}
+
+CUresult CUDAAPI cuDriverGetVersion(int *driverVersion)
+{
+	if (driverVersion == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* Answerable before cuInit, as with NVIDIA's driver: the version
+	 * this library implements until a server is connected. */
+	int32_t v;
+	if (gc_ready() == CUDA_SUCCESS && gc_rpc_DriverVersion(&v) == CUDA_SUCCESS && v < CUDA_VERSION)
+		*driverVersion = v;
+	else
+		*driverVersion = CUDA_VERSION;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal)
+{
+	if (device == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	int32_t n;
+	CUresult r = gc_ready();
+	if (r == CUDA_SUCCESS)
+		r = gc_rpc_DeviceCount(&n);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (ordinal < 0 || ordinal >= n)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*device = ordinal;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+	if (name == NULL || len <= 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = gc_ready();
+	return r != CUDA_SUCCESS ? r : gc_rpc_DeviceName(dev, name, (size_t)len);
+}
+
+CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+	if (uuid == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = gc_ready();
+	return r != CUDA_SUCCESS ? r : gc_rpc_DeviceUUID(dev, (uint8_t *)uuid->bytes);
+}
+
+CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) { return cuDeviceGetUuid_v2(uuid, dev); }
+
+CUresult CUDAAPI cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
+{
+	if (major == NULL || minor == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = gc_ready();
+	if (r == CUDA_SUCCESS)
+		r = gc_rpc_DeviceAttribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev, major);
+	if (r == CUDA_SUCCESS)
+		r = gc_rpc_DeviceAttribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev, minor);
+	return r;
+}
+
+CUresult CUDAAPI cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
+{
+	if (pciBusId == NULL || len <= 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = gc_ready();
+	return r != CUDA_SUCCESS ? r : gc_rpc_DevicePCIBusID(dev, pciBusId, (size_t)len);
+}
+
+/* ---- contexts ---------------------------------------------------------------- */
+
+/* The calling thread's context stack. The server has no notion of a
+ * current context: every call names its context. */
+#define CTX_STACK_MAX 64
+static __thread CUcontext ctx_stack[CTX_STACK_MAX];
+static __thread int ctx_depth;
+
+CUresult gc_current_ctx(uint64_t *ctx)
+{
+	CUresult r = gc_ready();
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (ctx_depth == 0 || ctx_stack[ctx_depth - 1] == NULL)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*ctx = GC_H(ctx_stack[ctx_depth - 1]);
+	return CUDA_SUCCESS;
+}
+
+static CUresult ctx_push(CUcontext c)
+{
+	if (ctx_depth == CTX_STACK_MAX)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	ctx_stack[ctx_depth++] = c;
+	return CUDA_SUCCESS;
+}
+
+static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	if (pctx == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = gc_ready();
+	uint64_t c;
+	if (r == CUDA_SUCCESS)
+		r = gc_rpc_CtxCreate(dev, flags, &c);
+	if (r != CUDA_SUCCESS)
+		return r;
+	*pctx = (CUcontext)(uintptr_t)c;
+	return ctx_push(*pctx);
+}
+
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) { return ctx_create(pctx, flags, dev); }
+
+CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags, CUdevice dev)
+{
+	(void)paramsArray;
+	if (numParams > 0)
+		return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+	return ctx_create(pctx, flags, dev);
+}
+
+CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *p, unsigned int flags, CUdevice dev)
+{
+	if (p != NULL && p->numExecAffinityParams > 0)
+		return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+	if (p != NULL && p->cigParams != NULL)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return ctx_create(pctx, flags, dev);
+}
+
+CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
+{
+	if (ctx == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = gc_ready();
+	if (r == CUDA_SUCCESS)
+		r = gc_rpc_CtxDestroy(GC_H(ctx));
+	if (r != CUDA_SUCCESS)
+		return r;
+	/* Other threads find out from the server's INVALID_CONTEXT. */
+	int j = 0;
+	for (int i = 0; i < ctx_depth; i++)
+		if (ctx_stack[i] != ctx)
+			ctx_stack[j++] = ctx_stack[i];
+	ctx_depth = j;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx)
+{
+	if (ctx == NULL)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return ctx_push(ctx);
+}
+
+CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+	if (ctx_depth == 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	CUcontext c = ctx_stack[--ctx_depth];
+	if (pctx != NULL)
+		*pctx = c;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
+{
+	if (ctx == NULL) {
+		if (ctx_depth > 0)
+			ctx_depth--;
+		return CUDA_SUCCESS;
+	}
+	if (ctx_depth == 0)
+		return ctx_push(ctx);
+	ctx_stack[ctx_depth - 1] = ctx;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx)
+{
+	if (pctx == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = gc_ready();
+	if (r != CUDA_SUCCESS)
+		return r;
+	*pctx = ctx_depth > 0 ? ctx_stack[ctx_depth - 1] : NULL;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
+{
+	(void)ctx;
+	if (version == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*version = 3020; /* contexts are created through the _v2 API */
+	return gc_ready();
+}
+
+CUresult CUDAAPI cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+	/* The range the backends accept (that of current NVIDIA GPUs). */
+	if (leastPriority != NULL)
+		*leastPriority = 0;
+	if (greatestPriority != NULL)
+		*greatestPriority = -5;
+	return gc_ready();
+}
+
+/* ---- device ranges --------------------------------------------------------- */
+
+/* Device allocations and module globals known to this client, so that
+ * cuMemcpy can tell device from host pointers. */
+struct range {
+	uint64_t base, size;
+};
+static struct {
+	pthread_rwlock_t mu;
+	struct range *r;
+	size_t n, cap;
+} devr = { .mu = PTHREAD_RWLOCK_INITIALIZER };
+
+static void devr_add(uint64_t base, uint64_t size)
+{
+	pthread_rwlock_wrlock(&devr.mu);
+	if (devr.n == devr.cap) {
+		size_t nc = devr.cap ? 2 * devr.cap : 64;
+		struct range *nr = realloc(devr.r, nc * sizeof *nr);
+		if (nr == NULL) {
+			pthread_rwlock_unlock(&devr.mu);
+			return; /* cuMemcpy then treats the range as host memory */
+		}
+		devr.r = nr;
+		devr.cap = nc;
+	}
+	devr.r[devr.n++] = (struct range){ base, size ? size : 1 };
+	pthread_rwlock_unlock(&devr.mu);
+}
+
+static void devr_del(uint64_t base)
+{
+	pthread_rwlock_wrlock(&devr.mu);
+	for (size_t i = 0; i < devr.n; i++) {
+		if (devr.r[i].base == base) {
+			devr.r[i] = devr.r[--devr.n];
+			break;
+		}
+	}
+	pthread_rwlock_unlock(&devr.mu);
+}
+
+static int is_dev(uint64_t p)
+{
+	int hit = 0;
+	pthread_rwlock_rdlock(&devr.mu);
+	for (size_t i = 0; i < devr.n && !hit; i++)
+		hit = p - devr.r[i].base < devr.r[i].size;
+	pthread_rwlock_unlock(&devr.mu);
+	return hit;
+}
+
+/* ---- memory ------------------------------------------------------------------- */
+
+CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+	if (dptr == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (bytesize == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t ctx, p;
+	CUresult r = gc_current_ctx(&ctx);
+	if (r == CUDA_SUCCESS)
+		r = gc_rpc_MemAlloc(ctx, bytesize, &p);
+	if (r != CUDA_SUCCESS)
+		return r;
+	devr_add(p, bytesize);
+	*dptr = p;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
+{
+	uint64_t ctx;
+	CUresult r = gc_current_ctx(&ctx);
+	if (r == CUDA_SUCCESS)
+		r = gc_rpc_MemFree(ctx, dptr);
+	if (r == CUDA_SUCCESS)
+		devr_del(dptr);
+	return r;
+}
+
+/* Host memory is plain memory on the client: page-locking it would buy
+ * nothing, because data goes to the GPU over the network. The ranges are
+ * remembered so that flag queries and unregistration behave. */
+struct hostr {
+	void *p;
+	size_t size;
+	unsigned int flags;
+	int owned; /* allocated here, as opposed to registered */
+};
+static struct {
+	pthread_mutex_t mu;
+	struct hostr *r;
+	size_t n, cap;
+} hostm = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static int hostm_find(const void *p) /* mu held */
+{
+	for (size_t i = 0; i < hostm.n; i++)
+		if ((uintptr_t)p - (uintptr_t)hostm.r[i].p < hostm.r[i].size)
+			return (int)i;
+	return -1;
+}
+
+static CUresult hostm_add(void *p, size_t size, unsigned int flags, int owned)
+{
+	CUresult r = CUDA_SUCCESS;
+	pthread_mutex_lock(&hostm.mu);
+	if (hostm_find(p) >= 0 || hostm_find((char *)p + size - 1) >= 0) {
+		r = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+	} else {
+		if (hostm.n == hostm.cap) {
+			size_t nc = hostm.cap ? 2 * hostm.cap : 32;
+			struct hostr *nr = realloc(hostm.r, nc * sizeof *nr);
+			if (nr == NULL) {
+				pthread_mutex_unlock(&hostm.mu);
+				return CUDA_ERROR_OUT_OF_MEMORY;
+			}
+			hostm.r = nr;
+			hostm.cap = nc;
+		}
+		hostm.r[hostm.n++] = (struct hostr){ p, size, flags, owned };
+	}
+	pthread_mutex_unlock(&hostm.mu);
+	return r;
+}
+
+CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+	if (pp == NULL || bytesize == 0 || (Flags & ~7u) != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = gc_ready();
+	if (r != CUDA_SUCCESS)
+		return r;
+	void *p;
+	if (posix_memalign(&p, 4096, bytesize) != 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if ((r = hostm_add(p, bytesize, Flags, 1)) != CUDA_SUCCESS) {
+		free(p);
+		return r;
+	}
+	*pp = p;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize) { return cuMemHostAlloc(pp, bytesize, 0); }
+
+CUresult CUDAAPI cuMemFreeHost(void *p)
+{
+	pthread_mutex_lock(&hostm.mu);
+	int i = hostm_find(p);
+	if (i < 0 || !hostm.r[i].owned || hostm.r[i].p != p) {
+		pthread_mutex_unlock(&hostm.mu);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	hostm.r[i] = hostm.r[--hostm.n];
+	pthread_mutex_unlock(&hostm.mu);
+	free(p);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemHostGetFlags(unsigned int *pFlags, void *p)
+{
+	if (pFlags == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&hostm.mu);
+	int i = hostm_find(p);
+	CUresult r = CUDA_ERROR_INVALID_VALUE;
+	if (i >= 0 && hostm.r[i].owned) {
+		*pFlags = hostm.r[i].flags;
+		r = CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&hostm.mu);
+	return r;
+}
+
+CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+	if (p == NULL || bytesize == 0 || (Flags & ~0xfu) != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = gc_ready();
+	return r != CUDA_SUCCESS ? r : hostm_add(p, bytesize, Flags, 0);
+}
+
+CUresult CUDAAPI cuMemHostUnregister(void *p)
+{
+	pthread_mutex_lock(&hostm.mu);
+	int i = hostm_find(p);
+	CUresult r = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+	if (i >= 0 && !hostm.r[i].owned && hostm.r[i].p == p) {
+		hostm.r[i] = hostm.r[--hostm.n];
+		r = CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&hostm.mu);
+	return r;
+}
+
+/* ---- copies and fills ---------------------------------------------------------- */
+
+static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int async)
+{
+	uint64_t ctx;
+	CUresult r = gc_current_ctx(&ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (n == 0)
+		return CUDA_SUCCESS;
+	if (src == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* A small asynchronous copy is copied into the request ring, so the
+	 * caller may reuse its buffer at once (as with pageable memory); a
+	 * large one is sent from the caller's buffer before returning. */
+	if (async && n <= gc_async_inline_max())
+		return gc_rpc_MemcpyHtoD_async(ctx, dst, n, GC_S(s), src, n);
+	return gc_rpc_MemcpyHtoD(ctx, dst, n, GC_S(s), src, n);
+}
+
+/* Device-to-host copies wait for their data, also when asynchronous: the
+ * data has to arrive before the caller may look at it, and CUDA allows
+ * an asynchronous copy to pageable memory to be synchronous. */
+static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	uint64_t ctx;
+	CUresult r = gc_current_ctx(&ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (n == 0)
+		return CUDA_SUCCESS;
+	if (dst == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	return gc_rpc_MemcpyDtoH(ctx, src, n, GC_S(s), dst, n);
+}
+
+static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int async)
+{
+	uint64_t ctx;
+	CUresult r = gc_current_ctx(&ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (async)
+		return gc_rpc_MemcpyDtoD_async(ctx, dst, src, n, GC_S(s));
+	return gc_rpc_MemcpyDtoD(ctx, dst, src, n, GC_S(s));
+}
+
+CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr d, const void *h, size_t n) { return htod(d, h, n, NULL, 0); }
+CUresult CUDAAPI cuMemcpyDtoH_v2(void *h, CUdeviceptr d, size_t n) { return dtoh(h, d, n, NULL); }
+CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { return dtod(d, s, n, NULL, 0); }
+CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, CUstream s) { return htod(d, h, n, s, 1); }
+CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, CUstream s) { return dtoh(h, d, n, s); }
+CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return dtod(d, s, n, st, 1); }
+
+/* cuMemcpy with unified addressing: the client knows which addresses are
+ * device memory; anything else is host memory of this process. */
+static CUresult memcpy_any(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int async)
+{
+	int dd = is_dev(dst), sd = is_dev(src);
+	if (dd && sd)
+		return dtod(dst, src, n, s, async);
+	if (dd)
+		return htod(dst, (const void *)(uintptr_t)src, n, s, async);
+	if (sd)
+		return dtoh((void *)(uintptr_t)dst, src, n, s);
+	CUresult r = gc_ready();
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (n > 0 && (dst == 0 || src == 0))
+		return CUDA_ERROR_INVALID_VALUE;
+	memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { return memcpy_any(dst, src, n, NULL, 0); }
+CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { return memcpy_any(dst, src, n, s, 1); }
+
+static CUresult memset_any(CUdeviceptr dst, uint32_t v, int elem, size_t n, CUstream s, int async)
+{
+	uint64_t ctx;
+	CUresult r = gc_current_ctx(&ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (async)
+		return gc_rpc_Memset_async(ctx, dst, v, elem, n, GC_S(s));
+	return gc_rpc_Memset(ctx, dst, v, elem, n, GC_S(s));
+}
+
+CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { return memset_any(d, v, 1, n, NULL, 0); }
+CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n) { return memset_any(d, v, 2, n, NULL, 0); }
+CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n) { return memset_any(d, v, 4, n, NULL, 0); }
+CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) { return memset_any(d, v, 1, n, s, 1); }
+CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s) { return memset_any(d, v, 2, n, s, 1); }
+CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s) { return memset_any(d, v, 4, n, s, 1); }
+
+/* ---- modules ---------------------------------------------------------------------- */
+
+#define FATBIN_WRAPPER_MAGIC 0x466243b1u
+#define FATBIN_MAGIC 0xBA55ED50u
+
+/* image_size finds the length of an in-memory module image, which the
+ * API passes without one: a fatbin states its size in its header, an ELF
+ * cubin's extent follows from its headers, PTX is NUL-terminated text. */
+static size_t image_size(const void **image)
+{
+	const uint8_t *p = *image;
+	uint32_t magic = gc_ld_u32(p);
+	if (magic == FATBIN_WRAPPER_MAGIC) {
+		/* The wrapper nvcc emits: magic, version, then a pointer to
+		 * the fatbin. */
+		const void *data;
+		memcpy(&data, p + 8, sizeof data);
+		if (data == NULL)
+			return 0;
+		*image = data;
+		p = data;
+		magic = gc_ld_u32(p);
+	}
+	if (magic == FATBIN_MAGIC)
+		return gc_ld_u16(p + 6) + gc_ld_u64(p + 8);
+	if (memcmp(p, "\x7f" "ELF", 4) == 0 && p[4] == 2 /* 64-bit */) {
+		uint64_t end = gc_ld_u64(p + 0x28) + (uint64_t)gc_ld_u16(p + 0x3a) * gc_ld_u16(p + 0x3c);
+		uint64_t phend = gc_ld_u64(p + 0x20) + (uint64_t)gc_ld_u16(p + 0x36) * gc_ld_u16(p + 0x38);
+		if (phend > end)
+			end = phend;
+		uint64_t shoff = gc_ld_u64(p + 0x28);
+		uint16_t shentsize = gc_ld_u16(p + 0x3a), shnum = gc_ld_u16(p + 0x3c);
+		for (uint16_t i = 0; i < shnum && shentsize >= 0x40; i++) {
+			const uint8_t *sh = p + shoff + (uint64_t)i * shentsize;
+			if (gc_ld_u32(sh + 4) == 8 /* SHT_NOBITS */)
+				continue;
+			uint64_t e = gc_ld_u64(sh + 0x18) + gc_ld_u64(sh + 0x20);
+			if (e > end)
+				end = e;
+		}
+		return end;
+	}
+	return strlen((const char *)p);
+}
+
+static CUresult module_load(CUmodule *module, const void *image, size_t n)
+{
+	uint64_t ctx, m;
+	CUresult r = gc_current_ctx(&ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (n == 0 || n > GC_MAX_IMAGE)
+		return CUDA_ERROR_INVALID_IMAGE;
+	r = gc_rpc_ModuleLoad(ctx, image, n, &m);
+	if (r == CUDA_SUCCESS)
+		*module = (CUmodule)(uintptr_t)m;
+	return r;
+}
+
+CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
+{
+	if (module == NULL || image == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t n = image_size(&image);
+	return module_load(module, image, n);
+}
+
+CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options,
+				    void **optionValues)
+{
+	/* JIT options tune the server's compiler; they are accepted and not
+	 * forwarded. Log buffers are reported empty. */
+	if (numOptions > 0 && (options == NULL || optionValues == NULL))
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned int i = 0; i < numOptions; i++) {
+		if (options[i] == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES || options[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
+			optionValues[i] = (void *)(uintptr_t)0;
+		else if (options[i] == CU_JIT_WALL_TIME)
+			memset(&optionValues[i], 0, sizeof(float));
+	}
+	return cuModuleLoadData(module, image);
+}
+
+CUresult CUDAAPI cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin) { return cuModuleLoadData(module, fatCubin); }
+
+CUresult CUDAAPI cuModuleLoad(CUmodule *module, const char *fname)
+{
+	if (module == NULL || fname == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t ctx;
+	CUresult r = gc_current_ctx(&ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
+	int fd = open(fname, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return CUDA_ERROR_FILE_NOT_FOUND;
+	struct stat st;
+	if (fstat(fd, &st) < 0 || st.st_size <= 0 || (uint64_t)st.st_size > GC_MAX_IMAGE) {
+		close(fd);
+		return CUDA_ERROR_INVALID_IMAGE;
+	}
+	size_t n = (size_t)st.st_size;
+	uint8_t *buf = malloc(n);
+	size_t got = 0;
+	while (buf != NULL && got < n) {
+		ssize_t m = read(fd, buf + got, n - got);
+		if (m < 0 && errno == EINTR)
+			continue;
+		if (m <= 0)
+			break;
+		got += (size_t)m;
+	}
+	close(fd);
+	if (buf == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	r = got == n ? module_load(module, buf, n) : CUDA_ERROR_FILE_NOT_FOUND;
+	free(buf);
+	return r;
+}
+
+#define MAX_PARAMS 4096
+
+CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+	if (hfunc == NULL || name == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t ctx, fh;
+	CUresult r = gc_current_ctx(&ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
+	uint32_t *pairs = malloc(2 * sizeof(uint32_t) * MAX_PARAMS), count = 0;
+	if (pairs == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	r = gc_rpc_ModuleGetFunction(ctx, GC_H(hmod), name, &fh, &count, pairs, MAX_PARAMS);
+	if (r != CUDA_SUCCESS) {
+		free(pairs);
+		return r;
+	}
+	struct CUfunc_st *f = malloc(sizeof *f + 2 * sizeof(uint32_t) * count);
+	if (f == NULL) {
+		free(pairs);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	f->h = fh;
+	f->nparams = count;
+	f->argbytes = 0;
+	for (uint32_t i = 0; i < count; i++) {
+		f->pairs[2 * i] = pairs[2 * i];
+		f->pairs[2 * i + 1] = pairs[2 * i + 1];
+		uint64_t end = (uint64_t)pairs[2 * i] + pairs[2 * i + 1];
+		if (end > 32764) {
+			free(pairs);
+			free(f);
+			gc_log("kernel %s: parameter layout from the server is out of range", name);
+			return CUDA_ERROR_UNKNOWN;
+		}
+		if (end > f->argbytes)
+			f->argbytes = (uint32_t)end;
+	}
+	free(pairs);
+	/* The handle stays valid for the process's life: CUDA programs may
+	 * keep using a function handle until its module is unloaded, and the
+	 * server reports a stale one as an invalid handle. */
+	*hfunc = f;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
+{
+	if (name == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t ctx, p, size;
+	CUresult r = gc_current_ctx(&ctx);
+	if (r == CUDA_SUCCESS)
+		r = gc_rpc_ModuleGetGlobal(ctx, GC_H(hmod), name, &p, &size);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (!is_dev(p))
+		devr_add(p, size);
+	if (dptr != NULL)
+		*dptr = p;
+	if (bytes != NULL)
+		*bytes = size;
+	return CUDA_SUCCESS;
+}
+
+/* ---- launch --------------------------------------------------------------------------- */
+
+/* cuLaunchKernel queues the launch without waiting: no lock and no
+ * allocation, the parameters are packed straight into the ring. */
+CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+				unsigned int by, unsigned int bz, unsigned int shared, CUstream s, void **kernelParams,
+				void **extra)
+{
+	if (f == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	uint64_t ctx;
+	CUresult r = gc_current_ctx(&ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
+	const void *buf = NULL;
+	size_t n = 0;
+	if (kernelParams != NULL) {
+		n = f->argbytes;
+	} else if (extra != NULL) {
+		size_t *np = NULL;
+		for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+			if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+				buf = extra[i + 1];
+			else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+				np = extra[i + 1];
+			else
+				return CUDA_ERROR_INVALID_VALUE;
+		}
+		if (buf == NULL || np == NULL)
+			return CUDA_ERROR_INVALID_VALUE;
+		n = *np;
+		if (n < f->argbytes)
+			return CUDA_ERROR_INVALID_VALUE;
+	} else if (f->nparams > 0) {
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (n > 32764)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct gc_call k;
+	uint8_t *a = gc_begin(&k, GC_OP_Launch, 8 + 8 + 7 * 4 + 8 + 4 + n, GC_FLAG_ASYNC, NULL, 0);
+	if (a == NULL)
+		return k.res;
+	uint8_t *end = gc_enc_Launch(a, ctx, f->h, gx, gy, gz, bx, by, bz, shared, GC_S(s), buf, (uint32_t)n);
+	if (kernelParams != NULL) {
+		uint8_t *pb = end - n;
+		memset(pb, 0, n);
+		for (uint32_t i = 0; i < f->nparams; i++)
+			memcpy(pb + f->pairs[2 * i], kernelParams[i], f->pairs[2 * i + 1]);
+	}
+	return gc_async(&k);
+}
+
+/* ---- streams and events ---------------------------------------------------------------- */
+
+CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+	uint64_t ctx;
+	CUresult r = gc_current_ctx(&ctx);
+	return r != CUDA_SUCCESS ? r : gc_rpc_StreamWaitEvent_async(ctx, GC_S(hStream), GC_H(hEvent), Flags);
+}
+
+CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
+{
+	if (hEvent == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	uint64_t ctx;
+	CUresult r = gc_current_ctx(&ctx);
+	return r != CUDA_SUCCESS ? r : gc_rpc_EventRecord_async(ctx, GC_H(hEvent), GC_S(hStream));
+}
+
+CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
+{
+	if (flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL)
+		return CUDA_ERROR_INVALID_VALUE;
+	return cuEventRecord(hEvent, hStream);
+}

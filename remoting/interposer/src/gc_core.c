@@ -1,0 +1,969 @@
+/* gpuctl client transport: one connection to gpud per process, a ring of
+ * requests, a flusher thread, leader/follower reply reading, and
+ * reconnect with replay.
+ *
+ * The ring holds every request from the moment it is queued until the
+ * server has executed it (and, for a synchronous request, until its reply
+ * arrived), so that after a lost connection everything not executed can
+ * be sent again. A request's sequence number is its ring position plus
+ * one: positions only grow, so sequence numbers are strictly increasing in
+ * send order, as the protocol requires.
+ *
+ * Producers reserve ring space with a compare-and-swap on head and publish
+ * a record by storing its state with release order: queuing an
+ * asynchronous request takes no lock and allocates nothing. The flusher
+ * thread (or a synchronous caller, to save a thread hand-off) writes
+ * published records in ring order with writev; bulk data of synchronous
+ * copies goes from the caller's buffer straight to the socket.
+ *
+ * Replies are read by whichever waiting thread is the current reader (the
+ * leader); it delivers other threads' replies into their buffers, bulk
+ * data straight into the destination, and wakes them.
+ *
+ * Lock order: reader role, then tx_mu, then rx_mu.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gc_core.h"
+#include "../gen/gc_ops.h"
+
+#define RING_SIZE ((uint64_t)8 << 20)
+#define RING_MASK (RING_SIZE - 1)
+#define ASYNC_INLINE_MAX ((uint64_t)64 << 10)
+#define IOV_BATCH 64
+
+enum { REC_EMPTY = 0, REC_READY = 1, REC_PAD = 2 };
+
+struct gc_waiter {
+	int done; /* under rx_mu */
+	CUresult res;
+	uint8_t *out;
+	size_t out_cap;
+	uint32_t out_len;
+	uint8_t *bulk;
+	uint64_t bulk_len;
+};
+
+/* A ring record: bookkeeping, then the request frame as sent. */
+struct gc_rec {
+	_Atomic uint32_t state;
+	uint32_t size; /* bytes this record takes in the ring */
+	const void *bulk; /* synchronous bulk by reference */
+	uint64_t bulk_len;
+	struct gc_waiter *w; /* synchronous waiter */
+	uint64_t seq;
+	uint32_t replied; /* under rx_mu */
+	uint32_t frame_len;
+	uint8_t frame[];
+};
+_Static_assert(sizeof(struct gc_rec) == 48, "ring record header");
+
+static struct {
+	pthread_once_t once;
+	CUresult init_res;
+	_Atomic int inited;
+
+	char server[GC_MAX_MESSAGE + 1];
+	char token[GC_MAX_TOKEN + 1];
+	char sid[GC_MAX_SESSION_ID + 1];
+	char secret[GC_MAX_SECRET + 1];
+	uint32_t max_frame;
+	double reconnect_timeout;
+
+	uint8_t *ring;
+	_Atomic uint64_t head;     /* reserved up to */
+	_Atomic uint64_t tail;     /* freed up to */
+	_Atomic uint64_t sent_pub; /* sent, for readers without tx_mu */
+	uint64_t sent;             /* written to the socket up to; tx_mu */
+	_Atomic int ack_pending;
+
+	pthread_mutex_t tx_mu;
+	_Atomic int fd;
+	_Atomic uint64_t gen; /* connection generation */
+
+	pthread_mutex_t rx_mu;
+	pthread_cond_t rx_cond;
+	int rx_leader;     /* rx_mu */
+	uint64_t executed; /* rx_mu */
+
+	_Atomic int dead;
+	CUresult dead_res;
+	_Atomic uint32_t doorbell;
+	_Atomic int flusher_sleeping;
+} g = {
+	.once = PTHREAD_ONCE_INIT,
+	.tx_mu = PTHREAD_MUTEX_INITIALIZER,
+	.rx_mu = PTHREAD_MUTEX_INITIALIZER,
+	.rx_cond = PTHREAD_COND_INITIALIZER,
+	.fd = -1,
+};
+
+void gc_log(const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if (n > (int)sizeof buf - 2)
+		n = sizeof buf - 2;
+	buf[n++] = '\n';
+	/* One write so that lines of concurrent threads do not interleave. */
+	char line[1100];
+	int m = snprintf(line, sizeof line, "gpuctl: %.*s", n, buf);
+	if (m > 0) {
+		ssize_t rc = write(2, line, (size_t)m < sizeof line ? (size_t)m : sizeof line - 1);
+		(void)rc;
+	}
+}
+
+int gc_unsupported(const char *name, int *once)
+{
+	if (!__atomic_exchange_n(once, 1, __ATOMIC_RELAXED))
+		gc_log("%s is not supported; returning CUDA_ERROR_NOT_SUPPORTED", name);
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void sleep_s(double s)
+{
+	struct timespec ts = { (time_t)s, (long)((s - (time_t)s) * 1e9) };
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+static inline struct gc_rec *rec_at(uint64_t pos) { return (struct gc_rec *)(g.ring + (pos & RING_MASK)); }
+
+static void set_dead(CUresult res, const char *why)
+{
+	if (atomic_exchange(&g.dead, 1))
+		return;
+	g.dead_res = res;
+	gc_log("the session is lost (%s); every CUDA call now fails with error %d", why, (int)res);
+	pthread_mutex_lock(&g.rx_mu);
+	pthread_cond_broadcast(&g.rx_cond);
+	pthread_mutex_unlock(&g.rx_mu);
+}
+
+CUresult gc_rd_check(struct gc_rd *d, const char *op)
+{
+	if (d->bad || d->off != d->n) {
+		gc_log("malformed reply to %s (%zu bytes); the server speaks another protocol", op, d->n);
+		return CUDA_ERROR_UNKNOWN;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* ---- connection ------------------------------------------------------ */
+
+static int write_full(int fd, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	while (n > 0) {
+		ssize_t m = send(fd, b, n, MSG_NOSIGNAL);
+		if (m < 0 && errno == EINTR)
+			continue;
+		if (m <= 0)
+			return -1;
+		b += m;
+		n -= (size_t)m;
+	}
+	return 0;
+}
+
+static int read_full(int fd, void *p, size_t n)
+{
+	uint8_t *b = p;
+	while (n > 0) {
+		ssize_t m = recv(fd, b, n, MSG_WAITALL);
+		if (m < 0 && errno == EINTR)
+			continue;
+		if (m <= 0)
+			return -1;
+		b += m;
+		n -= (size_t)m;
+	}
+	return 0;
+}
+
+static int discard(int fd, uint64_t n)
+{
+	uint8_t buf[4096];
+	while (n > 0) {
+		size_t m = n < sizeof buf ? n : sizeof buf;
+		if (read_full(fd, buf, m) < 0)
+			return -1;
+		n -= m;
+	}
+	return 0;
+}
+
+static int dial(const char *addr)
+{
+	char host[256], port[16];
+	const char *colon = strrchr(addr, ':');
+	if (colon == NULL || colon == addr || (size_t)(colon - addr) >= sizeof host || strlen(colon + 1) >= sizeof port)
+		return -1;
+	memcpy(host, addr, colon - addr);
+	host[colon - addr] = 0;
+	strcpy(port, colon + 1);
+	/* Accept [v6]:port. */
+	char *h = host;
+	if (h[0] == '[' && h[strlen(h) - 1] == ']') {
+		h[strlen(h) - 1] = 0;
+		h++;
+	}
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
+	if (getaddrinfo(h, port, &hints, &res) != 0)
+		return -1;
+	int fd = -1;
+	for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		if (fd < 0)
+			continue;
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 || errno == EINPROGRESS) {
+			struct pollfd pfd = { fd, POLLOUT, 0 };
+			int err = 0;
+			socklen_t el = sizeof err;
+			if (poll(&pfd, 1, 3000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0)
+				break;
+		}
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	if (fd < 0)
+		return -1;
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	/* Notice a peer that vanished without closing (a cut link): keepalive
+	 * for an idle connection, a user timeout for unacknowledged data. */
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+	int idle = 10, intvl = 3, cnt = 4, utimeout = 30000;
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &utimeout, sizeof utimeout);
+	return fd;
+}
+
+struct welcome {
+	uint16_t status;
+	uint32_t max_frame;
+	uint64_t last_executed;
+	char sid[GC_MAX_SESSION_ID + 1];
+	char secret[GC_MAX_SECRET + 1];
+	char msg[GC_MAX_MESSAGE + 1];
+};
+
+/* handshake sends a Hello and reads the Welcome. -1: I/O failure or a
+ * peer that is not gpud. */
+static int handshake(int fd, int resume, uint64_t last_seq, struct welcome *w)
+{
+	size_t tl = strlen(g.token), sl = resume ? strlen(g.sid) : 0, cl = resume ? strlen(g.secret) : 0;
+	uint8_t b[GC_HELLO_SIZE + GC_MAX_TOKEN + GC_MAX_SESSION_ID + GC_MAX_SECRET];
+	memset(b, 0, GC_HELLO_SIZE);
+	memcpy(b, GC_HELLO_MAGIC, 4);
+	gc_put_u16(b + 4, GC_PROTO_VERSION);
+	gc_put_u16(b + 6, resume ? GC_HELLO_RESUME : 0);
+	gc_put_u16(b + 8, (uint16_t)tl);
+	gc_put_u16(b + 10, (uint16_t)sl);
+	gc_put_u16(b + 12, (uint16_t)cl);
+	gc_put_u64(b + 16, last_seq);
+	memcpy(b + GC_HELLO_SIZE, g.token, tl);
+	memcpy(b + GC_HELLO_SIZE + tl, g.sid, sl);
+	memcpy(b + GC_HELLO_SIZE + tl + sl, g.secret, cl);
+	struct timeval tv = { 10, 0 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	if (write_full(fd, b, GC_HELLO_SIZE + tl + sl + cl) < 0)
+		return -1;
+	uint8_t h[GC_WELCOME_SIZE];
+	if (read_full(fd, h, sizeof h) < 0 || memcmp(h, GC_WELCOME_MAGIC, 4) != 0 || gc_ld_u16(h + 4) != GC_PROTO_VERSION)
+		return -1;
+	w->status = gc_ld_u16(h + 6);
+	size_t wsl = gc_ld_u16(h + 8), wcl = gc_ld_u16(h + 10), wml = gc_ld_u16(h + 12);
+	w->max_frame = gc_ld_u32(h + 16);
+	w->last_executed = gc_ld_u64(h + 24);
+	if (wsl > GC_MAX_SESSION_ID || wcl > GC_MAX_SECRET || wml > GC_MAX_MESSAGE)
+		return -1;
+	if (read_full(fd, w->sid, wsl) < 0 || read_full(fd, w->secret, wcl) < 0 || read_full(fd, w->msg, wml) < 0)
+		return -1;
+	w->sid[wsl] = w->secret[wcl] = w->msg[wml] = 0;
+	tv.tv_sec = 0;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	if (w->status == GC_STATUS_OK && w->max_frame < GC_MIN_MAX_FRAME)
+		return -1;
+	return 0;
+}
+
+/* ---- sending --------------------------------------------------------- */
+
+/* flush_some writes published records from g.sent on, up to limit.
+ * Returns the number of records written, 0 if none is ready, -1 on a
+ * connection failure. tx_mu held. */
+static int flush_some(uint64_t limit)
+{
+	struct iovec iov[IOV_BATCH];
+	int n = 0, recs = 0;
+	uint64_t pos = g.sent, head = atomic_load(&g.head);
+	if (head > limit)
+		head = limit;
+	while (pos < head && n < IOV_BATCH - 1) {
+		struct gc_rec *r = rec_at(pos);
+		uint32_t st = atomic_load_explicit(&r->state, memory_order_acquire);
+		if (st == REC_PAD) {
+			pos += r->size;
+			continue;
+		}
+		if (st != REC_READY)
+			break;
+		iov[n].iov_base = r->frame;
+		iov[n++].iov_len = r->frame_len;
+		if (r->bulk_len > 0) {
+			iov[n].iov_base = (void *)r->bulk;
+			iov[n++].iov_len = r->bulk_len;
+		}
+		pos += r->size;
+		recs++;
+	}
+	if (n == 0) {
+		if (pos != g.sent) {
+			g.sent = pos;
+			atomic_store(&g.sent_pub, pos);
+		}
+		return 0;
+	}
+	int fd = atomic_load(&g.fd);
+	struct iovec *v = iov;
+	while (n > 0) {
+		ssize_t m = writev(fd, v, n);
+		if (m < 0 && errno == EINTR)
+			continue;
+		if (m <= 0)
+			return -1;
+		while (n > 0 && (size_t)m >= v->iov_len) {
+			m -= v->iov_len;
+			v++;
+			n--;
+		}
+		if (n > 0) {
+			v->iov_base = (uint8_t *)v->iov_base + m;
+			v->iov_len -= m;
+		}
+	}
+	g.sent = pos;
+	atomic_store(&g.sent_pub, pos);
+	return recs;
+}
+
+static void conn_lost(uint64_t gen, int is_leader, const char *why, const char *moved);
+
+/* tx_flush_to makes sure everything before end is on the wire. It never
+ * writes past end and never waits for tx_mu once end has been sent by
+ * someone else: a caller that must read its reply next must not be held
+ * up behind a writer the server is not reading from. */
+static void tx_flush_to(uint64_t end)
+{
+	int spins = 0;
+	while (atomic_load(&g.sent_pub) < end && !atomic_load(&g.dead)) {
+		if (pthread_mutex_trylock(&g.tx_mu) != 0) {
+			if (++spins < 50)
+				sched_yield();
+			else
+				sleep_s(20e-6);
+			continue;
+		}
+		int rc = 0;
+		while (g.sent < end && !atomic_load(&g.dead) && (rc = flush_some(end)) > 0)
+			;
+		uint64_t gen = atomic_load(&g.gen);
+		pthread_mutex_unlock(&g.tx_mu);
+		if (rc < 0)
+			conn_lost(gen, 0, "write failed", NULL);
+		else if (rc == 0 && atomic_load(&g.sent_pub) < end)
+			sched_yield(); /* an earlier producer is still filling in its record */
+	}
+}
+
+static void futex_wait(_Atomic uint32_t *addr, uint32_t val, long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
+}
+
+static void futex_wake(_Atomic uint32_t *addr)
+{
+	syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+static int ready_unsent(void)
+{
+	uint64_t s = atomic_load(&g.sent_pub);
+	return s < atomic_load(&g.head) && atomic_load_explicit(&rec_at(s)->state, memory_order_acquire) != REC_EMPTY;
+}
+
+static void *flusher(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		pthread_mutex_lock(&g.tx_mu);
+		int rc = 0;
+		while (!atomic_load(&g.dead) && (rc = flush_some(UINT64_MAX)) > 0)
+			;
+		uint64_t gen = atomic_load(&g.gen);
+		pthread_mutex_unlock(&g.tx_mu);
+		if (rc < 0) {
+			conn_lost(gen, 0, "write failed", NULL);
+			continue;
+		}
+		atomic_store(&g.flusher_sleeping, 1);
+		atomic_thread_fence(memory_order_seq_cst);
+		uint32_t db = atomic_load(&g.doorbell);
+		if (!ready_unsent() || atomic_load(&g.dead))
+			futex_wait(&g.doorbell, db, 200);
+		atomic_store(&g.flusher_sleeping, 0);
+	}
+	return NULL;
+}
+
+static inline void ring_doorbell(void)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&g.flusher_sleeping, memory_order_relaxed)) {
+		atomic_fetch_add(&g.doorbell, 1);
+		futex_wake(&g.doorbell);
+	}
+}
+
+/* ---- receiving ------------------------------------------------------- */
+
+/* advance_tail frees records the server has executed (and, if
+ * synchronous, answered). rx_mu held. Freed bytes are zeroed so that a
+ * stale record state can never be mistaken for a published one. */
+static void advance_tail(void)
+{
+	uint64_t t0 = atomic_load(&g.tail), t = t0, s = atomic_load(&g.sent_pub);
+	while (t < s) {
+		struct gc_rec *r = rec_at(t);
+		uint32_t st = atomic_load_explicit(&r->state, memory_order_acquire);
+		if (st != REC_PAD) {
+			if (r->seq > g.executed || (r->w != NULL && !r->replied))
+				break;
+		}
+		t += r->size;
+	}
+	if (t == t0)
+		return;
+	for (uint64_t p = t0; p < t;) {
+		uint64_t off = p & RING_MASK, n = t - p;
+		if (off + n > RING_SIZE)
+			n = RING_SIZE - off;
+		memset(g.ring + off, 0, n);
+		p += n;
+	}
+	atomic_store_explicit(&g.tail, t, memory_order_release);
+}
+
+static void note_executed(uint64_t e)
+{
+	if (e > g.executed) {
+		g.executed = e;
+		advance_tail();
+	}
+}
+
+/* rx_one reads and handles one server frame. The caller is the reader.
+ * Returns 0, or -1 when the connection failed (conn_lost was called). */
+static int rx_one(void)
+{
+	int fd = atomic_load(&g.fd);
+	uint64_t gen = atomic_load(&g.gen);
+	uint8_t h[GC_REP_HDR_SIZE];
+	if (fd < 0 || read_full(fd, h, sizeof h) < 0) {
+		conn_lost(gen, 1, "connection closed", NULL);
+		return -1;
+	}
+	uint32_t len = gc_ld_u32(h);
+	uint16_t kind = gc_ld_u16(h + 4);
+	CUresult res = (CUresult)gc_ld_u32(h + 8);
+	uint64_t seq = gc_ld_u64(h + 16), executed = gc_ld_u64(h + 24), bulk = gc_ld_u64(h + 32);
+	if (len > g.max_frame) {
+		set_dead(CUDA_ERROR_DEVICE_UNAVAILABLE, "the server sent an oversized frame");
+		return -1;
+	}
+	switch (kind) {
+	case GC_KIND_ACK:
+		pthread_mutex_lock(&g.rx_mu);
+		atomic_store(&g.ack_pending, 0);
+		note_executed(executed);
+		pthread_mutex_unlock(&g.rx_mu);
+		return discard(fd, len + bulk) < 0 ? (conn_lost(gen, 1, "connection closed", NULL), -1) : 0;
+	case GC_KIND_MOVED:
+	case GC_KIND_CLOSING: {
+		char msg[GC_MAX_MESSAGE + 1];
+		if (len > GC_MAX_MESSAGE || read_full(fd, msg, len) < 0) {
+			conn_lost(gen, 1, "connection closed", NULL);
+			return -1;
+		}
+		msg[len] = 0;
+		if (kind == GC_KIND_MOVED) {
+			conn_lost(gen, 1, "session moved", msg);
+		} else {
+			char why[GC_MAX_MESSAGE + 64];
+			snprintf(why, sizeof why, "the server closed the connection: %s", msg);
+			set_dead(CUDA_ERROR_DEVICE_UNAVAILABLE, why);
+		}
+		return -1;
+	}
+	case GC_KIND_REPLY:
+		break;
+	default:
+		set_dead(CUDA_ERROR_DEVICE_UNAVAILABLE, "the server sent an unknown frame kind");
+		return -1;
+	}
+
+	/* Find the waiting request. Its record stays in the ring until it is
+	 * marked replied, so the lookup is safe without a lock. */
+	struct gc_waiter *w = NULL;
+	struct gc_rec *r = NULL;
+	uint64_t pos = seq - 1;
+	if (seq != 0 && pos >= atomic_load(&g.tail) && pos < atomic_load(&g.sent_pub)) {
+		r = rec_at(pos);
+		if (r->seq == seq && r->w != NULL && !r->replied)
+			w = r->w;
+	}
+	int rc = 0;
+	CUresult wres = res;
+	uint32_t out_len = 0;
+	if (w == NULL) {
+		/* A reply to a request already answered (resent after a
+		 * reconnect): drop it. */
+		rc = discard(fd, len + bulk);
+	} else {
+		if (len <= w->out_cap) {
+			rc = read_full(fd, w->out, len);
+			out_len = len;
+		} else {
+			rc = discard(fd, len);
+			wres = CUDA_ERROR_UNKNOWN;
+			gc_log("reply of %u bytes exceeds the %zu expected", len, w->out_cap);
+		}
+		if (rc == 0 && bulk > 0) {
+			if (bulk == w->bulk_len)
+				rc = read_full(fd, w->bulk, bulk);
+			else {
+				rc = discard(fd, bulk);
+				wres = CUDA_ERROR_UNKNOWN;
+				gc_log("bulk reply of %llu bytes where %llu were expected", (unsigned long long)bulk,
+				       (unsigned long long)w->bulk_len);
+			}
+		}
+	}
+	if (rc < 0) {
+		/* A reply cut short is asked for again after the reconnect. */
+		conn_lost(gen, 1, "connection closed", NULL);
+		return -1;
+	}
+	pthread_mutex_lock(&g.rx_mu);
+	if (w != NULL) {
+		w->res = wres;
+		w->out_len = out_len;
+		w->done = 1;
+		r->replied = 1;
+		pthread_cond_broadcast(&g.rx_cond);
+	}
+	note_executed(executed);
+	pthread_mutex_unlock(&g.rx_mu);
+	return 0;
+}
+
+/* rx_wait waits until w is answered (w != NULL) or the ring's tail
+ * reaches want_tail, reading replies itself when no other thread is. */
+static void rx_wait(struct gc_waiter *w, uint64_t want_tail)
+{
+	pthread_mutex_lock(&g.rx_mu);
+	for (;;) {
+		if (w ? w->done : atomic_load(&g.tail) >= want_tail)
+			break;
+		if (atomic_load(&g.dead)) {
+			if (w != NULL) {
+				w->res = g.dead_res;
+				w->done = 1;
+			}
+			break;
+		}
+		if (g.rx_leader) {
+			pthread_cond_wait(&g.rx_cond, &g.rx_mu);
+			continue;
+		}
+		g.rx_leader = 1;
+		while (!(w ? w->done : atomic_load(&g.tail) >= want_tail) && !atomic_load(&g.dead)) {
+			pthread_mutex_unlock(&g.rx_mu);
+			rx_one();
+			pthread_mutex_lock(&g.rx_mu);
+		}
+		g.rx_leader = 0;
+		pthread_cond_broadcast(&g.rx_cond);
+	}
+	pthread_mutex_unlock(&g.rx_mu);
+}
+
+/* ---- reconnect ------------------------------------------------------- */
+
+/* reconnect_locked replaces the connection and resends every request the
+ * server has not executed (and every synchronous request not answered:
+ * the server replays its reply). The caller is the reader and holds
+ * tx_mu. */
+static void reconnect_locked(const char *why, const char *moved)
+{
+	int old = atomic_exchange(&g.fd, -1);
+	if (old >= 0)
+		close(old);
+	if (moved != NULL) {
+		snprintf(g.server, sizeof g.server, "%s", moved);
+		gc_log("session moved to %s; reconnecting", g.server);
+	} else {
+		gc_log("lost the connection to %s (%s); reconnecting", g.server, why);
+	}
+	double deadline = now_s() + g.reconnect_timeout, backoff = 0.01;
+	int moves = 0;
+	for (;;) {
+		struct welcome w;
+		int fd = dial(g.server);
+		if (fd >= 0 && handshake(fd, 1, atomic_load(&g.head), &w) == 0) {
+			if (w.status == GC_STATUS_OK) {
+				atomic_store(&g.fd, fd);
+				g.max_frame = w.max_frame;
+				pthread_mutex_lock(&g.rx_mu);
+				note_executed(w.last_executed);
+				pthread_mutex_unlock(&g.rx_mu);
+				g.sent = atomic_load(&g.tail);
+				atomic_store(&g.sent_pub, g.sent);
+				atomic_store(&g.ack_pending, 0);
+				atomic_fetch_add(&g.gen, 1);
+				/* The flusher resends; this thread goes back to
+				 * reading, so that replies to resent requests are
+				 * consumed while the rest is written. */
+				atomic_fetch_add(&g.doorbell, 1);
+				futex_wake(&g.doorbell);
+				gc_log("reconnected to %s; the server had executed up to request %llu", g.server,
+				       (unsigned long long)w.last_executed);
+				return;
+			} else if (w.status == GC_STATUS_MOVED && w.msg[0] != 0 && moves++ < 8) {
+				snprintf(g.server, sizeof g.server, "%s", w.msg);
+				close(fd);
+				continue;
+			} else if (w.status != GC_STATUS_REFUSED) {
+				char m[2 * GC_MAX_MESSAGE + 128];
+				snprintf(m, sizeof m, "%s answered the resume with status %u%s%s", g.server, w.status,
+					 w.msg[0] ? ": " : "", w.msg);
+				close(fd);
+				set_dead(CUDA_ERROR_DEVICE_UNAVAILABLE, m);
+				return;
+			}
+		}
+		if (fd >= 0)
+			close(fd);
+		if (now_s() + backoff > deadline) {
+			char m[GC_MAX_MESSAGE + 128];
+			snprintf(m, sizeof m, "no gpud answered at %s for %.0f s (GPUCTL_RECONNECT_TIMEOUT)", g.server,
+				 g.reconnect_timeout);
+			set_dead(CUDA_ERROR_DEVICE_UNAVAILABLE, m);
+			return;
+		}
+		sleep_s(backoff);
+		backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
+	}
+}
+
+static void conn_lost(uint64_t gen, int is_leader, const char *why, const char *moved)
+{
+	if (!is_leader) {
+		/* Wake the reader, if any, so that it notices too and one of
+		 * us takes over. */
+		int fd = atomic_load(&g.fd);
+		if (fd >= 0 && atomic_load(&g.gen) == gen)
+			shutdown(fd, SHUT_RDWR);
+		pthread_mutex_lock(&g.rx_mu);
+		while (g.rx_leader && atomic_load(&g.gen) == gen && !atomic_load(&g.dead))
+			pthread_cond_wait(&g.rx_cond, &g.rx_mu);
+		if (atomic_load(&g.gen) != gen || atomic_load(&g.dead)) {
+			pthread_mutex_unlock(&g.rx_mu);
+			return;
+		}
+		g.rx_leader = 1;
+		pthread_mutex_unlock(&g.rx_mu);
+	}
+	pthread_mutex_lock(&g.tx_mu);
+	if (atomic_load(&g.gen) == gen && !atomic_load(&g.dead))
+		reconnect_locked(why, moved);
+	pthread_mutex_unlock(&g.tx_mu);
+	if (!is_leader) {
+		pthread_mutex_lock(&g.rx_mu);
+		g.rx_leader = 0;
+		pthread_cond_broadcast(&g.rx_cond);
+		pthread_mutex_unlock(&g.rx_mu);
+	}
+}
+
+/* ---- requests -------------------------------------------------------- */
+
+/* make_room waits until the ring has room for a request, flushing and
+ * reading acknowledgements as needed. */
+static void make_room(uint64_t need)
+{
+	/* A request asking for an acknowledgement was queued when the ring
+	 * passed half full; once it is sent, its ack frees that half. */
+	uint64_t want = atomic_load(&g.head) + need - RING_SIZE;
+	tx_flush_to(atomic_load(&g.head));
+	rx_wait(NULL, want);
+}
+
+uint8_t *gc_begin(struct gc_call *k, uint16_t op, uint64_t alen, uint16_t flags, const void *bulk, uint64_t bulk_len)
+{
+	if (!atomic_load_explicit(&g.inited, memory_order_acquire)) {
+		k->res = CUDA_ERROR_NOT_INITIALIZED;
+		return NULL;
+	}
+	if (atomic_load_explicit(&g.dead, memory_order_relaxed)) {
+		k->res = g.dead_res;
+		return NULL;
+	}
+	uint64_t inl = (flags & GC_FLAG_ASYNC) ? bulk_len : 0;
+	if (alen > g.max_frame || inl > ASYNC_INLINE_MAX) {
+		gc_log("request for op %u with %llu argument bytes exceeds the server's frame limit", op,
+		       (unsigned long long)alen);
+		k->res = CUDA_ERROR_INVALID_VALUE;
+		return NULL;
+	}
+	uint64_t flen = GC_REQ_HDR_SIZE + alen + inl;
+	uint64_t size = (sizeof(struct gc_rec) + flen + 7) & ~(uint64_t)7;
+	uint64_t h, pos;
+	for (;;) {
+		h = atomic_load(&g.head);
+		uint64_t off = h & RING_MASK;
+		uint64_t pad = off + size > RING_SIZE ? RING_SIZE - off : 0;
+		if (h + pad + size - atomic_load_explicit(&g.tail, memory_order_acquire) > RING_SIZE) {
+			make_room(pad + size);
+			if (atomic_load(&g.dead)) {
+				k->res = g.dead_res;
+				return NULL;
+			}
+			continue;
+		}
+		if (atomic_compare_exchange_weak(&g.head, &h, h + pad + size)) {
+			if (pad) {
+				struct gc_rec *p = rec_at(h);
+				p->size = (uint32_t)pad;
+				atomic_store_explicit(&p->state, REC_PAD, memory_order_release);
+			}
+			pos = h + pad;
+			break;
+		}
+	}
+	/* Ask for an acknowledgement once the ring is half full, with at
+	 * most one request outstanding, so the ring is recycled without a
+	 * stream of acks the client might not read. */
+	if (pos + size - atomic_load(&g.tail) > RING_SIZE / 2 && !atomic_load(&g.ack_pending) &&
+	    !atomic_exchange(&g.ack_pending, 1))
+		flags |= GC_FLAG_ACK_REQUEST;
+	struct gc_rec *r = rec_at(pos);
+	r->size = (uint32_t)size;
+	r->bulk = inl ? NULL : bulk;
+	r->bulk_len = inl ? 0 : bulk_len;
+	r->w = NULL;
+	r->seq = pos + 1;
+	r->replied = 0;
+	r->frame_len = (uint32_t)flen;
+	uint8_t *f = r->frame;
+	gc_put_u32(f, (uint32_t)alen);
+	gc_put_u16(f + 4, op);
+	gc_put_u16(f + 6, flags);
+	gc_put_u64(f + 8, r->seq);
+	gc_put_u64(f + 16, bulk_len);
+	if (inl)
+		memcpy(f + GC_REQ_HDR_SIZE + alen, bulk, bulk_len);
+	k->pos = pos;
+	k->res = CUDA_SUCCESS;
+	k->out_len = 0;
+	return f + GC_REQ_HDR_SIZE;
+}
+
+CUresult gc_async(struct gc_call *k)
+{
+	struct gc_rec *r = rec_at(k->pos);
+	atomic_store_explicit(&r->state, REC_READY, memory_order_release);
+	ring_doorbell();
+	return CUDA_SUCCESS;
+}
+
+CUresult gc_sync(struct gc_call *k, void *out, size_t out_cap, void *bulk_dst, uint64_t bulk_len)
+{
+	struct gc_waiter w = { .out = out, .out_cap = out_cap, .bulk = bulk_dst, .bulk_len = bulk_len };
+	struct gc_rec *r = rec_at(k->pos);
+	r->w = &w;
+	atomic_store_explicit(&r->state, REC_READY, memory_order_release);
+	tx_flush_to(k->pos + r->size);
+	rx_wait(&w, 0);
+	k->out_len = w.out_len;
+	return w.res;
+}
+
+uint64_t gc_async_inline_max(void) { return ASYNC_INLINE_MAX; }
+
+/* ---- initialisation --------------------------------------------------- */
+
+static int read_token(void)
+{
+	const char *t = getenv("GPUCTL_TOKEN");
+	if (t != NULL && *t != 0) {
+		snprintf(g.token, sizeof g.token, "%s", t);
+		return 0;
+	}
+	const char *path = getenv("GPUCTL_TOKEN_FILE");
+	if (path == NULL || *path == 0) {
+		g.token[0] = 0;
+		return 0;
+	}
+	FILE *f = fopen(path, "re");
+	if (f == NULL) {
+		gc_log("cannot read GPUCTL_TOKEN_FILE %s: %s", path, strerror(errno));
+		return -1;
+	}
+	size_t n = fread(g.token, 1, sizeof g.token - 1, f);
+	fclose(f);
+	while (n > 0 && (g.token[n - 1] == '\n' || g.token[n - 1] == '\r' || g.token[n - 1] == ' '))
+		n--;
+	g.token[n] = 0;
+	return 0;
+}
+
+static void init_once(void)
+{
+	const char *srv = getenv("GPUCTL_SERVER");
+	if (srv == NULL || *srv == 0) {
+		gc_log("GPUCTL_SERVER is not set; set it to the HOST:PORT of a gpud --listen address");
+		g.init_res = CUDA_ERROR_NO_DEVICE;
+		return;
+	}
+	snprintf(g.server, sizeof g.server, "%s", srv);
+	if (read_token() < 0) {
+		g.init_res = CUDA_ERROR_NOT_PERMITTED;
+		return;
+	}
+	g.reconnect_timeout = 60;
+	const char *rt = getenv("GPUCTL_RECONNECT_TIMEOUT");
+	if (rt != NULL && *rt != 0) {
+		char *end;
+		double v = strtod(rt, &end);
+		if (end != rt && v >= 0)
+			g.reconnect_timeout = v;
+		else
+			gc_log("ignoring GPUCTL_RECONNECT_TIMEOUT=%s: not a number of seconds", rt);
+	}
+	g.ring = mmap(NULL, RING_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (g.ring == MAP_FAILED) {
+		g.init_res = CUDA_ERROR_OUT_OF_MEMORY;
+		return;
+	}
+	/* The first connection: retry briefly, gpud may be starting. */
+	double deadline = now_s() + (g.reconnect_timeout < 5 ? g.reconnect_timeout : 5), backoff = 0.02;
+	struct welcome w;
+	int fd;
+	for (;;) {
+		fd = dial(g.server);
+		if (fd >= 0) {
+			if (handshake(fd, 0, 0, &w) == 0)
+				break;
+			close(fd);
+			gc_log("%s does not speak the gpuctl protocol", g.server);
+			g.init_res = CUDA_ERROR_NO_DEVICE;
+			return;
+		}
+		if (now_s() + backoff > deadline) {
+			gc_log("cannot connect to gpud at %s: %s", g.server, strerror(errno));
+			g.init_res = CUDA_ERROR_NO_DEVICE;
+			return;
+		}
+		sleep_s(backoff);
+		backoff *= 2;
+	}
+	if (w.status != GC_STATUS_OK) {
+		close(fd);
+		if (w.status == GC_STATUS_BAD_TOKEN) {
+			gc_log("gpud at %s refused the token; set GPUCTL_TOKEN or GPUCTL_TOKEN_FILE to the host's token", g.server);
+			g.init_res = CUDA_ERROR_NOT_PERMITTED;
+		} else {
+			gc_log("gpud at %s refused the session (status %u)%s%s", g.server, w.status, w.msg[0] ? ": " : "", w.msg);
+			g.init_res = CUDA_ERROR_NO_DEVICE;
+		}
+		return;
+	}
+	snprintf(g.sid, sizeof g.sid, "%s", w.sid);
+	snprintf(g.secret, sizeof g.secret, "%s", w.secret);
+	g.max_frame = w.max_frame;
+	atomic_store(&g.fd, fd);
+	pthread_t t;
+	pthread_attr_t attr;
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	int rc = pthread_create(&t, &attr, flusher, NULL);
+	pthread_attr_destroy(&attr);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc != 0) {
+		gc_log("cannot start the sender thread: %s", strerror(rc));
+		g.init_res = CUDA_ERROR_OPERATING_SYSTEM;
+		return;
+	}
+	if (getenv("GPUCTL_DEBUG") != NULL)
+		gc_log("connected to %s, session %s", g.server, g.sid);
+	atomic_store_explicit(&g.inited, 1, memory_order_release);
+	g.init_res = CUDA_SUCCESS;
+}
+
+CUresult gc_connect(void)
+{
+	pthread_once(&g.once, init_once);
+	return g.init_res;
+}
+
+CUresult gc_ready(void)
+{
+	if (!atomic_load_explicit(&g.inited, memory_order_acquire))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (atomic_load_explicit(&g.dead, memory_order_relaxed))
+		return g.dead_res;
+	return CUDA_SUCCESS;
+}

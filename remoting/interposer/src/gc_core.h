@@ -1,0 +1,76 @@
+/* Internal interface of gpuctl's client library: the transport
+ * (gc_core.c) that the generated RPC wrappers and the hand-written entry
+ * points (gc_api.c) use. */
+#ifndef GPUCTL_GC_CORE_H
+#define GPUCTL_GC_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "cuda.h"
+#include "gc_wirefmt.h"
+#include "gc_proc.h"
+
+#define GC_EXPORT __attribute__((visibility("default")))
+
+/* One request being built. gc_begin reserves its ring slot; gc_sync or
+ * gc_async completes it. */
+struct gc_call {
+	CUresult res;     /* why gc_begin returned NULL */
+	uint64_t pos;     /* ring position of the record */
+	uint32_t out_len; /* reply payload bytes (after gc_sync) */
+};
+
+/* gc_begin reserves a request of alen argument bytes and returns where the
+ * arguments go. bulk is streamed after the arguments: by reference for a
+ * synchronous request (the caller's buffer must stay valid until gc_sync
+ * returns), copied into the ring for an asynchronous one. */
+uint8_t *gc_begin(struct gc_call *k, uint16_t op, uint64_t alen, uint16_t flags, const void *bulk, uint64_t bulk_len);
+/* gc_sync sends the request and waits for its reply: payload into out (up
+ * to out_cap), bulk reply straight into bulk_dst (exactly bulk_len). */
+CUresult gc_sync(struct gc_call *k, void *out, size_t out_cap, void *bulk_dst, uint64_t bulk_len);
+/* gc_async queues the request; its failure is reported by the next
+ * synchronous call of its context. */
+CUresult gc_async(struct gc_call *k);
+
+/* gc_ready: initialised and the session usable. */
+CUresult gc_ready(void);
+/* gc_current_ctx: the calling thread's current context, or
+ * CUDA_ERROR_INVALID_CONTEXT. Implies gc_ready. */
+CUresult gc_current_ctx(uint64_t *ctx);
+/* gc_connect: connect at cuInit (once). */
+CUresult gc_connect(void);
+/* gc_async_inline_max: largest bulk gc_begin copies into the ring. */
+uint64_t gc_async_inline_max(void);
+
+/* gc_rd_check turns a malformed reply into an error. */
+CUresult gc_rd_check(struct gc_rd *d, const char *op);
+
+/* gc_log writes one "gpuctl: ..." line to stderr. */
+void gc_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Function handles are client objects: the server handle plus the
+ * parameter layout, which cuLaunchKernel packs kernelParams with. */
+struct CUfunc_st {
+	uint64_t h;
+	uint32_t nparams;
+	uint32_t argbytes;
+	uint32_t pairs[]; /* offset, size per parameter */
+};
+
+static inline uint64_t gc_stream_handle(CUstream s)
+{
+	/* The legacy and per-thread default streams are the context's
+	 * default stream on the server. */
+	if (s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
+		return 0;
+	return (uint64_t)(uintptr_t)s;
+}
+
+static inline uint64_t gc_func_handle(CUfunction f) { return f ? f->h : 0; }
+
+#define GC_H(x) ((uint64_t)(uintptr_t)(x))
+#define GC_S(s) gc_stream_handle(s)
+#define GC_F(f) gc_func_handle(f)
+
+
+#endif

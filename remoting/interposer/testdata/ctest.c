@@ -1,0 +1,338 @@
+/* Client-level test of libcuda.so.1 against a gpuctl server: built with
+ * gcc against build/include/cuda.h only, as an application would be.
+ * Usage: ctest basic | ctest replay N | ctest dead */
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+#define CHECK(call, want)                                                                                 \
+	do {                                                                                              \
+		CUresult r_ = (call);                                                                     \
+		if (r_ != (want)) {                                                                       \
+			const char *n_ = NULL;                                                            \
+			cuGetErrorName(r_, &n_);                                                          \
+			fprintf(stderr, "FAIL %s:%d: %s = %d (%s), want %d\n", __FILE__, __LINE__, #call, \
+				(int)r_, n_ ? n_ : "?", (int)(want));                                     \
+			failures++;                                                                       \
+		}                                                                                         \
+	} while (0)
+#define OK(call) CHECK(call, CUDA_SUCCESS)
+#define EXPECT(cond)                                                                           \
+	do {                                                                                   \
+		if (!(cond)) {                                                                 \
+			fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);        \
+			failures++;                                                            \
+		}                                                                              \
+	} while (0)
+
+/* inc(p, n): p[i] += 1 for i < n. add(p, v, n): p[i] += v. */
+static const char *ptx =
+	".version 7.0\n"
+	".target sm_52\n"
+	".address_size 64\n"
+	".visible .entry inc(.param .u64 p, .param .u32 n)\n"
+	"{\n"
+	"  .reg .pred %p<2>;\n  .reg .b32 %r<8>;\n  .reg .b64 %rd<5>;\n"
+	"  ld.param.u64 %rd1, [p];\n  ld.param.u32 %r2, [n];\n"
+	"  mov.u32 %r3, %ctaid.x;\n  mov.u32 %r4, %ntid.x;\n  mov.u32 %r5, %tid.x;\n"
+	"  mad.lo.s32 %r1, %r3, %r4, %r5;\n"
+	"  setp.ge.u32 %p1, %r1, %r2;\n  @%p1 bra DONE;\n"
+	"  cvta.to.global.u64 %rd2, %rd1;\n  mul.wide.u32 %rd3, %r1, 4;\n  add.s64 %rd4, %rd2, %rd3;\n"
+	"  ld.global.u32 %r6, [%rd4];\n  add.s32 %r7, %r6, 1;\n  st.global.u32 [%rd4], %r7;\n"
+	"DONE:\n  ret;\n}\n"
+	".visible .entry add(.param .u64 p, .param .u32 v, .param .u32 n)\n"
+	"{\n"
+	"  .reg .pred %p<2>;\n  .reg .b32 %r<9>;\n  .reg .b64 %rd<5>;\n"
+	"  ld.param.u64 %rd1, [p];\n  ld.param.u32 %r8, [v];\n  ld.param.u32 %r2, [n];\n"
+	"  mov.u32 %r3, %ctaid.x;\n  mov.u32 %r4, %ntid.x;\n  mov.u32 %r5, %tid.x;\n"
+	"  mad.lo.s32 %r1, %r3, %r4, %r5;\n"
+	"  setp.ge.u32 %p1, %r1, %r2;\n  @%p1 bra DONE;\n"
+	"  cvta.to.global.u64 %rd2, %rd1;\n  mul.wide.u32 %rd3, %r1, 4;\n  add.s64 %rd4, %rd2, %rd3;\n"
+	"  ld.global.u32 %r6, [%rd4];\n  add.s32 %r7, %r6, %r8;\n  st.global.u32 [%rd4], %r7;\n"
+	"DONE:\n  ret;\n}\n";
+
+static CUcontext setup(void)
+{
+	CUdevice dev;
+	CUcontext ctx = NULL;
+	OK(cuInit(0));
+	OK(cuDeviceGet(&dev, 0));
+	OK(cuCtxCreate(&ctx, NULL, 0, dev));
+	return ctx;
+}
+
+static void test_basic(void)
+{
+	int n = 0, v = 0, major = 0, minor = 0;
+	CUdevice dev;
+	char name[128] = { 0 };
+	size_t total = 0, freeb = 0;
+	CUuuid uuid;
+
+	CHECK(cuDeviceGetCount(&n), CUDA_ERROR_NOT_INITIALIZED);
+	OK(cuDriverGetVersion(&v));
+	EXPECT(v == CUDA_VERSION);
+	OK(cuInit(0));
+	OK(cuDeviceGetCount(&n));
+	EXPECT(n >= 1);
+	CHECK(cuDeviceGet(&dev, n), CUDA_ERROR_INVALID_DEVICE);
+	OK(cuDeviceGet(&dev, 0));
+	OK(cuDeviceGetName(name, sizeof name, dev));
+	EXPECT(strlen(name) > 0);
+	OK(cuDeviceTotalMem(&total, dev));
+	EXPECT(total > 0);
+	OK(cuDeviceGetUuid(&uuid, dev));
+	OK(cuDeviceComputeCapability(&major, &minor, dev));
+	EXPECT(major >= 5);
+	OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_WARP_SIZE, dev));
+	EXPECT(v == 32);
+	OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, dev));
+	EXPECT(v >= 512);
+
+	/* Primary context and the context stack. */
+	CUcontext pctx = NULL, cur = NULL, ctx = NULL, popped = NULL;
+	unsigned flags = 0;
+	int active = -1;
+	CHECK(cuCtxSynchronize(), CUDA_ERROR_INVALID_CONTEXT);
+	OK(cuDevicePrimaryCtxRetain(&pctx, dev));
+	OK(cuDevicePrimaryCtxGetState(dev, &flags, &active));
+	EXPECT(active == 1);
+	OK(cuCtxSetCurrent(pctx));
+	OK(cuCtxGetCurrent(&cur));
+	EXPECT(cur == pctx);
+	OK(cuCtxCreate(&ctx, NULL, 0, dev));
+	OK(cuCtxGetCurrent(&cur));
+	EXPECT(cur == ctx);
+	OK(cuCtxPopCurrent(&popped));
+	EXPECT(popped == ctx);
+	OK(cuCtxPushCurrent(ctx));
+	CUdevice cd = -1;
+	OK(cuCtxGetDevice(&cd));
+	EXPECT(cd == dev);
+	OK(cuMemGetInfo(&freeb, &total));
+	EXPECT(freeb > 0 && freeb <= total);
+
+	/* Copies and fills. */
+	enum { N = 1 << 20 };
+	unsigned char *h = malloc(N), *g = malloc(N);
+	for (int i = 0; i < N; i++)
+		h[i] = (unsigned char)(i * 7 + 3);
+	CUdeviceptr d1, d2, base;
+	size_t sz = 0;
+	OK(cuMemAlloc(&d1, N));
+	OK(cuMemAlloc(&d2, N));
+	OK(cuMemGetAddressRange(&base, &sz, d1 + 100));
+	EXPECT(base == d1 && sz == N);
+	OK(cuMemcpyHtoD(d1, h, N));
+	OK(cuMemcpyDtoD(d2, d1, N));
+	memset(g, 0, N);
+	OK(cuMemcpyDtoH(g, d2, N));
+	EXPECT(memcmp(g, h, N) == 0);
+	OK(cuMemsetD8(d1, 0xab, N));
+	OK(cuMemcpyDtoH(g, d1, 16));
+	EXPECT(g[0] == 0xab && g[15] == 0xab);
+	OK(cuMemsetD16(d1, 0x1234, 8));
+	OK(cuMemsetD32(d1 + 16, 0xdeadbeef, 4));
+	OK(cuMemcpyDtoH(g, d1, 32));
+	EXPECT(g[0] == 0x34 && g[1] == 0x12 && g[16] == 0xef && g[19] == 0xde && g[32 - 1] == 0xde);
+	/* Unified cuMemcpy: host->device, device->host, host->host. */
+	OK(cuMemcpy(d2, (CUdeviceptr)(uintptr_t)h, 4096));
+	memset(g, 0, 4096);
+	OK(cuMemcpy((CUdeviceptr)(uintptr_t)g, d2, 4096));
+	EXPECT(memcmp(g, h, 4096) == 0);
+	memset(g, 0, 64);
+	OK(cuMemcpy((CUdeviceptr)(uintptr_t)g, (CUdeviceptr)(uintptr_t)h, 64));
+	EXPECT(memcmp(g, h, 64) == 0);
+
+	/* Streams, events and async copies with pinned memory. */
+	CUstream s;
+	CUevent e0, e1;
+	void *pin = NULL;
+	unsigned hf = 0;
+	float ms = -1;
+	OK(cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, -1));
+	OK(cuEventCreate(&e0, CU_EVENT_DEFAULT));
+	OK(cuEventCreate(&e1, CU_EVENT_DEFAULT));
+	OK(cuMemHostAlloc(&pin, 8192, CU_MEMHOSTALLOC_PORTABLE));
+	OK(cuMemHostGetFlags(&hf, pin));
+	EXPECT(hf == CU_MEMHOSTALLOC_PORTABLE);
+	OK(cuMemHostRegister(h, N, 0));
+	CHECK(cuMemHostRegister(h + 10, 10, 0), CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+	memcpy(pin, h, 8192);
+	OK(cuEventRecord(e0, s));
+	OK(cuMemsetD32Async(d1, 7, 2048, s));
+	OK(cuMemcpyHtoDAsync(d2, pin, 8192, s));
+	OK(cuMemcpyDtoDAsync(d1 + 8192, d2, 8192, s));
+	OK(cuEventRecord(e1, s));
+	OK(cuStreamWaitEvent(NULL, e1, 0));
+	OK(cuEventSynchronize(e1));
+	OK(cuEventQuery(e1));
+	OK(cuEventElapsedTime(&ms, e0, e1));
+	EXPECT(ms >= 0);
+	OK(cuMemcpyDtoHAsync(g, d1, 16384, s));
+	OK(cuStreamSynchronize(s));
+	OK(cuStreamQuery(s));
+	EXPECT(((unsigned *)g)[0] == 7 && ((unsigned *)g)[2047] == 7);
+	EXPECT(memcmp(g + 8192, h, 8192) == 0);
+	OK(cuMemHostUnregister(h));
+	CHECK(cuMemHostUnregister(h), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+	OK(cuMemFreeHost(pin));
+	OK(cuEventDestroy(e0));
+	OK(cuEventDestroy(e1));
+	OK(cuStreamDestroy(s));
+
+	/* Modules and launches, with kernelParams and with extra. */
+	CUmodule mod;
+	CUfunction finc, fadd, fnone;
+	OK(cuModuleLoadData(&mod, ptx));
+	OK(cuModuleGetFunction(&finc, mod, "inc"));
+	OK(cuModuleGetFunction(&fadd, mod, "add"));
+	CHECK(cuModuleGetFunction(&fnone, mod, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+	int nthreads = 0;
+	OK(cuFuncGetAttribute(&nthreads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, finc));
+	EXPECT(nthreads > 0);
+	unsigned cnt = 1000;
+	OK(cuMemsetD32(d1, 0, cnt));
+	void *args[] = { &d1, &cnt };
+	for (int i = 0; i < 10; i++)
+		OK(cuLaunchKernel(finc, (cnt + 127) / 128, 1, 1, 128, 1, 1, 0, NULL, args, NULL));
+	struct {
+		CUdeviceptr p;
+		unsigned v, n;
+	} pk = { d1, 5, cnt };
+	size_t pks = sizeof pk;
+	void *extra[] = { CU_LAUNCH_PARAM_BUFFER_POINTER, &pk, CU_LAUNCH_PARAM_BUFFER_SIZE, &pks, CU_LAUNCH_PARAM_END };
+	OK(cuLaunchKernel(fadd, (cnt + 127) / 128, 1, 1, 128, 1, 1, 0, NULL, NULL, extra));
+	OK(cuCtxSynchronize());
+	OK(cuMemcpyDtoH(g, d1, cnt * 4));
+	EXPECT(((unsigned *)g)[0] == 15 && ((unsigned *)g)[cnt - 1] == 15);
+	OK(cuModuleUnload(mod));
+
+	/* Errors. */
+	CUdeviceptr huge;
+	const char *str = NULL;
+	CHECK(cuMemAlloc(&huge, (size_t)1 << 50), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK(cuStreamSynchronize((CUstream)(uintptr_t)0x7777777), CUDA_ERROR_INVALID_HANDLE);
+	CHECK(cuEventQuery((CUevent)(uintptr_t)0x7777777), CUDA_ERROR_INVALID_HANDLE);
+	OK(cuGetErrorName(CUDA_ERROR_OUT_OF_MEMORY, &str));
+	EXPECT(str && strcmp(str, "CUDA_ERROR_OUT_OF_MEMORY") == 0);
+	OK(cuGetErrorString(CUDA_ERROR_INVALID_VALUE, &str));
+	EXPECT(str && strlen(str) > 0);
+	CHECK(cuGetErrorName((CUresult)12345, &str), CUDA_ERROR_INVALID_VALUE);
+	/* An asynchronous failure surfaces at the next synchronising call. */
+	OK(cuMemsetD32Async(0x10, 1, 4, NULL));
+	EXPECT(cuCtxSynchronize() != CUDA_SUCCESS);
+	OK(cuCtxSynchronize());
+
+	/* Lookup. */
+	void *fn = NULL;
+	CUdriverProcAddressQueryResult qr;
+	OK(cuGetProcAddress("cuMemAlloc", &fn, 12000, 0, &qr));
+	EXPECT(fn == (void *)cuMemAlloc_v2 && qr == CU_GET_PROC_ADDRESS_SUCCESS);
+	OK(cuGetProcAddress("cuCtxCreate", &fn, 13000, 0, &qr));
+	EXPECT(fn == (void *)cuCtxCreate_v4);
+	OK(cuGetProcAddress("cuCtxCreate", &fn, 11000, 0, &qr));
+	EXPECT(fn == (void *)cuCtxCreate_v2);
+	CHECK(cuGetProcAddress("cuNoSuchCall", &fn, 13000, 0, &qr), CUDA_ERROR_NOT_FOUND);
+	EXPECT(qr == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+	OK(cuGetProcAddress("cuMemAllocManaged", &fn, 13000, 0, &qr));
+	typedef CUresult (*managed_fn)(CUdeviceptr *, size_t, unsigned);
+	CHECK(((managed_fn)fn)(&huge, 16, 1), CUDA_ERROR_NOT_SUPPORTED);
+
+	OK(cuMemFree(d1));
+	OK(cuMemFree(d2));
+	OK(cuCtxDestroy(ctx));
+	OK(cuDevicePrimaryCtxRelease(dev));
+	free(h);
+	free(g);
+}
+
+/* replay: N rounds of increment launches and copies; the server drops
+ * the connection repeatedly meanwhile. Exactly-once execution means the
+ * counters end at exactly N. */
+static void test_replay(int rounds)
+{
+	CUcontext ctx = setup();
+	(void)ctx;
+	enum { CNT = 256 };
+	CUmodule mod;
+	CUfunction finc;
+	CUdeviceptr d, acc;
+	OK(cuModuleLoadData(&mod, ptx));
+	OK(cuModuleGetFunction(&finc, mod, "inc"));
+	OK(cuMemAlloc(&d, CNT * 4));
+	OK(cuMemAlloc(&acc, 4 * (size_t)rounds));
+	OK(cuMemsetD32(d, 0, CNT));
+	unsigned cnt = CNT, host[CNT];
+	void *args[] = { &d, &cnt };
+	for (int i = 1; i <= rounds; i++) {
+		OK(cuLaunchKernel(finc, 2, 1, 1, 128, 1, 1, 0, NULL, args, NULL));
+		unsigned v = (unsigned)i;
+		OK(cuMemcpyHtoDAsync(acc + 4 * (size_t)(i - 1), &v, 4, NULL));
+		if (i % 50 == 0) {
+			OK(cuMemcpyDtoH(host, d, sizeof host));
+			EXPECT(host[0] == (unsigned)i && host[CNT - 1] == (unsigned)i);
+			if (host[0] != (unsigned)i) {
+				fprintf(stderr, "round %d: counter %u\n", i, host[0]);
+				break;
+			}
+		}
+	}
+	OK(cuCtxSynchronize());
+	OK(cuMemcpyDtoH(host, d, sizeof host));
+	EXPECT(host[0] == (unsigned)rounds && host[CNT - 1] == (unsigned)rounds);
+	unsigned *all = malloc(4 * (size_t)rounds);
+	OK(cuMemcpyDtoH(all, acc, 4 * (size_t)rounds));
+	for (int i = 0; i < rounds; i++) {
+		if (all[i] != (unsigned)(i + 1)) {
+			fprintf(stderr, "FAIL: acc[%d] = %u\n", i, all[i]);
+			failures++;
+			break;
+		}
+	}
+	free(all);
+}
+
+/* dead: the server goes away; calls must fail, not hang. */
+static void test_dead(void)
+{
+	setup();
+	CUdeviceptr d;
+	OK(cuMemAlloc(&d, 4096));
+	printf("READY\n");
+	fflush(stdout);
+	/* The test closes the server now; wait for it on stdin. */
+	char line[16];
+	if (fgets(line, sizeof line, stdin) == NULL)
+		return;
+	CUresult r = cuMemsetD32(d, 1, 1024);
+	EXPECT(r == CUDA_ERROR_DEVICE_UNAVAILABLE);
+	EXPECT(cuCtxSynchronize() == CUDA_ERROR_DEVICE_UNAVAILABLE);
+	EXPECT(cuLaunchKernel((CUfunction)(uintptr_t)1, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS);
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "basic";
+	if (strcmp(mode, "basic") == 0)
+		test_basic();
+	else if (strcmp(mode, "replay") == 0)
+		test_replay(argc > 2 ? atoi(argv[2]) : 1000);
+	else if (strcmp(mode, "dead") == 0)
+		test_dead();
+	else if (strcmp(mode, "badtoken") == 0)
+		CHECK(cuInit(0), CUDA_ERROR_NOT_PERMITTED);
+	else {
+		fprintf(stderr, "unknown mode %s\n", mode);
+		return 2;
+	}
+	if (failures) {
+		fprintf(stderr, "%d failures\n", failures);
+		return 1;
+	}
+	printf("PASS %s\n", mode);
+	return 0;
+}

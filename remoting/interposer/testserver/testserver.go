@@ -1,0 +1,167 @@
+// Package testserver is a small in-process gpuctl server for tests and
+// benchmarks of the interposer: it runs the handshake, keeps sessions
+// across reconnects, and serves each session with package dispatch on an
+// emulated device. gpud does the same with a worker process per session;
+// this keeps the client's tests independent of it.
+package testserver
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+
+	"github.com/gpuctl/gpuctl/remoting/backend/emulated"
+	"github.com/gpuctl/gpuctl/remoting/dispatch"
+	"github.com/gpuctl/gpuctl/remoting/wire"
+)
+
+// Server accepts clients on a loopback port.
+type Server struct {
+	ln     net.Listener
+	token  string
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	sessions map[string]*session
+	conns    map[net.Conn]struct{}
+}
+
+type session struct {
+	id, secret string
+	ds         *dispatch.Session
+	dev        *emulated.Device
+	serving    sync.Mutex // one connection at a time
+}
+
+// Start listens on addr ("127.0.0.1:0" for any free port) and serves
+// until Close.
+func Start(addr, token string, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("test server: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{ln: ln, token: token, log: log, ctx: ctx, cancel: cancel,
+		sessions: map[string]*session{}, conns: map[net.Conn]struct{}{}}
+	s.wg.Add(1)
+	go s.accept()
+	return s, nil
+}
+
+// Addr is the HOST:PORT clients connect to.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Close stops accepting, ends every connection and waits for them.
+func (s *Server) Close() {
+	s.cancel()
+	s.ln.Close()
+	s.DropConnections()
+	s.wg.Wait()
+	s.mu.Lock()
+	for _, ss := range s.sessions {
+		ss.dev.Close()
+	}
+	s.mu.Unlock()
+}
+
+// DropConnections cuts every client connection abruptly, as a failed
+// link would. Sessions survive; clients reconnect and replay.
+func (s *Server) DropConnections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for c := range s.conns {
+		c.Close()
+		n++
+	}
+	return n
+}
+
+// Sessions is the number of sessions created so far.
+func (s *Server) Sessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions)
+}
+
+func (s *Server) accept() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() {
+				s.mu.Lock()
+				delete(s.conns, c)
+				s.mu.Unlock()
+				c.Close()
+			}()
+			if err := s.serve(c); err != nil && s.ctx.Err() == nil {
+				s.log.Debug("connection ended", "err", err)
+			}
+		}()
+	}
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (s *Server) serve(c net.Conn) error {
+	h, err := wire.ReadHello(c)
+	if errors.Is(err, wire.ErrVersion) {
+		return wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusVersionMismatch, Message: err.Error()})
+	}
+	if err != nil {
+		return err
+	}
+	if subtle.ConstantTimeCompare([]byte(h.Token), []byte(s.token)) != 1 {
+		return wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusBadToken, Message: "wrong token"})
+	}
+	var ss *session
+	info := dispatch.WelcomeInfo{}
+	if h.Resume() {
+		s.mu.Lock()
+		ss = s.sessions[h.SessionID]
+		s.mu.Unlock()
+		if ss == nil || subtle.ConstantTimeCompare([]byte(h.Secret), []byte(ss.secret)) != 1 {
+			return wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusUnknownSession, Message: "no such session"})
+		}
+		info.SessionID = ss.id
+	} else {
+		dev := emulated.New(emulated.Config{MemBytes: 4 << 30, Seed: "testserver"})
+		ss = &session{id: "s-" + randHex(6), secret: randHex(16), dev: dev}
+		ss.ds = dispatch.NewSession(dev, s.log.With("session", ss.id))
+		s.mu.Lock()
+		s.sessions[ss.id] = ss
+		s.mu.Unlock()
+		info.SessionID, info.Secret = ss.id, ss.secret
+	}
+	// A resuming client may arrive before the old connection noticed it
+	// is dead: stop the old one at a frame boundary first.
+	ss.ds.Stop()
+	ss.serving.Lock()
+	defer ss.serving.Unlock()
+	return ss.ds.Serve(s.ctx, c, info, false)
+}
