@@ -53,16 +53,19 @@ func cvtFn(dt, st ptype, mods []string) func(a uint64) uint64 {
 			return fromFloat(r, exactF, dt, mode, sat)
 		}
 	default:
+		narrow := mode
+		if integral {
+			narrow = rmRN
+		}
 		return func(a uint64) uint64 {
 			x := readFloat(st, a, ftz)
 			if integral {
 				x = roundIntegral(x, mode)
-				mode = rmRN
 			}
 			if sat {
 				x = sat01(x)
 			}
-			r := fromFloat(x, nil, dt, mode, false)
+			r := fromFloat(x, nil, dt, narrow, false)
 			if ftz && dt == tF32 {
 				r = uint64(math.Float32bits(ftz32(f32(r))))
 			}
@@ -93,9 +96,15 @@ func fromFloat(x float64, exact *big.Float, dt ptype, mode rmode, sat bool) uint
 		}
 		return b32(round32(x, 0, mode))
 	case tF16:
-		return uint64(f32ToF16(round32(x, 0, rmRN)))
+		if exact != nil {
+			x, _ = exact.Float64()
+		}
+		return uint64(toHalf(x, mode, 10, -14))
 	case tBF16:
-		return uint64(f32ToBF16(round32(x, 0, rmRN)))
+		if exact != nil {
+			x, _ = exact.Float64()
+		}
+		return uint64(toHalf(x, mode, 7, -126))
 	}
 	return 0
 }
@@ -180,4 +189,73 @@ func satInt(v uint64, srcSigned bool, dt ptype) uint64 {
 		return dt.mask()
 	}
 	return v
+}
+
+// toHalf rounds x to a 16-bit float format with mant explicit mantissa
+// bits and minimum normal exponent minExp (IEEE half: 10, -14; bfloat16:
+// 7, -126), in rounding mode mode. Inputs are exact doubles.
+func toHalf(x float64, mode rmode, mant int, minExp int) uint16 {
+	expBits := 15 - mant
+	bias := 1<<(expBits-1) - 1
+	signBit := uint16(0)
+	if math.Signbit(x) {
+		signBit = 0x8000
+	}
+	if x != x {
+		return uint16(0x7fff)
+	}
+	a := math.Abs(x)
+	maxExp := bias
+	maxFinite := math.Ldexp(2-math.Ldexp(1, -mant), maxExp)
+	infBits := signBit | uint16((1<<expBits-1)<<mant)
+	maxBits := infBits - 1
+	if math.IsInf(a, 0) {
+		return infBits
+	}
+	// Rounding direction for the magnitude.
+	up := false
+	switch mode {
+	case rmRM:
+		up = signBit != 0
+	case rmRP:
+		up = signBit == 0
+	}
+	_, e := math.Frexp(a) // a = f * 2^e, f in [0.5, 1)
+	e--
+	if e < minExp {
+		e = minExp
+	}
+	q := math.Ldexp(1, e-mant)
+	n := a / q // exact: scaling by a power of two
+	fl := math.Floor(n)
+	switch mode {
+	case rmRN:
+		if r := n - fl; r > 0.5 || r == 0.5 && math.Mod(fl, 2) == 1 {
+			fl++
+		}
+	case rmRZ:
+	default:
+		if up && n != fl {
+			fl++
+		}
+	}
+	v := fl * q
+	if v > maxFinite {
+		if mode == rmRN || up {
+			return infBits
+		}
+		return maxBits
+	}
+	if v == 0 {
+		return signBit
+	}
+	fe := 0
+	_, fe = math.Frexp(v)
+	fe--
+	if fe < minExp {
+		// subnormal: mantissa field holds v / 2^(minExp-mant)
+		return signBit | uint16(v/math.Ldexp(1, minExp-mant))
+	}
+	m := uint16(v/math.Ldexp(1, fe-mant)) & (1<<mant - 1)
+	return signBit | uint16(fe+bias)<<mant | m
 }
