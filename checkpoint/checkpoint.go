@@ -79,6 +79,7 @@ type Meta struct {
 	Parent      string        `json:"parent,omitempty"` // the session's previous image
 	Host        string        `json:"host"`
 	Backend     string        `json:"backend"`
+	Driver      string        `json:"driver_version,omitempty"`
 	GPUs        []backend.GPU `json:"gpus"`
 	CRIUVersion string        `json:"criu_version"`
 	Kernel      string        `json:"kernel"`
@@ -108,7 +109,8 @@ type Pipeline struct {
 	Reattach  Reattacher
 	Host      string // this host's name, for the manifest
 	Backend   string
-	GPUs      []backend.GPU
+	Driver    string        // the host's driver version, for compatibility checks on restore
+	GPUs      []backend.GPU // for cuda: cuda.ManifestGPUs (the session's GPU first)
 	Log       *slog.Logger
 }
 
@@ -276,7 +278,7 @@ func (p *Pipeline) meta(ctx context.Context, req Request, nonce string) (Meta, e
 	var uts syscall.Utsname
 	_ = syscall.Uname(&uts)
 	return Meta{
-		Session: req.Session, Parent: req.Parent, Host: p.Host, Backend: p.Backend, GPUs: p.GPUs,
+		Session: req.Session, Parent: req.Parent, Host: p.Host, Backend: p.Backend, Driver: p.Driver, GPUs: p.GPUs,
 		CRIUVersion: v.String(), Kernel: utsString(uts.Release[:]), Nonce: nonce, Created: time.Now().UTC(),
 	}, nil
 }
