@@ -47,6 +47,12 @@ type Resumer interface {
 	Resume(ctx context.Context, pid int, imageGPUs []backend.GPU) error
 }
 
+// Checker is implemented by a Resumer that can refuse an image before
+// anything runs (cuda: no GPU of the image's model, an older driver).
+type Checker interface {
+	Check(imageGPUs []backend.GPU, driver string) error
+}
+
 // Restorer restores images on one host. Its fields are set once, by gpud.
 type Restorer struct {
 	WorkDir  string       // STATE_DIR/work
@@ -114,6 +120,11 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 			}
 			if r.Backend != "" && meta.Backend != "" && meta.Backend != r.Backend {
 				return errs.New(errs.FailedPrecondition, subject, "made on the %s backend, this host runs %s; restore it on a %s host", meta.Backend, r.Backend, meta.Backend)
+			}
+			if c, ok := r.Resumer.(Checker); ok {
+				if err := c.Check(meta.GPUs, meta.Driver); err != nil {
+					return errs.Wrap(err, errs.KindOf(err), subject, "this host cannot run it")
+				}
 			}
 			return nil
 		}},

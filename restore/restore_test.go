@@ -82,9 +82,12 @@ func (r *reattacher) Reattach(_ context.Context, pid int, nonce string) (checkpo
 }
 
 type resumer struct {
-	fail error
-	gpus []backend.GPU
+	fail  error
+	gpus  []backend.GPU
+	check error
 }
+
+func (r *resumer) Check([]backend.GPU, string) error { return r.check }
 
 func (r *resumer) Resume(_ context.Context, pid int, g []backend.GPU) error {
 	r.gpus = g
@@ -139,6 +142,7 @@ func TestRestore(t *testing.T) {
 		image     string
 		resumeErr error
 		attachErr error
+		checkErr  error
 		wantStep  string
 		wantKind  errs.Kind
 	}{
@@ -148,6 +152,8 @@ func TestRestore(t *testing.T) {
 		{name: "manifest without nonce", image: "img-nononce", wantStep: "checkout", wantKind: errs.DataLoss},
 		{name: "other backend", image: "img-cuda", wantStep: "checkout", wantKind: errs.FailedPrecondition},
 		{name: "broken image", image: "img-broken", wantStep: "criu", wantKind: errs.Internal},
+		{name: "host cannot run it", image: "img-good", checkErr: errs.New(errs.FailedPrecondition, "", "no H200 here"),
+			wantStep: "checkout", wantKind: errs.FailedPrecondition},
 		{name: "backend resume fails", image: "img-good", resumeErr: errs.New(errs.FailedPrecondition, "", "GPU gone"),
 			wantStep: "resume", wantKind: errs.FailedPrecondition},
 		{name: "reattach fails", image: "img-good", attachErr: errors.New("worker never dialled"),
@@ -157,7 +163,7 @@ func TestRestore(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ra := &reattacher{nonce: "n-1", fail: c.attachErr}
-			rs := &resumer{fail: c.resumeErr}
+			rs := &resumer{fail: c.resumeErr, check: c.checkErr}
 			r := &Restorer{WorkDir: t.TempDir(), Store: store, Resumer: rs, Reattach: ra, Backend: "emulated"}
 			res, err := r.Restore(ctx, c.image)
 			if c.wantStep != "" {
