@@ -51,6 +51,10 @@ type Service struct {
 	Token string
 	// Backend is this host's backend; the target must run the same.
 	Backend string
+	// CheckTarget, when set, refuses a target that cannot run this host's
+	// sessions (cuda: cuda.RestoreHook{Host: target}.Check on the
+	// manifest GPUs and driver); it runs before the session is touched.
+	CheckTarget func(target backend.HostInfo) error
 	// PrecheckTimeout bounds the target's health check; zero means 3 s.
 	PrecheckTimeout time.Duration
 	Log             *slog.Logger
@@ -215,6 +219,11 @@ func (s *Service) precheck(ctx context.Context, target *control.Client) (string,
 	}
 	if len(hi.GPUs) == 0 {
 		return "", errs.New(errs.ResourceExhausted, host, "reports no GPUs to run the session on")
+	}
+	if s.CheckTarget != nil {
+		if err := s.CheckTarget(hi.HostInfo); err != nil {
+			return "", errs.Wrap(err, errs.KindOf(err), host, "cannot run the session")
+		}
 	}
 	return hi.Listen, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/gpuctl/gpuctl/checkpoint/proctest"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/restore"
 )
 
@@ -210,6 +211,7 @@ func TestMigrate(t *testing.T) {
 		reportBackend  string
 		restoreBackend string
 		pushErr        error
+		checkErr       error
 		wantStep       string
 		wantKind       errs.Kind
 		wantCalls      string // on A's worker
@@ -217,6 +219,8 @@ func TestMigrate(t *testing.T) {
 		{name: "moves", reportBackend: "emulated", restoreBackend: "emulated", wantCalls: "quiesce detach"},
 		{name: "target down", to: "127.0.0.1:1", wantStep: "precheck", wantKind: errs.Unavailable},
 		{name: "target on another backend", reportBackend: "cuda", restoreBackend: "cuda", wantStep: "precheck", wantKind: errs.FailedPrecondition},
+		{name: "target has no matching GPU", reportBackend: "emulated", restoreBackend: "emulated", checkErr: errs.New(errs.FailedPrecondition, "", "no GPU of the session's model"),
+			wantStep: "precheck", wantKind: errs.FailedPrecondition},
 		{name: "push fails", reportBackend: "emulated", restoreBackend: "emulated", pushErr: errs.New(errs.ResourceExhausted, "", "disk full"),
 			wantStep: "push", wantKind: errs.ResourceExhausted, wantCalls: "quiesce detach reattach resume"},
 		{name: "target cannot restore", reportBackend: "emulated", restoreBackend: "cuda",
@@ -246,6 +250,14 @@ func TestMigrate(t *testing.T) {
 				Push:    &pusher{from: storeA, to: storeB, fail: c.pushErr},
 				Token:   "tok",
 				Backend: "emulated",
+			}
+			if c.checkErr != nil {
+				svc.CheckTarget = func(h backend.HostInfo) error {
+					if len(h.GPUs) != 1 || h.GPUs[0].UUID != "GPU-b" {
+						t.Errorf("CheckTarget got %+v, want B's host info", h)
+					}
+					return c.checkErr
+				}
 			}
 			before := h.Counting(pid)
 			t0 := time.Now()
