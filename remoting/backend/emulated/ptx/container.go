@@ -237,14 +237,15 @@ func (info *containerInfo) fatbinEntries(b []byte) error {
 }
 
 func decompressEntry(payload []byte, flags, compSize, rawSize uint64) ([]byte, error) {
+	if compSize == 0 || compSize > uint64(len(payload)) {
+		compSize = uint64(len(payload))
+	}
 	if len(payload) >= 4 && binary.LittleEndian.Uint32(payload) == zstdMagic {
-		return unzstd(payload, rawSize)
+		// The payload is padded to 8 bytes; the frame is compSize long.
+		return unzstd(payload[:compSize], rawSize)
 	}
 	if flags&(fatbinFlagLZ4|fatbinFlagZstd) == 0 {
 		return payload, nil
-	}
-	if compSize == 0 || compSize > uint64(len(payload)) {
-		compSize = uint64(len(payload))
 	}
 	if rawSize == 0 || rawSize > maxPTXBytes {
 		return nil, fmt.Errorf("compressed entry declares %d bytes uncompressed", rawSize)
