@@ -1,0 +1,173 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Ports gpud uses inside each host namespace.
+const (
+	ListenPort = "7070"
+	APIPort    = "7071"
+)
+
+// HostOptions adjust a gpud.
+type HostOptions struct {
+	// TokenFile is shared by hosts that migrate to each other; empty gives
+	// the host a token file of its own.
+	TokenFile string
+	// Args are extra gpud flags (e.g. "--grace", "2s").
+	Args []string
+}
+
+// Host is a namespace running gpud.
+type Host struct {
+	*Node
+	StateDir  string
+	TokenFile string
+	token     string
+	cmd       *exec.Cmd
+	out       *lineWriter
+	exited    chan struct{}
+	exitErr   error
+	killed    bool
+}
+
+// Listen is the address clients connect to (gpud --listen).
+func (h *Host) Listen() string { return net.JoinHostPort(h.IP, ListenPort) }
+
+// API is the control API address (gpud --api).
+func (h *Host) API() string { return net.JoinHostPort(h.IP, APIPort) }
+
+// Token is the host's token.
+func (h *Host) Token() string { return h.token }
+
+// Log is everything gpud wrote to stderr so far.
+func (h *Host) Log() string { return h.out.String() }
+
+// NewHost creates a node named name and starts gpud in it, waiting until
+// its API answers. Cleanup stops gpud with SIGTERM and requires exit 0
+// (unless the test killed it).
+func (c *Cluster) NewHost(name string, opts HostOptions) *Host {
+	c.t.Helper()
+	n := c.NewNode(name)
+	h := &Host{Node: n, StateDir: filepath.Join(c.t.TempDir(), name), TokenFile: opts.TokenFile, exited: make(chan struct{})}
+	args := []string{"--listen", h.Listen(), "--api", h.API(), "--state-dir", h.StateDir, "--name", name, "--backend", "emulated"}
+	if opts.TokenFile != "" {
+		args = append(args, "--token-file", opts.TokenFile)
+	}
+	args = append(args, opts.Args...)
+	h.out = &lineWriter{t: c.t, prefix: "gpud[" + name + "] "}
+	h.cmd = n.Command(context.Background(), c.Build.Gpud, args...)
+	h.cmd.Stdout, h.cmd.Stderr = h.out, h.out
+	if err := h.cmd.Start(); err != nil {
+		c.t.Fatalf("start gpud on %s: %v", name, err)
+	}
+	go func() {
+		h.exitErr = h.cmd.Wait()
+		close(h.exited)
+	}()
+	c.t.Cleanup(func() { h.shutdown() })
+	if h.TokenFile == "" {
+		h.TokenFile = filepath.Join(h.StateDir, "token")
+	}
+	if err := h.waitReady(15 * time.Second); err != nil {
+		c.t.Fatalf("gpud on %s did not come up: %v\n%s", name, err, h.Log())
+	}
+	return h
+}
+
+// waitReady polls GET /v1/host from inside the namespace until it
+// answers with the token.
+func (h *Host) waitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		select {
+		case <-h.exited:
+			return fmt.Errorf("gpud exited: %v", h.exitErr)
+		default:
+		}
+		if b, err := os.ReadFile(h.TokenFile); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+			h.token = strings.TrimSpace(string(b))
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			out, err := h.Gpuctl(ctx, "host", "--json")
+			cancel()
+			if err == nil && strings.Contains(out, `"backend"`) {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return errors.New("timed out")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Gpuctl runs a gpuctl control command against this host from inside its
+// namespace and returns stdout; a failure's error includes stderr.
+func (h *Host) Gpuctl(ctx context.Context, args ...string) (string, error) {
+	full := append([]string{"--host", h.API(), "--token-file", h.TokenFile}, args...)
+	cmd := h.Command(ctx, h.c.Build.Gpuctl, full...)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("gpuctl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// Kill ends gpud with SIGKILL, as a crash would; cleanup then does not
+// require a clean exit.
+func (h *Host) Kill() {
+	h.killed = true
+	_ = h.cmd.Process.Signal(syscall.SIGKILL)
+	<-h.exited
+}
+
+// Stop shuts gpud down with SIGTERM and returns its exit error (nil for
+// status 0).
+func (h *Host) Stop(timeout time.Duration) error {
+	select {
+	case <-h.exited:
+		return h.exitErr
+	default:
+	}
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-h.exited:
+		return h.exitErr
+	case <-time.After(timeout):
+		_ = h.cmd.Process.Signal(syscall.SIGKILL)
+		<-h.exited
+		return fmt.Errorf("gpud did not exit within %v of SIGTERM", timeout)
+	}
+}
+
+func (h *Host) shutdown() {
+	t := h.c.t
+	err := h.Stop(20 * time.Second)
+	if h.killed {
+		return
+	}
+	if err != nil {
+		t.Errorf("gpud on %s did not shut down cleanly: %v", h.Name, err)
+	}
+	// No worker may outlive gpud.
+	if out, _ := exec.Command("ip", "netns", "pids", h.NS).Output(); strings.TrimSpace(string(out)) != "" {
+		t.Errorf("processes left in %s after gpud stopped: %s", h.NS, strings.Fields(string(out)))
+		for _, p := range strings.Fields(string(out)) {
+			var pid int
+			if _, err := fmt.Sscan(p, &pid); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+}
