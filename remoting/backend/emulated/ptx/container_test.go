@@ -134,7 +134,7 @@ func minimalELF(name string, data []byte) []byte {
 func TestContainers(t *testing.T) {
 	base := readTestdata(t, "saxpy.ptx")
 	ptxFor := func(sm int) []byte {
-		return []byte(strings.Replace(base, ".target sm_75", ".target sm_"+itoa(sm), 1) + "\x00")
+		return []byte(strings.Replace(base, ".target sm_75", ".target sm_"+strconv.Itoa(sm), 1) + "\x00")
 	}
 	multi := fatbin(
 		fatbinEntry(fatbinKindPTX, 75, ptxFor(75), 0, 0),
