@@ -1,29 +1,33 @@
 // Package e2e holds the end-to-end tests: real gpuds in network
-// namespaces, real CRIU, real client programs built with gcc against our
-// cuda.h and libcuda, all on the emulated device.
+// namespaces (package harness), real CRIU, real client programs built with
+// gcc against our cuda.h and libcuda, all on the emulated device.
 package e2e
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuctl/gpuctl/e2e/harness"
 )
 
-// The workload's shape in these tests: small enough for the emulated
-// device to step quickly, long enough to migrate mid-run.
+// The workload (e2e/demo/workload.c) in these tests: small enough for the
+// emulated device to step quickly, long enough to act on mid-run.
 const (
 	wlMiB   = 4
 	wlSteps = 40
-	wlSleep = 100 // ms
+	wlSleep = 100 // ms between steps
 )
 
-// migrateResult is gpuctl migrate --json's output.
 type migrateResult struct {
 	Session    string `json:"session"`
 	To         string `json:"to"`
-	Listen     string `json:"listen"`
 	Image      string `json:"image"`
 	Bytes      int64  `json:"bytes"`
 	SentBytes  int64  `json:"sent_bytes"`
@@ -37,135 +41,233 @@ type checkpointResult struct {
 	StoredBytes int64  `json:"stored_bytes"`
 }
 
-// reference is the RESULT of an unmigrated run of the same workload.
-func reference(t *testing.T, c *cluster) string {
+type sessionInfo struct {
+	ID    string `json:"id"`
+	State string `json:"state"`
+}
+
+// world is one test's hosts A and B (sharing a token, so they migrate to
+// each other), a client node and the compiled workload.
+type world struct {
+	t        *testing.T
+	c        *harness.Cluster
+	a, b     *harness.Host
+	client   *harness.Node
+	workload string
+}
+
+func newWorld(t *testing.T, withB bool, bArgs ...string) *world {
 	t.Helper()
-	r := c.runWorkload(c.hosts["a"], wlMiB, wlSteps, 0)
-	res := r.result(t, 3*time.Minute)
-	if !strings.HasSuffix(res, " OK") {
-		t.Fatalf("the unmigrated run is wrong: %s", res)
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("the end-to-end tests compile their client with gcc; run make deps")
 	}
-	return res
+	c := harness.New(t)
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte(fmt.Sprintf("e2e-%d\n", time.Now().UnixNano())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := &world{t: t, c: c}
+	w.a = c.NewHost("a", harness.HostOptions{TokenFile: tok})
+	if withB {
+		w.b = c.NewHost("b", harness.HostOptions{TokenFile: tok, Args: bArgs})
+	}
+	w.client = c.NewNode("client")
+	w.workload = c.CompileC(filepath.Join(c.Build.Root, "e2e/demo/workload.c"))
+	w.requireRoutes(w.a)
+	return w
+}
+
+// requireRoutes skips when this gpud build does not serve the checkpoint
+// routes at all (the mux's plain 404, not a session that is not found):
+// the parts are built separately and wired into gpud last.
+func (w *world) requireRoutes(h *harness.Host) {
+	w.t.Helper()
+	_, err := w.ctl(h, "checkpoint", "s-000000000000")
+	if err != nil && strings.Contains(err.Error(), "HTTP 404") {
+		w.t.Skipf("gpud does not serve POST /v1/sessions/{id}/checkpoint in this build: %v", err)
+	}
+}
+
+func (w *world) ctl(h *harness.Host, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	return h.Gpuctl(ctx, args...)
+}
+
+func (w *world) ctlJSON(h *harness.Host, v any, args ...string) {
+	w.t.Helper()
+	out, err := w.ctl(h, append(args, "--json")...)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		w.t.Fatalf("gpuctl %s --json: %v: %q", strings.Join(args, " "), err, out)
+	}
+}
+
+// start runs the workload on h in the background.
+func (w *world) start(h *harness.Host, mib, steps, sleepMS int) <-chan harness.Result {
+	ch := make(chan harness.Result, 1)
+	go func() {
+		ch <- w.client.RunClient(h, 4*time.Minute, nil, w.workload, fmt.Sprint(mib), fmt.Sprint(steps), fmt.Sprint(sleepMS))
+	}()
+	return ch
+}
+
+// reference is the RESULT line of an unmigrated run.
+func (w *world) reference() string {
+	w.t.Helper()
+	return w.result(<-w.start(w.a, wlMiB, wlSteps, 0))
+}
+
+// result checks that a run succeeded and returns its RESULT line.
+func (w *world) result(r harness.Result) string {
+	w.t.Helper()
+	if r.Code != 0 {
+		w.t.Fatalf("workload exited %d\nstdout:\n%s\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	for _, l := range strings.Split(r.Stdout, "\n") {
+		if strings.HasPrefix(l, "RESULT ") {
+			if !strings.HasSuffix(l, " OK") {
+				w.t.Fatalf("workload's result does not check out: %s", l)
+			}
+			return l
+		}
+	}
+	w.t.Fatalf("workload printed no RESULT line:\n%s", r.Stdout)
+	return ""
+}
+
+// session waits until h lists exactly one session and returns it.
+func (w *world) session(h *harness.Host) sessionInfo {
+	w.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var ss []sessionInfo
+		out, err := w.ctl(h, "sessions", "--json")
+		if err == nil && json.Unmarshal([]byte(out), &ss) == nil && len(ss) == 1 {
+			return ss[0]
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("want one session on %s, have %q (%v)", h.Name, out, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // TestMigrateRoundTrip migrates a running workload A -> B -> A; its
 // result must be bit-identical to a run without migration.
 func TestMigrateRoundTrip(t *testing.T) {
-	c := newCluster(t)
-	a, b := c.start("a"), c.start("b")
-	want := reference(t, c)
+	w := newWorld(t, true)
+	want := w.reference()
 
-	r := c.runWorkload(a, wlMiB, wlSteps, wlSleep)
-	r.waitStep(t, 5)
-	s := c.session(a)
+	run := w.start(w.a, wlMiB, wlSteps, wlSleep)
+	s := w.session(w.a)
+	time.Sleep(time.Second)
 	var m1, m2 migrateResult
-	if err := c.ctlJSON(a, &m1, "migrate", s.ID, "--to", b.api); err != nil {
-		t.Fatalf("migrate A->B: %v", err)
-	}
-	if m1.Session != s.ID || m1.To != b.api || m1.SentBytes <= 0 || m1.DowntimeMS <= 0 {
+	w.ctlJSON(w.a, &m1, "migrate", s.ID, "--to", w.b.API())
+	if m1.Session != s.ID || m1.To != w.b.API() || m1.SentBytes <= 0 || m1.DowntimeMS <= 0 {
 		t.Errorf("migrate A->B reported %+v", m1)
 	}
-	if got := c.session(b); got.ID != s.ID {
+	if got := w.session(w.b); got.ID != s.ID {
 		t.Errorf("B holds session %q, want %q", got.ID, s.ID)
 	}
-	r.waitStep(t, 15)
-	if err := c.ctlJSON(b, &m2, "migrate", s.ID, "--to", a.api); err != nil {
-		t.Fatalf("migrate B->A: %v", err)
-	}
-	// A already holds the first image's chunks: the way back sends less.
+	time.Sleep(time.Second)
+	w.ctlJSON(w.b, &m2, "migrate", s.ID, "--to", w.a.API())
+	// A still holds the first image's chunks: the way back sends less.
 	if m2.SentBytes >= m1.SentBytes {
 		t.Errorf("B->A sent %d bytes, A->B %d: chunks A had were sent again", m2.SentBytes, m1.SentBytes)
 	}
-	if got := r.result(t, 3*time.Minute); got != want {
+	if got := w.result(<-run); got != want {
 		t.Errorf("migrated run: %q, unmigrated: %q", got, want)
 	}
-	t.Logf("downtime A->B %d ms (%d bytes sent), B->A %d ms (%d bytes sent)", m1.DowntimeMS, m1.SentBytes, m2.DowntimeMS, m2.SentBytes)
+	t.Logf("downtime A->B %d ms (%d of %d bytes sent), B->A %d ms (%d bytes sent)",
+		m1.DowntimeMS, m1.SentBytes, m1.Bytes, m2.DowntimeMS, m2.SentBytes)
 }
 
 // TestExportKillImportRestore checkpoints a session on A, exports the
-// image, kills A's gpud, imports and restores on B, and moves A's address
-// to B: the client reconnects there and finishes correctly.
+// image, kills A's gpud, imports and restores on B, and gives B A's
+// address: the client reconnects there and finishes correctly.
 func TestExportKillImportRestore(t *testing.T) {
-	c := newCluster(t)
-	a, b := c.start("a"), c.start("b")
-	want := reference(t, c)
+	// B listens on every address, so that A's address reaches it.
+	w := newWorld(t, true, "--listen", "0.0.0.0:"+harness.ListenPort)
+	want := w.reference()
 
-	r := c.runWorkload(a, wlMiB, wlSteps, wlSleep)
-	r.waitStep(t, 5)
-	s := c.session(a)
+	run := w.start(w.a, wlMiB, wlSteps, wlSleep)
+	s := w.session(w.a)
+	time.Sleep(time.Second)
 	var ck checkpointResult
-	if err := c.ctlJSON(a, &ck, "checkpoint", s.ID); err != nil {
-		t.Fatalf("checkpoint: %v", err)
-	}
-	file := filepath.Join(c.work, "session.img")
-	if _, err := c.ctl(a, "images", "export", ck.Image, file); err != nil {
+	w.ctlJSON(w.a, &ck, "checkpoint", s.ID)
+	file := filepath.Join(t.TempDir(), "session.img")
+	if _, err := w.ctl(w.a, "images", "export", ck.Image, file); err != nil {
 		t.Fatalf("export: %v", err)
 	}
-	c.stop(a, false) // A dies
-	if _, err := c.ctl(b, "images", "import", file); err != nil {
+	w.a.Kill()
+	if _, err := w.ctl(w.b, "images", "import", file); err != nil {
 		t.Fatalf("import on B: %v", err)
 	}
 	var rs struct {
 		Session string `json:"session"`
 	}
-	if err := c.ctlJSON(b, &rs, "restore", ck.Image); err != nil {
-		t.Fatalf("restore on B: %v", err)
-	}
+	w.ctlJSON(w.b, &rs, "restore", ck.Image)
 	if rs.Session != s.ID {
 		t.Errorf("restored session %q, want %q", rs.Session, s.ID)
 	}
-	// B takes over A's address; the client's reconnects reach B.
-	c.in(a.ns, "ip", "addr", "del", a.ip+"/24", "dev", a.ifname)
-	c.in(b.ns, "ip", "addr", "add", a.ip+"/24", "dev", b.ifname)
-	if got := r.result(t, 3*time.Minute); got != want {
+	for _, args := range [][]string{
+		{"-n", w.a.NS, "addr", "del", w.a.IP + "/24", "dev", "eth0"},
+		{"-n", w.b.NS, "addr", "add", w.a.IP + "/24", "dev", "eth0"},
+		{"-n", w.client.NS, "neigh", "flush", "all"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	if got := w.result(<-run); got != want {
 		t.Errorf("run restored on B: %q, unmigrated: %q", got, want)
 	}
 }
 
 // TestLinkCut takes the client's link down for a few seconds mid-run.
 func TestLinkCut(t *testing.T) {
-	c := newCluster(t)
-	a := c.start("a")
-	want := reference(t, c)
+	w := newWorld(t, false)
+	want := w.reference()
 
-	r := c.runWorkload(a, wlMiB, wlSteps, wlSleep)
-	r.waitStep(t, 5)
-	cl := c.hosts["c"]
-	c.in(cl.ns, "ip", "link", "set", cl.ifname, "down")
-	time.Sleep(3 * time.Second)
-	c.in(cl.ns, "ip", "link", "set", cl.ifname, "up")
-	if got := r.result(t, 3*time.Minute); got != want {
+	run := w.start(w.a, wlMiB, wlSteps, wlSleep)
+	w.session(w.a)
+	time.Sleep(time.Second)
+	<-w.client.CutLink(3 * time.Second)
+	if got := w.result(<-run); got != want {
 		t.Errorf("run with a cut link: %q, unmigrated: %q", got, want)
 	}
 }
 
 // TestMigrateToDeadHost fails fast and cleanly; the session runs on.
 func TestMigrateToDeadHost(t *testing.T) {
-	c := newCluster(t)
-	a := c.start("a")
-	want := reference(t, c)
+	w := newWorld(t, false)
+	want := w.reference()
+	dead := w.c.NewNode("dead") // a host with no gpud
 
-	r := c.runWorkload(a, wlMiB, wlSteps, wlSleep)
-	r.waitStep(t, 5)
-	s := c.session(a)
-	dead := fmt.Sprintf("%s:%d", c.hosts["b"].ip, apiPort) // B's namespace, no gpud
+	run := w.start(w.a, wlMiB, wlSteps, wlSleep)
+	s := w.session(w.a)
+	time.Sleep(time.Second)
+	to := dead.IP + ":" + harness.APIPort
 	t0 := time.Now()
-	out, err := c.ctl(a, "migrate", s.ID, "--to", dead)
+	out, err := w.ctl(w.a, "migrate", s.ID, "--to", to)
 	if err == nil {
 		t.Fatalf("migration to a dead host succeeded: %s", out)
 	}
 	if took := time.Since(t0); took > 10*time.Second {
 		t.Errorf("migration to a dead host took %v to fail", took)
 	}
-	for _, w := range []string{dead, "precheck"} {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error does not mention %q: %v", w, err)
+	for _, want := range []string{to, "precheck"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %q: %v", want, err)
 		}
 	}
-	if got := c.session(a); got.ID != s.ID || got.State == "stopped" {
+	if got := w.session(w.a); got.ID != s.ID || got.State == "stopped" {
 		t.Errorf("session on A after the failed migration: %+v", got)
 	}
-	if got := r.result(t, 3*time.Minute); got != want {
+	if got := w.result(<-run); got != want {
 		t.Errorf("run after a failed migration: %q, unmigrated: %q", got, want)
 	}
 }
@@ -173,26 +275,19 @@ func TestMigrateToDeadHost(t *testing.T) {
 // TestIdleCheckpointsDedup checkpoints an idle session twice: the second
 // checkpoint stores at most 10% new bytes.
 func TestIdleCheckpointsDedup(t *testing.T) {
-	c := newCluster(t)
-	a := c.start("a")
-	r := c.runWorkload(a, 64, 0, 600000) // 64 MiB, held idle
-	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(r.output(), "workload:") && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	s := c.session(a)
+	w := newWorld(t, false)
+	run := w.start(w.a, 64, 0, 20000) // 64 MiB, then idle for 20 s
+	s := w.session(w.a)
+	time.Sleep(2 * time.Second) // the fill is done
 	var c1, c2 checkpointResult
-	if err := c.ctlJSON(a, &c1, "checkpoint", s.ID, "--leave-running"); err != nil {
-		t.Fatalf("first checkpoint: %v", err)
-	}
-	if err := c.ctlJSON(a, &c2, "checkpoint", s.ID, "--leave-running"); err != nil {
-		t.Fatalf("second checkpoint: %v", err)
-	}
+	w.ctlJSON(w.a, &c1, "checkpoint", s.ID, "--leave-running")
+	w.ctlJSON(w.a, &c2, "checkpoint", s.ID, "--leave-running")
 	if c1.Bytes < 64<<20 {
-		t.Errorf("first image is %d bytes; it should hold the 64 MiB of device memory", c1.Bytes)
+		t.Errorf("the first image is %d bytes; it must hold the 64 MiB of device memory", c1.Bytes)
 	}
 	if c2.StoredBytes*10 > c2.Bytes {
-		t.Errorf("second checkpoint stored %d new bytes of %d (> 10%%)", c2.StoredBytes, c2.Bytes)
+		t.Errorf("the second checkpoint stored %d new bytes of %d (> 10%%)", c2.StoredBytes, c2.Bytes)
 	}
 	t.Logf("first: %d bytes, %d stored; second: %d bytes, %d stored", c1.Bytes, c1.StoredBytes, c2.Bytes, c2.StoredBytes)
+	w.result(<-run) // and the session's memory is still intact
 }
