@@ -196,7 +196,9 @@ func (s *Session) loop(ctx context.Context, fr *frameReader, bw *bufio.Writer) e
 				return fmt.Errorf("read bulk of seq %d: %w", h.Seq, err)
 			}
 		}
-		fr.compact()
+		// No compaction here: peek moves the unprocessed tail to the
+		// front only when the next frame does not fit, so a buffer full
+		// of small frames is not copied once per frame.
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"net"
 	"sync"
 
+	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/backend/emulated"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
 	"github.com/gpuctl/gpuctl/remoting/wire"
@@ -25,6 +26,7 @@ import (
 type Server struct {
 	ln     net.Listener
 	token  string
+	opt    Options
 	log    *slog.Logger
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -42,9 +44,22 @@ type session struct {
 	serving    sync.Mutex // one connection at a time
 }
 
+// Options tune the server.
+type Options struct {
+	// NullLaunch makes kernel launches succeed without running the
+	// kernel, so that a benchmark measures the transport rather than
+	// the PTX interpreter.
+	NullLaunch bool
+}
+
 // Start listens on addr ("127.0.0.1:0" for any free port) and serves
 // until Close.
 func Start(addr, token string, log *slog.Logger) (*Server, error) {
+	return StartWith(addr, token, log, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(addr, token string, log *slog.Logger, opt Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -53,7 +68,7 @@ func Start(addr, token string, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("test server: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{ln: ln, token: token, log: log, ctx: ctx, cancel: cancel,
+	s := &Server{ln: ln, token: token, log: log, ctx: ctx, cancel: cancel, opt: opt,
 		sessions: map[string]*session{}, conns: map[net.Conn]struct{}{}}
 	s.wg.Add(1)
 	go s.accept()
@@ -152,7 +167,11 @@ func (s *Server) serve(c net.Conn) error {
 	} else {
 		dev := emulated.New(emulated.Config{MemBytes: 4 << 30, Seed: "testserver"})
 		ss = &session{id: "s-" + randHex(6), secret: randHex(16), dev: dev}
-		ss.ds = dispatch.NewSession(dev, s.log.With("session", ss.id))
+		var bd backend.Device = dev
+		if s.opt.NullLaunch {
+			bd = nullLaunch{dev}
+		}
+		ss.ds = dispatch.NewSession(bd, s.log.With("session", ss.id))
 		s.mu.Lock()
 		s.sessions[ss.id] = ss
 		s.mu.Unlock()
@@ -164,4 +183,13 @@ func (s *Server) serve(c net.Conn) error {
 	ss.serving.Lock()
 	defer ss.serving.Unlock()
 	return ss.ds.Serve(s.ctx, c, info, false)
+}
+
+// nullLaunch is an emulated device whose launches check their function
+// handle and do nothing else.
+type nullLaunch struct{ *emulated.Device }
+
+func (n nullLaunch) Launch(ctx context.Context, c backend.Ctx, f backend.Function, cfg backend.LaunchConfig) error {
+	_, err := n.FuncGetAttribute(ctx, c, f, 0)
+	return err
 }
