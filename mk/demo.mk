@@ -10,3 +10,11 @@ BENCH_STEPS += bench-checkpoint
 .PHONY: bench-checkpoint
 bench-checkpoint: deps build
 	@bash e2e/demo/bench.sh
+
+# bench-criu: CRIU alone (dump leaving the process running, restore beside
+# it) for worker-shaped processes of 16 MiB, 256 MiB and 1 GiB: the floor
+# under the pipelines' times.
+BENCH_STEPS += bench-criu
+.PHONY: bench-criu
+bench-criu: deps
+	$(GO) test -count=1 -run '^$$' -bench CRIU -benchtime 1x ./checkpoint/

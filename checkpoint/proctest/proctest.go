@@ -11,11 +11,13 @@ package proctest
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,7 +27,10 @@ import (
 	"github.com/gpuctl/gpuctl/checkpoint/criu"
 )
 
-const childEnv = "GPUCTL_PROCTEST_CHILD"
+const (
+	childEnv = "GPUCTL_PROCTEST_CHILD"
+	sizeEnv  = "GPUCTL_PROCTEST_MIB" // memory the child fills, in MiB
+)
 
 // MaybeChild turns the process into a child when the harness started it,
 // and never returns then.
@@ -44,6 +49,19 @@ func MaybeChild() {
 		}
 		addr = addr[:i]
 	}
+	// Memory to carry through dumps: pseudo-random, so that compression
+	// does not flatter the numbers.
+	var ballast []byte
+	if mib, _ := strconv.Atoi(os.Getenv(sizeEnv)); mib > 0 {
+		ballast = make([]byte, mib<<20)
+		x := uint64(88172645463325252)
+		for i := 0; i+8 <= len(ballast); i += 8 {
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+			binary.LittleEndian.PutUint64(ballast[i:], x)
+		}
+	}
 	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM, 0)
 	if err != nil {
 		os.Exit(3)
@@ -54,6 +72,7 @@ func MaybeChild() {
 		self, _ := os.Readlink("/proc/self")
 		_ = syscall.Sendto(fd, []byte(self+" "+strconv.FormatUint(n, 10)), 0, to)
 		time.Sleep(10 * time.Millisecond)
+		runtime.KeepAlive(ballast)
 	}
 }
 
@@ -114,12 +133,23 @@ func New(t testing.TB) *Harness {
 // a TCP connection, which makes CRIU's dump fail.
 func (h *Harness) Start(tcp bool) *exec.Cmd {
 	h.t.Helper()
+	return h.start(tcp, 0)
+}
+
+// StartSized starts a child that first fills mib MiB of memory.
+func (h *Harness) StartSized(mib int) *exec.Cmd {
+	h.t.Helper()
+	return h.start(false, mib)
+}
+
+func (h *Harness) start(tcp bool, mib int) *exec.Cmd {
+	h.t.Helper()
 	spec := h.addr
 	if tcp {
 		spec = "tcp:" + h.addr + "," + h.tcp
 	}
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), childEnv+"="+spec)
+	cmd.Env = append(os.Environ(), childEnv+"="+spec, fmt.Sprintf("%s=%d", sizeEnv, mib))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Setsid: true}
 	if err := cmd.Start(); err != nil {
 		h.t.Fatal(err)
@@ -132,7 +162,7 @@ func (h *Harness) Start(tcp bool) *exec.Cmd {
 // Next returns the next count pid reports, failing the test after 10 s.
 func (h *Harness) Next(pid int) uint64 {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	buf := make([]byte, 128)
 	for {
 		_ = h.conn.SetReadDeadline(deadline)
