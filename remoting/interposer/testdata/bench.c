@@ -71,7 +71,7 @@ static void full(int fd, void *p, size_t n, int wr)
 	}
 }
 
-enum { ITERS = 20000, LAUNCHES = 200000 };
+enum { ITERS = 20000, LAUNCHES = 200000, REPS = 3 };
 static double lat[ITERS];
 
 static void pct(double *v, int n, double *med, double *p99)
@@ -109,18 +109,24 @@ int main(int argc, char **argv)
 	double raw_med, raw_p99;
 	pct(lat, ITERS, &raw_med, &raw_p99);
 
-	/* Raw stream both ways. */
-	fd = raw_dial(raw, 's', big);
-	double t = now();
-	full(fd, buf, big, 1);
-	full(fd, m, 1, 0);
-	double raw_up = big / (now() - t) / 1e9;
-	close(fd);
-	fd = raw_dial(raw, 'r', big);
-	t = now();
-	full(fd, buf, big, 0);
-	double raw_down = big / (now() - t) / 1e9;
-	close(fd);
+	/* Raw stream both ways; throughputs are the best of REPS runs, as
+	 * the copies are. */
+	double t, raw_up = 0, raw_down = 0;
+	for (int rep = 0; rep < REPS; rep++) {
+		fd = raw_dial(raw, 's', big);
+		t = now();
+		full(fd, buf, big, 1);
+		full(fd, m, 1, 0);
+		double v = big / (now() - t) / 1e9;
+		raw_up = v > raw_up ? v : raw_up;
+		close(fd);
+		fd = raw_dial(raw, 'r', big);
+		t = now();
+		full(fd, buf, big, 0);
+		v = big / (now() - t) / 1e9;
+		raw_down = v > raw_down ? v : raw_down;
+		close(fd);
+	}
 
 	/* gpuctl. */
 	CUdevice dev;
@@ -156,13 +162,18 @@ int main(int argc, char **argv)
 	CUdeviceptr d;
 	CK(cuMemAlloc(&d, big));
 	CK(cuMemcpyHtoD(d, buf, big));
-	t = now();
-	CK(cuMemcpyHtoD(d, buf, big));
-	double up = big / (now() - t) / 1e9;
 	CK(cuMemcpyDtoH(buf, d, big));
-	t = now();
-	CK(cuMemcpyDtoH(buf, d, big));
-	double down = big / (now() - t) / 1e9;
+	double up = 0, down = 0;
+	for (int rep = 0; rep < REPS; rep++) {
+		t = now();
+		CK(cuMemcpyHtoD(d, buf, big));
+		double v = big / (now() - t) / 1e9;
+		up = v > up ? v : up;
+		t = now();
+		CK(cuMemcpyDtoH(buf, d, big));
+		v = big / (now() - t) / 1e9;
+		down = v > down ? v : down;
+	}
 
 	printf("| measurement | gpuctl | raw TCP baseline | ratio | target |\n");
 	printf("| --- | --- | --- | --- | --- |\n");
@@ -170,7 +181,7 @@ int main(int argc, char **argv)
 	printf("| sync round trip, p99 | %.1f us | %.1f us | %.2fx | |\n", rt_p99, raw_p99, rt_p99 / raw_p99);
 	printf("| async empty launches (queue) | %.0f /s | | | |\n", LAUNCHES / tq);
 	printf("| async empty launches (executed) | %.0f /s | | | >= 200k/s |\n", LAUNCHES / tl);
-	printf("| HtoD 256 MiB | %.2f GB/s | %.2f GB/s | %.0f%% | >= 70%% |\n", up, raw_up, 100 * up / raw_up);
-	printf("| DtoH 256 MiB | %.2f GB/s | %.2f GB/s | %.0f%% | >= 70%% |\n", down, raw_down, 100 * down / raw_down);
+	printf("| HtoD 256 MiB (best of 3) | %.2f GB/s | %.2f GB/s | %.0f%% | >= 70%% |\n", up, raw_up, 100 * up / raw_up);
+	printf("| DtoH 256 MiB (best of 3) | %.2f GB/s | %.2f GB/s | %.0f%% | >= 70%% |\n", down, raw_down, 100 * down / raw_down);
 	return 0;
 }
