@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"regexp"
 	"sync"
+	"time"
 
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
@@ -55,7 +56,7 @@ type Service struct {
 	Sessions Sessions
 	Log      *slog.Logger
 	// OnStep, when set, observes each step's duration (metrics).
-	OnStep func(pipeline, step string, d float64)
+	OnStep func(step string, d time.Duration)
 
 	mu   sync.Mutex
 	busy map[string]bool // sessions with a checkpoint or migration in progress
@@ -163,7 +164,7 @@ func (s *Service) Freeze(ctx context.Context, id string) (*Frozen, error) {
 	}
 	for _, t := range fr.Steps {
 		if s.OnStep != nil {
-			s.OnStep("checkpoint", t.Step, t.Duration.Seconds())
+			s.OnStep(t.Step, t.Duration)
 		}
 	}
 	if err := s.Sessions.Dumped(id); err != nil {
