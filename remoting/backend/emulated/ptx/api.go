@@ -245,25 +245,46 @@ func (f *Function) Attribute(attr int32) (int32, error) {
 // unsupported instruction, CUDA_ERROR_INVALID_VALUE for a bad launch
 // configuration. A kernel can never crash the calling process.
 func (f *Function) Run(ctx context.Context, l Launch, mem Memory, workers int) error {
+	_, err := f.run(ctx, l, mem, workers)
+	return err
+}
+
+// Stats describes one finished launch.
+type Stats struct {
+	ThreadInstructions uint64 // instructions issued, counted per thread
+}
+
+// run is Run that also reports statistics.
+func (f *Function) run(ctx context.Context, l Launch, mem Memory, workers int) (Stats, error) {
+	ln, err := f.prepare(ctx, l, mem)
+	if err != nil {
+		return Stats{}, err
+	}
+	err = execute(ln, workers)
+	return Stats{ThreadInstructions: ln.tinsts.Load()}, err
+}
+
+// prepare validates a launch and sets up its shared state.
+func (f *Function) prepare(ctx context.Context, l Launch, mem Memory) (*launch, error) {
 	name := f.cf.name
 	g, b := l.Grid, l.Block
 	for i := 0; i < 3; i++ {
 		if g[i] == 0 || b[i] == 0 {
-			return cu.Errorf(cu.ErrorInvalidValue, "kernel %s: grid %v and block %v must have no zero dimension", name, g, b)
+			return nil, cu.Errorf(cu.ErrorInvalidValue, "kernel %s: grid %v and block %v must have no zero dimension", name, g, b)
 		}
 	}
 	threads := uint64(b[0]) * uint64(b[1]) * uint64(b[2])
 	if b[0] > 1024 || b[1] > 1024 || b[2] > 64 || threads > uint64(f.maxThreads()) {
-		return cu.Errorf(cu.ErrorInvalidValue, "kernel %s: block %v has %d threads; at most %d fit (x,y <= 1024, z <= 64)", name, b, threads, f.maxThreads())
+		return nil, cu.Errorf(cu.ErrorInvalidValue, "kernel %s: block %v has %d threads; at most %d fit (x,y <= 1024, z <= 64)", name, b, threads, f.maxThreads())
 	}
 	if d := f.cf.decl.reqntid; d[0] > 0 && (uint32(d[0]) != b[0] || uint32(d[1]) != b[1] || uint32(d[2]) != b[2]) {
-		return cu.Errorf(cu.ErrorInvalidValue, "kernel %s requires a block of %v threads (.reqntid), launched with %v", name, d, b)
+		return nil, cu.Errorf(cu.ErrorInvalidValue, "kernel %s requires a block of %v threads (.reqntid), launched with %v", name, d, b)
 	}
 	if g[0] > 1<<31-1 || g[1] > 65535 || g[2] > 65535 {
-		return cu.Errorf(cu.ErrorInvalidValue, "kernel %s: grid %v exceeds (2^31-1, 65535, 65535)", name, g)
+		return nil, cu.Errorf(cu.ErrorInvalidValue, "kernel %s: grid %v exceeds (2^31-1, 65535, 65535)", name, g)
 	}
 	if need := f.paramBytes(); uint32(len(l.Params)) < need {
-		return cu.Errorf(cu.ErrorInvalidValue, "kernel %s takes %d bytes of parameters, the launch passed %d", name, need, len(l.Params))
+		return nil, cu.Errorf(cu.ErrorInvalidValue, "kernel %s takes %d bytes of parameters, the launch passed %d", name, need, len(l.Params))
 	}
 	m := f.m
 	sh := uint64(m.staticShared)
@@ -271,19 +292,19 @@ func (f *Function) Run(ctx context.Context, l Launch, mem Memory, workers int) e
 		sh = uint64(alignUp32(m.staticShared, m.dynAlign)) + uint64(l.SharedBytes)
 	}
 	if sh > MaxSharedPerBlock {
-		return cu.Errorf(cu.ErrorInvalidValue, "kernel %s needs %d bytes of shared memory per block; the device has %d", name, sh, MaxSharedPerBlock)
+		return nil, cu.Errorf(cu.ErrorInvalidValue, "kernel %s needs %d bytes of shared memory per block; the device has %d", name, sh, MaxSharedPerBlock)
 	}
 	m.mu.Lock()
 	gaddr := append([]uint64(nil), m.gaddr...)
 	for i, ok := range m.bound {
 		if !ok {
 			m.mu.Unlock()
-			return cu.Errorf(cu.ErrorInvalidValue, "kernel %s: module variable %q has no device memory (BindGlobal was not called)", name, m.vars[i].Name)
+			return nil, cu.Errorf(cu.ErrorInvalidValue, "kernel %s: module variable %q has no device memory (BindGlobal was not called)", name, m.vars[i].Name)
 		}
 	}
 	m.mu.Unlock()
 	if err := ctx.Err(); err != nil {
-		return cu.Errorf(cu.ErrorLaunchFailed, "kernel %s: %v", name, err)
+		return nil, cu.Errorf(cu.ErrorLaunchFailed, "kernel %s: %v", name, err)
 	}
 	ln := &launch{
 		ctx:      ctx,
@@ -298,5 +319,5 @@ func (f *Function) Run(ctx context.Context, l Launch, mem Memory, workers int) e
 		gaddr:    gaddr,
 	}
 	ln.start = timeNow()
-	return execute(ln, workers)
+	return ln, nil
 }

@@ -101,6 +101,7 @@ type warp struct {
 	local    [warpSize][]byte
 	special  [nSpecial][warpSize]uint64
 	pool     map[*cfunc][]*frame
+	tinsts   uint64 // thread-instructions issued, for statistics
 }
 
 type barrier struct {
@@ -135,6 +136,7 @@ type launch struct {
 	gaddr    []uint64 // bound addresses of module variables
 	start    time.Time
 	stop     atomic.Bool
+	tinsts   atomic.Uint64 // thread-instructions issued by all blocks
 }
 
 // fault is raised (as a panic inside the interpreter, recovered at the
@@ -261,6 +263,7 @@ func (w *warp) run(budget int) (progressed bool) {
 	loop:
 		for pc < otherMin && budget > 0 {
 			budget--
+			w.tinsts += uint64(bits.OnesCount32(cur))
 			in := &code[pc]
 			em := cur
 			if in.guard >= 0 {
@@ -703,6 +706,12 @@ func (wk *worker) runBlock(bid uint64) {
 		w.frames = append(w.frames, w.newFrame(l.kernel, mask, 0))
 	}
 	b.run()
+	var n uint64
+	for _, w := range b.warps {
+		n += w.tinsts
+		w.tinsts = 0
+	}
+	l.tinsts.Add(n)
 }
 
 // popFrameQuiet drops a frame left over from a failed block.

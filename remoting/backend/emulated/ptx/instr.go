@@ -552,6 +552,10 @@ func (c *fcomp) setp(in *instr, x *inst) {
 		return
 	}
 	if x.d2 < 0 && boolop == "" {
+		if fast := setpFast(cmp, st); fast != nil {
+			x.fn = fast
+			return
+		}
 		x.fn = setpFn(cf)
 		return
 	}
@@ -699,11 +703,14 @@ func (c *fcomp) ld(in *instr, x *inst) {
 		x.fn = opLdParam
 		return
 	}
-	if sp == spGlobal && x.n == 1 && t.size() == 4 {
+	switch {
+	case sp == spGlobal && x.n == 1 && t.size() == 4:
 		x.fn = opLdGlobal32
-		return
+	case sp == spShared && x.n == 1 && t.size() == 4:
+		x.fn = opLdShared32
+	default:
+		x.fn = opLd
 	}
-	x.fn = opLd
 }
 
 func (c *fcomp) st(in *instr, x *inst) {
@@ -739,11 +746,14 @@ func (c *fcomp) st(in *instr, x *inst) {
 		x.fn = opStParam
 		return
 	}
-	if sp == spGlobal && x.n == 1 && t.size() == 4 {
+	switch {
+	case sp == spGlobal && x.n == 1 && t.size() == 4:
 		x.fn = opStGlobal32
-		return
+	case sp == spShared && x.n == 1 && t.size() == 4:
+		x.fn = opStShared32
+	default:
+		x.fn = opSt
 	}
-	x.fn = opSt
 }
 
 func (c *fcomp) atom(in *instr, x *inst) {

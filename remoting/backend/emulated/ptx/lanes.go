@@ -163,3 +163,60 @@ func b2u(b bool) uint64 {
 	}
 	return 0
 }
+
+// setpFast covers the comparisons of loop tests and bounds checks on
+// 32-bit integers without a call per lane.
+func setpFast(op string, t ptype) execFn {
+	var code int
+	switch op {
+	case "lt", "lo":
+		code = 0
+	case "le", "ls":
+		code = 1
+	case "gt", "hi":
+		code = 2
+	case "ge", "hs":
+		code = 3
+	case "eq":
+		code = 4
+	case "ne":
+		code = 5
+	default:
+		return nil
+	}
+	var signed bool
+	switch t {
+	case tS32:
+		signed = true
+	case tU32, tB32:
+	default:
+		return nil
+	}
+	return func(w *warp, fr *frame, in *inst, m uint32) {
+		r := fr.regs
+		d, a, b := int(in.d)*warpSize, int(in.a)*warpSize, int(in.b)*warpSize
+		for ; m != 0; m &= m - 1 {
+			l := bits.TrailingZeros32(m)
+			x, y := int64(uint32(r[a+l])), int64(uint32(r[b+l]))
+			if signed {
+				x, y = int64(int32(x)), int64(int32(y))
+			}
+			var v bool
+			switch code {
+			case 0:
+				v = x < y
+			case 1:
+				v = x <= y
+			case 2:
+				v = x > y
+			case 3:
+				v = x >= y
+			case 4:
+				v = x == y
+			default:
+				v = x != y
+			}
+			r[d+l] = b2u(v)
+		}
+	}
+}

@@ -283,6 +283,14 @@ func fminmax(x, y float64, isMin, nanProp bool) float64 {
 }
 
 func fma32(a, b, c float32, mode rmode) float32 {
+	if mode == rmRN {
+		// One rounding to double, then to float, is exact unless the
+		// double lands on a float midpoint or in the float subnormal range.
+		d := math.FMA(float64(a), float64(b), float64(c))
+		if bits := math.Float64bits(d); bits&0x1fffffff != 0x10000000 && (math.Abs(d) >= 0x1p-126 || d == 0) {
+			return float32(d)
+		}
+	}
 	p := float64(a) * float64(b) // exact
 	s, e := twoSum(p, float64(c))
 	if math.IsInf(p, 0) || math.IsInf(float64(c), 0) {

@@ -396,3 +396,35 @@ func opClock(name string) execFn {
 		}
 	}
 }
+
+// opLdShared32 and opStShared32 are the 4-byte shared-memory accesses of
+// tiled kernels.
+func opLdShared32(w *warp, fr *frame, in *inst, m uint32) {
+	r := fr.regs
+	a, d := int(in.a)*warpSize, int(in.d)*warpSize
+	sh := w.b.shared
+	for ; m != 0; m &= m - 1 {
+		l := bits.TrailingZeros32(m)
+		addr := r[a+l] + in.off
+		if addr&3 != 0 || addr > uint64(len(sh))-4 || len(sh) < 4 {
+			w.checkAlign(addr, 4, in)
+			w.sharedAt(addr, 4, in)
+		}
+		r[d+l] = uint64(binary.LittleEndian.Uint32(sh[addr:]))
+	}
+}
+
+func opStShared32(w *warp, fr *frame, in *inst, m uint32) {
+	r := fr.regs
+	a, s := int(in.a)*warpSize, int(in.b)*warpSize
+	sh := w.b.shared
+	for ; m != 0; m &= m - 1 {
+		l := bits.TrailingZeros32(m)
+		addr := r[a+l] + in.off
+		if addr&3 != 0 || addr > uint64(len(sh))-4 || len(sh) < 4 {
+			w.checkAlign(addr, 4, in)
+			w.sharedAt(addr, 4, in)
+		}
+		binary.LittleEndian.PutUint32(sh[addr:], uint32(r[s+l]))
+	}
+}
