@@ -75,11 +75,13 @@ ctl() { # ctl API ARGS...: gpuctl against one gpud's control API
 	"$GPUCTL" --host "$api" --token-file "$TOKEN" "$@"
 }
 
-# wait_log LOG PATTERN SECONDS: wait until LOG has a line matching PATTERN.
+# wait_log LOG PATTERN SECONDS [PID]: wait until LOG has a line matching
+# PATTERN; give up early when PID has exited.
 wait_log() {
 	local deadline=$(($(date +%s) + $3))
 	while (($(date +%s) < deadline)); do
 		grep -q -- "$2" "$1" 2>/dev/null && return 0
+		[[ -n ${4:-} ]] && ! kill -0 "$4" 2>/dev/null && return 1
 		sleep 0.1
 	done
 	return 1
@@ -235,7 +237,8 @@ for u in $(nvidia-smi --query-gpu=uuid --format=csv,noheader); do
 	grep -q "$u" "$OUT/host.json" && pass "GET /v1/host lists $u" || fail "GET /v1/host does not list $u"
 done
 ctl "$A_API" doctor >"$OUT/doctor.txt" 2>&1
-grep -qi "H200\|NVIDIA" "$OUT/doctor.txt" && pass "gpuctl doctor shows the GPUs" || fail "gpuctl doctor does not show the GPUs (see $OUT/doctor.txt)"
+u0=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0 | tr -d ' ')
+grep -q "$u0" "$OUT/doctor.txt" && pass "gpuctl doctor shows the GPUs" || fail "gpuctl doctor does not show GPU0 $u0 (see $OUT/doctor.txt)"
 
 # ---------------------------------------------------- native vs remote
 step "test programs: native and through gpud"
@@ -263,8 +266,8 @@ step "microbenchmarks"
 env -u LD_LIBRARY_PATH timeout 120 "$WORK/native/bench" "$WORK/kernels.ptx" 256 >"$OUT/bench.native" 2>&1 || fail "native bench: $(tail -n 2 "$OUT/bench.native")"
 timeout 180 "$GPUCTL" run --server "$A_LISTEN" --token-file "$TOKEN" -- "$WORK/remote/bench" "$WORK/kernels.ptx" 256 >"$OUT/bench.remote" 2>&1 ||
 	fail "remote bench: $(tail -n 2 "$OUT/bench.remote")"
-while read -r k v; do R[native_$k]=$v; done < <(grep -E '^[a-z_]+ [0-9.NA]+$' "$OUT/bench.native")
-while read -r k v; do R[remote_$k]=$v; done < <(grep -E '^[a-z_]+ [0-9.NA]+$' "$OUT/bench.remote")
+while read -r k v; do R[native_$k]=$v; done < <(grep -E '^[a-z0-9_]+ [0-9.NA]+$' "$OUT/bench.native")
+while read -r k v; do R[remote_$k]=$v; done < <(grep -E '^[a-z0-9_]+ [0-9.NA]+$' "$OUT/bench.remote")
 cat "$OUT/bench.native" "$OUT/bench.remote" | sed 's/^/  /'
 
 # ------------------------------------------- checkpoint/restore via gpuctl
@@ -274,7 +277,7 @@ for mib in $SIZES; do
 	before=$(sessions "$A_API")
 	start_holder "$log" "$mib" remote
 	hp=$HP
-	if ! wait_log "$log" '^iter 3 ok' 120; then
+	if ! wait_log "$log" '^iter 3 ok' 120 "$HP"; then
 		fail "$mib MiB: the holder did not start through gpud: $(tail -n 3 "$log.out")"
 		stop_group "$hp"
 		continue
@@ -318,7 +321,7 @@ for mib in $SIZES; do
 	# full permutation, as gpuctl's migration does.
 	((NGPU >= 2)) && [[ $mib == "$MIGRATE_MIB" ]] && map="0:1,1:0"
 	start_holder "$log" "$mib" native
-	if ! wait_log "$log" '^iter 3 ok' 120; then
+	if ! wait_log "$log" '^iter 3 ok' 120 "$HP"; then
 		fail "$mib MiB native holder did not start: $(tail -n 3 "$log.out")"
 		continue
 	fi
@@ -363,7 +366,7 @@ elif start_gpud b "$B_LISTEN" "$B_API" 1; then
 	before=$(sessions "$A_API")
 	start_holder "$log" "$MIGRATE_MIB" remote
 	hp=$HP
-	if wait_log "$log" '^iter 3 ok' 120 && sid=$(new_session "$A_API" "$before" 10); then
+	if wait_log "$log" '^iter 3 ok' 120 "$HP" && sid=$(new_session "$A_API" "$before" 10); then
 		m0=$(gpu_mem_mib 0) m1=$(gpu_mem_mib 1)
 		it=$(last_iter "$log")
 		t0=$(ms_now)
