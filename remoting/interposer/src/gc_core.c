@@ -291,14 +291,16 @@ static int handshake(int fd, int resume, uint64_t last_seq, struct welcome *w)
 {
 	size_t tl = strlen(g.token), sl = resume ? strlen(g.sid) : 0, cl = resume ? strlen(g.secret) : 0;
 	uint8_t b[GC_HELLO_SIZE + GC_MAX_TOKEN + GC_MAX_SESSION_ID + GC_MAX_SECRET];
-	memset(b, 0, GC_HELLO_SIZE);
-	memcpy(b, GC_HELLO_MAGIC, 4);
-	gc_put_u16(b + 4, GC_PROTO_VERSION);
-	gc_put_u16(b + 6, resume ? GC_HELLO_RESUME : 0);
-	gc_put_u16(b + 8, (uint16_t)tl);
-	gc_put_u16(b + 10, (uint16_t)sl);
-	gc_put_u16(b + 12, (uint16_t)cl);
-	gc_put_u64(b + 16, last_seq);
+	struct gc_hello_hdr hh = {
+		.version = GC_PROTO_VERSION,
+		.flags = resume ? GC_HELLO_RESUME : 0,
+		.token_len = (uint16_t)tl,
+		.session_id_len = (uint16_t)sl,
+		.secret_len = (uint16_t)cl,
+		.last_seq = last_seq,
+	};
+	memcpy(hh.magic, GC_HELLO_MAGIC, 4);
+	memcpy(b, &hh, sizeof hh);
 	memcpy(b + GC_HELLO_SIZE, g.token, tl);
 	memcpy(b + GC_HELLO_SIZE + tl, g.sid, sl);
 	memcpy(b + GC_HELLO_SIZE + tl + sl, g.secret, cl);
@@ -306,13 +308,13 @@ static int handshake(int fd, int resume, uint64_t last_seq, struct welcome *w)
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 	if (write_full(fd, b, GC_HELLO_SIZE + tl + sl + cl) < 0)
 		return -1;
-	uint8_t h[GC_WELCOME_SIZE];
-	if (read_full(fd, h, sizeof h) < 0 || memcmp(h, GC_WELCOME_MAGIC, 4) != 0 || gc_ld_u16(h + 4) != GC_PROTO_VERSION)
+	struct gc_welcome_hdr wh;
+	if (read_full(fd, &wh, sizeof wh) < 0 || memcmp(wh.magic, GC_WELCOME_MAGIC, 4) != 0 || wh.version != GC_PROTO_VERSION)
 		return -1;
-	w->status = gc_ld_u16(h + 6);
-	size_t wsl = gc_ld_u16(h + 8), wcl = gc_ld_u16(h + 10), wml = gc_ld_u16(h + 12);
-	w->max_frame = gc_ld_u32(h + 16);
-	w->last_executed = gc_ld_u64(h + 24);
+	w->status = wh.status;
+	size_t wsl = wh.session_id_len, wcl = wh.secret_len, wml = wh.message_len;
+	w->max_frame = wh.max_frame;
+	w->last_executed = wh.last_executed;
 	if (wsl > GC_MAX_SESSION_ID || wcl > GC_MAX_SECRET || wml > GC_MAX_MESSAGE)
 		return -1;
 	if (read_full(fd, w->sid, wsl) < 0 || read_full(fd, w->secret, wcl) < 0 || read_full(fd, w->msg, wml) < 0)
@@ -507,15 +509,15 @@ static int rx_one(void)
 {
 	int fd = atomic_load(&g.fd);
 	uint64_t gen = atomic_load(&g.gen);
-	uint8_t h[GC_REP_HDR_SIZE];
-	if (fd < 0 || read_full(fd, h, sizeof h) < 0) {
+	struct gc_rep_hdr h;
+	if (fd < 0 || read_full(fd, &h, sizeof h) < 0) {
 		conn_lost(gen, 1, "connection closed", NULL);
 		return -1;
 	}
-	uint32_t len = gc_ld_u32(h);
-	uint16_t kind = gc_ld_u16(h + 4);
-	CUresult res = (CUresult)gc_ld_u32(h + 8);
-	uint64_t seq = gc_ld_u64(h + 16), executed = gc_ld_u64(h + 24), bulk = gc_ld_u64(h + 32);
+	uint32_t len = h.len;
+	uint16_t kind = h.kind;
+	CUresult res = (CUresult)h.result;
+	uint64_t seq = h.seq, executed = h.executed, bulk = h.bulk;
 	if (len > g.max_frame) {
 		set_dead(CUDA_ERROR_DEVICE_UNAVAILABLE, "the server sent an oversized frame");
 		return -1;
@@ -805,11 +807,8 @@ uint8_t *gc_begin(struct gc_call *k, uint16_t op, uint64_t alen, uint16_t flags,
 	r->replied = 0;
 	r->frame_len = (uint32_t)flen;
 	uint8_t *f = r->frame;
-	gc_put_u32(f, (uint32_t)alen);
-	gc_put_u16(f + 4, op);
-	gc_put_u16(f + 6, flags);
-	gc_put_u64(f + 8, r->seq);
-	gc_put_u64(f + 16, bulk_len);
+	struct gc_req_hdr rh = { .len = (uint32_t)alen, .op = op, .flags = flags, .seq = r->seq, .bulk = bulk_len };
+	memcpy(f, &rh, sizeof rh);
 	if (inl)
 		memcpy(f + GC_REQ_HDR_SIZE + alen, bulk, bulk_len);
 	k->pos = pos;

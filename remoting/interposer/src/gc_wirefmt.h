@@ -25,6 +25,57 @@ static inline uint8_t *gc_put_bytes(uint8_t *p, const void *src, size_t n)
 	return p + n;
 }
 
+/* Fixed frame headers as laid out on the wire (little endian, no
+ * padding); see docs/protocol.md. A Go test checks these layouts against
+ * package wire. */
+struct gc_req_hdr {
+	uint32_t len;   /* argument bytes */
+	uint16_t op;
+	uint16_t flags;
+	uint64_t seq;
+	uint64_t bulk;  /* bulk bytes after the arguments */
+};
+
+struct gc_rep_hdr {
+	uint32_t len;   /* payload bytes */
+	uint16_t kind;
+	uint16_t flags;
+	uint32_t result;
+	uint32_t reserved;
+	uint64_t seq;
+	uint64_t executed;
+	uint64_t bulk;
+};
+
+struct gc_hello_hdr {
+	char magic[4];
+	uint16_t version;
+	uint16_t flags;
+	uint16_t token_len;
+	uint16_t session_id_len;
+	uint16_t secret_len;
+	uint16_t reserved;
+	uint64_t last_seq;
+};
+
+struct gc_welcome_hdr {
+	char magic[4];
+	uint16_t version;
+	uint16_t status;
+	uint16_t session_id_len;
+	uint16_t secret_len;
+	uint16_t message_len;
+	uint16_t reserved;
+	uint32_t max_frame;
+	uint32_t reserved2;
+	uint64_t last_executed;
+};
+
+_Static_assert(sizeof(struct gc_req_hdr) == 24, "request header");
+_Static_assert(sizeof(struct gc_rep_hdr) == 40, "reply header");
+_Static_assert(sizeof(struct gc_hello_hdr) == 24, "hello");
+_Static_assert(sizeof(struct gc_welcome_hdr) == 32, "welcome");
+
 static inline uint16_t gc_ld_u16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 static inline uint32_t gc_ld_u32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static inline uint64_t gc_ld_u64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
