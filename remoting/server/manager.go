@@ -68,6 +68,9 @@ type Session struct {
 	graceGen *struct{ _ byte }
 	// stats is the last report from the worker, for listings and metrics.
 	stats worker.Stats
+	// ending is set when gpud itself ends the worker, so its exit is not
+	// taken for a crash.
+	ending bool
 }
 
 // NewManager returns a manager. Records left by an earlier gpud run are
@@ -180,6 +183,7 @@ func (m *Manager) end(id, why string) {
 		return
 	}
 	h := s.worker
+	s.ending = true
 	m.closeConn(s)
 	if s.grace != nil {
 		s.grace.Stop()
@@ -190,6 +194,7 @@ func (m *Manager) end(id, why string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_ = h.Exit(ctx)
 		cancel()
+		m.cfg.Metrics.workerExits.WithLabelValues("ended").Inc()
 	}
 	m.forget(id, why)
 }
@@ -259,7 +264,7 @@ func (m *Manager) clientGone(id string, h *worker.Handle, why string) {
 func (m *Manager) workerExited(id string, h *worker.Handle) {
 	m.mu.Lock()
 	s, ok := m.sessions[id]
-	if !ok || s.worker != h {
+	if !ok || s.worker != h || s.ending {
 		m.mu.Unlock()
 		return
 	}

@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuctl/gpuctl/e2e/harness"
+)
+
+// copiesSrc is the harness's own kernel-free client program.
+func copiesSrc(c *harness.Cluster) string {
+	return filepath.Join(c.Build.Root, "e2e/harness/testdata/copies.c")
+}
+
+// sessions lists the host's sessions through gpuctl.
+func sessions(t *testing.T, h *harness.Host) []map[string]any {
+	t.Helper()
+	out, err := h.Gpuctl(t.Context(), "sessions", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list []map[string]any
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatalf("gpuctl sessions --json: %v: %s", err, out)
+	}
+	return list
+}
+
+// waitNoSessions waits until the host has no sessions left and no process
+// but gpud runs in its namespace: every worker was cleaned up.
+func waitNoSessions(t *testing.T, h *harness.Host, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		list := sessions(t, h)
+		procs := nsProcesses(t, h.NS)
+		if len(list) == 0 && procs == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %d sessions %v and %d processes in %s (want 0 sessions, only gpud)", within, len(list), list, procs, h.NS)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func nsProcesses(t *testing.T, ns string) int {
+	t.Helper()
+	out, err := harnessIP("netns", "pids", ns)
+	if err != nil {
+		t.Fatalf("ip netns pids %s: %v", ns, err)
+	}
+	return len(strings.Fields(out))
+}
+
+func TestRemotingCopiesAndErrors(t *testing.T) {
+	c := harness.New(t)
+	host := c.NewHost("gpu-a", harness.HostOptions{Args: []string{"--grace", "1s"}})
+	client := c.NewNode("client")
+	prog := c.CompileC(copiesSrc(c))
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"copies, memsets, streams, events, pinned memory", []string{"basic"}, "copies: ok (gpuctl emulated device, sm_90"},
+		{"1 PiB allocation is out of memory", []string{"oom"}, "copies: oom ok"},
+		{"made-up handle is invalid", []string{"badhandle"}, "copies: badhandle ok"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := client.RunClient(host, 30*time.Second, nil, prog, tc.args...)
+			if r.Code != 0 || !strings.Contains(r.Stdout, tc.want) {
+				t.Fatalf("exit %d after %v\nstdout: %s\nstderr: %s", r.Code, r.Duration, r.Stdout, r.Stderr)
+			}
+		})
+	}
+	// Every client has exited: after the grace period nothing is left.
+	waitNoSessions(t, host, 10*time.Second)
+}
+
+func TestRemotingWrongToken(t *testing.T) {
+	c := harness.New(t)
+	host := c.NewHost("gpu-a", harness.HostOptions{})
+	client := c.NewNode("client")
+	prog := c.CompileC(copiesSrc(c))
+	wrong := filepath.Join(t.TempDir(), "wrong-token")
+	if err := os.WriteFile(wrong, []byte("not-the-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := client.RunClientTo(host.Listen(), wrong, 20*time.Second, nil, prog, "basic")
+	if r.Code == 0 || r.Code == -1 {
+		t.Fatalf("a client with a wrong token got exit %d after %v (want an error, not success or a hang)\nstdout: %s\nstderr: %s",
+			r.Code, r.Duration, r.Stdout, r.Stderr)
+	}
+	if n := len(sessions(t, host)); n != 0 {
+		t.Fatalf("a refused client created %d sessions", n)
+	}
+	if !strings.Contains(host.Log(), "wrong token") {
+		t.Errorf("gpud did not log the refusal")
+	}
+}
+
+func TestRemotingGpudKilledMidRun(t *testing.T) {
+	c := harness.New(t)
+	host := c.NewHost("gpu-a", harness.HostOptions{})
+	client := c.NewNode("client")
+	prog := c.CompileC(copiesSrc(c))
+
+	done := make(chan harness.Result, 1)
+	// The client library retries a lost gpud for GPUCTL_RECONNECT_TIMEOUT
+	// (a migration or a cut link looks the same at first); then it must
+	// fail the program's calls.
+	go func() {
+		done <- client.RunClient(host, 45*time.Second, []string{"GPUCTL_RECONNECT_TIMEOUT=3"}, prog, "loop", "60")
+	}()
+	// Let it run, then kill gpud as a crash would.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if list := sessions(t, host); len(list) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the client's session never appeared")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	host.Kill()
+	r := <-done
+	if r.Code == 0 || r.Code == -1 {
+		t.Fatalf("client exit %d after %v when gpud died (want an error, not success or a hang)\nstdout: %s\nstderr: %s",
+			r.Code, r.Duration, r.Stdout, r.Stderr)
+	}
+	if n := nsProcesses(t, host.NS); n != 0 {
+		t.Fatalf("%d processes (workers) outlived the killed gpud", n)
+	}
+}
