@@ -3,7 +3,9 @@ package store
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -142,8 +144,30 @@ func (s *Store) removePack(id Digest) int64 {
 }
 
 // removeOrphans deletes temporary files and packs that nothing indexes and
-// no ingest is writing. Callers hold s.mu.
+// no ingest is writing. The order matters: list the files, then snapshot
+// the in-flight marks, then read the index. A file listed but no longer
+// marked was either indexed before the index read or abandoned.
 func (s *Store) removeOrphans() (n int, freed int64, err error) {
+	type file struct {
+		dir string
+		ent os.DirEntry
+	}
+	var files []file
+	for _, dir := range []string{s.tmpDir(), s.packsDir()} {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return 0, 0, errs.Wrap(err, errs.Internal, "", "gc: list %s", dir)
+		}
+		for _, e := range ents {
+			if dir == s.packsDir() && !strings.HasSuffix(e.Name(), ".pack") {
+				continue // not ours
+			}
+			files = append(files, file{dir, e})
+		}
+	}
+	s.inflightMu.Lock()
+	inflight := maps.Clone(s.inflight)
+	s.inflightMu.Unlock()
 	known := map[string]bool{}
 	err = s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketPacks).ForEach(func(k, _ []byte) error {
@@ -155,22 +179,16 @@ func (s *Store) removeOrphans() (n int, freed int64, err error) {
 	if err != nil {
 		return 0, 0, dbErr(err, "gc")
 	}
-	for _, dir := range []string{s.tmpDir(), s.packsDir()} {
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			return n, freed, errs.Wrap(err, errs.Internal, "", "gc: list %s", dir)
+	for _, f := range files {
+		name := f.ent.Name()
+		if known[name] || inflight[name] {
+			continue
 		}
-		for _, e := range ents {
-			name := e.Name()
-			if known[name] || s.inflight[name] || (dir == s.packsDir() && !strings.HasSuffix(name, ".pack")) {
-				continue
-			}
-			if fi, err := e.Info(); err == nil {
-				freed += fi.Size()
-			}
-			if err := os.Remove(dir + "/" + name); err == nil {
-				n++
-			}
+		if fi, err := f.ent.Info(); err == nil {
+			freed += fi.Size()
+		}
+		if err := os.Remove(filepath.Join(f.dir, name)); err == nil {
+			n++
 		}
 	}
 	return n, freed, nil

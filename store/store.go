@@ -69,11 +69,13 @@ type Store struct {
 	opts Options
 	log  *slog.Logger
 
-	// mu guards leases and inflight. GC holds it for its whole sweep so
-	// that a chunk cannot be leased and collected at once.
-	mu       sync.Mutex
-	leases   map[Digest]int  // chunks some in-flight ingest relies on
-	inflight map[string]bool // pack file names (tmp or sealed, not yet indexed)
+	// mu guards leases. GC holds it for its whole sweep so that a chunk
+	// cannot be leased and collected at once.
+	mu     sync.Mutex
+	leases map[Digest]int // chunks some in-flight ingest relies on
+
+	inflightMu sync.Mutex
+	inflight   map[string]bool // pack file names (tmp or sealed, not yet indexed)
 
 	packsMu sync.RWMutex        // GC takes it to delete pack files
 	files   map[Digest]*os.File // open sealed packs, for reads
@@ -166,14 +168,23 @@ func (s *Store) release(ds []Digest) {
 	s.mu.Unlock()
 }
 
+// setInflight marks a pack file as being written, so gc leaves it. A name
+// is marked before the file exists under it and unmarked only once the
+// index names it or it is gone.
 func (s *Store) setInflight(name string, on bool) {
-	s.mu.Lock()
+	s.inflightMu.Lock()
 	if on {
 		s.inflight[name] = true
 	} else {
 		delete(s.inflight, name)
 	}
-	s.mu.Unlock()
+	s.inflightMu.Unlock()
+}
+
+func (s *Store) isInflight(name string) bool {
+	s.inflightMu.Lock()
+	defer s.inflightMu.Unlock()
+	return s.inflight[name]
 }
 
 // syncDir fsyncs a directory so that a rename or unlink in it is durable.
