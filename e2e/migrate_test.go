@@ -20,8 +20,8 @@ import (
 // The workload (e2e/demo/workload.c) in these tests: small enough for the
 // emulated device to step quickly, long enough to act on mid-run.
 const (
-	wlMiB   = 4
-	wlSteps = 40
+	wlMiB   = 1
+	wlSteps = 24
 	wlSleep = 100 // ms between steps
 )
 

@@ -7,15 +7,15 @@
 # different ports. On a machine with an NVIDIA GPU the hosts use the cuda
 # backend (gpud --backend auto), elsewhere the emulated device.
 #
-# Environment: DEMO_MIB (device memory the workload uses, default 8),
-# DEMO_STEPS (default 60), DEMO_SLEEP_MS (between steps, default 150),
+# Environment: DEMO_MIB (device memory the workload uses, default 2),
+# DEMO_STEPS (default 40), DEMO_SLEEP_MS (between steps, default 150),
 # DEMO_MIGRATIONS (default 4), DEMO_KEEP=1 keeps the work directory.
 set -euo pipefail
 tag=demo
 . "$(dirname "$0")/lib.sh"
 
-mib=${DEMO_MIB:-8}
-steps=${DEMO_STEPS:-60}
+mib=${DEMO_MIB:-2}
+steps=${DEMO_STEPS:-40}
 sleep_ms=${DEMO_SLEEP_MS:-150}
 migrations=${DEMO_MIGRATIONS:-4}
 
