@@ -23,7 +23,8 @@
 #
 # Variables: OUT (logs; default /tmp/gpuctl-gpu-suite), WORK (scratch for
 # images, default a fresh dir under /tmp), SIZES (MiB, default "1024 8192"),
-# MIGRATE_MIB (default 8192), NVCC, CUDA_INC, CRIU, KEEP=1 keeps WORK.
+# MIGRATE_MIB (default 8192), NVCC, CUDA_INC, CRIU, BUDGET (seconds, default
+# 520: heavy steps that would overrun it are skipped), KEEP=1 keeps WORK.
 # Exit status 0 only if every check passed.
 set -uo pipefail
 
@@ -69,10 +70,20 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ctl() { # ctl API ARGS...: gpuctl against one gpud's control API
+ctl() { # ctl API ARGS...: gpuctl against one gpud's control API, bounded
 	local api=$1
 	shift
-	"$GPUCTL" --host "$api" --token-file "$TOKEN" "$@"
+	timeout 240 "$GPUCTL" --host "$api" --token-file "$TOKEN" "$@"
+}
+
+# The whole suite must finish within 9 minutes: a heavy step that could
+# not finish in what is left is skipped, and says so.
+BUDGET=${BUDGET:-520}
+time_for() { # time_for SECONDS WHAT: is there time left for WHAT?
+	local left=$((BUDGET - ($(date +%s) - T_START)))
+	((left >= $1)) && return 0
+	skip "$2: about $1 s needed, $left s left of the ${BUDGET}s budget"
+	return 1
 }
 
 # wait_log LOG PATTERN SECONDS [PID]: wait until LOG has a line matching
@@ -273,6 +284,7 @@ cat "$OUT/bench.native" "$OUT/bench.remote" | sed 's/^/  /'
 # ------------------------------------------- checkpoint/restore via gpuctl
 step "checkpoint and restore through gpuctl"
 for mib in $SIZES; do
+	time_for $((20 + mib / 128)) "gpuctl checkpoint/restore of $mib MiB" || continue
 	log=$WORK/holder.remote.$mib.log
 	before=$(sessions "$A_API")
 	start_holder "$log" "$mib" remote
@@ -315,6 +327,7 @@ done
 # --------------------------------------------------------- manual baseline
 step "manual baseline: driver checkpoint API + criu, same program"
 for mib in $SIZES; do
+	time_for $((15 + mib / 256)) "manual baseline of $mib MiB" || continue
 	log=$WORK/holder.native.$mib.log img=$WORK/img.$mib
 	map=""
 	# On two GPUs the baseline of the migration size also moves GPUs, with a
@@ -361,6 +374,8 @@ done
 step "live migration GPU0 -> GPU1 between two gpuds"
 if ((NGPU < 2)); then
 	skip "migration needs two GPUs; this host has $NGPU"
+elif ! time_for $((30 + MIGRATE_MIB / 128)) "migration of $MIGRATE_MIB MiB"; then
+	:
 elif start_gpud b "$B_LISTEN" "$B_API" 1; then
 	log=$WORK/holder.migrate.log
 	before=$(sessions "$A_API")

@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"context"
 	"strings"
 	"testing"
 
@@ -37,6 +36,18 @@ func TestMissingDriver(t *testing.T) {
 	}
 }
 
+// A library that loads but is not a CUDA driver is named, with the first
+// entry point it lacks.
+func TestNotADriver(t *testing.T) {
+	_, err := New(Options{Library: "libc.so.6"})
+	if err == nil {
+		t.Fatal("libc was accepted as the driver")
+	}
+	if !errs.IsUnavailable(err) || !strings.Contains(err.Error(), "libc.so.6 does not export cuInit") {
+		t.Fatalf("err = %v, want unavailable naming the missing cuInit", err)
+	}
+}
+
 func TestMissingDriverAvailable(t *testing.T) {
 	if _, err := loadDriver(""); err == nil {
 		t.Skip("an NVIDIA driver is installed here")
@@ -47,5 +58,4 @@ func TestMissingDriverAvailable(t *testing.T) {
 	if _, err := Discover(); err == nil || !errs.IsUnavailable(err) {
 		t.Fatalf("Discover without a driver: %v, want an unavailable error", err)
 	}
-	_ = context.Background()
 }
