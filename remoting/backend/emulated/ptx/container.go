@@ -189,7 +189,7 @@ func (info *containerInfo) scanFatbins(b []byte) error {
 		}
 		hdrSize := int(binary.LittleEndian.Uint16(b[off+6:]))
 		body := binary.LittleEndian.Uint64(b[off+8:])
-		if hdrSize < 16 || body > uint64(len(b)-off-hdrSize) {
+		if hdrSize < 16 || hdrSize > len(b)-off || body > uint64(len(b)-off-hdrSize) {
 			return cu.Errorf(cu.ErrorInvalidImage, "fatbin at offset %d: header claims %d bytes, image has %d", off, body, len(b)-off-hdrSize)
 		}
 		if err := info.fatbinEntries(b[off+hdrSize : off+hdrSize+int(body)]); err != nil {

@@ -200,7 +200,6 @@ func TestContainers(t *testing.T) {
 	}
 }
 
-
 func TestUnLZ4(t *testing.T) {
 	cases := []struct {
 		name string

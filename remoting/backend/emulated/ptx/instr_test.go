@@ -98,9 +98,9 @@ func lanes32(f func(l int) uint64) []uint64 {
 	return out
 }
 
-func fb(x float32) uint64  { return uint64(math.Float32bits(x)) }
-func db(x float64) uint64  { return math.Float64bits(x) }
-func u32v(x int32) uint64  { return uint64(uint32(x)) }
+func fb(x float32) uint64     { return uint64(math.Float32bits(x)) }
+func db(x float64) uint64     { return math.Float64bits(x) }
+func u32v(x int32) uint64     { return uint64(uint32(x)) }
 func splat(v uint64) []uint64 { return lanes32(func(int) uint64 { return v }) }
 
 type insnCase struct {
