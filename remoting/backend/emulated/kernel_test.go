@@ -205,3 +205,28 @@ func TestModuleUnloadFreesGlobals(t *testing.T) {
 		t.Fatal("garbage image loaded")
 	}
 }
+
+const emptyPTX = ".version 7.0\n.target sm_52\n.address_size 64\n.visible .entry empty()\n{\n  ret;\n}\n"
+
+// BenchmarkEmptyLaunch is the backend's share of an asynchronous launch.
+func BenchmarkEmptyLaunch(b *testing.B) {
+	d := New(Config{MemBytes: 1 << 20, Seed: "bench"})
+	defer d.Close()
+	ctx := context.Background()
+	c, _ := d.PrimaryCtxRetain(ctx, 0)
+	m, err := d.ModuleLoad(ctx, c, []byte(emptyPTX))
+	if err != nil {
+		b.Skipf("PTX interpreter not available: %v", err)
+	}
+	f, _, err := d.ModuleGetFunction(ctx, c, m, "empty")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := backend.LaunchConfig{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := d.Launch(ctx, c, f, cfg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -204,7 +204,14 @@ func (d *Device) Launch(ctx context.Context, h backend.Ctx, fh backend.Function,
 	if err := checkLaunch(cfg, f); err != nil {
 		return err
 	}
-	err = f.fn.Run(ctx, ptx.Launch{Grid: cfg.Grid, Block: cfg.Block, SharedBytes: cfg.SharedBytes, Params: cfg.Params}, d.mem, d.cfg.Cores)
+	// No more goroutines than blocks: a small launch should not pay for
+	// idle workers.
+	blocks := uint64(cfg.Grid[0]) * uint64(cfg.Grid[1]) * uint64(cfg.Grid[2])
+	workers := d.cfg.Cores
+	if blocks < uint64(workers) {
+		workers = int(blocks)
+	}
+	err = f.fn.Run(ctx, ptx.Launch{Grid: cfg.Grid, Block: cfg.Block, SharedBytes: cfg.SharedBytes, Params: cfg.Params}, d.mem, workers)
 	if err == nil {
 		return nil
 	}
