@@ -140,3 +140,36 @@ func TestRemotingGpudKilledMidRun(t *testing.T) {
 		t.Fatalf("%d processes (workers) outlived the killed gpud", n)
 	}
 }
+
+// TestRemotingKernelPrograms runs the C programs of e2e/cprogs through
+// gpuctl run: each checks its results against a CPU reference and prints
+// an "ok" line.
+func TestRemotingKernelPrograms(t *testing.T) {
+	c := harness.New(t)
+	host := c.NewHost("gpu-a", harness.HostOptions{Args: []string{"--grace", "1s"}})
+	client := c.NewNode("client")
+	dir := filepath.Join(c.Build.Root, "e2e/cprogs")
+	env := []string{"GPUCTL_PTX_DIR=" + filepath.Join(c.Build.Root, "e2e/kernels/ptx")}
+	for _, tc := range []struct {
+		prog string
+		args []string
+	}{
+		{"vecadd", []string{"100000"}},
+		{"reduction", []string{"262144"}},
+		{"matmul", []string{"64", "48", "80"}},
+		{"warpreduce", []string{"262144"}},
+		{"pipeline", []string{"65536", "4"}},
+		{"errors", []string{"all"}},
+	} {
+		t.Run(tc.prog, func(t *testing.T) {
+			// -ffp-contract=off: the programs compare floats bit for bit.
+			bin := c.CompileC(filepath.Join(dir, tc.prog+".c"), "-ffp-contract=off")
+			r := client.RunClient(host, 50*time.Second, env, bin, tc.args...)
+			if r.Code != 0 || !strings.Contains(r.Stdout, "ok") {
+				t.Fatalf("%s %v: exit %d after %v\nstdout: %s\nstderr: %s", tc.prog, tc.args, r.Code, r.Duration, r.Stdout, r.Stderr)
+			}
+			t.Logf("%s: %s (%v)", tc.prog, strings.TrimSpace(r.Stdout), r.Duration.Round(time.Millisecond))
+		})
+	}
+	waitNoSessions(t, host, 10*time.Second)
+}
