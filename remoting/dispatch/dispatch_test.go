@@ -180,7 +180,14 @@ func TestPendingAsyncError(t *testing.T) {
 	c, _, _ := serve(t, s, context.Background())
 	ctx := c.mustCtx()
 	other := c.mustCtx()
-	memset := enc(func(e *wire.Enc) { e.U64(ctx); e.U64(0x10); e.U32(1); e.I32(4); e.U64(4); e.U64(0) })
+	memset := enc(func(e *wire.Enc) {
+		e.U64(ctx)
+		e.U64(0x10)
+		e.U32(1)
+		e.I32(4)
+		e.U64(4)
+		e.U64(0)
+	})
 	c.send(wire.OpMemset, wire.FlagAsync, memset, nil)
 	info := func(cx uint64) []byte { return enc(func(e *wire.Enc) { e.U64(cx) }) }
 	steps := []struct {
