@@ -77,6 +77,8 @@ type Module struct {
 type Function struct {
 	m  *Module
 	cf *cfunc
+	// workers keeps block state between launches of the same shape.
+	workers sync.Pool
 }
 
 // Limits of the emulated device, as the backend reports them.
@@ -260,7 +262,7 @@ func (f *Function) run(ctx context.Context, l Launch, mem Memory, workers int) (
 	if err != nil {
 		return Stats{}, err
 	}
-	err = execute(ln, workers)
+	err = execute(ln, workers, &f.workers)
 	return Stats{ThreadInstructions: ln.tinsts.Load()}, err
 }
 

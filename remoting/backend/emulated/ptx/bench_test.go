@@ -75,3 +75,17 @@ func BenchmarkALU(b *testing.B) {
 func benchName(k string, v int) string {
 	return k + "=" + string(rune('0'+v/10%10)) + string(rune('0'+v%10))
 }
+
+// BenchmarkLaunchEmpty is the fixed cost of one launch of an empty kernel.
+func BenchmarkLaunchEmpty(b *testing.B) {
+	m := mustLoad(b, readTestdata(b, "nvcc/basic.sm_90.ptx"))
+	f := mustFunc(b, m, "empty")
+	mem := newTestMem()
+	l := Launch{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}}
+	ctx := context.Background()
+	for i := 0; i < b.N; i++ {
+		if err := f.Run(ctx, l, mem, 2); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -721,8 +721,9 @@ func (w *warp) popFrameQuiet() {
 	w.pool[fr.fn] = append(w.pool[fr.fn], fr)
 }
 
-// execute runs all blocks of l on up to workers goroutines.
-func execute(l *launch, workers int) error {
+// execute runs all blocks of l on up to workers goroutines, reusing
+// worker state from pool when the block shape matches.
+func execute(l *launch, workers int, pool *sync.Pool) error {
 	nblocks := uint64(l.grid[0]) * uint64(l.grid[1]) * uint64(l.grid[2])
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
@@ -730,40 +731,65 @@ func execute(l *launch, workers int) error {
 	if uint64(workers) > nblocks {
 		workers = int(nblocks)
 	}
+	getWorker := func() *worker {
+		if v, ok := pool.Get().(*worker); ok && v.fits(l) {
+			v.attach(l)
+			return v
+		}
+		return newWorker(l)
+	}
 	var next atomic.Uint64
 	var mu sync.Mutex
 	var firstErr error
 	var firstBlock uint64 = math.MaxUint64
-	var wg sync.WaitGroup
-	for i := 0; i < workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wk := newWorker(l)
-			for !l.stop.Load() {
-				bid := next.Add(1) - 1
-				if bid >= nblocks {
-					return
-				}
-				if err := wk.safeRunBlock(bid); err != nil {
-					mu.Lock()
-					if bid < firstBlock {
-						firstErr, firstBlock = err, bid
-					}
-					mu.Unlock()
-					l.stop.Store(true)
-					return
-				}
+	work := func() {
+		wk := getWorker()
+		defer pool.Put(wk)
+		for !l.stop.Load() {
+			bid := next.Add(1) - 1
+			if bid >= nblocks {
+				return
 			}
-		}()
+			if err := wk.safeRunBlock(bid); err != nil {
+				mu.Lock()
+				if bid < firstBlock {
+					firstErr, firstBlock = err, bid
+				}
+				mu.Unlock()
+				l.stop.Store(true)
+				return
+			}
+		}
 	}
-	wg.Wait()
+	if workers == 1 {
+		work()
+	} else {
+		var wg sync.WaitGroup
+		for i := 0; i < workers; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				work()
+			}()
+		}
+		wg.Wait()
+	}
 	if firstErr != nil {
 		if cerr := l.ctx.Err(); cerr != nil {
 			return cu.Errorf(cu.ErrorLaunchFailed, "kernel %s: %v", l.kernel.name, cerr)
 		}
 	}
 	return firstErr
+}
+
+// fits reports whether the worker's block state has l's shape.
+func (wk *worker) fits(l *launch) bool {
+	return wk.blk.nthreads == int(l.blk[0]*l.blk[1]*l.blk[2]) && len(wk.blk.shared) == int(l.shBytes)
+}
+
+func (wk *worker) attach(l *launch) {
+	wk.l = l
+	wk.blk.l = l
 }
 
 // safeRunBlock converts faults, and as a last resort any Go panic, into a

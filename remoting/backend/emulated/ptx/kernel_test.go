@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"os"
+	"strings"
+	"time"
 	"testing"
 
 	"github.com/gpuctl/gpuctl/remoting/cu"
@@ -242,4 +244,91 @@ func codeOf(err error) string {
 		return "CUDA_SUCCESS"
 	}
 	return cu.Code(err).Name()
+}
+
+const hostilePTX = `
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .func (.param .b32 r) rec(.param .b32 x)
+{
+	.reg .b32 %r<3>;
+	ld.param.u32 %r1, [x];
+	add.s32 %r2, %r1, 1;
+	{
+	.param .b32 p0;
+	st.param.b32 [p0+0], %r2;
+	.param .b32 r0;
+	call.uni (r0), rec, (p0);
+	ld.param.b32 %r2, [r0+0];
+	}
+	st.param.b32 [r+0], %r2;
+	ret;
+}
+.visible .entry spin()
+{
+	.reg .pred %p<2>;
+	.reg .b32 %r<3>;
+	mov.u32 %r1, 0;
+L1:
+	add.s32 %r1, %r1, 1;
+	setp.ne.s32 %p1, %r1, -1;
+	@%p1 bra L1;
+	bra L1;
+}
+.visible .entry recurse()
+{
+	.reg .b32 %r<3>;
+	mov.u32 %r1, 0;
+	{
+	.param .b32 p0;
+	st.param.b32 [p0+0], %r1;
+	.param .b32 r0;
+	call.uni (r0), rec, (p0);
+	}
+	ret;
+}
+.visible .entry divergent_bar()
+{
+	.reg .pred %p<2>;
+	.reg .b32 %r<3>;
+	mov.u32 %r1, %tid.x;
+	setp.lt.u32 %p1, %r1, 40;
+	@%p1 bra L1;
+	exit;
+L1:
+	bar.sync 0;
+	ret;
+}
+`
+
+func TestHostileKernels(t *testing.T) {
+	m := mustLoad(t, hostilePTX)
+	cases := []struct {
+		kernel  string
+		block   uint32
+		timeout time.Duration
+		code    string
+		detail  string
+	}{
+		{"spin", 64, 200 * time.Millisecond, "CUDA_ERROR_LAUNCH_FAILED", "deadline"},
+		{"recurse", 32, 10 * time.Second, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "call depth"},
+		// Threads that exit no longer count at a barrier, as on the device.
+		{"divergent_bar", 64, 10 * time.Second, "CUDA_SUCCESS", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.kernel, func(t *testing.T) {
+			f := mustFunc(t, m, tc.kernel)
+			ctx, cancel := context.WithTimeout(context.Background(), tc.timeout)
+			defer cancel()
+			start := time.Now()
+			err := f.Run(ctx, Launch{Grid: [3]uint32{4, 1, 1}, Block: [3]uint32{tc.block, 1, 1}}, newTestMem(), 2)
+			if codeOf(err) != tc.code || tc.detail != "" && !strings.Contains(err.Error(), tc.detail) {
+				t.Fatalf("got %v, want %s (%s)", err, tc.code, tc.detail)
+			}
+			if d := time.Since(start); d > tc.timeout+2*time.Second {
+				t.Fatalf("took %v", d)
+			}
+		})
+	}
 }
