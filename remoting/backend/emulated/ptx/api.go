@@ -306,7 +306,7 @@ func (f *Function) prepare(ctx context.Context, l Launch, mem Memory) (*launch, 
 	}
 	m.mu.Unlock()
 	if err := ctx.Err(); err != nil {
-		return nil, cu.Errorf(cu.ErrorLaunchFailed, "kernel %s: %v", name, err)
+		return nil, canceled(name, err)
 	}
 	ln := &launch{
 		ctx:      ctx,

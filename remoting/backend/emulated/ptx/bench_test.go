@@ -2,8 +2,13 @@ package ptx
 
 import (
 	"context"
+	"fmt"
+	"math"
+	"os"
 	"runtime"
+	"strings"
 	"testing"
+	"time"
 )
 
 // Benchmarks of the interpreter on nvcc 13 output (testdata/nvcc). Each
@@ -88,4 +93,53 @@ func BenchmarkLaunchEmpty(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestBenchReport prints the emulator's benchmark table; `make bench-ptx`
+// runs it with GPUCTL_PTX_BENCH=1.
+func TestBenchReport(t *testing.T) {
+	if os.Getenv("GPUCTL_PTX_BENCH") == "" {
+		t.Skip("set GPUCTL_PTX_BENCH=1 to run the benchmark report")
+	}
+	type load struct {
+		name string
+		f    *Function
+		l    Launch
+		mem  Memory
+	}
+	basic := mustLoad(t, readTestdata(t, "nvcc/basic.sm_90.ptx"))
+	mm := mustLoad(t, readTestdata(t, "nvcc/matmul.sm_90.ptx"))
+	const n = 1 << 20
+	mem := newTestMem()
+	x, y := mem.alloc(4*n), mem.alloc(4*n)
+	saxpy := mustFunc(t, basic, "saxpy")
+	iter := mustFunc(t, basic, "saxpy_iter")
+	tiled := mustFunc(t, mm, "matmul_tiled")
+	a, b, c := mem.alloc(4*256*256), mem.alloc(4*256*256), mem.alloc(4*256*256)
+	loads := []load{
+		{"saxpy, 1M elements", saxpy, Launch{Grid: [3]uint32{n / 256, 1, 1}, Block: [3]uint32{256, 1, 1}, Params: params(t, saxpy, int32(n), float32(2), x, y)}, mem},
+		{"tiled matmul 256x256", tiled, Launch{Grid: [3]uint32{16, 16, 1}, Block: [3]uint32{16, 16, 1}, Params: params(t, tiled, a, b, c, int32(256), int32(256), int32(256))}, mem},
+		{"ALU loop (saxpy_iter, 64 iterations)", iter, Launch{Grid: [3]uint32{64, 1, 1}, Block: [3]uint32{256, 1, 1}, Params: params(t, iter, int32(1<<14), float32(1.0001), x, y, int32(64))}, mem},
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\n| workload | workers | time | thread-instructions | Minst/s | Minst/s per core |\n| --- | --- | --- | --- | --- | --- |\n")
+	for _, ld := range loads {
+		for _, w := range workerCounts() {
+			best := time.Duration(math.MaxInt64)
+			var st Stats
+			for i := 0; i < 3; i++ {
+				start := time.Now()
+				s, err := ld.f.run(context.Background(), ld.l, ld.mem, w)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := time.Since(start); d < best {
+					best, st = d, s
+				}
+			}
+			rate := float64(st.ThreadInstructions) / best.Seconds() / 1e6
+			fmt.Fprintf(&sb, "| %s | %d | %.1f ms | %d | %.0f | %.0f |\n", ld.name, w, float64(best.Microseconds())/1000, st.ThreadInstructions, rate, rate/float64(w))
+		}
+	}
+	t.Log(sb.String())
 }

@@ -776,10 +776,25 @@ func execute(l *launch, workers int, pool *sync.Pool) error {
 	}
 	if firstErr != nil {
 		if cerr := l.ctx.Err(); cerr != nil {
-			return cu.Errorf(cu.ErrorLaunchFailed, "kernel %s: %v", l.kernel.name, cerr)
+			return canceled(l.kernel.name, cerr)
 		}
 	}
 	return firstErr
+}
+
+// canceledError is a launch stopped by its context. It is a *cu.Error
+// (CUDA_ERROR_LAUNCH_FAILED) for errors.As and matches the context's error
+// for errors.Is, so a caller can tell shutdown from a faulting kernel.
+type canceledError struct {
+	ce    *cu.Error
+	cause error
+}
+
+func (e *canceledError) Error() string   { return e.ce.Error() }
+func (e *canceledError) Unwrap() []error { return []error{e.ce, e.cause} }
+
+func canceled(kernel string, cause error) error {
+	return &canceledError{ce: &cu.Error{Code: cu.ErrorLaunchFailed, Detail: fmt.Sprintf("kernel %s: %v", kernel, cause)}, cause: cause}
 }
 
 // fits reports whether the worker's block state has l's shape.

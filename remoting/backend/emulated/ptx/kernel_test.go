@@ -2,6 +2,7 @@ package ptx
 
 import (
 	"context"
+	"errors"
 	"math"
 	"os"
 	"strings"
@@ -325,6 +326,9 @@ func TestHostileKernels(t *testing.T) {
 			err := f.Run(ctx, Launch{Grid: [3]uint32{4, 1, 1}, Block: [3]uint32{tc.block, 1, 1}}, newTestMem(), 2)
 			if codeOf(err) != tc.code || tc.detail != "" && !strings.Contains(err.Error(), tc.detail) {
 				t.Fatalf("got %v, want %s (%s)", err, tc.code, tc.detail)
+			}
+			if tc.kernel == "spin" && !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("a cancelled launch must match its context's error: %v", err)
 			}
 			if d := time.Since(start); d > tc.timeout+2*time.Second {
 				t.Fatalf("took %v", d)

@@ -1,0 +1,8 @@
+# `make bench-ptx`: the PTX emulator's throughput on nvcc output — thread-
+# instructions per second (total and per core), a 1M-element saxpy and a
+# 256x256 tiled matmul — printed as one table, then the Go benchmarks.
+BENCH_STEPS += bench-ptx
+.PHONY: bench-ptx
+bench-ptx:
+	GPUCTL_PTX_BENCH=1 $(GO) test -count=1 -run '^TestBenchReport$$' -v ./remoting/backend/emulated/ptx/ | grep -E '^\s*\|' | sed 's/^[[:space:]]*//'
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime 3x ./remoting/backend/emulated/ptx/
