@@ -65,40 +65,57 @@ func (in *Ingest) holdLocked(d Digest) {
 // against the digest before it is written.
 func (in *Ingest) Put(ctx context.Context, data []byte) (Digest, int64, error) {
 	d := Sum(data)
-	n, err := in.PutDigest(ctx, d, data)
+	n, err := in.putData(ctx, d, data)
 	return d, n, err
 }
 
-// PutDigest is Put for a caller that has already hashed data; d must be
-// Sum(data), which the compression check re-confirms.
-func (in *Ingest) PutDigest(ctx context.Context, d Digest, data []byte) (int64, error) {
+func (in *Ingest) putData(ctx context.Context, d Digest, data []byte) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	if len(data) == 0 || len(data) > MaxChunkSize {
 		return 0, errs.New(errs.InvalidArgument, chunkSubject(d), "size %d is outside 1..%d", len(data), MaxChunkSize)
 	}
-	in.mu.Lock()
-	if in.done {
-		in.mu.Unlock()
-		return 0, errs.New(errs.FailedPrecondition, "", "ingest already committed or aborted")
+	enc, payload := uint8(encZstd), []byte(nil)
+	if mine, err := in.seen(d); err != nil || mine {
+		return 0, err
 	}
-	in.holdLocked(d)
-	_, mine := in.written[d]
-	in.mu.Unlock()
-	if mine {
-		return 0, nil
-	}
-	// The lease is held, so gc cannot take the chunk between this look
-	// and the commit.
 	if has, err := in.s.has(d); err != nil || has {
 		return 0, err
 	}
-	enc, payload := uint8(encZstd), in.s.enc.EncodeAll(data, make([]byte, 0, len(data)/2))
+	payload = in.s.enc.EncodeAll(data, make([]byte, 0, len(data)/2))
 	if len(payload) >= len(data)-len(data)/32 {
 		enc, payload = encRaw, data
 	} else if _, err := in.s.decode(d, enc, uint32(len(data)), payload); err != nil {
 		return 0, errs.Wrap(err, errs.Internal, "", "compression round trip")
+	}
+	return in.put(ctx, d, len(data), enc, payload)
+}
+
+// seen leases d for this ingest and reports whether the ingest already
+// wrote it. Once the lease is held gc cannot take the chunk between a
+// look-up and the commit.
+func (in *Ingest) seen(d Digest) (bool, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.done {
+		return false, errs.New(errs.FailedPrecondition, "", "ingest already committed or aborted")
+	}
+	in.holdLocked(d)
+	_, mine := in.written[d]
+	return mine, nil
+}
+
+// put appends a checked payload unless the store or this ingest has d.
+func (in *Ingest) put(ctx context.Context, d Digest, raw int, enc uint8, payload []byte) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if mine, err := in.seen(d); err != nil || mine {
+		return 0, err
+	}
+	if has, err := in.s.has(d); err != nil || has {
+		return 0, err
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -115,11 +132,11 @@ func (in *Ingest) PutDigest(ctx context.Context, d Digest, data []byte) (int64, 
 		}
 		in.cur = pw
 	}
-	off, err := in.cur.append(d, enc, len(data), payload)
+	off, err := in.cur.append(d, enc, raw, payload)
 	if err != nil {
 		return 0, err
 	}
-	in.written[d] = newChunk{pack: -1, cur: in.cur, offset: off, stored: uint32(len(payload)), raw: uint32(len(data)), enc: enc}
+	in.written[d] = newChunk{pack: -1, cur: in.cur, offset: off, stored: uint32(len(payload)), raw: uint32(raw), enc: enc}
 	in.stored += int64(len(payload))
 	if in.cur.off >= in.s.opts.PackSize {
 		if err := in.sealLocked(); err != nil {

@@ -1,0 +1,140 @@
+package images
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/store"
+)
+
+// Checkout writes image id's files into dstDir, which must be empty or
+// absent, for a restore to read. Every chunk is checked against its digest
+// as it is read; a damaged chunk fails the checkout with an errs.DataLoss
+// error naming the image and the chunk, and leaves dstDir empty. Zero
+// chunks become holes. All writes go through an os.Root on dstDir, so
+// nothing lands outside it whatever the manifest says.
+func Checkout(ctx context.Context, st *store.Store, id, dstDir string) (*Manifest, error) {
+	m, err := Get(ctx, st, id)
+	if err != nil {
+		return nil, err
+	}
+	subj := errs.Image(id)
+	if err := os.MkdirAll(dstDir, 0o700); err != nil {
+		return nil, errs.Wrap(err, errs.FailedPrecondition, subj, "create %s", dstDir)
+	}
+	if ents, err := os.ReadDir(dstDir); err != nil || len(ents) > 0 {
+		return nil, errs.New(errs.FailedPrecondition, subj, "checkout directory %s is not empty", dstDir)
+	}
+	root, err := os.OpenRoot(dstDir)
+	if err != nil {
+		return nil, errs.Wrap(err, errs.FailedPrecondition, subj, "open %s", dstDir)
+	}
+	defer root.Close()
+	if err := checkout(ctx, st, m, root); err != nil {
+		// Leave nothing half-written for a restore to pick up.
+		for _, f := range m.Files {
+			if filepath.Dir(f.Path) == "." {
+				_ = os.RemoveAll(filepath.Join(dstDir, f.Path))
+			}
+		}
+		return nil, err
+	}
+	return m, nil
+}
+
+func checkout(ctx context.Context, st *store.Store, m *Manifest, root *os.Root) error {
+	subj := errs.Image(m.ID)
+	type job struct {
+		f   *os.File
+		off int64
+		c   Chunk
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	jobs := make(chan job, 4*st.Workers())
+	var wg sync.WaitGroup
+	for range st.Workers() {
+		wg.Go(func() {
+			for j := range jobs {
+				if ctx.Err() != nil {
+					continue
+				}
+				b, err := st.ReadChunk(ctx, j.c.Digest)
+				if err == nil && int64(len(b)) != j.c.Size {
+					err = errs.New(errs.DataLoss, "", "chunk %s is %d bytes, the manifest says %d", j.c.Digest, len(b), j.c.Size)
+				}
+				if err == nil {
+					if _, werr := j.f.WriteAt(b, j.off); werr != nil {
+						err = errs.Wrap(werr, errs.ResourceExhausted, "", "write %s", j.f.Name())
+					}
+				}
+				if err != nil {
+					cancel(errs.Wrap(err, errs.KindOf(err), subj, "cannot check out; the image is damaged or the disk failed"))
+				}
+			}
+		})
+	}
+	var files []*os.File
+	var feedErr error
+	for _, mf := range m.Files {
+		if feedErr = context.Cause(ctx); feedErr != nil {
+			break
+		}
+		p := filepath.FromSlash(mf.Path)
+		switch mf.Type {
+		case TypeDir:
+			feedErr = root.Mkdir(p, mf.Mode|0o700)
+		case TypeSymlink:
+			feedErr = root.Symlink(mf.Link, p)
+		case TypeFile:
+			var f *os.File
+			if f, feedErr = root.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600); feedErr != nil {
+				break
+			}
+			files = append(files, f)
+			if feedErr = f.Truncate(mf.Size); feedErr != nil {
+				break
+			}
+			var off int64
+			for _, c := range mf.Chunks {
+				if !c.Zero {
+					select {
+					case jobs <- job{f: f, off: off, c: c}:
+					case <-ctx.Done():
+					}
+				}
+				off += c.Size
+			}
+		}
+		if feedErr != nil {
+			feedErr = errs.Wrap(feedErr, errs.FailedPrecondition, subj, "check out %s", mf.Path)
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	var closeErr error
+	for _, f := range files {
+		closeErr = errors.Join(closeErr, f.Close())
+	}
+	if feedErr != nil {
+		return feedErr
+	}
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	if closeErr != nil {
+		return errs.Wrap(closeErr, errs.Internal, subj, "close checked-out files")
+	}
+	for _, mf := range m.Files {
+		if mf.Type != TypeSymlink {
+			if err := root.Chmod(filepath.FromSlash(mf.Path), mf.Mode); err != nil {
+				return errs.Wrap(err, errs.Internal, subj, "chmod %s", mf.Path)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,227 @@
+package images
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/images/chunker"
+	"github.com/gpuctl/gpuctl/store"
+)
+
+// Stats describe one commit.
+type Stats struct {
+	LogicalBytes int64         `json:"bytes"`        // sum of file sizes
+	StoredBytes  int64         `json:"stored_bytes"` // new compressed bytes the commit added
+	ZeroBytes    int64         `json:"zero_bytes"`   // bytes in all-zero chunks, stored as nothing
+	Chunks       int           `json:"chunks"`       // non-zero chunks, with repeats
+	NewChunks    int           `json:"new_chunks"`   // chunks the store did not have
+	Duration     time.Duration `json:"duration_ns"`
+}
+
+// NewID returns a fresh image id.
+func NewID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "img-" + hex.EncodeToString(b[:])
+}
+
+// Commit chunks and stores every file under srcDir and indexes the image
+// described by meta, all or nothing: until it returns successfully no one
+// sees the image, and a failure or a crash leaves only garbage that GC
+// reclaims. Hashing and compression run on st.Workers() goroutines. Regular
+// files, directories and symlinks that stay inside srcDir are supported;
+// anything else is refused. srcDir must not change while Commit runs.
+func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Manifest, Stats, error) {
+	start := time.Now()
+	if meta.ID == "" {
+		meta.ID = NewID()
+	}
+	if err := ValidID(meta.ID); err != nil {
+		return nil, Stats{}, err
+	}
+	subj := errs.Image(meta.ID)
+	m := &Manifest{Version: ManifestVersion, Meta: meta, Created: time.Now().UTC(), Chunking: chunker.Default.String()}
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	in := st.NewIngest()
+	defer in.Abort()
+
+	type job struct {
+		data []byte
+		out  *Chunk
+	}
+	jobs := make(chan job, 4*st.Workers())
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		newCount int
+	)
+	for range st.Workers() {
+		wg.Go(func() {
+			for j := range jobs {
+				if ctx.Err() != nil {
+					continue
+				}
+				d, n, err := in.Put(ctx, j.data)
+				if err != nil {
+					cancel(err)
+					continue
+				}
+				j.out.Digest = d
+				if n > 0 {
+					mu.Lock()
+					newCount++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	var maps [][]byte
+	defer func() {
+		for _, b := range maps {
+			_ = unix.Munmap(b)
+		}
+	}()
+	var stats Stats
+	walkErr := filepath.WalkDir(srcDir, func(p string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return errs.Wrap(err, errs.InvalidArgument, subj, "read %s", p)
+		}
+		if cerr := context.Cause(ctx); cerr != nil {
+			return cerr
+		}
+		rel, _ := filepath.Rel(srcDir, p)
+		if rel == "." {
+			return nil
+		}
+		rel = filepath.ToSlash(rel)
+		fi, err := de.Info()
+		if err != nil {
+			return errs.Wrap(err, errs.InvalidArgument, subj, "stat %s", p)
+		}
+		f := File{Path: rel, Mode: fi.Mode().Perm()}
+		switch {
+		case fi.Mode().IsDir():
+			f.Type = TypeDir
+		case fi.Mode()&fs.ModeSymlink != 0:
+			f.Type = TypeSymlink
+			if f.Link, err = os.Readlink(p); err != nil {
+				return errs.Wrap(err, errs.InvalidArgument, subj, "read link %s", p)
+			}
+			if err := checkLink(rel, f.Link); err != nil {
+				return errs.New(errs.InvalidArgument, subj, "%s: %v", p, err)
+			}
+			f.Mode = 0o777
+		case fi.Mode().IsRegular():
+			f.Type = TypeFile
+			data, err := mapFile(p, fi.Size())
+			if err != nil {
+				return errs.Wrap(err, errs.InvalidArgument, subj, "read %s", p)
+			}
+			if data != nil {
+				maps = append(maps, data)
+			}
+			f.Size = int64(len(data))
+			var spans []chunker.Chunk
+			if err := chunker.Split(data, 0, chunker.Default, func(c chunker.Chunk) error {
+				spans = append(spans, c)
+				return nil
+			}); err != nil {
+				return errs.Wrap(err, errs.Internal, subj, "chunk %s", p)
+			}
+			f.Chunks = make([]Chunk, len(spans))
+			for i, c := range spans {
+				f.Chunks[i] = Chunk{Size: int64(c.Len), Zero: c.Zero}
+				if c.Zero {
+					stats.ZeroBytes += int64(c.Len)
+					continue
+				}
+				stats.Chunks++
+				select {
+				case jobs <- job{data: data[c.Off : c.Off+int64(c.Len)], out: &f.Chunks[i]}:
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				}
+			}
+		default:
+			return errs.New(errs.InvalidArgument, subj, "%s is a %v; an image holds only files, directories and symlinks", p, fi.Mode().Type())
+		}
+		m.Files = append(m.Files, f)
+		return nil
+	})
+	close(jobs)
+	wg.Wait()
+	if walkErr != nil {
+		return nil, Stats{}, walkErr
+	}
+	if err := context.Cause(ctx); err != nil {
+		return nil, Stats{}, err
+	}
+	if err := m.Validate(); err != nil {
+		return nil, Stats{}, errs.Wrap(err, errs.Internal, "", "the manifest Commit built is invalid")
+	}
+	stats.LogicalBytes = m.Bytes()
+	stats.NewChunks = newCount
+	stats.StoredBytes = in.StoredBytes()
+	rec, err := record(m, stats.StoredBytes)
+	if err != nil {
+		return nil, Stats{}, err
+	}
+	if err := in.Commit(ctx, rec); err != nil {
+		return nil, Stats{}, err
+	}
+	stats.Duration = time.Since(start)
+	return m, stats, nil
+}
+
+// record is the store's view of an image.
+func record(m *Manifest, newBytes int64) (*store.ImageRecord, error) {
+	body, err := encodeManifest(m)
+	if err != nil {
+		return nil, err
+	}
+	info, err := json.Marshal(m.info(newBytes))
+	if err != nil {
+		return nil, errs.Wrap(err, errs.Internal, errs.Image(m.ID), "encode info")
+	}
+	refs, _ := m.Refs()
+	return &store.ImageRecord{ID: m.ID, Info: info, Manifest: body, Refs: refs}, nil
+}
+
+// mapFile maps a file read-only: chunks are hashed and compressed straight
+// from the page cache without a copy. An empty file maps to nil.
+func mapFile(p string, size int64) ([]byte, error) {
+	if size == 0 {
+		return nil, nil
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if fi.Size() == 0 {
+		return nil, nil
+	}
+	b, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, errors.Join(errors.New("mmap"), err)
+	}
+	_ = unix.Madvise(b, unix.MADV_SEQUENTIAL)
+	return b, nil
+}

@@ -1,0 +1,183 @@
+package images
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/images/imagegen"
+	"github.com/gpuctl/gpuctl/store"
+)
+
+// openStore opens a store in a fresh dir; the store's consistency check
+// runs when the test ends.
+func openStore(t testing.TB) *store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), t.TempDir(), store.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := st.Check(context.Background()); err != nil {
+			t.Errorf("consistency check at end of test: %v", err)
+		}
+		_ = st.Close()
+	})
+	return st
+}
+
+// dumpDir writes a CRIU-shaped image directory: a large pages file, small
+// metadata files, an empty file, a subdirectory and a symlink.
+func dumpDir(t testing.TB, pages []byte) string {
+	t.Helper()
+	dir := t.TempDir()
+	files := map[string][]byte{
+		"pages-1.img":   pages,
+		"pagemap-1.img": bytes.Repeat([]byte("pagemap entry "), 300),
+		"core-1.img":    []byte("core registers and such"),
+		"mm-1.img":      imagegen.Pages(9, 3*imagegen.PageSize, imagegen.Realistic),
+		"empty.img":     nil,
+		"gpu/state.bin": bytes.Repeat([]byte{0, 1, 2, 3}, 5000),
+	}
+	for name, b := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("gpu/state.bin", filepath.Join(dir, "state-link")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// sameTree fails unless a and b hold the same files, links, modes and bytes.
+func sameTree(t testing.TB, a, b string) {
+	t.Helper()
+	list := func(root string) map[string]string {
+		out := map[string]string{}
+		_ = filepath.WalkDir(root, func(p string, de fs.DirEntry, err error) error {
+			if err != nil {
+				t.Fatal(err)
+			}
+			rel, _ := filepath.Rel(root, p)
+			if rel == "." {
+				return nil
+			}
+			fi, _ := os.Lstat(p)
+			desc := fi.Mode().String()
+			switch {
+			case fi.Mode()&fs.ModeSymlink != 0:
+				l, _ := os.Readlink(p)
+				desc += " -> " + l
+			case fi.Mode().IsRegular():
+				c, _ := os.ReadFile(p)
+				desc += " " + store.Sum(c).Short()
+			}
+			out[rel] = desc
+			return nil
+		})
+		return out
+	}
+	la, lb := list(a), list(b)
+	for k, v := range la {
+		if lb[k] != v {
+			t.Fatalf("%s: %q in source, %q in checkout", k, v, lb[k])
+		}
+	}
+	if len(la) != len(lb) {
+		t.Fatalf("%d entries in source, %d in checkout", len(la), len(lb))
+	}
+}
+
+func TestCommitCheckoutRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	pages := imagegen.Pages(1, 16<<20, imagegen.Realistic)
+	src := dumpDir(t, pages)
+	meta := Meta{Session: "s-0123456789ab", Host: "hostA", Backend: "emulated", GPUs: []GPU{{Model: "Emulated", UUID: "GPU-0"}},
+		CRIU: "4.1.1", Kernel: "6.18", AttachNonce: "n0nce", Labels: map[string]string{"step": "1"}}
+	m, stats, err := Commit(ctx, st, src, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.LogicalBytes != m.Bytes() || stats.StoredBytes <= 0 || stats.StoredBytes >= stats.LogicalBytes || stats.ZeroBytes == 0 {
+		t.Fatalf("stats %+v", stats)
+	}
+	got, err := Get(ctx, st, m.ID)
+	if err != nil || got.AttachNonce != "n0nce" || got.Labels["step"] != "1" || got.GPUs[0].UUID != "GPU-0" || got.Session != meta.Session {
+		t.Fatalf("get: %+v, %v", got, err)
+	}
+	dst := filepath.Join(t.TempDir(), "out")
+	if _, err := Checkout(ctx, st, m.ID, dst); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, src, dst)
+	if _, err := Checkout(ctx, st, m.ID, dst); !errs.IsFailedPrecondition(err) {
+		t.Fatalf("checkout into a non-empty dir: %v", err)
+	}
+
+	// A second checkpoint with 5% of its pages changed.
+	imagegen.Change(2, pages, 0.05, 16)
+	src2 := dumpDir(t, pages)
+	m2, stats2, err := Commit(ctx, st, src2, Meta{Session: meta.Session, Parent: m.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if share := float64(stats2.StoredBytes) / float64(stats.StoredBytes); share > 0.15 {
+		t.Fatalf("second commit stored %d bytes, %.0f%% of the first", stats2.StoredBytes, 100*share)
+	}
+	list, err := List(ctx, st)
+	if err != nil || len(list) != 2 || list[1].ID != m2.ID || list[1].Parent != m.ID || list[0].Bytes != stats.LogicalBytes {
+		t.Fatalf("list: %+v, %v", list, err)
+	}
+	rep, err := Verify(ctx, st, "", nil)
+	if err != nil || !rep.OK() || rep.Images != 2 {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+}
+
+func TestCommitRefuses(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	tests := []struct {
+		name  string
+		setup func(dir string) error
+		meta  Meta
+		want  string
+	}{
+		{"link out of the image", func(d string) error { return os.Symlink("../../etc/passwd", filepath.Join(d, "x")) }, Meta{}, "points out of the image"},
+		{"absolute link", func(d string) error { return os.Symlink("/etc/passwd", filepath.Join(d, "x")) }, Meta{}, "absolute"},
+		{"fifo", func(d string) error { return mkfifo(filepath.Join(d, "p")) }, Meta{}, "only files, directories and symlinks"},
+		{"bad id", func(string) error { return nil }, Meta{ID: "../x"}, "not a valid image id"},
+		{"missing dir", func(d string) error { return os.RemoveAll(d) }, Meta{}, "read"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "a"), []byte("a"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := tt.setup(dir); err != nil {
+				t.Fatal(err)
+			}
+			_, _, err := Commit(ctx, st, dir, tt.meta)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want %q", err, tt.want)
+			}
+		})
+	}
+	if l, _ := List(ctx, st); len(l) != 0 {
+		t.Fatalf("refused commits left images: %v", l)
+	}
+}

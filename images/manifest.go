@@ -1,0 +1,332 @@
+// Package images is the checkpoint image: its manifest, how a directory of
+// CRIU and GPU state becomes one (Commit) and comes back (Checkout), the
+// one-file export format, the transfer of images between hosts, and the
+// control-API routes for all of it. Bytes live in package store.
+package images
+
+import (
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/store"
+)
+
+// ManifestVersion is the manifest format this build writes and reads.
+const ManifestVersion = 1
+
+// Limits on what a manifest may describe, so that a hostile import cannot
+// make a host allocate or write without bound.
+const (
+	maxManifestBytes = 256 << 20 // decoded JSON
+	maxFiles         = 1 << 16
+	maxPathLen       = 1024
+	maxImageBytes    = 1 << 42 // 4 TiB of logical content
+)
+
+// GPU is one GPU the checkpointed session used.
+type GPU struct {
+	Model string `json:"model"`
+	UUID  string `json:"uuid"`
+}
+
+// Meta is what the checkpoint pipeline knows about an image; Commit adds
+// the files.
+type Meta struct {
+	ID      string `json:"id"`      // empty: Commit picks "img-" + 12 hex digits
+	Session string `json:"session"` // the session id, kept across migrations
+	Parent  string `json:"parent,omitempty"`
+
+	Host    string `json:"host"`    // gpud --name of the source host
+	Backend string `json:"backend"` // "cuda" or "emulated"
+	GPUs    []GPU  `json:"gpus,omitempty"`
+	Driver  string `json:"driver,omitempty"` // driver version on the source
+	CRIU    string `json:"criu,omitempty"`
+	Kernel  string `json:"kernel,omitempty"`
+
+	// AttachNonce names the abstract socket a restored worker dials
+	// (@gpuctl-attach-<nonce>); any host restoring the image listens there.
+	AttachNonce string `json:"attach_nonce,omitempty"`
+
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Manifest describes one image completely.
+type Manifest struct {
+	Version int `json:"version"`
+	Meta
+	Created  time.Time `json:"created"`
+	Chunking string    `json:"chunking"` // how files were cut, for the record
+	Files    []File    `json:"files"`
+}
+
+// File types in a manifest.
+const (
+	TypeFile    = "file"
+	TypeDir     = "dir"
+	TypeSymlink = "symlink"
+)
+
+// File is one entry of the image directory.
+type File struct {
+	Path   string      `json:"path"` // slash-separated, relative to the image root
+	Type   string      `json:"type"`
+	Mode   fs.FileMode `json:"mode"` // permission bits only
+	Size   int64       `json:"size"`
+	Link   string      `json:"link,omitempty"` // symlink target, relative, inside the image
+	Chunks []Chunk     `json:"chunks,omitempty"`
+}
+
+// Chunk is a piece of a file: Size bytes that are either all zero (stored
+// as nothing) or the chunk Digest.
+type Chunk struct {
+	Size   int64
+	Zero   bool
+	Digest store.Digest
+}
+
+// MarshalJSON writes [size] for a zero chunk and [size,"digest"] otherwise:
+// a 1 GiB image has ~65,000 chunks, so the form matters.
+func (c Chunk) MarshalJSON() ([]byte, error) {
+	if c.Zero {
+		return fmt.Appendf(nil, "[%d]", c.Size), nil
+	}
+	return fmt.Appendf(nil, `[%d,"%s"]`, c.Size, c.Digest), nil
+}
+
+// UnmarshalJSON reads the form MarshalJSON writes.
+func (c *Chunk) UnmarshalJSON(b []byte) error {
+	var v []json.RawMessage
+	if err := json.Unmarshal(b, &v); err != nil || len(v) < 1 || len(v) > 2 {
+		return fmt.Errorf("chunk %s: want [size] or [size, digest]", clipJSON(b))
+	}
+	if err := json.Unmarshal(v[0], &c.Size); err != nil {
+		return fmt.Errorf("chunk %s: bad size", clipJSON(b))
+	}
+	c.Zero = len(v) == 1
+	if !c.Zero {
+		var s string
+		if err := json.Unmarshal(v[1], &s); err != nil {
+			return fmt.Errorf("chunk %s: bad digest", clipJSON(b))
+		}
+		d, err := store.ParseDigest(s)
+		if err != nil {
+			return err
+		}
+		c.Digest = d
+	}
+	return nil
+}
+
+func clipJSON(b []byte) string {
+	if len(b) > 100 {
+		return string(b[:100]) + "..."
+	}
+	return string(b)
+}
+
+// Bytes is the image's logical size: the sum of its files' sizes.
+func (m *Manifest) Bytes() int64 {
+	var n int64
+	for _, f := range m.Files {
+		n += f.Size
+	}
+	return n
+}
+
+// Refs returns the image's distinct non-zero chunks, in first-use order,
+// with each one's size.
+func (m *Manifest) Refs() ([]store.Digest, map[store.Digest]int64) {
+	sizes := map[store.Digest]int64{}
+	var out []store.Digest
+	for _, f := range m.Files {
+		for _, c := range f.Chunks {
+			if c.Zero {
+				continue
+			}
+			if _, ok := sizes[c.Digest]; !ok {
+				out = append(out, c.Digest)
+				sizes[c.Digest] = c.Size
+			}
+		}
+	}
+	return out, sizes
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// ValidID reports whether id can name an image.
+func ValidID(id string) error {
+	if !idPattern.MatchString(id) {
+		return errs.New(errs.InvalidArgument, errs.Image(id), "not a valid image id: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit")
+	}
+	return nil
+}
+
+// Validate checks everything a restore relies on, so that a manifest from
+// an import or a peer can be trusted as far as its shape goes: version,
+// id, paths (relative, clean, no "..", unique, parents present as dirs),
+// symlinks that stay inside the image, sizes that add up and stay in
+// bounds. The error names the image and the offending file.
+func (m *Manifest) Validate() error {
+	subj := errs.Image(m.ID)
+	if m.Version != ManifestVersion {
+		return errs.New(errs.InvalidArgument, subj, "manifest version %d; this gpud reads version %d", m.Version, ManifestVersion)
+	}
+	if err := ValidID(m.ID); err != nil {
+		return err
+	}
+	if len(m.Files) > maxFiles {
+		return errs.New(errs.InvalidArgument, subj, "%d files, at most %d allowed", len(m.Files), maxFiles)
+	}
+	types := map[string]string{".": TypeDir}
+	var total int64
+	for _, f := range m.Files {
+		bad := func(format string, args ...any) error {
+			return errs.New(errs.InvalidArgument, subj, "file %q: %s", clipPath(f.Path), fmt.Sprintf(format, args...))
+		}
+		if err := checkPath(f.Path); err != nil {
+			return bad("%v", err)
+		}
+		if _, dup := types[f.Path]; dup {
+			return bad("listed twice")
+		}
+		if types[path.Dir(f.Path)] != TypeDir {
+			return bad("its parent directory is not listed before it")
+		}
+		types[f.Path] = f.Type
+		if f.Mode&^fs.ModePerm != 0 {
+			return bad("mode %v has bits other than permissions", f.Mode)
+		}
+		switch f.Type {
+		case TypeDir:
+			if f.Size != 0 || len(f.Chunks) != 0 || f.Link != "" {
+				return bad("a directory with content")
+			}
+		case TypeSymlink:
+			if err := checkLink(f.Path, f.Link); err != nil {
+				return bad("%v", err)
+			}
+			if f.Size != 0 || len(f.Chunks) != 0 {
+				return bad("a symlink with content")
+			}
+		case TypeFile:
+			if f.Link != "" {
+				return bad("a regular file with a link target")
+			}
+			var sum int64
+			for i, c := range f.Chunks {
+				limit := int64(store.MaxChunkSize)
+				if c.Zero {
+					limit = 1 << 30
+				}
+				if c.Size <= 0 || c.Size > limit {
+					return bad("chunk %d has size %d, outside 1..%d", i, c.Size, limit)
+				}
+				sum += c.Size
+				if sum > maxImageBytes {
+					return bad("larger than %d bytes", int64(maxImageBytes))
+				}
+			}
+			if sum != f.Size {
+				return bad("size %d but its chunks add up to %d", f.Size, sum)
+			}
+			total += f.Size
+			if total > maxImageBytes {
+				return errs.New(errs.InvalidArgument, subj, "larger than %d bytes in all", int64(maxImageBytes))
+			}
+		default:
+			return bad("unknown type %q", f.Type)
+		}
+	}
+	// One digest must mean one size everywhere.
+	sizes := map[store.Digest]int64{}
+	for _, f := range m.Files {
+		for _, c := range f.Chunks {
+			if c.Zero {
+				continue
+			}
+			if s, ok := sizes[c.Digest]; ok && s != c.Size {
+				return errs.New(errs.InvalidArgument, subj, "chunk %s is listed with sizes %d and %d", c.Digest, s, c.Size)
+			}
+			sizes[c.Digest] = c.Size
+		}
+	}
+	return nil
+}
+
+func checkPath(p string) error {
+	switch {
+	case p == "" || p == ".":
+		return fmt.Errorf("empty path")
+	case len(p) > maxPathLen:
+		return fmt.Errorf("path longer than %d bytes", maxPathLen)
+	case strings.HasPrefix(p, "/"):
+		return fmt.Errorf("absolute path; image paths are relative to the image")
+	case strings.ContainsAny(p, "\x00\\"):
+		return fmt.Errorf("NUL or backslash in path")
+	case path.Clean(p) != p:
+		return fmt.Errorf("path is not in clean form (%q)", path.Clean(p))
+	case p == ".." || strings.HasPrefix(p, "../") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/.."):
+		return fmt.Errorf("path leaves the image (..)")
+	}
+	return nil
+}
+
+// checkLink allows only relative symlinks that resolve inside the image.
+func checkLink(p, target string) error {
+	switch {
+	case target == "":
+		return fmt.Errorf("symlink without a target")
+	case strings.HasPrefix(target, "/"):
+		return fmt.Errorf("symlink to absolute path %q points out of the image", clipPath(target))
+	case len(target) > maxPathLen || strings.ContainsAny(target, "\x00"):
+		return fmt.Errorf("bad symlink target")
+	}
+	r := path.Join(path.Dir(p), target)
+	if r == ".." || strings.HasPrefix(r, "../") {
+		return fmt.Errorf("symlink to %q points out of the image", clipPath(target))
+	}
+	return nil
+}
+
+func clipPath(p string) string {
+	if len(p) > 120 {
+		return p[:120] + "..."
+	}
+	return p
+}
+
+// Info is the summary of an image that listings show.
+type Info struct {
+	ID        string    `json:"id"`
+	Session   string    `json:"session"`
+	Parent    string    `json:"parent,omitempty"`
+	Created   time.Time `json:"created"`
+	Host      string    `json:"host,omitempty"`
+	Backend   string    `json:"backend,omitempty"`
+	Bytes     int64     `json:"bytes"`     // logical size
+	NewBytes  int64     `json:"new_bytes"` // stored bytes its commit added
+	Files     int       `json:"files"`
+	Chunks    int       `json:"chunks"` // distinct non-zero chunks
+	ZeroBytes int64     `json:"zero_bytes"`
+}
+
+func (m *Manifest) info(newBytes int64) Info {
+	refs, _ := m.Refs()
+	var zero int64
+	for _, f := range m.Files {
+		for _, c := range f.Chunks {
+			if c.Zero {
+				zero += c.Size
+			}
+		}
+	}
+	return Info{ID: m.ID, Session: m.Session, Parent: m.Parent, Created: m.Created, Host: m.Host, Backend: m.Backend,
+		Bytes: m.Bytes(), NewBytes: newBytes, Files: len(m.Files), Chunks: len(refs), ZeroBytes: zero}
+}

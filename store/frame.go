@@ -1,0 +1,67 @@
+package store
+
+import (
+	"context"
+
+	"github.com/gpuctl/gpuctl/errs"
+)
+
+// Frame is a chunk in its stored form, for moving chunks between stores
+// without recompressing them.
+type Frame struct {
+	Digest  Digest
+	Raw     int  // uncompressed size
+	Zstd    bool // Payload is one zstd frame; otherwise it is the content
+	Payload []byte
+}
+
+// ReadFrame returns d in its stored form after checking that it decodes to
+// d.
+func (s *Store) ReadFrame(ctx context.Context, d Digest) (Frame, error) {
+	raw, r, err := s.readChunk(ctx, d)
+	if err != nil {
+		return Frame{}, err
+	}
+	f := Frame{Digest: d, Raw: int(r.Raw), Zstd: r.Enc == encZstd}
+	if f.Zstd {
+		f.Payload, err = s.readPayload(r)
+		if err != nil {
+			return Frame{}, errs.Wrap(err, errs.DataLoss, chunkSubject(d), "read")
+		}
+	} else {
+		f.Payload = raw
+	}
+	return f, nil
+}
+
+// DecodeFrame checks a frame from outside (an import, a peer) and returns
+// its content: the size must be in range, the payload must decode to
+// exactly Raw bytes, and those must hash to Digest. The error is an
+// errs.InvalidArgument naming the chunk.
+func (s *Store) DecodeFrame(f Frame) ([]byte, error) {
+	if f.Raw <= 0 || f.Raw > MaxChunkSize {
+		return nil, errs.New(errs.InvalidArgument, chunkSubject(f.Digest), "size %d is outside 1..%d", f.Raw, MaxChunkSize)
+	}
+	enc := uint8(encRaw)
+	if f.Zstd {
+		enc = encZstd
+	}
+	raw, err := s.decode(f.Digest, enc, uint32(f.Raw), f.Payload)
+	if err != nil {
+		return nil, &errs.Error{Kind: errs.InvalidArgument, Err: err}
+	}
+	return raw, nil
+}
+
+// PutFrame stores a frame that DecodeFrame accepted, keeping its payload
+// as it is. It returns the bytes added (0 if the store had the chunk).
+func (in *Ingest) PutFrame(ctx context.Context, f Frame) (int64, error) {
+	if _, err := in.s.DecodeFrame(f); err != nil {
+		return 0, err
+	}
+	enc := uint8(encRaw)
+	if f.Zstd {
+		enc = encZstd
+	}
+	return in.put(ctx, f.Digest, f.Raw, enc, f.Payload)
+}
