@@ -12,7 +12,8 @@
 #      e2e/kernels/kernelrun.c) and this suite's helpers twice: against
 #      NVIDIA's cuda.h and libcuda (native) and against build/ (remote);
 #   2. runs the programs natively and through gpud --backend cuda and
-#      requires identical output;
+#      requires identical output (timings aside) and identical kernel-corpus
+#      output files, byte for byte;
 #   3. checkpoints and restores sessions holding 1 GiB and 8 GiB through
 #      gpuctl, with the data checked on the GPU before and after, and times
 #      the manual baseline (driver lock+checkpoint, criu dump; criu restore,
@@ -230,13 +231,14 @@ build_c() {
 build_c holder "$HERE/holder.c"
 build_c bench "$HERE/bench.c"
 gcc -O2 -I"$CUDA_INC" -o "$WORK/native/gpuckpt" "$HERE/ckpt.c" -L"$STUBS" -lcuda || fail "build gpuckpt"
-PROGS=()
-for src in "$ROOT"/e2e/cprogs/*.c "$ROOT"/e2e/kernels/kernelrun.c; do
-	[[ -f $src ]] || continue
-	name=$(basename "$src" .c)
-	build_c "$name" "$src" && PROGS+=("$src")
-done
-echo "built ${#PROGS[@]} test programs, holder, bench, gpuckpt"
+# The C test programs and kernelrun (e2e/cprogs/build.sh builds both).
+CPROGS=0
+if [[ -f $ROOT/e2e/cprogs/build.sh ]]; then
+	bash "$ROOT/e2e/cprogs/build.sh" "$CUDA_INC" "$STUBS" "$WORK/native/cprogs" >"$OUT/build-cprogs.native.log" 2>&1 &&
+		bash "$ROOT/e2e/cprogs/build.sh" "$ROOT/build/include" "$ROOT/build/lib" "$WORK/remote/cprogs" >"$OUT/build-cprogs.remote.log" 2>&1 &&
+		CPROGS=1 || fail "e2e/cprogs/build.sh failed (see $OUT/build-cprogs.*.log)"
+fi
+echo "built holder, bench, gpuckpt$( ((CPROGS)) && echo ", e2e/cprogs and kernelrun")"
 
 # ------------------------------------------------------------ gpud (GPU0)
 step "gpud on GPU0"
@@ -253,24 +255,44 @@ grep -q "$u0" "$OUT/doctor.txt" && pass "gpuctl doctor shows the GPUs" || fail "
 
 # ---------------------------------------------------- native vs remote
 step "test programs: native and through gpud"
-# A program may name its arguments in a comment line "// gpu-suite-args: ...";
-# $PTX expands to the compiled kernel corpus.
-for src in "${PROGS[@]}"; do
-	name=$(basename "$src" .c)
-	args=$(sed -n 's|^// gpu-suite-args:[[:space:]]*||p' "$src" | head -n 1)
-	args=${args//\$PTX/$WORK/ptx}
-	(cd "$WORK/ptx" && env -u LD_LIBRARY_PATH timeout 120 "$WORK/native/$name" $args) >"$OUT/$name.native.out" 2>"$OUT/$name.native.err"
+# The programs read the freshly compiled corpus. Their output must be the
+# same both ways, except the timings some of them print.
+export GPUCTL_PTX_DIR=$WORK/ptx GPUCTL_PTX_TARGET=sm_$CAP
+untimed() { sed -E 's/[0-9]+(\.[0-9]+)? (ms|GFLOP\/s|GB\/s)/# \2/g' "$1"; }
+remote() { timeout 180 "$GPUCTL" run --server "$A_LISTEN" --token-file "$TOKEN" -- "$@"; }
+if ((CPROGS)); then
+	for run in vecadd reduction matmul warpreduce pipeline errors "stateful 16 40 0"; do
+		set -- $run
+		name=$1
+		shift
+		env -u LD_LIBRARY_PATH timeout 180 "$WORK/native/cprogs/$name" "$@" >"$OUT/$name.native.out" 2>"$OUT/$name.native.err"
+		nrc=$?
+		remote "$WORK/remote/cprogs/$name" "$@" >"$OUT/$name.remote.out" 2>"$OUT/$name.remote.err"
+		rrc=$?
+		if [[ $nrc == 0 && $rrc == 0 ]] && cmp -s <(untimed "$OUT/$name.native.out") <(untimed "$OUT/$name.remote.out"); then
+			pass "$run: same output natively and through gpud ($(tail -n 1 "$OUT/$name.native.out"))"
+		else
+			fail "$run: native exit $nrc, remote exit $rrc; see $OUT/$name.{native,remote}.{out,err}"
+			diff <(untimed "$OUT/$name.native.out") <(untimed "$OUT/$name.remote.out") | head -n 5
+			tail -n 2 "$OUT/$name.native.err" "$OUT/$name.remote.err"
+		fi
+	done
+	# The kernel corpus: every case's output buffers, byte for byte.
+	corpus=$ROOT/e2e/kernels/run-corpus.sh
+	env -u LD_LIBRARY_PATH PTX_DIR="$WORK/ptx" timeout 300 bash "$corpus" "$WORK/native/cprogs/kernelrun" "sm_$CAP" "$WORK/corpus.native" >"$OUT/corpus.native.log" 2>&1
 	nrc=$?
-	(cd "$WORK/ptx" && timeout 120 "$GPUCTL" run --server "$A_LISTEN" --token-file "$TOKEN" -- "$WORK/remote/$name" $args) >"$OUT/$name.remote.out" 2>"$OUT/$name.remote.err"
+	PTX_DIR="$WORK/ptx" remote bash "$corpus" "$WORK/remote/cprogs/kernelrun" "sm_$CAP" "$WORK/corpus.remote" >"$OUT/corpus.remote.log" 2>&1
 	rrc=$?
-	if [[ $nrc == "$rrc" ]] && cmp -s "$OUT/$name.native.out" "$OUT/$name.remote.out"; then
-		pass "$name: identical output natively and through gpud (exit $nrc, $(wc -l <"$OUT/$name.native.out") lines)"
+	n=$(find "$WORK/corpus.native" -type f 2>/dev/null | wc -l)
+	if [[ $nrc == 0 && $rrc == 0 && $n -gt 0 ]] && diff -r "$WORK/corpus.native" "$WORK/corpus.remote" >"$OUT/corpus.diff"; then
+		pass "kernel corpus: $n output files identical natively and through gpud"
 	else
-		fail "$name: native exit $nrc, remote exit $rrc; diff in $OUT/$name.diff"
-		diff "$OUT/$name.native.out" "$OUT/$name.remote.out" >"$OUT/$name.diff"
-		head -n 5 "$OUT/$name.diff"
+		fail "kernel corpus: native exit $nrc, remote exit $rrc, $n files; differences in $OUT/corpus.diff, logs $OUT/corpus.*.log"
+		[[ -f $OUT/corpus.diff ]] && head -n 5 "$OUT/corpus.diff"
 	fi
-done
+else
+	skip "e2e/cprogs is not in this tree"
+fi
 
 # ------------------------------------------------------------ benchmarks
 step "microbenchmarks"
