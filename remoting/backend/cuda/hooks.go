@@ -3,6 +3,7 @@ package cuda
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,14 +35,37 @@ func (h SuspendHook) Resume(ctx context.Context, pid int) error {
 // GPU first, then every other GPU the worker enumerated. Workers see all
 // of the host's GPUs, so this is the full list the driver must map on a
 // restore, and RestoreHook reads the session's GPU from its head.
+//
+// session is a UUID or an index (GPU.Index; UUIDs are unambiguous, an
+// index is NVML's numbering, which matches CUDA's on hosts of one model).
 func ManifestGPUs(host backend.HostInfo, session string) ([]backend.GPU, error) {
-	i := slices.IndexFunc(host.GPUs, func(g backend.GPU) bool { return strings.EqualFold(g.UUID, session) })
+	i := gpuIndex(host, session)
 	if i < 0 {
 		return nil, errs.New(errs.NotFound, "", "GPU %s is not on this host", session)
 	}
 	out := []backend.GPU{host.GPUs[i]}
 	out = append(out, host.GPUs[:i]...)
 	return append(out, host.GPUs[i+1:]...), nil
+}
+
+// gpuIndex finds a GPU of host by UUID or by index; -1 if none.
+func gpuIndex(host backend.HostInfo, id string) int {
+	if i := slices.IndexFunc(host.GPUs, func(g backend.GPU) bool { return strings.EqualFold(g.UUID, id) }); i >= 0 {
+		return i
+	}
+	if n, err := strconv.Atoi(id); err == nil {
+		return slices.IndexFunc(host.GPUs, func(g backend.GPU) bool { return g.Index == n })
+	}
+	return -1
+}
+
+// target resolves h.Target to a UUID; an unknown one is left as given,
+// for PlanRestore to refuse with its reason.
+func (h RestoreHook) target() string {
+	if i := gpuIndex(h.Host, h.Target); i >= 0 {
+		return h.Host.GPUs[i].UUID
+	}
+	return h.Target
 }
 
 // snapshotOf reads a manifest's GPU list (ManifestGPUs' order).
@@ -63,9 +87,9 @@ type RestoreHook struct {
 	Checkpointer *Checkpointer
 	// Host describes this host (Discover).
 	Host backend.HostInfo
-	// Target is the GPU (UUID) restored sessions run on; empty keeps a
-	// session on its own GPU when this host has it, else picks the first
-	// GPU of the same model.
+	// Target is the GPU restored sessions run on, by UUID or index (as
+	// gpud's --device); empty keeps a session on its own GPU when this
+	// host has it, else picks the first GPU of the same model.
 	Target string
 }
 
@@ -80,7 +104,7 @@ func (h RestoreHook) Check(imageGPUs []backend.GPU, driver string) error {
 	if s.Driver == "" {
 		s.Driver = "0"
 	}
-	_, _, err = PlanRestore(s, h.Host, h.Target)
+	_, _, err = PlanRestore(s, h.Host, h.target())
 	return err
 }
 
@@ -91,7 +115,7 @@ func (h RestoreHook) Resume(ctx context.Context, pid int, imageGPUs []backend.GP
 	if err != nil {
 		return err
 	}
-	target, pairs, err := PlanRestore(s, h.Host, h.Target)
+	target, pairs, err := PlanRestore(s, h.Host, h.target())
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,8 @@ func TestManifestGPUs(t *testing.T) {
 		{u0, []string{u0, u1, u2}, ""},
 		{u1, []string{u1, u0, u2}, ""},
 		{strings.ToUpper(u2), []string{u2, u0, u1}, ""},
+		{"1", []string{u1, u0, u2}, ""},
+		{"3", nil, "not on this host"},
 		{v0, nil, "not on this host"},
 	}
 	for _, tt := range tests {
@@ -55,6 +57,8 @@ func TestRestoreHookCheck(t *testing.T) {
 	}{
 		{"same host", RestoreHook{Host: hostA}, "580.159.04", ""},
 		{"same host other GPU", RestoreHook{Host: hostA, Target: u0}, "580.159.04", ""},
+		{"target by index", RestoreHook{Host: hostA, Target: "0"}, "580.159.04", ""},
+		{"target index not here", RestoreHook{Host: hostA, Target: "2"}, "", "cannot hold"},
 		{"no driver recorded", RestoreHook{Host: hostA}, "", ""},
 		{"newer image driver", RestoreHook{Host: hostA}, "590.10", "older driver"},
 		{"one-GPU host", RestoreHook{Host: backend.HostInfo{Backend: "cuda", DriverVersion: "580.159.04", GPUs: []backend.GPU{h200(0, v0)}}}, "", "saw 2 GPUs"},
