@@ -252,9 +252,12 @@ func (w *worker) endServe() error {
 	var err error
 	select {
 	case err = <-w.serving:
-	case <-time.After(30 * time.Second):
-		// A backend call that never returns: cut the socket under it.
+	case <-time.After(10 * time.Second):
+		// Stop interrupts a read, not a write blocked on a client that no
+		// longer reads: cut the socket under it.
+		w.log.Warn("serve did not stop at a frame boundary; closing the client socket")
 		w.cancel()
+		w.conn.Close()
 		err = <-w.serving
 	}
 	w.serving = nil
