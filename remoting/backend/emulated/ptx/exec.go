@@ -654,9 +654,6 @@ var specialNames = map[string]int{
 	"%ctaid": spCtaidX,
 }
 
-// emulatedSMs is the SM count the emulator reports through %nsmid; %smid
-// spreads blocks over them.
-const emulatedSMs = 132
 
 func (wk *worker) runBlock(bid uint64) {
 	l := wk.l
@@ -667,6 +664,9 @@ func (wk *worker) runBlock(bid uint64) {
 	b.bars = [16]barrier{}
 	clear(b.shared)
 	bx, by := uint32(l.blk[0]), uint32(l.blk[1])
+	// %nsmid is the host's CPU count, the multiprocessor count the
+	// emulated device reports; %smid spreads blocks over them.
+	emulatedSMs := uint64(runtime.NumCPU())
 	for wi, w := range b.warps {
 		w.done, w.exited, w.barWait, w.barRed = false, 0, 0, 0
 		w.spanData = nil
