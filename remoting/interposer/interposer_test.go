@@ -154,6 +154,46 @@ loop:
 	t.Logf("%d connections dropped", drops)
 }
 
+// TestClientFollowsMoves moves the session between two servers while the
+// client works; the client follows each "moved to" notice and replays.
+func TestClientFollowsMoves(t *testing.T) {
+	a, b := startServer(t), startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := clientCmd(ctx, t, a.Addr(), "secret-token", "replay", "20000")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	moves := 0
+	var err error
+	for from, to := a, b; ; from, to = to, from {
+		select {
+		case err = <-done:
+		case <-time.After(20 * time.Millisecond):
+			if from.Sessions() == 1 {
+				from.MoveTo(to)
+				moves++
+			}
+			continue
+		}
+		break
+	}
+	if err != nil || !strings.Contains(out.String(), "PASS replay") {
+		t.Fatalf("ctest replay: %v\n%s", err, out.String())
+	}
+	if moves == 0 || !strings.Contains(out.String(), "session moved to") {
+		t.Fatalf("%d moves; client output:\n%s", moves, out.String())
+	}
+	if a.Sessions()+b.Sessions() != 1 {
+		t.Fatalf("%d+%d sessions, want the one session", a.Sessions(), b.Sessions())
+	}
+	t.Logf("%d moves", moves)
+}
+
 // TestClientServerGone: once the server is gone for longer than
 // GPUCTL_RECONNECT_TIMEOUT, calls fail with CUDA_ERROR_DEVICE_UNAVAILABLE
 // instead of hanging.

@@ -367,7 +367,10 @@ static int flush_some(uint64_t limit)
 	int fd = atomic_load(&g.fd);
 	struct iovec *v = iov;
 	while (n > 0) {
-		ssize_t m = writev(fd, v, n);
+		/* sendmsg rather than writev: MSG_NOSIGNAL keeps a closed
+		 * connection from raising SIGPIPE in the application. */
+		struct msghdr mh = { .msg_iov = v, .msg_iovlen = (size_t)n };
+		ssize_t m = sendmsg(fd, &mh, MSG_NOSIGNAL);
 		if (m < 0 && errno == EINTR)
 			continue;
 		if (m <= 0)

@@ -34,6 +34,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	movedTo  map[string]string // session id -> address, for sessions moved away
 	conns    map[net.Conn]struct{}
 }
 
@@ -42,6 +43,9 @@ type session struct {
 	ds         *dispatch.Session
 	dev        *emulated.Device
 	serving    sync.Mutex // one connection at a time
+
+	mu      sync.Mutex
+	movedTo string // set by MoveTo: tell the client to go there
 }
 
 // Options tune the server.
@@ -69,7 +73,7 @@ func StartWith(addr, token string, log *slog.Logger, opt Options) (*Server, erro
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{ln: ln, token: token, log: log, ctx: ctx, cancel: cancel, opt: opt,
-		sessions: map[string]*session{}, conns: map[net.Conn]struct{}{}}
+		sessions: map[string]*session{}, movedTo: map[string]string{}, conns: map[net.Conn]struct{}{}}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -104,7 +108,32 @@ func (s *Server) DropConnections() int {
 	return n
 }
 
-// Sessions is the number of sessions created so far.
+// MoveTo hands every session to dst, as a migration does: each session
+// stops at a frame boundary, its client gets a "moved to" notice with
+// dst's address, and dst serves the session when the client resumes.
+func (s *Server) MoveTo(dst *Server) {
+	s.mu.Lock()
+	moving := s.sessions
+	s.sessions = map[string]*session{}
+	for id := range moving {
+		s.movedTo[id] = dst.Addr()
+	}
+	s.mu.Unlock()
+	dst.mu.Lock()
+	for id, ss := range moving {
+		dst.sessions[id] = ss
+		delete(dst.movedTo, id)
+	}
+	dst.mu.Unlock()
+	for _, ss := range moving {
+		ss.mu.Lock()
+		ss.movedTo = dst.Addr()
+		ss.mu.Unlock()
+		ss.ds.Stop()
+	}
+}
+
+// Sessions is the number of sessions this server holds.
 func (s *Server) Sessions() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -159,7 +188,13 @@ func (s *Server) serve(c net.Conn) error {
 	if h.Resume() {
 		s.mu.Lock()
 		ss = s.sessions[h.SessionID]
+		fwd := s.movedTo[h.SessionID]
 		s.mu.Unlock()
+		if ss == nil && fwd != "" {
+			// A client that missed the notice is sent on, as gpud does
+			// for a session it migrated away.
+			return wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusMoved, Message: fwd})
+		}
 		if ss == nil || subtle.ConstantTimeCompare([]byte(h.Secret), []byte(ss.secret)) != 1 {
 			return wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusUnknownSession, Message: "no such session"})
 		}
@@ -182,7 +217,17 @@ func (s *Server) serve(c net.Conn) error {
 	ss.ds.Stop()
 	ss.serving.Lock()
 	defer ss.serving.Unlock()
-	return ss.ds.Serve(s.ctx, c, info, false)
+	ss.mu.Lock()
+	ss.movedTo = ""
+	ss.mu.Unlock()
+	err = ss.ds.Serve(s.ctx, c, info, false)
+	ss.mu.Lock()
+	to := ss.movedTo
+	ss.mu.Unlock()
+	if errors.Is(err, dispatch.ErrStopped) && to != "" {
+		return wire.WriteMoved(c, to)
+	}
+	return err
 }
 
 // nullLaunch is an emulated device whose launches check their function
