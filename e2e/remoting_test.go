@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -172,4 +173,46 @@ func TestRemotingKernelPrograms(t *testing.T) {
 		})
 	}
 	waitNoSessions(t, host, 10*time.Second)
+}
+
+// TestRemotingHostileConnections throws garbage, an HTTP request, an
+// oversized handshake and a silent half-open connection at gpud while a
+// client runs: each is refused, and the client never notices.
+func TestRemotingHostileConnections(t *testing.T) {
+	c := harness.New(t)
+	host := c.NewHost("gpu-a", harness.HostOptions{Args: []string{"--handshake-timeout", "1s"}})
+	client := c.NewNode("client")
+	attacker := c.NewNode("attacker")
+	prog := c.CompileC(copiesSrc(c))
+
+	done := make(chan harness.Result, 1)
+	go func() { done <- client.RunClient(host, 40*time.Second, nil, prog, "loop", "4") }()
+
+	tcp := "/dev/tcp/" + host.IP + "/" + harness.ListenPort
+	for _, tc := range []struct{ name, script string }{
+		{"garbage", `head -c 4096 /dev/urandom >` + tcp},
+		{"http", `exec 3<>` + tcp + `; printf 'GET / HTTP/1.1\r\nHost: x\r\n\r\n' >&3; cat <&3 >/dev/null`},
+		// A hello whose token length field says 65535 bytes.
+		{"oversized hello", `exec 3<>` + tcp + `; printf 'GPUH\x01\x00\x00\x00\xff\xff\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00' >&3; cat <&3 >/dev/null`},
+		// Connects and says nothing; gpud must drop it after the deadline.
+		{"half open", `exec 3<>` + tcp + `; cat <&3 >/dev/null`},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		start := time.Now()
+		_ = attacker.Command(ctx, "bash", "-c", tc.script).Run() // its exit status does not matter
+		timedOut := ctx.Err() != nil
+		cancel()
+		if timedOut {
+			t.Errorf("%s: gpud kept the connection open for %v", tc.name, time.Since(start))
+		}
+	}
+	r := <-done
+	if r.Code != 0 || !strings.Contains(r.Stdout, "copies: loop ok") {
+		t.Fatalf("the honest client was disturbed: exit %d\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
+	}
+	for _, want := range []string{"refused connection"} {
+		if !strings.Contains(host.Log(), want) {
+			t.Errorf("gpud's log lacks %q", want)
+		}
+	}
 }
