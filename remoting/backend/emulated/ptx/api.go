@@ -57,16 +57,14 @@ type Launch struct {
 
 // Module is a loaded PTX module.
 type Module struct {
-	ast          *ast
-	vars         []Global
-	varIndex     map[string]int
-	shared       map[string]uint32 // static shared variables' offsets
-	dynShared    []string
-	dynAlign     uint32
-	staticShared uint32
-	cfuncs       map[string]*cfunc
-	entries      map[string]*Function
-	entryOrder   []string
+	ast         *ast
+	vars        []Global
+	varIndex    map[string]int
+	sharedVars  []*varDecl     // module and function-scope .shared variables
+	sharedIndex map[string]int // by name ("func\x00name" for function scope)
+	cfuncs      map[string]*cfunc
+	entries     map[string]*Function
+	entryOrder  []string
 
 	mu    sync.Mutex
 	gaddr []uint64
@@ -211,7 +209,7 @@ func (f *Function) Attribute(attr int32) (int32, error) {
 	case attrMaxThreadsPerBlock:
 		return f.maxThreads(), nil
 	case attrSharedSizeBytes:
-		return int32(m.staticShared), nil
+		return int32(f.cf.staticShared), nil
 	case attrConstSizeBytes:
 		var n uint64
 		for _, v := range m.ast.vars {
@@ -231,7 +229,7 @@ func (f *Function) Attribute(attr int32) (int32, error) {
 	case attrCacheModeCA:
 		return 0, nil
 	case attrMaxDynamicSharedSize:
-		return int32(DefaultSharedLimit - min(m.staticShared, DefaultSharedLimit)), nil
+		return int32(DefaultSharedLimit - min(f.cf.staticShared, DefaultSharedLimit)), nil
 	case attrPreferredSharedCarveout:
 		return -1, nil
 	}
@@ -289,9 +287,9 @@ func (f *Function) prepare(ctx context.Context, l Launch, mem Memory) (*launch, 
 		return nil, cu.Errorf(cu.ErrorInvalidValue, "kernel %s takes %d bytes of parameters, the launch passed %d", name, need, len(l.Params))
 	}
 	m := f.m
-	sh := uint64(m.staticShared)
-	if len(m.dynShared) > 0 || l.SharedBytes > 0 {
-		sh = uint64(alignUp32(m.staticShared, m.dynAlign)) + uint64(l.SharedBytes)
+	sh := uint64(f.cf.staticShared)
+	if f.cf.hasDyn || l.SharedBytes > 0 {
+		sh = uint64(f.cf.dynOff) + uint64(l.SharedBytes)
 	}
 	if sh > MaxSharedPerBlock {
 		return nil, cu.Errorf(cu.ErrorInvalidValue, "kernel %s needs %d bytes of shared memory per block; the device has %d", name, sh, MaxSharedPerBlock)

@@ -34,6 +34,7 @@ const (
 	fillSpecial fillKind = iota
 	fillGlobal
 	fillLocal
+	fillShared
 )
 
 // fill initialises a register slot when a frame starts: special registers,
@@ -68,6 +69,12 @@ type cfunc struct {
 	retOffs   []Param // .func return values in the area
 	kparams   []Param // .entry parameters in the launch buffer
 	calls     []*inst
+
+	sharedRefs   map[int]bool // module shared variables this function uses
+	sharedOff    []uint32     // kernels: offset of each module shared variable
+	staticShared uint32       // kernels: bytes of static shared memory
+	dynOff       uint32       // kernels: where dynamic shared memory starts
+	hasDyn       bool         // kernels: uses .extern .shared
 }
 
 type symKind uint8
@@ -190,6 +197,16 @@ func (c *fcomp) addrSlot(kind fillKind, idx int32) int32 {
 	return s
 }
 
+// sharedSlot holds the shared-state-space address of module shared
+// variable idx, which depends on the kernel being launched.
+func (c *fcomp) sharedSlot(idx int) int32 {
+	if c.f.sharedRefs == nil {
+		c.f.sharedRefs = map[int]bool{}
+	}
+	c.f.sharedRefs[idx] = true
+	return c.addrSlot(fillShared, int32(idx))
+}
+
 // immBits converts a literal to the bit pattern of type t.
 func immBits(o operand, t ptype) uint64 {
 	if o.kind == oFImm {
@@ -282,7 +299,13 @@ func (c *fcomp) nameSlot(o operand) int32 {
 		}
 		return s.slot
 	case symShared:
-		return c.constSlot(uint64(s.off) + o.ival)
+		slot := c.sharedSlot(s.idx)
+		if o.ival != 0 {
+			tmp := c.newSlot()
+			c.emit(inst{fn: opAddImm, d: tmp, a: slot, off: o.ival, src: c.cur})
+			return tmp
+		}
+		return slot
 	case symGlobal:
 		if o.ival != 0 {
 			tmp := c.newSlot()
@@ -327,36 +350,32 @@ func (c *fcomp) emit(in inst) {
 // function with a body.
 func compileModule(a *ast) (*Module, error) {
 	m := &Module{
-		ast:      a,
-		varIndex: map[string]int{},
-		shared:   map[string]uint32{},
-		cfuncs:   map[string]*cfunc{},
-		entries:  map[string]*Function{},
+		ast:         a,
+		varIndex:    map[string]int{},
+		sharedIndex: map[string]int{},
+		cfuncs:      map[string]*cfunc{},
+		entries:     map[string]*Function{},
 	}
 	if a.addrSize != 64 {
 		return nil, cu.Errorf(cu.ErrorInvalidPTX, ".address_size %d is not supported: only 64-bit PTX runs on this device", a.addrSize)
 	}
-	// Module-scope variables.
-	var sharedOff uint32
-	layoutShared := func(key string, v *varDecl) error {
-		if v.extern || v.count < 0 {
-			m.dynShared = append(m.dynShared, key)
-			if al := uint32(v.alignment()); al > m.dynAlign {
-				m.dynAlign = al
+	// Module-scope variables. Shared variables get an index here and an
+	// offset per kernel, once it is known which of them the kernel reaches.
+	addShared := func(key string, v *varDecl) error {
+		if !v.extern && v.count >= 0 {
+			al := v.alignment()
+			if al == 0 || al&(al-1) != 0 || al > 1<<12 {
+				return &compileError{line: v.line, msg: fmt.Sprintf("bad alignment %d", al)}
 			}
-			return nil
+			if v.size() > MaxSharedPerBlock {
+				return &compileError{line: v.line, msg: fmt.Sprintf("shared variable %q of %d bytes exceeds the device's shared memory", v.name, v.size())}
+			}
 		}
-		al := uint32(v.alignment())
-		if al == 0 || al&(al-1) != 0 {
-			return &compileError{line: v.line, msg: fmt.Sprintf("bad alignment %d", al)}
+		if _, dup := m.sharedIndex[key]; dup {
+			return &compileError{line: v.line, msg: fmt.Sprintf("shared variable %q declared twice", v.name)}
 		}
-		sharedOff = alignUp32(sharedOff, al)
-		m.shared[key] = sharedOff
-		sz := v.size()
-		if sz > 1<<30 {
-			return &compileError{line: v.line, msg: "shared variable too large"}
-		}
-		sharedOff += uint32(sz)
+		m.sharedIndex[key] = len(m.sharedVars)
+		m.sharedVars = append(m.sharedVars, v)
 		return nil
 	}
 	for _, v := range a.vars {
@@ -378,7 +397,7 @@ func compileModule(a *ast) (*Module, error) {
 			m.varIndex[v.name] = len(m.vars)
 			m.vars = append(m.vars, Global{Name: v.name, Size: v.size(), Init: init})
 		case "shared":
-			if err := layoutShared(v.name, v); err != nil {
+			if err := addShared(v.name, v); err != nil {
 				return nil, cu.Errorf(cu.ErrorInvalidPTX, "%v", err)
 			}
 		}
@@ -386,15 +405,11 @@ func compileModule(a *ast) (*Module, error) {
 	for _, f := range a.funcs {
 		for _, s := range f.body {
 			if s.kind == stDecl && s.decl.space == "shared" {
-				if err := layoutShared(f.name+"\x00"+s.decl.name, s.decl); err != nil {
+				if err := addShared(f.name+"\x00"+s.decl.name, s.decl); err != nil {
 					return nil, cu.Errorf(cu.ErrorInvalidPTX, "%v", err)
 				}
 			}
 		}
-	}
-	m.staticShared = sharedOff
-	if m.dynAlign < 16 {
-		m.dynAlign = 16
 	}
 	m.gaddr = make([]uint64, len(m.vars))
 	m.bound = make([]bool, len(m.vars))
@@ -447,7 +462,63 @@ func compileModule(a *ast) (*Module, error) {
 			ci.callee = callee
 		}
 	}
+	for _, name := range m.entryOrder {
+		if err := m.layoutShared(m.cfuncs[name]); err != nil {
+			return nil, err
+		}
+	}
 	return m, nil
+}
+
+// layoutShared places the shared variables that kernel k and the
+// functions it calls use: static ones in declaration order, then the
+// dynamic (.extern) region, which all extern arrays share.
+func (m *Module) layoutShared(k *cfunc) error {
+	used := map[int]bool{}
+	seen := map[*cfunc]bool{}
+	var walk func(f *cfunc)
+	walk = func(f *cfunc) {
+		if seen[f] {
+			return
+		}
+		seen[f] = true
+		for i := range f.sharedRefs {
+			used[i] = true
+		}
+		for _, in := range f.calls {
+			if in.call.callee != nil {
+				walk(in.call.callee)
+			}
+		}
+	}
+	walk(k)
+	k.sharedOff = make([]uint32, len(m.sharedVars))
+	var off uint64
+	dynAlign := uint64(16)
+	for i, v := range m.sharedVars {
+		if !used[i] {
+			continue
+		}
+		if v.extern || v.count < 0 {
+			k.hasDyn = true
+			dynAlign = max(dynAlign, v.alignment())
+			continue
+		}
+		off = (off + v.alignment() - 1) &^ (v.alignment() - 1)
+		k.sharedOff[i] = uint32(off)
+		off += v.size()
+		if off > MaxSharedPerBlock {
+			return cu.Errorf(cu.ErrorInvalidPTX, "kernel %s declares %d bytes of static shared memory; the device has %d", k.name, off, MaxSharedPerBlock)
+		}
+	}
+	k.staticShared = uint32(off)
+	k.dynOff = uint32((off + dynAlign - 1) &^ (dynAlign - 1))
+	for i, v := range m.sharedVars {
+		if used[i] && (v.extern || v.count < 0) {
+			k.sharedOff[i] = k.dynOff
+		}
+	}
+	return nil
 }
 
 func (m *Module) compileFunc(f *funcDecl) (cf *cfunc, err error) {
@@ -471,14 +542,9 @@ func (m *Module) compileFunc(f *funcDecl) (cf *cfunc, err error) {
 		}
 	}()
 	// module scope: shared and global variables
-	for name, off := range m.shared {
+	for name, idx := range m.sharedIndex {
 		if !strings.Contains(name, "\x00") {
-			c.declare(name, &sym{kind: symShared, off: off})
-		}
-	}
-	for _, name := range m.dynShared {
-		if !strings.Contains(name, "\x00") {
-			c.declare(name, &sym{kind: symShared, off: alignUp32(m.staticShared, m.dynAlign)})
+			c.declare(name, &sym{kind: symShared, idx: idx})
 		}
 	}
 	for name, idx := range m.varIndex {
@@ -603,11 +669,11 @@ func (c *fcomp) decl(v *varDecl) {
 		c.f.paramSize = int(off) + int(v.size())
 	case "shared":
 		key := c.f.name + "\x00" + v.name
-		if off, ok := c.m.shared[key]; ok {
-			c.declare(v.name, &sym{kind: symShared, off: off})
-		} else {
-			c.declare(v.name, &sym{kind: symShared, off: alignUp32(c.m.staticShared, c.m.dynAlign)})
+		idx, ok := c.m.sharedIndex[key]
+		if !ok {
+			c.failf("shared variable %q was not laid out", v.name)
 		}
+		c.declare(v.name, &sym{kind: symShared, idx: idx})
 	default:
 		c.failf(".%s variables inside a function are not supported", v.space)
 	}

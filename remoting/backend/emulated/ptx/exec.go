@@ -472,6 +472,11 @@ func (w *warp) newFrame(fn *cfunc, m uint32, localBase uint32) *frame {
 			for i := range dst {
 				dst[i] = v
 			}
+		case fillShared:
+			v := uint64(w.b.l.kernel.sharedOff[f.idx])
+			for i := range dst {
+				dst[i] = v
+			}
 		}
 	}
 	if fn.localSize > 0 {
@@ -653,7 +658,6 @@ var specialNames = map[string]int{
 	// Without clusters every block is its own cluster of one.
 	"%ctaid": spCtaidX,
 }
-
 
 func (wk *worker) runBlock(bid uint64) {
 	l := wk.l

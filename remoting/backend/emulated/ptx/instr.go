@@ -658,7 +658,7 @@ func (c *fcomp) address(o operand, sp uint8) (slot int32, off uint64, ps *sym) {
 				if sp == spGeneric {
 					off += SharedWindow
 				}
-				return c.constSlot(0), uint64(s.off) + off, nil
+				return c.sharedSlot(s.idx), off, nil
 			case symLocal:
 				slot = c.addrSlot(fillLocal, int32(s.off))
 				if sp == spGeneric {

@@ -6,8 +6,8 @@ import (
 	"math"
 	"os"
 	"strings"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/gpuctl/gpuctl/remoting/cu"
 )
@@ -220,6 +220,13 @@ func TestModuleSurface(t *testing.T) {
 		if got, err := f.Attribute(a.attr); err != nil || got != a.want {
 			t.Errorf("attribute %d = %d, %v; want %d", a.attr, got, err, a.want)
 		}
+	}
+	// Static shared memory is per kernel: dynsh declares none of its own.
+	if got, _ := mustFunc(t, m, "dynsh").Attribute(attrSharedSizeBytes); got != 0 {
+		t.Errorf("dynsh static shared = %d, want 0", got)
+	}
+	if got, _ := mustFunc(t, m, "dynsh").Attribute(attrMaxDynamicSharedSize); got != DefaultSharedLimit {
+		t.Errorf("dynsh max dynamic shared = %d, want %d", got, DefaultSharedLimit)
 	}
 	if _, err := f.Attribute(99); codeOf(err) != "CUDA_ERROR_INVALID_VALUE" {
 		t.Errorf("attribute 99: %v", err)
