@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/remoting/wire"
 )
 
@@ -176,5 +175,4 @@ func (l *Listener) handshake(ctx context.Context, c *net.TCPConn, timeout time.D
 		_ = c.SetDeadline(time.Now().Add(timeout))
 		_ = wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusRefused, Message: err.Error()})
 	}
-	_ = errs.KindOf(err)
 }
