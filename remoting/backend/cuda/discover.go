@@ -16,9 +16,9 @@ import (
 // index (PCI order); sessions name their GPU by UUID, which is the same
 // in every numbering.
 func Discover() (backend.HostInfo, error) {
-	lib := nvml.New()
-	if r := lib.Init(); r != nvml.SUCCESS {
-		return backend.HostInfo{}, errs.New(errs.Unavailable, "", "NVML did not start (%s): install NVIDIA driver >= 570, or use the emulated backend", nvmlError(lib, r))
+	lib, err := openNVML()
+	if err != nil {
+		return backend.HostInfo{}, err
 	}
 	defer lib.Shutdown()
 	info := backend.HostInfo{Backend: "cuda"}
@@ -54,6 +54,28 @@ func Discover() (backend.HostInfo, error) {
 		info.GPUs = append(info.GPUs, g)
 	}
 	return info, nil
+}
+
+// openNVML starts NVML from the loader's search path or, failing that,
+// the usual directories of NVIDIA's libraries.
+func openNVML() (nvml.Interface, error) {
+	var first error
+	for i, p := range candidates("libnvidia-ml.so.1") {
+		var lib nvml.Interface
+		if i == 0 {
+			lib = nvml.New()
+		} else {
+			lib = nvml.New(nvml.WithLibraryPath(p))
+		}
+		r := lib.Init()
+		if r == nvml.SUCCESS {
+			return lib, nil
+		}
+		if first == nil {
+			first = errs.New(errs.Unavailable, "", "NVML did not start (%s): install NVIDIA driver >= 570, or use the emulated backend", nvmlError(lib, r))
+		}
+	}
+	return nil, first
 }
 
 // busID turns NVML's C string into the form CUDA prints

@@ -24,13 +24,48 @@ type driver struct {
 	path string
 }
 
-// loadDriver opens the driver library at path (a soname or a file) and
+// libDirs are where NVIDIA's libraries live when the loader's search path
+// does not name them: container-style hosts keep them in
+// /usr/local/nvidia/lib64 and reach them only through LD_LIBRARY_PATH,
+// which a daemon's environment may lack.
+func libDirs() []string {
+	return []string{"/usr/local/nvidia/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"}
+}
+
+// candidates lists the files to try for a library: the name through the
+// loader's search path first, then the usual directories.
+func candidates(name string) []string {
+	out := []string{name}
+	for _, d := range libDirs() {
+		out = append(out, d+"/"+name)
+	}
+	return out
+}
+
+// loadDriver opens the driver library and runs cuInit. An empty path
+// tries DefaultLibrary through the loader's search path, then the usual
+// directories; the first error is the one reported.
+func loadDriver(path string) (*driver, error) {
+	if path != "" {
+		return openDriver(path)
+	}
+	var first error
+	for _, p := range candidates(DefaultLibrary) {
+		d, err := openDriver(p)
+		if err == nil {
+			return d, nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return nil, first
+}
+
+// openDriver opens the driver library at path (a soname or a file) and
 // runs cuInit. It refuses gpuctl's own client library, which a stray
 // LD_LIBRARY_PATH could otherwise put in the driver's place.
-func loadDriver(path string) (*driver, error) {
-	if path == "" {
-		path = DefaultLibrary
-	}
+func openDriver(path string) (*driver, error) {
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
 	var msg [512]C.char
