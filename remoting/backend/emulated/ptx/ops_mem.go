@@ -29,6 +29,26 @@ func loadVal(b []byte, t ptype) uint64 {
 	return v
 }
 
+// loadShared reads a value other blocks may update with atomics: aligned
+// 4- and 8-byte loads are atomic loads, which cost a plain move on amd64
+// and order the load after those atomics.
+func loadShared(b []byte, t ptype) uint64 {
+	p := unsafe.Pointer(&b[0])
+	var v uint64
+	switch {
+	case len(b) == 4 && uintptr(p)&3 == 0:
+		v = uint64(atomic.LoadUint32((*uint32)(p)))
+	case len(b) == 8 && uintptr(p)&7 == 0:
+		v = atomic.LoadUint64((*uint64)(p))
+	default:
+		return loadVal(b, t)
+	}
+	if t.signed() {
+		v = sext(v, t.bits())
+	}
+	return v
+}
+
 func storeVal(b []byte, v uint64) {
 	switch len(b) {
 	case 1:
@@ -61,11 +81,11 @@ func opLd(w *warp, fr *frame, in *inst, m uint32) {
 		w.checkAlign(addr, min(total, 16), in)
 		b := w.mem(in.space, l, addr, total, in)
 		if n == 1 {
-			r[int(in.d)*warpSize+l] = loadVal(b, in.t)
+			r[int(in.d)*warpSize+l] = loadShared(b, in.t)
 			continue
 		}
 		for i, d := range in.vec {
-			r[int(d)*warpSize+l] = loadVal(b[uint64(i)*sz:uint64(i+1)*sz], in.t)
+			r[int(d)*warpSize+l] = loadShared(b[uint64(i)*sz:uint64(i+1)*sz], in.t)
 		}
 	}
 }
@@ -86,7 +106,10 @@ func opLdGlobal32(w *warp, fr *frame, in *inst, m uint32) {
 		} else {
 			b = w.global(addr, 4, in)
 		}
-		r[d+l] = uint64(binary.LittleEndian.Uint32(b))
+		// An atomic load costs a plain move on amd64 and orders this
+		// load after other blocks' atomics, as the PTX memory model does
+		// for volatile and relaxed loads.
+		r[d+l] = uint64(atomic.LoadUint32((*uint32)(unsafe.Pointer(&b[0]))))
 	}
 }
 
