@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"net/http"
 	"runtime"
 	"time"
@@ -25,7 +26,7 @@ func (d *daemon) apiHandler() http.Handler {
 	mux.Handle("GET /v1/host", control.Handle(d.getHost))
 	mux.Handle("GET /v1/sessions", control.Handle(d.listSessions))
 	mux.Handle("GET /v1/sessions/{id}", control.Handle(d.getSession))
-	for _, r := range d.routers() {
+	for _, r := range d.routes {
 		r.Register(mux)
 	}
 	root := http.NewServeMux()
@@ -47,8 +48,14 @@ type HostReply struct {
 }
 
 func (d *daemon) getHost(w http.ResponseWriter, r *http.Request) error {
+	// A wildcard --listen is reported as the address this request
+	// reached, which is one the caller can route to.
+	var local string
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		local, _, _ = net.SplitHostPort(a.String())
+	}
 	control.WriteJSON(w, HostReply{
-		Name: d.cfg.name, HostInfo: d.host, Listen: d.cfg.listen, API: d.cfg.api,
+		Name: d.cfg.name, HostInfo: d.host, Listen: advertised(d.cfg.listen, local), API: d.cfg.api,
 		Version: version, GoVersion: runtime.Version(), Started: d.started,
 		Sessions: len(d.manager.List(r.Context())),
 	})

@@ -38,6 +38,7 @@ type daemon struct {
 	reaper   *worker.Reaper
 	registry *prometheus.Registry
 	started  time.Time
+	routes   []router // the concept packages' control routes
 }
 
 // run starts gpud and blocks until ctx ends (SIGTERM), then shuts down:
@@ -99,6 +100,10 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 		Reaper: d.reaper, Metrics: d.metrics, Log: log,
 	})
 	if err != nil {
+		return err
+	}
+
+	if d.routes, err = d.routers(); err != nil {
 		return err
 	}
 

@@ -52,6 +52,7 @@ type config struct {
 	grace                 time.Duration
 	handshakeTimeout      time.Duration
 	emulatedMem           uint64
+	criu                  string
 	logLevel              slog.Level
 }
 
@@ -70,6 +71,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.grace, "grace", server.DefaultGrace, "how long a session whose client disconnected waits for it")
 	fs.DurationVar(&c.handshakeTimeout, "handshake-timeout", server.DefaultHandshakeTimeout, "how long a new connection may take to present its token")
 	fs.Uint64Var(&c.emulatedMem, "emulated-mem", 16<<30, "device memory of the emulated backend, in bytes")
+	fs.StringVar(&c.criu, "criu", "", "the criu `BINARY` (>= 4.1) for checkpoints (default: GPUCTL_CRIU, the make-deps bundle, or criu on PATH)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: gpud --listen HOST:PORT --api HOST:PORT --state-dir DIR [--backend auto|emulated|cuda] [--token-file FILE] [--name NAME]")
