@@ -144,8 +144,8 @@ start_gpud() {
 	local name=$1 listen=$2 api=$3 gpu=$4 uuid
 	uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i "$gpu" | tr -d ' ')
 	mkdir -p "$WORK/$name"
-	# gpud must load NVIDIA's libcuda, never the interposer: no LD_LIBRARY_PATH.
-	env -u LD_LIBRARY_PATH -u LD_PRELOAD GPUCTL_CRIU="$CRIU" setsid "$GPUD" --listen "$listen" --api "$api" \
+	# gpud must load NVIDIA's libcuda, never the interposer.
+	native env -u LD_PRELOAD GPUCTL_CRIU="$CRIU" setsid "$GPUD" --listen "$listen" --api "$api" \
 		--state-dir "$WORK/$name" --backend cuda --token-file "$TOKEN" --name "$name" ${GPU_FLAG:+$GPU_FLAG "$uuid"} \
 		>"$OUT/gpud-$name.log" 2>&1 &
 	PIDS+=($!)
@@ -168,7 +168,7 @@ start_holder() {
 		setsid "$GPUCTL" run --server "$A_LISTEN" --token-file "$TOKEN" -- "$WORK/remote/holder" "$mib" "$log" "$WORK/kernels.ptx" 50 \
 			</dev/null >"$log.out" 2>&1 &
 	else
-		env -u LD_LIBRARY_PATH setsid "$WORK/native/holder" "$mib" "$log" "$WORK/kernels.ptx" 50 </dev/null >"$log.out" 2>&1 &
+		native setsid "$WORK/native/holder" "$mib" "$log" "$WORK/kernels.ptx" 50 </dev/null >"$log.out" 2>&1 &
 	fi
 	HP=$!
 	PIDS+=("$HP")
@@ -196,6 +196,22 @@ CAP=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i 0 | tr -d ' .'
 "$NVCC" --version | tail -n 1
 "$CRIU" --version | head -n 1
 "$CRIU" check 2>&1 | tail -n 1
+# Native programs and gpud get NVIDIA's library directory first on
+# LD_LIBRARY_PATH and gpuctl's lib/ never; remote programs get gpuctl's
+# through gpuctl run. (Container-style hosts reach /usr/local/nvidia/lib64
+# only through LD_LIBRARY_PATH, so it cannot simply be unset.)
+DRVLIB=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 .*x86-64/ { print $NF; exit }')
+for d in /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu; do
+	[[ -z $DRVLIB && -e $d/libcuda.so.1 ]] && DRVLIB=$d/libcuda.so.1
+done
+[[ -n $DRVLIB ]] || { echo "NVIDIA's libcuda.so.1 not found (ldconfig -p, /usr/local/nvidia/lib64)"; exit 2; }
+NATIVE_LDPATH=$(dirname "$DRVLIB")
+IFS=: read -ra ldparts <<<"${LD_LIBRARY_PATH:-}"
+for d in "${ldparts[@]}"; do
+	[[ -n $d && $(realpath -m "$d") != $(realpath -m "$ROOT/build/lib") ]] && NATIVE_LDPATH+=":$d"
+done
+native() { env LD_LIBRARY_PATH="$NATIVE_LDPATH" "$@"; }
+echo "driver: $DRVLIB"
 # The native programs link against the toolkit's stub and load the driver's
 # libcuda.so.1 at run time.
 STUBS=$(dirname "$(find /usr/local/cuda/ -path '*stubs/libcuda.so' 2>/dev/null | head -n 1)")
@@ -265,7 +281,7 @@ if ((CPROGS)); then
 		set -- $run
 		name=$1
 		shift
-		env -u LD_LIBRARY_PATH timeout 180 "$WORK/native/cprogs/$name" "$@" >"$OUT/$name.native.out" 2>"$OUT/$name.native.err"
+		native timeout 180 "$WORK/native/cprogs/$name" "$@" >"$OUT/$name.native.out" 2>"$OUT/$name.native.err"
 		nrc=$?
 		remote "$WORK/remote/cprogs/$name" "$@" >"$OUT/$name.remote.out" 2>"$OUT/$name.remote.err"
 		rrc=$?
@@ -279,7 +295,7 @@ if ((CPROGS)); then
 	done
 	# The kernel corpus: every case's output buffers, byte for byte.
 	corpus=$ROOT/e2e/kernels/run-corpus.sh
-	env -u LD_LIBRARY_PATH PTX_DIR="$WORK/ptx" timeout 300 bash "$corpus" "$WORK/native/cprogs/kernelrun" "sm_$CAP" "$WORK/corpus.native" >"$OUT/corpus.native.log" 2>&1
+	PTX_DIR="$WORK/ptx" native timeout 300 bash "$corpus" "$WORK/native/cprogs/kernelrun" "sm_$CAP" "$WORK/corpus.native" >"$OUT/corpus.native.log" 2>&1
 	nrc=$?
 	PTX_DIR="$WORK/ptx" remote bash "$corpus" "$WORK/remote/cprogs/kernelrun" "sm_$CAP" "$WORK/corpus.remote" >"$OUT/corpus.remote.log" 2>&1
 	rrc=$?
@@ -296,7 +312,7 @@ fi
 
 # ------------------------------------------------------------ benchmarks
 step "microbenchmarks"
-env -u LD_LIBRARY_PATH timeout 120 "$WORK/native/bench" "$WORK/kernels.ptx" 256 >"$OUT/bench.native" 2>&1 || fail "native bench: $(tail -n 2 "$OUT/bench.native")"
+native timeout 120 "$WORK/native/bench" "$WORK/kernels.ptx" 256 >"$OUT/bench.native" 2>&1 || fail "native bench: $(tail -n 2 "$OUT/bench.native")"
 timeout 180 "$GPUCTL" run --server "$A_LISTEN" --token-file "$TOKEN" -- "$WORK/remote/bench" "$WORK/kernels.ptx" 256 >"$OUT/bench.remote" 2>&1 ||
 	fail "remote bench: $(tail -n 2 "$OUT/bench.remote")"
 while read -r k v; do R[native_$k]=$v; done < <(grep -E '^[a-z0-9_]+ [0-9.NA]+$' "$OUT/bench.native")
@@ -365,7 +381,7 @@ for mib in $SIZES; do
 	mkdir -p "$img"
 	it=$(last_iter "$log")
 	t0=$(ms_now)
-	"$WORK/native/gpuckpt" "$pid" lock checkpoint >"$OUT/manual.$mib.log" 2>&1 &&
+	native "$WORK/native/gpuckpt" "$pid" lock checkpoint >"$OUT/manual.$mib.log" 2>&1 &&
 		"$CRIU" dump -t "$pid" -D "$img" -o dump.log >>"$OUT/manual.$mib.log" 2>&1
 	rc=$?
 	t1=$(ms_now)
@@ -378,7 +394,7 @@ for mib in $SIZES; do
 	fi
 	t0=$(ms_now)
 	"$CRIU" restore -D "$img" -d -o restore.log >>"$OUT/manual.$mib.log" 2>&1 &&
-		GPUCKPT_MAP=$map "$WORK/native/gpuckpt" "$pid" restore unlock >>"$OUT/manual.$mib.log" 2>&1
+		GPUCKPT_MAP=$map native "$WORK/native/gpuckpt" "$pid" restore unlock >>"$OUT/manual.$mib.log" 2>&1
 	rc=$?
 	t1=$(ms_now)
 	R[manual_restore_s_$mib]=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", (b-a)/1000}')
