@@ -1,0 +1,281 @@
+package images
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"sync"
+
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/store"
+)
+
+// The export format: one file that carries an image to any host.
+//
+//	header   "GPUCTL-IMAGE\n" | version u16 | kind u8 ('I' image, 'C' chunks only)
+//	records  type u8 | length u32 | body
+//	  'M'    the manifest, zstd-compressed JSON (image streams only; first)
+//	  'C'    digest [32] | flags u8 (bit 0: zstd) | raw length u32 | payload
+//	  'E'    chunk records u64 | SHA-256 of every byte before this record; last
+//
+// Integers are big endian. Chunks keep the compression they have in the
+// store. An image stream may leave out chunks the receiving store already
+// holds (that is how Push sends only what a peer lacks); a file written by
+// Export leaves out nothing.
+const (
+	exportMagic   = "GPUCTL-IMAGE\n"
+	ExportVersion = 1
+	kindImage     = 'I'
+	kindChunks    = 'C'
+
+	recManifest = 'M'
+	recChunk    = 'C'
+	recEnd      = 'E'
+
+	maxManifestRecord = 64 << 20
+	chunkHeader       = 32 + 1 + 4
+	// A zstd frame is never much larger than its content; anything bigger
+	// is not a chunk this format produces.
+	maxChunkRecord = chunkHeader + store.MaxChunkSize + store.MaxChunkSize/64 + 1024
+)
+
+// Export writes image id as one self-contained stream to w. progress gets
+// chunks written out of the total. It returns the bytes written.
+func Export(ctx context.Context, st *store.Store, id string, w io.Writer, progress store.Progress) (int64, error) {
+	return export(ctx, st, id, w, nil, progress)
+}
+
+// export writes id; only, when not nil, limits the chunk records to the
+// digests it holds.
+func export(ctx context.Context, st *store.Store, id string, w io.Writer, only map[store.Digest]bool, progress store.Progress) (int64, error) {
+	m, err := Get(ctx, st, id)
+	if err != nil {
+		return 0, err
+	}
+	body, err := encodeManifest(m)
+	if err != nil {
+		return 0, err
+	}
+	refs, _ := m.Refs()
+	if only != nil {
+		sel := refs[:0:0]
+		for _, d := range refs {
+			if only[d] {
+				sel = append(sel, d)
+			}
+		}
+		refs = sel
+	}
+	ew := newRecordWriter(w)
+	ew.header(kindImage)
+	ew.record(recManifest, body)
+	err = orderedMap(ctx, len(refs), st.Workers(),
+		func(i int) (store.Frame, error) { return st.ReadFrame(ctx, refs[i]) },
+		func(i int, f store.Frame) error {
+			ew.chunk(f)
+			if progress != nil {
+				progress(int64(i+1), int64(len(refs)))
+			}
+			return ew.err
+		})
+	if err != nil {
+		return ew.n, errs.Wrap(err, errs.KindOf(err), errs.Image(id), "export")
+	}
+	ew.end()
+	if ew.err != nil {
+		return ew.n, errs.Wrap(ew.err, errs.Unavailable, errs.Image(id), "write export")
+	}
+	return ew.n, nil
+}
+
+// recordWriter writes the format, hashing as it goes; the first error
+// sticks.
+type recordWriter struct {
+	w      *bufio.Writer
+	h      hash.Hash
+	n      int64
+	chunks uint64
+	err    error
+}
+
+func newRecordWriter(w io.Writer) *recordWriter {
+	return &recordWriter{w: bufio.NewWriterSize(w, 1<<20), h: sha256.New()}
+}
+
+func (rw *recordWriter) write(b []byte) {
+	if rw.err != nil {
+		return
+	}
+	_, rw.err = rw.w.Write(b)
+	rw.h.Write(b)
+	rw.n += int64(len(b))
+}
+
+func (rw *recordWriter) header(kind byte) {
+	rw.write(binary.BigEndian.AppendUint16([]byte(exportMagic), ExportVersion))
+	rw.write([]byte{kind})
+}
+
+func (rw *recordWriter) record(typ byte, parts ...[]byte) {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	rw.write(binary.BigEndian.AppendUint32([]byte{typ}, uint32(n)))
+	for _, p := range parts {
+		rw.write(p)
+	}
+}
+
+func (rw *recordWriter) chunk(f store.Frame) {
+	hdr := make([]byte, 0, chunkHeader)
+	hdr = append(hdr, f.Digest[:]...)
+	flags := byte(0)
+	if f.Zstd {
+		flags = 1
+	}
+	hdr = append(hdr, flags)
+	hdr = binary.BigEndian.AppendUint32(hdr, uint32(f.Raw))
+	rw.record(recChunk, hdr, f.Payload)
+	rw.chunks++
+}
+
+func (rw *recordWriter) end() {
+	sum := rw.h.Sum(nil)
+	rw.record(recEnd, binary.BigEndian.AppendUint64(nil, rw.chunks), sum)
+	if rw.err == nil {
+		rw.err = rw.w.Flush()
+	}
+}
+
+// orderedMap runs fn(0..n-1) on workers and hands results to sink in
+// index order, keeping at most a window of results in memory.
+func orderedMap[T any](ctx context.Context, n, workers int, fn func(int) (T, error), sink func(int, T) error) error {
+	type res struct {
+		v   T
+		err error
+	}
+	window := 4 * workers
+	slots := make([]chan res, window)
+	for i := range slots {
+		slots[i] = make(chan res, 1)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				v, err := fn(i)
+				slots[i%window] <- res{v, err}
+			}
+		})
+	}
+	// Feed at most window indices ahead of the sink.
+	sem := make(chan struct{}, window)
+	go func() {
+		defer close(next)
+		for i := range n {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case next <- i:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var err error
+	for i := 0; i < n && err == nil; i++ {
+		var r res
+		select {
+		case r = <-slots[i%window]:
+		case <-ctx.Done():
+			err = ctx.Err()
+			continue
+		}
+		<-sem
+		if err = r.err; err == nil {
+			err = sink(i, r.v)
+		}
+	}
+	// No worker can block: index i is fed only after the result of
+	// i-window left its slot, so every slot holds at most one result.
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// recordReader reads the format strictly, hashing as it goes.
+type recordReader struct {
+	r    *bufio.Reader
+	h    hash.Hash
+	n    int64 // bytes consumed
+	prog func(int64)
+}
+
+func (rr *recordReader) full(b []byte) error {
+	_, err := io.ReadFull(rr.r, b)
+	rr.h.Write(b)
+	rr.n += int64(len(b))
+	if rr.prog != nil {
+		rr.prog(rr.n)
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("the stream ends early, at byte %d: the file is truncated", rr.n)
+	}
+	return err
+}
+
+func (rr *recordReader) header(want byte) error {
+	b := make([]byte, len(exportMagic)+3)
+	if err := rr.full(b); err != nil {
+		return fmt.Errorf("not a gpuctl image export (%v)", err)
+	}
+	if string(b[:len(exportMagic)]) != exportMagic {
+		return fmt.Errorf("not a gpuctl image export (bad magic)")
+	}
+	if v := binary.BigEndian.Uint16(b[len(exportMagic):]); v != ExportVersion {
+		return fmt.Errorf("export format version %d; this gpud reads version %d", v, ExportVersion)
+	}
+	if k := b[len(b)-1]; k != want {
+		return fmt.Errorf("stream kind %q, want %q", k, want)
+	}
+	return nil
+}
+
+// next reads one record's type and body, refusing bodies over limit. The
+// end record is returned with the stream's digest as it stood before it.
+func (rr *recordReader) next(limit func(typ byte) int) (typ byte, body []byte, before []byte, err error) {
+	mark := rr.h.Sum(nil) // the trailer covers everything before its own header
+	var hdr [5]byte
+	if err := rr.full(hdr[:]); err != nil {
+		return 0, nil, nil, err
+	}
+	typ = hdr[0]
+	n := binary.BigEndian.Uint32(hdr[1:])
+	if typ == recEnd {
+		before = mark
+	}
+	max := limit(typ)
+	if max < 0 {
+		return typ, nil, nil, fmt.Errorf("unknown record type %q at byte %d", typ, rr.n-5)
+	}
+	if int64(n) > int64(max) {
+		return typ, nil, nil, fmt.Errorf("record %q at byte %d is %d bytes, larger than the %d allowed", typ, rr.n-5, n, max)
+	}
+	body = make([]byte, n)
+	if err := rr.full(body); err != nil {
+		return typ, nil, nil, err
+	}
+	return typ, body, before, nil
+}

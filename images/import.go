@@ -1,0 +1,263 @@
+package images
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/store"
+)
+
+// Import reads an image stream (a file Export wrote, or what Push sends),
+// checks all of it, and commits the image, all or nothing. It refuses,
+// with one error naming the problem: another format version, a manifest
+// that fails Validate (paths with "..", absolute paths, links out of the
+// image, sizes that do not add up or exceed the limits), chunk records
+// that are not part of the image or come twice, chunks whose size or
+// content does not match their digest, records over the size limits
+// (decompression bombs), a truncated stream or one whose trailer does not
+// match, and chunks that are neither in the stream nor in the store.
+// progress gets bytes read (total -1: a stream's length is unknown here).
+func Import(ctx context.Context, st *store.Store, r io.Reader, progress store.Progress) (*Manifest, Stats, error) {
+	m, stats, err := importImage(ctx, st, r, progress)
+	if err != nil {
+		subj := ""
+		if m != nil {
+			subj = errs.Image(m.ID)
+		}
+		kind := errs.KindOf(err)
+		if kind == errs.Unknown {
+			kind = errs.InvalidArgument
+		}
+		return nil, Stats{}, errs.Wrap(err, kind, subj, "import refused")
+	}
+	return m, stats, nil
+}
+
+func newRecordReader(r io.Reader, progress store.Progress) *recordReader {
+	rr := &recordReader{r: bufio.NewReaderSize(r, 1<<20), h: sha256.New()}
+	if progress != nil {
+		var last int64
+		rr.prog = func(n int64) {
+			if n < 0 { // the end
+				progress(rr.n, rr.n)
+				return
+			}
+			if n-last >= 1<<20 {
+				last = n
+				progress(n, -1)
+			}
+		}
+	}
+	return rr
+}
+
+func importImage(ctx context.Context, st *store.Store, r io.Reader, progress store.Progress) (*Manifest, Stats, error) {
+	var stats Stats
+	rr := newRecordReader(r, progress)
+	if err := rr.header(kindImage); err != nil {
+		return nil, stats, err
+	}
+	typ, body, _, err := rr.next(func(byte) int { return maxManifestRecord })
+	if err != nil {
+		return nil, stats, err
+	}
+	if typ != recManifest {
+		return nil, stats, fmt.Errorf("the stream does not start with a manifest")
+	}
+	m, err := decodeManifest(body)
+	if err != nil {
+		return nil, stats, err
+	}
+	if _, _, err := st.GetImage(ctx, m.ID); err == nil {
+		return m, stats, errs.New(errs.AlreadyExists, "", "this host already has the image; remove it first with `gpuctl images rm %s`", m.ID)
+	}
+	refs, sizes := m.Refs()
+	in := st.NewIngest()
+	defer in.Abort()
+	got, err := receiveChunks(ctx, st, in, rr, sizes)
+	if err != nil {
+		return m, stats, err
+	}
+	var absent []store.Digest
+	for _, d := range refs {
+		if !got[d] {
+			absent = append(absent, d)
+		}
+	}
+	missing, err := in.Require(ctx, absent)
+	if err != nil {
+		return m, stats, err
+	}
+	if len(missing) > 0 {
+		return m, stats, errs.New(errs.FailedPrecondition, "", "chunk %s (and %d more) is neither in the stream nor in this store", missing[0], len(missing)-1)
+	}
+	stats.StoredBytes = in.StoredBytes()
+	stats.LogicalBytes = m.Bytes()
+	stats.Chunks = len(refs)
+	stats.NewChunks = len(got)
+	rec, err := record(m, stats.StoredBytes)
+	if err != nil {
+		return m, stats, err
+	}
+	return m, stats, in.Commit(ctx, rec)
+}
+
+// receiveChunks reads chunk records up to and including the trailer,
+// checking each against want (digest to size; nil accepts any digest) and
+// storing it through in, in parallel. It returns the digests received.
+func receiveChunks(ctx context.Context, st *store.Store, in *store.Ingest, rr *recordReader, want map[store.Digest]int64) (map[store.Digest]bool, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	frames := make(chan store.Frame, 2*st.Workers())
+	var wg sync.WaitGroup
+	for range st.Workers() {
+		wg.Go(func() {
+			for f := range frames {
+				if ctx.Err() != nil {
+					continue
+				}
+				if _, err := in.PutFrame(ctx, f); err != nil {
+					cancel(err)
+				}
+			}
+		})
+	}
+	got, err := readChunkRecords(ctx, rr, want, frames)
+	close(frames)
+	wg.Wait()
+	// A chunk that failed its check says more than what the reader saw
+	// after it (often just the trailer's checksum).
+	if cerr := context.Cause(ctx); cerr != nil {
+		return nil, cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if rr.prog != nil {
+		rr.prog(-1)
+	}
+	return got, nil
+}
+
+func readChunkRecords(ctx context.Context, rr *recordReader, want map[store.Digest]int64, frames chan<- store.Frame) (map[store.Digest]bool, error) {
+	got := map[store.Digest]bool{}
+	limit := func(t byte) int {
+		switch t {
+		case recChunk:
+			return maxChunkRecord
+		case recEnd:
+			return 8 + sha256.Size
+		}
+		return -1
+	}
+	var records uint64
+	for {
+		if err := context.Cause(ctx); err != nil {
+			return nil, err
+		}
+		typ, body, before, err := rr.next(limit)
+		if err != nil {
+			return nil, err
+		}
+		if typ == recEnd {
+			if len(body) != 8+sha256.Size {
+				return nil, fmt.Errorf("trailer is %d bytes, want %d", len(body), 8+sha256.Size)
+			}
+			if n := binary.BigEndian.Uint64(body); n != records {
+				return nil, fmt.Errorf("trailer counts %d chunk records, the stream has %d", n, records)
+			}
+			if !bytes.Equal(body[8:], before) {
+				return nil, fmt.Errorf("the stream's checksum does not match its trailer: the file is damaged")
+			}
+			var extra [1]byte
+			if n, _ := rr.r.Read(extra[:]); n > 0 {
+				return nil, fmt.Errorf("data after the trailer")
+			}
+			return got, nil
+		}
+		records++
+		if len(body) < chunkHeader {
+			return nil, fmt.Errorf("chunk record %d is %d bytes, too short", records, len(body))
+		}
+		var f store.Frame
+		copy(f.Digest[:], body)
+		if body[32]&^1 != 0 {
+			return nil, fmt.Errorf("chunk %s: unknown flags %#x", f.Digest, body[32])
+		}
+		f.Zstd = body[32]&1 == 1
+		f.Raw = int(binary.BigEndian.Uint32(body[33:]))
+		f.Payload = body[chunkHeader:]
+		if want != nil {
+			size, ok := want[f.Digest]
+			switch {
+			case !ok:
+				return nil, fmt.Errorf("chunk %s is not part of the image", f.Digest)
+			case int64(f.Raw) != size:
+				return nil, fmt.Errorf("chunk %s claims %d bytes, the manifest says %d", f.Digest, f.Raw, size)
+			}
+		}
+		if f.Raw <= 0 || f.Raw > store.MaxChunkSize {
+			return nil, fmt.Errorf("chunk %s claims %d bytes, outside 1..%d", f.Digest, f.Raw, store.MaxChunkSize)
+		}
+		if got[f.Digest] {
+			return nil, fmt.Errorf("chunk %s comes twice", f.Digest)
+		}
+		got[f.Digest] = true
+		select {
+		case frames <- f:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
+// PutChunks receives a chunk stream (kind 'C': chunk records and a
+// trailer) ahead of the manifest that will use the chunks, checking each
+// like Import does. The chunks stay pending in the store, kept by GC for
+// store.Options.PendingGrace. It returns how many chunks came and the
+// bytes they added.
+func PutChunks(ctx context.Context, st *store.Store, r io.Reader) (int, int64, error) {
+	rr := newRecordReader(r, nil)
+	in := st.NewIngest()
+	defer in.Abort()
+	fail := func(err error) (int, int64, error) {
+		kind := errs.KindOf(err)
+		if kind == errs.Unknown {
+			kind = errs.InvalidArgument
+		}
+		return 0, 0, errs.Wrap(err, kind, "", "chunk stream refused")
+	}
+	if err := rr.header(kindChunks); err != nil {
+		return fail(err)
+	}
+	got, err := receiveChunks(ctx, st, in, rr, nil)
+	if err != nil {
+		return fail(err)
+	}
+	stored := in.StoredBytes()
+	if err := in.Commit(ctx, nil); err != nil {
+		return fail(err)
+	}
+	return len(got), stored, nil
+}
+
+// WriteChunks writes ds from st as a chunk stream for PutChunks.
+func WriteChunks(ctx context.Context, st *store.Store, ds []store.Digest, w io.Writer) (int64, error) {
+	ew := newRecordWriter(w)
+	ew.header(kindChunks)
+	err := orderedMap(ctx, len(ds), st.Workers(),
+		func(i int) (store.Frame, error) { return st.ReadFrame(ctx, ds[i]) },
+		func(_ int, f store.Frame) error { ew.chunk(f); return ew.err })
+	if err != nil {
+		return ew.n, err
+	}
+	ew.end()
+	return ew.n, ew.err
+}
