@@ -28,11 +28,11 @@ func TestMain(m *testing.M) {
 			c.Close()
 		}
 	case "dial":
-		c, err := net.DialTimeout("tcp", os.Getenv("HARNESS_ADDR"), time.Second)
+		c, err := net.DialTimeout("tcp", os.Getenv("HARNESS_ADDR"), 2*time.Second)
 		if err != nil {
 			os.Exit(1)
 		}
-		c.SetReadDeadline(time.Now().Add(time.Second))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		b := make([]byte, 2)
 		if _, err := c.Read(b); err != nil || string(b) != "ok" {
 			os.Exit(2)
@@ -49,7 +49,7 @@ func helper(n *Node, ctx context.Context, mode, addr string) *exec.Cmd {
 }
 
 func reach(from *Node, addr string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return helper(from, ctx, "dial", addr).Run()
 }
@@ -71,7 +71,7 @@ func TestNetwork(t *testing.T) {
 		}
 		t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
 		var err error
-		for i := 0; i < 50; i++ { // until the listener is up
+		for i := 0; i < 250; i++ { // until the listener is up (slow on a loaded machine)
 			if err = reach(a, addr); err == nil {
 				break
 			}
