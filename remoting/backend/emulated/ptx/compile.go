@@ -116,6 +116,7 @@ type fcomp struct {
 	cvals   [][2]uint64
 	cur     *instr
 	scratch int32
+	carry   int32 // the condition code's slot, -1 until used
 }
 
 type fixup struct {
@@ -259,6 +260,14 @@ func (c *fcomp) val(o operand, t ptype) int32 {
 		s = tmp
 	}
 	return s
+}
+
+// carrySlot is the per-thread condition code (CC.CF).
+func (c *fcomp) carrySlot() int32 {
+	if c.carry < 0 {
+		c.carry = c.newSlot()
+	}
+	return c.carry
 }
 
 func (c *fcomp) sink() int32 {
@@ -531,6 +540,7 @@ func (m *Module) compileFunc(f *funcDecl) (cf *cfunc, err error) {
 		addrs:   map[[2]int64]int32{},
 		labels:  map[string]int32{},
 		scratch: -1,
+		carry:   -1,
 	}
 	defer func() {
 		if r := recover(); r != nil {

@@ -84,15 +84,24 @@ func (c *fcomp) build(in *instr, x *inst) {
 				x.fn = opMov
 			}
 		}
-	case "add", "sub", "mul", "div", "rem", "min", "max", "mul24", "copysign":
+	case "addc", "subc", "madc":
+		c.carryOp(in, x)
+	case "add", "sub", "mad":
+		if hasMod(in.mods, "cc") {
+			c.carryOp(in, x)
+			return
+		}
+		if in.op == "mad" {
+			c.mad(in, x)
+			return
+		}
+		fallthrough
+	case "mul", "div", "rem", "min", "max", "mul24", "copysign":
 		c.nargs(in, 3)
 		t := c.lastType(in)
 		x.t = t
 		x.d = c.dst(a[0])
 		x.a, x.b = c.val(a[1], t), c.val(a[2], t)
-		if hasMod(in.mods, "cc") || in.op == "addc" {
-			unsupported("carry arithmetic")
-		}
 		if t.float() {
 			if t == tF16 || t == tBF16 {
 				x.fn = bin(halfBinary(in.op, t, in.mods))
@@ -123,45 +132,8 @@ func (c *fcomp) build(in *instr, x *inst) {
 		default:
 			x.fn = bin(f)
 		}
-	case "addc", "subc", "madc":
-		unsupported("carry arithmetic")
-	case "mad", "fma", "mad24":
-		c.nargs(in, 4)
-		t := c.lastType(in)
-		x.t = t
-		x.d = c.dst(a[0])
-		x.a, x.b, x.c = c.val(a[1], t), c.val(a[2], t), c.val(a[3], t)
-		if t.float() || t == tF16x2 || t == tBF16x2 {
-			if t == tF16 || t == tBF16 || t == tF16x2 || t == tBF16x2 {
-				x.fn = ter(halfFma(t, in.mods))
-				return
-			}
-			x.fn = ter(fmaFn(t, in.mods))
-			return
-		}
-		if hasMod(in.mods, "cc") {
-			unsupported("carry arithmetic")
-		}
-		mods := in.mods
-		op := "mul"
-		if in.op == "mad24" {
-			op = "mul24"
-		}
-		mul := intBinary(op, t, mods)
-		dt := t
-		if hasMod(mods, "wide") {
-			dt = map[ptype]ptype{tU16: tU32, tS16: tS32, tU32: tU64, tS32: tS64}[t]
-		}
-		dm := dt.mask()
-		if hasMod(mods, "hi") && hasMod(mods, "sat") && t == tS32 {
-			x.fn = ter(func(p, q, r uint64) uint64 { return sat32(int64(int32(mul(p, q))) + int64(int32(r))) })
-			return
-		}
-		if in.op == "mad" && hasMod(mods, "lo") && t.size() == 4 {
-			x.fn = opMadLo32
-			return
-		}
-		x.fn = ter(func(p, q, r uint64) uint64 { return (mul(p, q) + r) & dm })
+	case "fma", "mad24":
+		c.mad(in, x)
 	case "sad":
 		c.nargs(in, 4)
 		t := c.lastType(in)
@@ -432,6 +404,87 @@ func (c *fcomp) build(in *instr, x *inst) {
 	default:
 		unsupported("no emulation for %q", in.op)
 	}
+}
+
+// mad compiles mad, fma and mad24 (without a condition code).
+func (c *fcomp) mad(in *instr, x *inst) {
+	a := in.args
+	c.nargs(in, 4)
+	t := c.lastType(in)
+	x.t = t
+	x.d = c.dst(a[0])
+	x.a, x.b, x.c = c.val(a[1], t), c.val(a[2], t), c.val(a[3], t)
+	if t.float() || t == tF16x2 || t == tBF16x2 {
+		if t == tF16 || t == tBF16 || t == tF16x2 || t == tBF16x2 {
+			x.fn = ter(halfFma(t, in.mods))
+			return
+		}
+		x.fn = ter(fmaFn(t, in.mods))
+		return
+	}
+	mods := in.mods
+	op := "mul"
+	if in.op == "mad24" {
+		op = "mul24"
+	}
+	mul := intBinary(op, t, mods)
+	dt := t
+	if hasMod(mods, "wide") {
+		dt = map[ptype]ptype{tU16: tU32, tS16: tS32, tU32: tU64, tS32: tS64}[t]
+	}
+	dm := dt.mask()
+	if hasMod(mods, "hi") && hasMod(mods, "sat") && t == tS32 {
+		x.fn = ter(func(p, q, r uint64) uint64 { return sat32(int64(int32(mul(p, q))) + int64(int32(r))) })
+		return
+	}
+	if in.op == "mad" && hasMod(mods, "lo") && t.size() == 4 {
+		x.fn = opMadLo32
+		return
+	}
+	x.fn = ter(func(p, q, r uint64) uint64 { return (mul(p, q) + r) & dm })
+}
+
+// carryOp compiles the condition-code forms: add.cc, addc, sub.cc, subc,
+// mad.cc and madc.
+func (c *fcomp) carryOp(in *instr, x *inst) {
+	a := in.args
+	t := c.lastType(in)
+	if t.size() != 4 && t.size() != 8 {
+		c.failf("`%s`: carry arithmetic is 32- or 64-bit", in.text)
+	}
+	x.t = t
+	var f uint32
+	switch in.op {
+	case "addc":
+		f = ccIn
+	case "subc":
+		f = ccIn | ccSub
+	case "madc":
+		f = ccIn | ccMad
+	case "sub":
+		f = ccSub
+	case "mad":
+		f = ccMad
+	}
+	if hasMod(in.mods, "cc") {
+		f |= ccOut
+	}
+	if f&ccMad != 0 {
+		c.nargs(in, 4)
+		if hasMod(in.mods, "hi") {
+			f |= ccHi
+		} else if !hasMod(in.mods, "lo") {
+			c.failf("`%s` needs .lo or .hi", in.text)
+		}
+		x.c = c.val(a[3], t)
+	} else {
+		c.nargs(in, 3)
+	}
+	x.d = c.dst(a[0])
+	x.a, x.b = c.val(a[1], t), c.val(a[2], t)
+	x.e = c.carrySlot()
+	x.aux = f
+	x.fn = opCarry
 }
 
 func (c *fcomp) unpack(in *instr, x *inst, t ptype) {

@@ -596,3 +596,26 @@ func TestSnippetErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestCarryArithmetic(t *testing.T) {
+	a := []uint64{0xffffffffffffffff, 0x00000001ffffffff, 0x123456789abcdef0, 0x8000000000000000, 5}
+	b := []uint64{1, 0x00000000ffffffff, 0xfedcba9876543210, 0x8000000000000000, 7}
+	runInsnCases(t, []insnCase{
+		{"add.cc/addc 64 from 32", `mov.b64 {%r4, %r5}, %rd1; mov.b64 {%r6, %r7}, %rd2;
+			add.cc.u32 %r8, %r4, %r6; addc.u32 %r9, %r5, %r7; mov.b64 %rd3, {%r8, %r9};`, "rd3", a, b,
+			func(a, b uint64, _ int) uint64 { return a + b }},
+		{"sub.cc/subc 64 from 32", `mov.b64 {%r4, %r5}, %rd1; mov.b64 {%r6, %r7}, %rd2;
+			sub.cc.u32 %r8, %r4, %r6; subc.u32 %r9, %r5, %r7; mov.b64 %rd3, {%r8, %r9};`, "rd3", a, b,
+			func(a, b uint64, _ int) uint64 { return a - b }},
+		{"add.cc.u64/addc.u64 carry out", `add.cc.u64 %rd4, %rd1, %rd2; addc.u64 %rd3, 0, 0;`, "rd3", a, b,
+			func(a, b uint64, _ int) uint64 {
+				_, c := bits.Add64(a, b, 0)
+				return c
+			}},
+		{"mad.lo.cc/madc.hi 32x64", `mov.b64 {%r4, %r5}, %rd1;
+			mul.lo.u32 %r8, %r4, %r2; mul.hi.u32 %r9, %r4, %r2;
+			mad.lo.cc.u32 %r9, %r5, %r2, %r9; madc.hi.u32 %r10, %r5, %r2, 0;
+			mov.b64 %rd3, {%r8, %r9};`, "rd3", a, b,
+			func(a, b uint64, _ int) uint64 { return a * (b & 0xffffffff) }},
+	})
+}

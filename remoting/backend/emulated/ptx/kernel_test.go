@@ -343,3 +343,41 @@ func TestHostileKernels(t *testing.T) {
 		})
 	}
 }
+
+// TestSinfLargeArguments drives nvcc's sinf/cosf down the slow argument
+// reduction path (a multi-word multiplication with carry chains).
+func TestSinfLargeArguments(t *testing.T) {
+	m := mustLoad(t, readTestdata(t, "nvcc/floatmath.sm_90.ptx"))
+	f := mustFunc(t, m, "float_math")
+	xs := []float32{1e30, -3e20, 123456.7, 1e9, 0.5, -7}
+	n := len(xs)
+	mem := newTestMem()
+	for _, g := range m.Globals() {
+		addr := mem.alloc(int(g.Size))
+		copy(mem.bytes(addr), g.Init)
+		if err := m.BindGlobal(g.Name, addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x, y := mem.alloc(4*n), mem.alloc(4*n)
+	exact, approx := mem.alloc(4*22*n), mem.alloc(4*16*n)
+	mem.putF32(x, xs)
+	ys := make([]float32, n)
+	for i := range ys {
+		ys[i] = 1
+	}
+	mem.putF32(y, ys)
+	err := f.Run(context.Background(), Launch{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1},
+		Params: params(t, f, x, y, exact, approx, int32(n))}, mem, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := mem.f32s(approx, 16*n)
+	for i, v := range xs {
+		s, c := a[16*i+11], a[16*i+12]
+		ws, wc := math.Sin(float64(v)), math.Cos(float64(v))
+		if math.Abs(float64(s)-ws) > 1e-6 || math.Abs(float64(c)-wc) > 1e-6 {
+			t.Errorf("x=%v: sinf=%v cosf=%v, want %v %v", v, s, c, ws, wc)
+		}
+	}
+}

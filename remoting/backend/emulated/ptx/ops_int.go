@@ -434,3 +434,75 @@ func intCompare(op string, t ptype) func(a, b uint64) bool {
 	}
 	return nil
 }
+
+// Extended-precision arithmetic: the .cc forms write a carry (or, for
+// sub, a borrow) into the thread's condition code, which addc, subc and
+// madc add in. nvcc emits these chains for 128-bit integers and for the
+// wide multiplications of sinf/cosf argument reduction.
+const (
+	ccIn  = 1 << 0 // add the condition code in (addc, subc, madc)
+	ccOut = 1 << 1 // write the condition code (.cc)
+	ccSub = 1 << 2 // subtract
+	ccMad = 1 << 3 // multiply first
+	ccHi  = 1 << 4 // take the high half of the product
+)
+
+func opCarry(w *warp, fr *frame, in *inst, m uint32) {
+	r := fr.regs
+	d, a, b, cf := int(in.d)*warpSize, int(in.a)*warpSize, int(in.b)*warpSize, int(in.e)*warpSize
+	wide := in.t.size() == 8
+	f := in.aux
+	for ; m != 0; m &= m - 1 {
+		l := bits.TrailingZeros32(m)
+		x, y := r[a+l], r[b+l]
+		var carryIn uint64
+		if f&ccIn != 0 {
+			carryIn = r[cf+l] & 1
+		}
+		if f&ccMad != 0 {
+			signed := in.t.signed()
+			var hi, lo uint64
+			if wide {
+				hi, lo = bits.Mul64(x, y)
+				if signed {
+					if int64(x) < 0 {
+						hi -= y
+					}
+					if int64(y) < 0 {
+						hi -= x
+					}
+				}
+			} else {
+				var p uint64
+				if signed {
+					p = uint64(int64(int32(x)) * int64(int32(y)))
+				} else {
+					p = uint64(uint32(x)) * uint64(uint32(y))
+				}
+				hi, lo = p>>32, p&0xffffffff
+			}
+			x = lo
+			if f&ccHi != 0 {
+				x = hi
+			}
+			y = r[int(in.c)*warpSize+l]
+		}
+		var res, carry uint64
+		switch {
+		case wide && f&ccSub != 0:
+			res, carry = bits.Sub64(x, y, carryIn)
+		case wide:
+			res, carry = bits.Add64(x, y, carryIn)
+		case f&ccSub != 0:
+			v := uint64(uint32(x)) - uint64(uint32(y)) - carryIn
+			res, carry = v&0xffffffff, v>>32&1
+		default:
+			v := uint64(uint32(x)) + uint64(uint32(y)) + carryIn
+			res, carry = v&0xffffffff, v>>32
+		}
+		r[d+l] = res
+		if f&ccOut != 0 {
+			r[cf+l] = carry
+		}
+	}
+}
