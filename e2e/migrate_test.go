@@ -18,8 +18,9 @@ import (
 	"github.com/gpuctl/gpuctl/e2e/harness"
 )
 
-// The workload (e2e/demo/workload.c) in these tests: small enough for the
-// emulated device to step quickly, long enough to act on mid-run.
+// The stateful client (e2e/cprogs/stateful.c) in these tests: small
+// enough for the emulated device to step quickly, long enough to act on
+// mid-run.
 const (
 	wlMiB   = 1
 	wlSteps = 24
@@ -48,13 +49,15 @@ type sessionInfo struct {
 }
 
 // world is one test's hosts A and B (sharing a token, so they migrate to
-// each other), a client node and the compiled workload.
+// each other), a client node and the compiled client programs.
 type world struct {
 	t        *testing.T
 	c        *harness.Cluster
 	a, b     *harness.Host
 	client   *harness.Node
-	workload string
+	stateful string // e2e/cprogs/stateful.c: prints "RESULT <checksum>"
+	workload string // e2e/demo/workload.c: can hold its memory idle
+	env      []string
 }
 
 func newWorld(t *testing.T, withB bool, bArgs ...string) *world {
@@ -73,7 +76,9 @@ func newWorld(t *testing.T, withB bool, bArgs ...string) *world {
 		w.b = c.NewHost("b", harness.HostOptions{TokenFile: tok, Args: bArgs})
 	}
 	w.client = c.NewNode("client")
+	w.stateful = c.CompileC(filepath.Join(c.Build.Root, "e2e/cprogs/stateful.c"))
 	w.workload = c.CompileC(filepath.Join(c.Build.Root, "e2e/demo/workload.c"))
+	w.env = []string{"GPUCTL_PTX_DIR=" + filepath.Join(c.Build.Root, "e2e/kernels/ptx")}
 	w.requireRoutes(w.a)
 	return w
 }
@@ -106,36 +111,37 @@ func (w *world) ctlJSON(h *harness.Host, v any, args ...string) {
 	}
 }
 
-// start runs the workload on h in the background.
-func (w *world) start(h *harness.Host, mib, steps, sleepMS int) <-chan harness.Result {
+// start runs prog MIB STEPS SLEEP_MS on h in the background.
+func (w *world) start(h *harness.Host, prog string, mib, steps, sleepMS int) <-chan harness.Result {
 	ch := make(chan harness.Result, 1)
 	go func() {
-		ch <- w.client.RunClient(h, 4*time.Minute, nil, w.workload, fmt.Sprint(mib), fmt.Sprint(steps), fmt.Sprint(sleepMS))
+		ch <- w.client.RunClient(h, 4*time.Minute, w.env, prog, fmt.Sprint(mib), fmt.Sprint(steps), fmt.Sprint(sleepMS))
 	}()
 	return ch
 }
 
-// reference is the RESULT line of an unmigrated run.
+// reference is the RESULT line of an unmigrated run of the stateful client.
 func (w *world) reference() string {
 	w.t.Helper()
-	return w.result(<-w.start(w.a, wlMiB, wlSteps, 0))
+	return w.result(<-w.start(w.a, w.stateful, wlMiB, wlSteps, 0))
 }
 
-// result checks that a run succeeded and returns its RESULT line.
+// result checks that a run succeeded and returns its RESULT line; the
+// workload's own verdict (" OK") must be good too.
 func (w *world) result(r harness.Result) string {
 	w.t.Helper()
 	if r.Code != 0 {
-		w.t.Fatalf("workload exited %d\nstdout:\n%s\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
+		w.t.Fatalf("client exited %d\nstdout:\n%s\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
 	}
 	for _, l := range strings.Split(r.Stdout, "\n") {
 		if strings.HasPrefix(l, "RESULT ") {
-			if !strings.HasSuffix(l, " OK") {
-				w.t.Fatalf("workload's result does not check out: %s", l)
+			if strings.Contains(l, " BAD") {
+				w.t.Fatalf("the client's result does not check out: %s", l)
 			}
 			return l
 		}
 	}
-	w.t.Fatalf("workload printed no RESULT line:\n%s", r.Stdout)
+	w.t.Fatalf("client printed no RESULT line:\n%s", r.Stdout)
 	return ""
 }
 
@@ -190,7 +196,7 @@ func TestMigrateRoundTrip(t *testing.T) {
 	want := w.reference()
 
 	old := w.sessions(w.a)
-	run := w.start(w.a, wlMiB, wlSteps, wlSleep)
+	run := w.start(w.a, w.stateful, wlMiB, wlSteps, wlSleep)
 	s := w.session(w.a, old...)
 	time.Sleep(time.Second)
 	var m1, m2 migrateResult
@@ -223,7 +229,7 @@ func TestExportKillImportRestore(t *testing.T) {
 	want := w.reference()
 
 	old := w.sessions(w.a)
-	run := w.start(w.a, wlMiB, wlSteps, wlSleep)
+	run := w.start(w.a, w.stateful, wlMiB, wlSteps, wlSleep)
 	s := w.session(w.a, old...)
 	time.Sleep(time.Second)
 	var ck checkpointResult
@@ -263,7 +269,7 @@ func TestLinkCut(t *testing.T) {
 	want := w.reference()
 
 	old := w.sessions(w.a)
-	run := w.start(w.a, wlMiB, wlSteps, wlSleep)
+	run := w.start(w.a, w.stateful, wlMiB, wlSteps, wlSleep)
 	w.session(w.a, old...)
 	time.Sleep(time.Second)
 	<-w.client.CutLink(3 * time.Second)
@@ -279,7 +285,7 @@ func TestMigrateToDeadHost(t *testing.T) {
 	dead := w.c.NewNode("dead") // a host with no gpud
 
 	old := w.sessions(w.a)
-	run := w.start(w.a, wlMiB, wlSteps, wlSleep)
+	run := w.start(w.a, w.stateful, wlMiB, wlSteps, wlSleep)
 	s := w.session(w.a, old...)
 	time.Sleep(time.Second)
 	to := dead.IP + ":" + harness.APIPort
@@ -308,8 +314,9 @@ func TestMigrateToDeadHost(t *testing.T) {
 // checkpoint stores at most 10% new bytes.
 func TestIdleCheckpointsDedup(t *testing.T) {
 	w := newWorld(t, false)
-	run := w.start(w.a, 64, 0, 20000) // 64 MiB, then idle for 20 s
-	s := w.session(w.a)
+	old := w.sessions(w.a)
+	run := w.start(w.a, w.workload, 64, 0, 20000) // 64 MiB, then idle for 20 s
+	s := w.session(w.a, old...)
 	time.Sleep(2 * time.Second) // the fill is done
 	var c1, c2 checkpointResult
 	w.ctlJSON(w.a, &c1, "checkpoint", s.ID, "--leave-running")
