@@ -376,3 +376,31 @@ func FuzzServe(f *testing.F) {
 		}
 	})
 }
+
+// The reply cache keys by sequence number; the client's numbers have gaps
+// (ring positions), so entries whose numbers agree modulo the cache size
+// must not evict each other.
+func TestReplyCache(t *testing.T) {
+	var c replyCache
+	for i := range uint64(replyCacheSize) {
+		c.put(1+i*replyCacheSize, []byte{byte(i), byte(i >> 8)})
+	}
+	tests := []struct {
+		seq  uint64
+		want []byte
+	}{
+		{1, []byte{0, 0}},
+		{1 + 5*replyCacheSize, []byte{5, 0}},
+		{1 + (replyCacheSize-1)*replyCacheSize, []byte{(replyCacheSize - 1) & 0xff, (replyCacheSize - 1) >> 8}},
+		{2, nil},
+	}
+	for _, tc := range tests {
+		if got := c.get(tc.seq); !bytes.Equal(got, tc.want) {
+			t.Errorf("get(%d) = %v, want %v", tc.seq, got, tc.want)
+		}
+	}
+	c.put(7, []byte{7})
+	if c.get(1) != nil || !bytes.Equal(c.get(7), []byte{7}) || len(c.m) != replyCacheSize {
+		t.Errorf("eviction: oldest %v, newest %v, %d entries", c.get(1), c.get(7), len(c.m))
+	}
+}

@@ -59,15 +59,36 @@ type Session struct {
 	conn net.Conn
 
 	maxFrame  uint32
-	readAhead []byte                 // unprocessed bytes of a stopped connection
-	pending   map[backend.Ctx]error  // failures of async work not yet reported
-	cache     [replyCacheSize]cached // replies of recent sync requests, by seq % size
-	scratch   []byte                 // reused reply encoding buffer
+	readAhead []byte                // unprocessed bytes of a stopped connection
+	pending   map[backend.Ctx]error // failures of async work not yet reported
+	cache     replyCache            // replies of recent sync requests
+	scratch   []byte                // reused reply encoding buffer
 }
 
-type cached struct {
-	seq uint64
-	b   []byte // full reply frame
+// replyCache keeps the reply frames of the last replyCacheSize synchronous
+// requests by sequence number. Sequence numbers have gaps (the client
+// uses ring positions), so it is a map with first-in first-out eviction,
+// not an array indexed by seq.
+type replyCache struct {
+	m     map[uint64][]byte
+	order [replyCacheSize]uint64
+	next  int
+}
+
+func (c *replyCache) get(seq uint64) []byte { return c.m[seq] }
+
+func (c *replyCache) put(seq uint64, frame []byte) {
+	if c.m == nil {
+		c.m = make(map[uint64][]byte, replyCacheSize)
+	}
+	var buf []byte
+	if old := c.order[c.next]; old != 0 {
+		buf = c.m[old][:0] // reuse the evicted entry's memory
+		delete(c.m, old)
+	}
+	c.m[seq] = append(buf, frame...)
+	c.order[c.next] = seq
+	c.next = (c.next + 1) % replyCacheSize
 }
 
 // NewSession returns the protocol state of a new session on dev.
@@ -210,6 +231,15 @@ func (s *Session) handle(ctx context.Context, x *call, bw *bufio.Writer) error {
 		return s.duplicate(ctx, x, bw)
 	}
 	err := s.run(ctx, x, bw)
+	if x.bulkIn.n > 0 {
+		// The op failed before it consumed its payload, or the
+		// connection broke while it streamed. A payload that cannot be
+		// read in full means the frame never arrived: it does not count
+		// as executed, and the client sends it again.
+		if _, derr := io.Copy(io.Discard, &x.bulkIn); derr != nil {
+			return fmt.Errorf("read bulk of seq %d: %w", h.Seq, derr)
+		}
+	}
 	s.executed.Store(h.Seq)
 	if errors.Is(err, errFatal) {
 		return err
@@ -239,8 +269,7 @@ func (s *Session) duplicate(ctx context.Context, x *call, bw *bufio.Writer) erro
 	if h.Async() {
 		return nil
 	}
-	if c := &s.cache[h.Seq%replyCacheSize]; c.seq == h.Seq && c.b != nil {
-		b := c.b
+	if b := s.cache.get(h.Seq); b != nil {
 		// Refresh the piggybacked ack.
 		binaryPutU64(b[24:], s.executed.Load())
 		_, err := bw.Write(b)
@@ -294,9 +323,7 @@ func (s *Session) reply(bw *bufio.Writer, x *call, err error, cache bool) error 
 	b = append(b, payload...)
 	s.scratch = b
 	if cache {
-		c := &s.cache[x.h.Seq%replyCacheSize]
-		c.seq = x.h.Seq
-		c.b = append(c.b[:0], b...)
+		s.cache.put(x.h.Seq, b)
 	}
 	if _, err := bw.Write(b); err != nil {
 		return fmt.Errorf("write reply: %w", err)

@@ -61,7 +61,7 @@ func build(t *testing.T) string {
 			return
 		}
 		for _, prog := range []string{"ctest", "layout"} {
-			buildErr = gcc("-O1", "-g", "-Wall", "-Werror", "-I"+filepath.Join(d, "include"), "-I"+filepath.Join(d, "src"),
+			buildErr = gcc("-O1", "-g", "-Wall", "-Werror", "-pthread", "-I"+filepath.Join(d, "include"), "-I"+filepath.Join(d, "src"),
 				"-I"+filepath.Join(d, "gen"), "-o", filepath.Join(buildDir, prog), filepath.Join(d, "testdata", prog+".c"),
 				"-L"+buildDir, "-l:libcuda.so.1", "-Wl,-rpath,"+buildDir)
 			if buildErr != nil {
@@ -152,6 +152,40 @@ loop:
 		t.Fatalf("the client did not log a reconnect\n%s", out.String())
 	}
 	t.Logf("%d connections dropped", drops)
+}
+
+// TestClientThreads runs threads that share a context and interleave
+// synchronous and asynchronous calls, with and without cut connections.
+func TestClientThreads(t *testing.T) {
+	for _, drop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("drops=%v", drop), func(t *testing.T) {
+			srv := startServer(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := clientCmd(ctx, t, srv.Addr(), "secret-token", "threads", "8", "150")
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			var err error
+			for waiting := true; waiting; {
+				select {
+				case err = <-done:
+					waiting = false
+				case <-time.After(25 * time.Millisecond):
+					if drop {
+						srv.DropConnections()
+					}
+				}
+			}
+			if err != nil || !strings.Contains(out.String(), "PASS threads") {
+				t.Fatalf("ctest threads: %v\n%s", err, out.String())
+			}
+		})
+	}
 }
 
 // TestClientFollowsMoves moves the session between two servers while the

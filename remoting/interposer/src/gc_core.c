@@ -675,6 +675,11 @@ static void reconnect_locked(const char *why, const char *moved)
 				atomic_store(&g.sent_pub, g.sent);
 				atomic_store(&g.ack_pending, 0);
 				atomic_fetch_add(&g.gen, 1);
+				/* Threads waiting in conn_lost for this generation
+				 * to change go back to their calls. */
+				pthread_mutex_lock(&g.rx_mu);
+				pthread_cond_broadcast(&g.rx_cond);
+				pthread_mutex_unlock(&g.rx_mu);
 				/* The flusher resends; this thread goes back to
 				 * reading, so that replies to resent requests are
 				 * consumed while the rest is written. */

@@ -1,7 +1,8 @@
 /* Client-level test of libcuda.so.1 against a gpuctl server: built with
  * gcc against build/include/cuda.h only, as an application would be.
- * Usage: ctest basic | ctest replay N | ctest dead */
+ * Usage: ctest basic | ctest replay N | ctest threads T N | ctest dead */
 #include <cuda.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,6 +297,69 @@ static void test_replay(int rounds)
 	free(all);
 }
 
+/* threads: several threads share one context and interleave synchronous
+ * and asynchronous calls; each checks its own data, so replies delivered
+ * to the wrong thread or lost requests show up as wrong values. */
+static CUcontext shared_ctx;
+static CUfunction shared_inc;
+static int thread_iters;
+static pthread_mutex_t fail_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void *worker(void *arg)
+{
+	int id = (int)(intptr_t)arg, bad = 0;
+	enum { W = 4096 };
+	unsigned host[W], back[W];
+	if (cuCtxSetCurrent(shared_ctx) != CUDA_SUCCESS)
+		bad++;
+	for (int it = 0; it < thread_iters && !bad; it++) {
+		CUdeviceptr d;
+		if (cuMemAlloc(&d, sizeof host) != CUDA_SUCCESS) {
+			bad++;
+			break;
+		}
+		for (int i = 0; i < W; i++)
+			host[i] = (unsigned)(id * 1000003 + it * 31 + i);
+		unsigned n = W;
+		void *args[] = { &d, &n };
+		if (cuMemcpyHtoDAsync(d, host, sizeof host, NULL) != CUDA_SUCCESS ||
+		    cuLaunchKernel(shared_inc, W / 128, 1, 1, 128, 1, 1, 0, NULL, args, NULL) != CUDA_SUCCESS ||
+		    cuLaunchKernel(shared_inc, W / 128, 1, 1, 128, 1, 1, 0, NULL, args, NULL) != CUDA_SUCCESS ||
+		    cuMemcpyDtoH(back, d, sizeof back) != CUDA_SUCCESS || cuMemFree(d) != CUDA_SUCCESS) {
+			bad++;
+			break;
+		}
+		for (int i = 0; i < W; i++) {
+			if (back[i] != host[i] + 2) {
+				fprintf(stderr, "thread %d iteration %d: [%d] = %u, want %u\n", id, it, i, back[i], host[i] + 2);
+				bad++;
+				break;
+			}
+		}
+	}
+	pthread_mutex_lock(&fail_mu);
+	failures += bad;
+	pthread_mutex_unlock(&fail_mu);
+	return NULL;
+}
+
+static void test_threads(int nthreads, int iters)
+{
+	shared_ctx = setup();
+	CUmodule mod;
+	OK(cuModuleLoadData(&mod, ptx));
+	OK(cuModuleGetFunction(&shared_inc, mod, "inc"));
+	thread_iters = iters;
+	pthread_t t[64];
+	if (nthreads > 64)
+		nthreads = 64;
+	for (int i = 0; i < nthreads; i++)
+		pthread_create(&t[i], NULL, worker, (void *)(intptr_t)i);
+	for (int i = 0; i < nthreads; i++)
+		pthread_join(t[i], NULL);
+	OK(cuCtxSynchronize());
+}
+
 /* dead: the server goes away; calls must fail, not hang. */
 static void test_dead(void)
 {
@@ -321,6 +385,8 @@ int main(int argc, char **argv)
 		test_basic();
 	else if (strcmp(mode, "replay") == 0)
 		test_replay(argc > 2 ? atoi(argv[2]) : 1000);
+	else if (strcmp(mode, "threads") == 0)
+		test_threads(argc > 2 ? atoi(argv[2]) : 8, argc > 3 ? atoi(argv[3]) : 200);
 	else if (strcmp(mode, "dead") == 0)
 		test_dead();
 	else if (strcmp(mode, "badtoken") == 0)
