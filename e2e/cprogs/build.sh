@@ -24,14 +24,19 @@ if [[ ! -f $inc/cuda.h ]]; then
 	echo "build.sh: no cuda.h in $inc (run 'make build' first, or pass the include dir)" >&2
 	exit 1
 fi
-if ! ls "$lib"/libcuda.so* >/dev/null 2>&1; then
+# A driver directory often has only libcuda.so.1; link that by its full name.
+if [[ -e $lib/libcuda.so ]]; then
+	cudalib=-lcuda
+elif [[ -e $lib/libcuda.so.1 ]]; then
+	cudalib=-l:libcuda.so.1
+else
 	echo "build.sh: no libcuda.so in $lib (run 'make build' first, or pass the library dir)" >&2
 	exit 1
 fi
 mkdir -p "$out"
 # -ffp-contract=off: the programs compare floats bit for bit with the CPU.
 flags=(-O2 -std=gnu11 -Wall -Wextra -ffp-contract=off -I "$inc")
-libs=(-L "$lib" -lcuda -lm)
+libs=(-L "$lib" "$cudalib" -lm)
 
 for src in "$here"/*.c; do
 	name=$(basename "$src" .c)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"testing"
@@ -158,6 +159,18 @@ func TestEmulatorCorpus(t *testing.T) {
 			if err := kernels.CheckDir(run, dir); err != nil {
 				t.Error(err)
 			}
+			// With a recorded GPU run for this target, the emulator must
+			// also equal the hardware.
+			golden := filepath.Join("golden", target)
+			if _, err := os.Stat(filepath.Join(golden, "MANIFEST")); err != nil {
+				t.Logf("no GPU record in %s; compared with the CPU references only", golden)
+				return
+			}
+			rep, err := kernels.CheckGolden(run, dir, golden)
+			if err != nil {
+				t.Error(err)
+			}
+			t.Logf("emulator against the GPU (%s): %s", target, rep)
 		})
 	}
 }

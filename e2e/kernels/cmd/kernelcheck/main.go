@@ -1,12 +1,17 @@
 // Command kernelcheck checks a directory of kernel outputs written by
-// kernelrun (or the emulator tests) against the corpus's CPU references, or
-// against another such directory.
+// kernelrun (or the emulator tests) against the corpus's CPU references,
+// against another such directory, or against a golden record of a GPU run.
 //
-//	kernelcheck -out DIR                  # against the CPU references
-//	kernelcheck -out DIR -against GOLDEN  # e.g. the emulator's outputs against a GPU's
+//	kernelcheck -out DIR                        # against the CPU references
+//	kernelcheck -out DIR -against OTHER         # e.g. the emulator's against a GPU's
+//	kernelcheck -out DIR -golden GOLDEN         # against a recorded GPU run
+//	kernelcheck -out GPUDIR -write-golden GOLDEN -note "nvcc 13.0, H200"
 //
-// It exits 0 when everything matches and 1 with one line per failing case
-// otherwise.
+// -write-golden records DIR as the golden set (digests of exact outputs,
+// bytes of approximations) and then checks DIR against the CPU references,
+// reporting any disagreement; the record is written either way, because it
+// holds what the hardware did. Exit status: 0 when everything matches, 1 on
+// a mismatch, 2 for bad usage.
 package main
 
 import (
@@ -20,24 +25,37 @@ import (
 
 func main() {
 	out := flag.String("out", "", "directory of <case>.<buffer>.bin outputs to check (required)")
-	against := flag.String("against", "", "compare with this directory instead of the CPU references")
+	against := flag.String("against", "", "compare with this output directory instead of the CPU references")
+	golden := flag.String("golden", "", "compare with this golden directory (MANIFEST) instead of the CPU references")
+	writeGolden := flag.String("write-golden", "", "record -out as the golden set in this directory, then check it against the CPU references")
+	note := flag.String("note", "", "with -write-golden: a comment for the manifest's header (compiler, GPU, driver)")
 	casesDir := flag.String("cases", defaultCases(), "directory of *.case files")
 	skipTag := flag.String("skip-tag", "", "leave out cases with this tag (e.g. bench)")
 	flag.Parse()
-	if *out == "" || flag.NArg() != 0 {
-		fmt.Fprintln(os.Stderr, "usage: kernelcheck -out DIR [-against DIR] [-cases DIR] [-skip-tag TAG]")
+	modes := 0
+	for _, s := range []string{*against, *golden, *writeGolden} {
+		if s != "" {
+			modes++
+		}
+	}
+	if *out == "" || flag.NArg() != 0 || modes > 1 {
+		fmt.Fprintln(os.Stderr, "usage: kernelcheck -out DIR [-against DIR | -golden DIR | -write-golden DIR [-note TEXT]] [-cases DIR] [-skip-tag TAG]")
 		os.Exit(2)
 	}
-	if err := run(*casesDir, *out, *against, *skipTag); err != nil {
+	cases, err := load(*casesDir, *skipTag)
+	if err == nil {
+		err = run(cases, *out, *against, *golden, *writeGolden, *note)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "kernelcheck:", err)
 		os.Exit(1)
 	}
 }
 
-func run(casesDir, out, against, skipTag string) error {
-	all, err := kernels.Load(casesDir)
+func load(dir, skipTag string) ([]kernels.Case, error) {
+	all, err := kernels.Load(dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var cases []kernels.Case
 	for _, c := range all {
@@ -45,19 +63,34 @@ func run(casesDir, out, against, skipTag string) error {
 			cases = append(cases, c)
 		}
 	}
-	if against != "" {
-		err = kernels.CompareDirs(cases, out, against)
-	} else {
-		err = kernels.CheckDir(cases, out)
+	return cases, nil
+}
+
+func run(cases []kernels.Case, out, against, golden, writeGolden, note string) error {
+	switch {
+	case against != "":
+		if err := kernels.CompareDirs(cases, out, against); err != nil {
+			return err
+		}
+		fmt.Printf("kernelcheck: %d case(s) in %s match %s\n", len(cases), out, against)
+	case golden != "":
+		rep, err := kernels.CheckGolden(cases, out, golden)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("kernelcheck: %s matches the GPU record %s: %s\n", out, golden, rep)
+	default:
+		if writeGolden != "" {
+			if err := kernels.WriteGolden(cases, out, writeGolden, note); err != nil {
+				return err
+			}
+			fmt.Printf("kernelcheck: recorded %s as the golden set %s\n", out, writeGolden)
+		}
+		if err := kernels.CheckDir(cases, out); err != nil {
+			return err
+		}
+		fmt.Printf("kernelcheck: %d case(s) in %s match the CPU references\n", len(cases), out)
 	}
-	if err != nil {
-		return err
-	}
-	what := "the CPU references"
-	if against != "" {
-		what = against
-	}
-	fmt.Printf("kernelcheck: %d case(s) in %s match %s\n", len(cases), out, what)
 	return nil
 }
 
