@@ -1,7 +1,343 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/gpuctl/gpuctl/control"
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/images"
+	"github.com/gpuctl/gpuctl/store"
+)
 
 func imagesCommand(e *env) *cli.Command {
-	return &cli.Command{Name: "images", Action: notYet("images")}
+	one := func(name, usage, argsUsage string, fn func(ctx context.Context, cl *control.Client, args []string, asJSON bool) error, nargs ...int) *cli.Command {
+		return &cli.Command{
+			Name: name, Usage: usage, ArgsUsage: argsUsage, Flags: []cli.Flag{jsonFlag},
+			Action: func(c *cli.Context) error {
+				lo, hi := nargs[0], nargs[1]
+				if c.NArg() < lo || c.NArg() > hi {
+					return usageError("usage: gpuctl images %s %s", name, argsUsage)
+				}
+				cl, err := apiClient(c)
+				if err != nil {
+					return err
+				}
+				return fn(c.Context, cl, c.Args().Slice(), c.Bool("json"))
+			},
+		}
+	}
+	return &cli.Command{
+		Name:  "images",
+		Usage: "list, inspect, remove, export, import, verify and collect a host's checkpoint images",
+		Subcommands: []*cli.Command{
+			one("ls", "list the host's images", "", e.imagesList, 0, 0),
+			one("inspect", "show an image's manifest", "ID", e.imagesInspect, 1, 1),
+			one("rm", "remove an image (gc reclaims its space)", "ID", e.imagesRemove, 1, 1),
+			one("export", "write an image to one self-contained file on this machine", "ID FILE", e.imagesExport, 2, 2),
+			one("import", "load an exported file into the host's store", "FILE", e.imagesImport, 1, 1),
+			one("verify", "check every chunk of one image, or of all, against its digest", "[ID]", e.imagesVerify, 0, 1),
+			one("gc", "reclaim chunks no image uses and leftovers of failed writes", "", e.imagesGC, 0, 0),
+		},
+	}
+}
+
+func (e *env) imagesList(ctx context.Context, cl *control.Client, _ []string, asJSON bool) error {
+	var list []images.Info
+	if err := cl.Do(ctx, http.MethodGet, "/v1/images", nil, &list); err != nil {
+		return err
+	}
+	if list == nil {
+		list = []images.Info{}
+	}
+	if asJSON {
+		return e.printJSON(list)
+	}
+	if len(list) == 0 {
+		e.printf("no images on %s\n", cl.Addr())
+		return nil
+	}
+	now := time.Now()
+	if e.now != nil {
+		now = e.now()
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSESSION\tAGE\tSIZE\tNEW\tHOST\tPARENT")
+	for _, in := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", in.ID, orDash(in.Session), age(now.Sub(in.Created)),
+			humanBytes(uint64(in.Bytes)), humanBytes(uint64(in.NewBytes)), orDash(in.Host), orDash(in.Parent))
+	}
+	return tw.Flush()
+}
+
+func imagePath(id string, suffix string) (string, error) {
+	if err := images.ValidID(id); err != nil {
+		return "", err
+	}
+	return "/v1/images/" + url.PathEscape(id) + suffix, nil
+}
+
+func (e *env) imagesInspect(ctx context.Context, cl *control.Client, args []string, asJSON bool) error {
+	p, err := imagePath(args[0], "")
+	if err != nil {
+		return err
+	}
+	var d images.Detail
+	var raw json.RawMessage
+	if err := cl.Do(ctx, http.MethodGet, p, nil, &raw); err != nil {
+		return err
+	}
+	if asJSON {
+		return e.printJSON(raw)
+	}
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return errs.Wrap(err, errs.Internal, errs.Host(cl.Addr()), "decode image")
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	gpus := make([]string, len(d.GPUs))
+	for i, g := range d.GPUs {
+		gpus[i] = g.Model + " " + g.UUID
+	}
+	for _, kv := range [][2]string{
+		{"id", d.ID}, {"session", d.Session}, {"parent", orDash(d.Parent)}, {"created", d.Created.Format(time.RFC3339)},
+		{"host", orDash(d.Host)}, {"backend", orDash(d.Backend)}, {"gpus", orDash(strings.Join(gpus, ", "))},
+		{"driver", orDash(d.Driver)}, {"criu", orDash(d.CRIU)}, {"kernel", orDash(d.Kernel)}, {"attach nonce", orDash(d.AttachNonce)},
+		{"size", fmt.Sprintf("%s in %d files, %s of it zero; %d chunks (%s)", humanBytes(uint64(d.Bytes)), d.Files, humanBytes(uint64(d.ZeroBytes)), d.Chunks, d.Chunking)},
+		{"new bytes", humanBytes(uint64(d.NewBytes)) + " when committed"},
+	} {
+		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
+	}
+	for k, v := range d.Labels {
+		fmt.Fprintf(tw, "label %s:\t%s\n", k, v)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	tw = tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nMODE\tSIZE\tCHUNKS\tPATH")
+	for _, f := range d.FileList {
+		name := f.Path
+		switch f.Type {
+		case images.TypeDir:
+			name += "/"
+		case images.TypeSymlink:
+			name += " -> " + f.Link
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", f.Mode, humanBytes(uint64(f.Size)), f.Chunks, name)
+	}
+	return tw.Flush()
+}
+
+func (e *env) imagesRemove(ctx context.Context, cl *control.Client, args []string, asJSON bool) error {
+	p, err := imagePath(args[0], "")
+	if err != nil {
+		return err
+	}
+	var reply images.DeleteReply
+	if err := cl.Do(ctx, http.MethodDelete, p, nil, &reply); err != nil {
+		return err
+	}
+	if asJSON {
+		return e.printJSON(reply)
+	}
+	e.printf("removed %s (%s of session %s); `gpuctl images gc` reclaims the space\n", reply.ID, humanBytes(uint64(reply.Bytes)), orDash(reply.Session))
+	return nil
+}
+
+// exportResult is what `images export --json` prints.
+type exportResult struct {
+	ID        string `json:"id"`
+	Session   string `json:"session"`
+	Bytes     int64  `json:"bytes"`      // the image's logical size
+	File      string `json:"file"`       // where it went
+	FileBytes int64  `json:"file_bytes"` // the export's size
+}
+
+func (e *env) imagesExport(ctx context.Context, cl *control.Client, args []string, asJSON bool) error {
+	id, file := args[0], args[1]
+	p, err := imagePath(id, "")
+	if err != nil {
+		return err
+	}
+	var info images.Info
+	if err := cl.Do(ctx, http.MethodGet, p, nil, &info); err != nil {
+		return err
+	}
+	// Write next to FILE and rename at the end, so FILE is never half
+	// an export.
+	dir := filepath.Dir(file)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(file)+".*")
+	if err != nil {
+		return errs.Wrap(err, errs.InvalidArgument, "", "create %s", file)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	resp, err := cl.Stream(ctx, http.MethodGet, p+"/export", nil, "")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	bar := e.bytesBar(asJSON, -1, "exporting "+id)
+	n, err := io.Copy(io.MultiWriter(tmp, bar), resp.Body)
+	bar.Finish()
+	if err != nil {
+		return errs.Wrap(err, errs.Unavailable, errs.Image(id), "export stream broke off after %d bytes; try again", n)
+	}
+	if err := tmp.Sync(); err != nil {
+		return errs.Wrap(err, errs.Internal, "", "write %s", file)
+	}
+	if err := tmp.Close(); err != nil {
+		return errs.Wrap(err, errs.Internal, "", "write %s", file)
+	}
+	if err := os.Rename(tmp.Name(), file); err != nil {
+		return errs.Wrap(err, errs.Internal, "", "rename into %s", file)
+	}
+	res := exportResult{ID: id, Session: info.Session, Bytes: info.Bytes, File: file, FileBytes: n}
+	if asJSON {
+		return e.printJSON(res)
+	}
+	e.printf("exported %s (%s) to %s: %s\n", id, humanBytes(uint64(info.Bytes)), file, humanBytes(uint64(n)))
+	return nil
+}
+
+func (e *env) imagesImport(ctx context.Context, cl *control.Client, args []string, asJSON bool) error {
+	f, err := os.Open(args[0])
+	if err != nil {
+		return errs.Wrap(err, errs.InvalidArgument, "", "open the export file")
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return errs.New(errs.InvalidArgument, "", "%s is not a regular file", args[0])
+	}
+	bar := e.bytesBar(asJSON, fi.Size(), "importing "+filepath.Base(args[0]))
+	resp, err := cl.Stream(ctx, http.MethodPost, "/v1/images/import", io.TeeReader(f, bar), "application/octet-stream")
+	bar.Finish()
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var reply images.ImportReply
+	if err := json.NewDecoder(resp.Body).Decode(&reply); err != nil {
+		return errs.Wrap(err, errs.Internal, errs.Host(cl.Addr()), "decode import reply")
+	}
+	if asJSON {
+		return e.printJSON(reply)
+	}
+	e.printf("imported %s (session %s, %s), %s new in the store\n", reply.ID, orDash(reply.Session), humanBytes(uint64(reply.Bytes)), humanBytes(uint64(reply.StoredBytes)))
+	return nil
+}
+
+func (e *env) imagesVerify(ctx context.Context, cl *control.Client, args []string, asJSON bool) error {
+	var req images.VerifyRequest
+	what := "every image"
+	if len(args) == 1 {
+		if err := images.ValidID(args[0]); err != nil {
+			return err
+		}
+		req.ID, what = args[0], args[0]
+	}
+	stop := e.stdoutSpinner(asJSON, "verifying "+what)
+	var rep images.Report
+	err := cl.Do(ctx, http.MethodPost, "/v1/images/verify", req, &rep)
+	stop()
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		if err := e.printJSON(rep); err != nil {
+			return err
+		}
+		return rep.Err()
+	}
+	if rep.OK() {
+		e.printf("verified %d chunks of %s: all intact\n", rep.Chunks, what)
+		return nil
+	}
+	if rep.Index != "" {
+		e.printf("index: %s\n", rep.Index)
+	}
+	for _, d := range rep.Damaged {
+		e.printf("damaged chunk %s used by %s: %s\n", d.Chunk, strings.Join(d.Images, ", "), d.Error)
+	}
+	return rep.Err()
+}
+
+func (e *env) imagesGC(ctx context.Context, cl *control.Client, _ []string, asJSON bool) error {
+	var st store.GCStats
+	if err := cl.Do(ctx, http.MethodPost, "/v1/images/gc", nil, &st); err != nil {
+		return err
+	}
+	if asJSON {
+		return e.printJSON(st)
+	}
+	e.printf("freed %s: %d chunks, %d packs removed, %d rewritten, %d leftover files\n",
+		humanBytes(uint64(st.BytesFreed)), st.ChunksRemoved, st.PacksRemoved, st.PacksRewritten, st.OrphanFiles)
+	return nil
+}
+
+// bar is a byte counter that draws only where someone watches.
+type bar interface {
+	io.Writer
+	Finish()
+}
+
+type noBar struct{}
+
+func (noBar) Write(p []byte) (int, error) { return len(p), nil }
+func (noBar) Finish()                     {}
+
+type termBar struct{ *progressbar.ProgressBar }
+
+func (b termBar) Finish() { _ = b.Clear() }
+
+// terminal returns stdout as a terminal, or nil when it is not one (a
+// pipe, a file, a test) or the output is JSON.
+func (e *env) terminal(asJSON bool) *os.File {
+	f, ok := e.stdout.(*os.File)
+	if asJSON || !ok || !term.IsTerminal(int(f.Fd())) {
+		return nil
+	}
+	return f
+}
+
+// bytesBar draws transfer progress on stdout when it is a terminal; total
+// -1 means unknown.
+func (e *env) bytesBar(asJSON bool, total int64, what string) bar {
+	f := e.terminal(asJSON)
+	if f == nil {
+		return noBar{}
+	}
+	return termBar{progressbar.NewOptions64(total,
+		progressbar.OptionSetWriter(f),
+		progressbar.OptionSetDescription(what),
+		progressbar.OptionShowBytes(true),
+		progressbar.OptionShowCount(),
+		progressbar.OptionThrottle(80*time.Millisecond),
+		progressbar.OptionSpinnerType(14),
+	)}
+}
+
+// stdoutSpinner shows that a long verify is running, on stdout when it is
+// a terminal.
+func (e *env) stdoutSpinner(asJSON bool, what string) (stop func()) {
+	f := e.terminal(asJSON)
+	if f == nil {
+		return func() {}
+	}
+	sp := &env{stdout: e.stdout, stderr: f}
+	return sp.spinner(false, what)
 }
