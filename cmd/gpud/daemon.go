@@ -83,7 +83,8 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 	if err != nil {
 		return errs.Wrap(err, errs.Internal, "", "locate gpud's binary for its workers")
 	}
-	d.workerOp = worker.Options{Backend: name, Device: cfg.device, EmulatedMemBytes: cfg.emulatedMem, Seed: cfg.name, Exe: exe, Log: log}
+	d.workerOp = worker.Options{Backend: name, Device: cfg.device, EmulatedMemBytes: cfg.emulatedMem, Seed: cfg.name, Exe: exe, Log: log,
+		Spawner: worker.NewSpawner()}
 	if d.host, err = worker.HostInfo(name, d.workerOp); err != nil {
 		return err
 	}

@@ -36,6 +36,10 @@ type Options struct {
 	Exe string
 	// Log receives the worker's log lines and gpud-side diagnostics.
 	Log *slog.Logger
+	// Spawner forks workers from a thread that lives as long as gpud, so
+	// that their PDEATHSIG fires only when gpud exits. Nil forks from the
+	// calling thread (tests).
+	Spawner *Spawner
 }
 
 // Event is an unsolicited report from a worker.
@@ -111,7 +115,7 @@ func Start(ctx context.Context, opts Options) (*Handle, error) {
 		// half-owned and the GPU held.
 		Pdeathsig: syscall.SIGKILL,
 	}
-	if err := cmd.Start(); err != nil {
+	if err := opts.Spawner.start(cmd); err != nil {
 		fc.Close()
 		return nil, errs.Wrap(err, errs.Unavailable, subj, "start worker process")
 	}

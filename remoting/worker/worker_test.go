@@ -26,12 +26,16 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// spawner outlives every test's workers.
+var spawner = NewSpawner()
+
 func testOptions(t *testing.T) Options {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Options{Backend: BackendEmulated, Device: "0", SessionID: "s-0123456789ab", EmulatedMemBytes: 1 << 30, Seed: "t", Exe: exe}
+	return Options{Backend: BackendEmulated, Device: "0", SessionID: "s-0123456789ab", EmulatedMemBytes: 1 << 30, Seed: "t", Exe: exe,
+		Spawner: spawner}
 }
 
 func requireRoot(t *testing.T) {
