@@ -2,6 +2,7 @@ package ptx
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -504,7 +505,6 @@ func alignUp32(x, a uint32) uint32 { return (x + a - 1) &^ (a - 1) }
 // runBlock executes one thread block to completion.
 func (b *block) run() {
 	l := b.l
-	rounds := 0
 	for {
 		ran := false
 		allDone := true
@@ -524,18 +524,20 @@ func (b *block) run() {
 		if !ran && !b.releaseBarriers() {
 			b.deadlock()
 		}
-		if rounds++; rounds&15 == 0 {
-			if l.stop.Load() {
-				panic(errStopped)
-			}
-			if err := l.ctx.Err(); err != nil {
-				panic(errStopped)
-			}
+		// Every round: a round is at most yieldBudget instructions per
+		// warp, so cancellation is noticed within milliseconds.
+		if l.stop.Load() || l.ctx.Err() != nil {
+			panic(errStopped)
 		}
 	}
 }
 
-var errStopped = &fault{code: cu.ErrorLaunchFailed, msg: "launch cancelled"}
+// errStopped unwinds a block when the launch is stopping; safeRunBlock
+// turns it into errInterrupted, which execute does not report.
+var (
+	errStopped     = &fault{code: cu.ErrorLaunchFailed, msg: "launch stopped"}
+	errInterrupted = errors.New("block interrupted")
+)
 
 // releaseBarriers completes every barrier whose expected arrivals are in.
 func (b *block) releaseBarriers() bool {
@@ -588,11 +590,10 @@ func (b *block) deadlock() {
 				want = b.nthreads - b.exited
 			}
 			panic(&fault{code: cu.ErrorLaunchFailed, msg: fmt.Sprintf(
-				"deadlock in block (%d,%d,%d): barrier %d has %d of %d threads; the rest exited or wait elsewhere",
-				b.ctaid[0], b.ctaid[1], b.ctaid[2], id, bar.arrived, want)})
+				"deadlock: barrier %d has %d of %d threads; the rest exited or wait elsewhere", id, bar.arrived, want)})
 		}
 	}
-	panic(&fault{code: cu.ErrorLaunchFailed, msg: fmt.Sprintf("deadlock in block (%d,%d,%d): no thread can make progress", b.ctaid[0], b.ctaid[1], b.ctaid[2])})
+	panic(&fault{code: cu.ErrorLaunchFailed, msg: "deadlock: no thread can make progress"})
 }
 
 // worker runs blocks of one launch; it keeps its block and warp state
@@ -754,7 +755,17 @@ func execute(l *launch, workers int, pool *sync.Pool) error {
 			if bid >= nblocks {
 				return
 			}
+			if l.ctx.Err() != nil {
+				l.stop.Store(true)
+				return
+			}
 			if err := wk.safeRunBlock(bid); err != nil {
+				if err == errInterrupted {
+					// Stopped because another block failed or the
+					// context ended; that is reported instead.
+					l.stop.Store(true)
+					return
+				}
 				mu.Lock()
 				if bid < firstBlock {
 					firstErr, firstBlock = err, bid
@@ -778,8 +789,8 @@ func execute(l *launch, workers int, pool *sync.Pool) error {
 		}
 		wg.Wait()
 	}
-	if firstErr != nil {
-		if cerr := l.ctx.Err(); cerr != nil {
+	if firstErr == nil {
+		if cerr := l.ctx.Err(); cerr != nil && l.stop.Load() {
 			return canceled(l.kernel.name, cerr)
 		}
 	}
@@ -820,6 +831,10 @@ func (wk *worker) safeRunBlock(bid uint64) (err error) {
 			return
 		}
 		l := wk.l
+		if r == errStopped {
+			err = errInterrupted
+			return
+		}
 		f, ok := r.(*fault)
 		if !ok {
 			err = cu.Errorf(cu.ErrorLaunchFailed, "kernel %s: emulator fault: %v\n%s", l.kernel.name, r, debug.Stack())
@@ -829,7 +844,8 @@ func (wk *worker) safeRunBlock(bid uint64) (err error) {
 		if f.in != nil && f.in.src != nil {
 			where = fmt.Sprintf(" at line %d `%s`", f.in.src.line, f.in.src.text)
 		}
-		err = cu.Errorf(f.code, "kernel %s%s: %s", l.kernel.name, where, f.msg)
+		c := wk.blk.ctaid
+		err = cu.Errorf(f.code, "kernel %s, block (%d,%d,%d)%s: %s", l.kernel.name, c[0], c[1], c[2], where, f.msg)
 	}()
 	wk.runBlock(bid)
 	return nil

@@ -2,9 +2,11 @@ package ptx
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -296,6 +298,25 @@ L1:
 	}
 	ret;
 }
+.visible .entry fault_one()
+{
+	.reg .pred %p<3>;
+	.reg .b32 %r<4>;
+	.reg .b64 %rd<3>;
+	mov.u32 %r1, %ctaid.x;
+	setp.eq.u32 %p1, %r1, 1;
+	@%p1 bra FAULT;
+	mov.u32 %r2, 0;
+LOOP:
+	add.s32 %r2, %r2, 1;
+	setp.lt.u32 %p2, %r2, 200000;
+	@%p2 bra LOOP;
+	ret;
+FAULT:
+	mov.u64 %rd1, 0;
+	st.global.u32 [%rd1], %r1;
+	ret;
+}
 .visible .entry divergent_bar()
 {
 	.reg .pred %p<2>;
@@ -321,6 +342,9 @@ func TestHostileKernels(t *testing.T) {
 	}{
 		{"spin", 64, 200 * time.Millisecond, "CUDA_ERROR_LAUNCH_FAILED", "deadline"},
 		{"recurse", 32, 10 * time.Second, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "call depth"},
+		// Block 1 faults while block 0 is still running: the fault is
+		// reported, not the interruption of block 0.
+		{"fault_one", 32, 30 * time.Second, "CUDA_ERROR_ILLEGAL_ADDRESS", "block"},
 		// Threads that exit no longer count at a barrier, as on the device.
 		{"divergent_bar", 64, 10 * time.Second, "CUDA_SUCCESS", ""},
 	}
@@ -379,5 +403,30 @@ func TestSinfLargeArguments(t *testing.T) {
 		if math.Abs(float64(s)-ws) > 1e-6 || math.Abs(float64(c)-wc) > 1e-6 {
 			t.Errorf("x=%v: sinf=%v cosf=%v, want %v %v", v, s, c, ws, wc)
 		}
+	}
+}
+
+// TestDebugPTX loads PTX with debug directives and sections (nvcc -G /
+// -lineinfo), a by-value struct parameter and a call prototype.
+func TestDebugPTX(t *testing.T) {
+	m := mustLoad(t, readTestdata(t, "debug.ptx"))
+	f := mustFunc(t, m, "twice")
+	ps := f.Params()
+	if len(ps) != 2 || ps[1].Offset != 8 || ps[1].Size != 16 {
+		t.Fatalf("params = %+v", ps)
+	}
+	mem := newTestMem()
+	buf := mem.alloc(4 * 8)
+	mem.putU32(buf, []uint32{1, 2, 3, 4, 5, 6, 7, 8})
+	p := make([]byte, 24)
+	binary.LittleEndian.PutUint64(p[0:], buf)
+	binary.LittleEndian.PutUint32(p[8:], 6)
+	binary.LittleEndian.PutUint64(p[16:], 100)
+	if err := f.Run(context.Background(), Launch{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{8, 1, 1}, Params: p}, mem, 1); err != nil {
+		t.Fatal(err)
+	}
+	want := []uint32{102, 104, 106, 108, 110, 112, 7, 8}
+	if got := mem.u32s(buf, 8); !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
 	}
 }

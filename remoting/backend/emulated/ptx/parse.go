@@ -432,6 +432,15 @@ func (p *parser) body() []stmt {
 		}
 		if t.kind == tkIdent && p.toks[p.pos+1].kind == tkPunct && p.toks[p.pos+1].text == ":" {
 			p.pos += 2
+			if p.is(".callprototype") {
+				// "proto: .callprototype (...) _ (...);" declares the
+				// signature of an indirect call; it is not a label.
+				for !p.is(";") && p.peek().kind != tkEOF {
+					p.next()
+				}
+				p.expect(";")
+				continue
+			}
 			out = append(out, stmt{kind: stLabel, label: t.text})
 			continue
 		}
