@@ -543,12 +543,14 @@ func (m *Module) compileFunc(f *funcDecl) (cf *cfunc, err error) {
 		carry:   -1,
 	}
 	defer func() {
-		if r := recover(); r != nil {
-			ce, ok := r.(*compileError)
-			if !ok {
-				panic(r)
-			}
-			cf, err = nil, cu.Errorf(cu.ErrorInvalidPTX, "function %s: %v", f.name, ce)
+		switch r := recover().(type) {
+		case nil:
+		case *compileError:
+			cf, err = nil, cu.Errorf(cu.ErrorInvalidPTX, "function %s: %v", f.name, r)
+		case *unsupportedError:
+			cf, err = nil, cu.Errorf(cu.ErrorNotSupported, "function %s: %s are not supported by the emulator", f.name, r.what)
+		default:
+			panic(r)
 		}
 	}()
 	// module scope: shared and global variables

@@ -232,3 +232,17 @@ func TestUnLZ4(t *testing.T) {
 		})
 	}
 }
+
+func TestUnsupportedDeclarations(t *testing.T) {
+	src := `.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry k()
+{
+	.reg .v4 .f32 %v;
+	ret;
+}`
+	if _, err := Load([]byte(src)); codeOf(err) != "CUDA_ERROR_NOT_SUPPORTED" || !strings.Contains(err.Error(), "vector registers") {
+		t.Fatalf("got %v", err)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"strings"
 )
 
 // instr compiles one instruction. Operand preparation (negated predicates,
@@ -878,10 +877,8 @@ func (c *fcomp) cp(in *instr, x *inst) {
 	if x.n != 4 && x.n != 8 && x.n != 16 {
 		c.failf("cp.async size must be 4, 8 or 16")
 	}
-	if len(a) > 3 && a[3].kind != oImm || len(a) > 3 && a[3].kind == oImm {
-		if len(a) > 3 {
-			x.c = c.val(a[3], tU32)
-		}
+	if len(a) > 3 {
+		x.c = c.val(a[3], tU32) // src-size: bytes to copy, the rest is zero-filled
 	}
 	x.fn = opCpAsync
 }
@@ -1033,5 +1030,3 @@ func (c *fcomp) vote(in *instr, x *inst) {
 	x.a = c.val(a[1], tPred)
 	x.fn = opVote
 }
-
-var _ = strings.HasPrefix

@@ -210,10 +210,9 @@ func (p *parser) topLevel(m *ast) {
 	t := p.peek()
 	switch t.text {
 	case ".entry", ".func":
-		f := p.function()
-		if f.hasBody || !extern || true {
-			m.funcs = append(m.funcs, f)
-		}
+		// Declarations without a body (.extern prototypes such as
+		// vprintf) are kept so that calls to them resolve.
+		m.funcs = append(m.funcs, p.function())
 	case ".global", ".const", ".shared":
 		p.next()
 		for _, v := range p.varDecls(t.text[1:], true) {
