@@ -21,143 +21,143 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
-		out_version, err := s.dev.DriverVersion(ctx)
+		outVersion, err := s.dev.DriverVersion(ctx)
 		if err != nil {
 			return err
 		}
-		x.e.I32(int32(out_version))
+		x.e.I32(int32(outVersion))
 		return nil
 	case wire.OpDeviceCount:
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
-		out_count, err := s.dev.DeviceCount(ctx)
+		outCount, err := s.dev.DeviceCount(ctx)
 		if err != nil {
 			return err
 		}
-		x.e.I32(int32(out_count))
+		x.e.I32(int32(outCount))
 		return nil
 	case wire.OpDeviceName:
-		in_dev := int32(x.d.I32())
+		inDev := int32(x.d.I32())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
-		out_name, err := s.dev.DeviceName(ctx, in_dev)
+		outName, err := s.dev.DeviceName(ctx, inDev)
 		if err != nil {
 			return err
 		}
-		x.e.Str(out_name)
+		x.e.Str(outName)
 		return nil
 	case wire.OpDeviceUUID:
-		in_dev := int32(x.d.I32())
+		inDev := int32(x.d.I32())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
-		out_uuid, err := s.dev.DeviceUUID(ctx, in_dev)
+		outUuid, err := s.dev.DeviceUUID(ctx, inDev)
 		if err != nil {
 			return err
 		}
-		x.e.Fixed(out_uuid[:])
+		x.e.Fixed(outUuid[:])
 		return nil
 	case wire.OpDeviceTotalMem:
-		in_dev := int32(x.d.I32())
+		inDev := int32(x.d.I32())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
-		out_bytes, err := s.dev.DeviceTotalMem(ctx, in_dev)
+		outBytes, err := s.dev.DeviceTotalMem(ctx, inDev)
 		if err != nil {
 			return err
 		}
-		x.e.U64(uint64(out_bytes))
+		x.e.U64(uint64(outBytes))
 		return nil
 	case wire.OpDeviceAttribute:
-		in_attr := int32(x.d.I32())
-		in_dev := int32(x.d.I32())
+		inAttr := int32(x.d.I32())
+		inDev := int32(x.d.I32())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
-		out_value, err := s.dev.DeviceAttribute(ctx, in_attr, in_dev)
+		outValue, err := s.dev.DeviceAttribute(ctx, inAttr, inDev)
 		if err != nil {
 			return err
 		}
-		x.e.I32(int32(out_value))
+		x.e.I32(int32(outValue))
 		return nil
 	case wire.OpDevicePCIBusID:
-		in_dev := int32(x.d.I32())
+		inDev := int32(x.d.I32())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
-		out_busid, err := s.dev.DevicePCIBusID(ctx, in_dev)
+		outBusid, err := s.dev.DevicePCIBusID(ctx, inDev)
 		if err != nil {
 			return err
 		}
-		x.e.Str(out_busid)
+		x.e.Str(outBusid)
 		return nil
 	case wire.OpPrimaryCtxRetain:
-		in_dev := int32(x.d.I32())
+		inDev := int32(x.d.I32())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
-		out_ctx, err := s.dev.PrimaryCtxRetain(ctx, in_dev)
+		outCtx, err := s.dev.PrimaryCtxRetain(ctx, inDev)
 		if err != nil {
 			return err
 		}
-		x.e.U64(uint64(out_ctx))
+		x.e.U64(uint64(outCtx))
 		return nil
 	case wire.OpPrimaryCtxRelease:
-		in_dev := int32(x.d.I32())
+		inDev := int32(x.d.I32())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
-		err := s.dev.PrimaryCtxRelease(ctx, in_dev)
+		err := s.dev.PrimaryCtxRelease(ctx, inDev)
 		if err != nil {
 			return err
 		}
 		return nil
 	case wire.OpPrimaryCtxReset:
-		in_dev := int32(x.d.I32())
+		inDev := int32(x.d.I32())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
-		err := s.dev.PrimaryCtxReset(ctx, in_dev)
+		err := s.dev.PrimaryCtxReset(ctx, inDev)
 		if err != nil {
 			return err
 		}
 		return nil
 	case wire.OpPrimaryCtxState:
-		in_dev := int32(x.d.I32())
+		inDev := int32(x.d.I32())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
-		out_flags, out_active, err := s.dev.PrimaryCtxState(ctx, in_dev)
+		outFlags, outActive, err := s.dev.PrimaryCtxState(ctx, inDev)
 		if err != nil {
 			return err
 		}
-		x.e.U32(uint32(out_flags))
-		x.e.Bool(out_active)
+		x.e.U32(uint32(outFlags))
+		x.e.Bool(outActive)
 		return nil
 	case wire.OpPrimaryCtxSetFlags:
-		in_dev := int32(x.d.I32())
-		in_flags := uint32(x.d.U32())
+		inDev := int32(x.d.I32())
+		inFlags := uint32(x.d.U32())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
-		err := s.dev.PrimaryCtxSetFlags(ctx, in_dev, in_flags)
+		err := s.dev.PrimaryCtxSetFlags(ctx, inDev, inFlags)
 		if err != nil {
 			return err
 		}
 		return nil
 	case wire.OpCtxCreate:
-		in_dev := int32(x.d.I32())
-		in_flags := uint32(x.d.U32())
+		inDev := int32(x.d.I32())
+		inFlags := uint32(x.d.U32())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
-		out_ctx, err := s.dev.CtxCreate(ctx, in_dev, in_flags)
+		outCtx, err := s.dev.CtxCreate(ctx, inDev, inFlags)
 		if err != nil {
 			return err
 		}
-		x.e.U64(uint64(out_ctx))
+		x.e.U64(uint64(outCtx))
 		return nil
 	case wire.OpCtxDestroy:
 		c := backend.Ctx(x.d.U64())
@@ -182,11 +182,11 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		out_dev, err := s.dev.CtxDevice(ctx, c)
+		outDev, err := s.dev.CtxDevice(ctx, c)
 		if err != nil {
 			return err
 		}
-		x.e.I32(int32(out_dev))
+		x.e.I32(int32(outDev))
 		return nil
 	case wire.OpCtxSynchronize:
 		c := backend.Ctx(x.d.U64())
@@ -205,30 +205,30 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 	case wire.OpMemAlloc:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_size := uint64(x.d.U64())
+		inSize := uint64(x.d.U64())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		out_ptr, err := s.dev.MemAlloc(ctx, c, in_size)
+		outPtr, err := s.dev.MemAlloc(ctx, c, inSize)
 		if err != nil {
 			return err
 		}
-		x.e.U64(uint64(out_ptr))
+		x.e.U64(uint64(outPtr))
 		return nil
 	case wire.OpMemFree:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_ptr := backend.DevPtr(x.d.U64())
+		inPtr := backend.DevPtr(x.d.U64())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		err := s.dev.MemFree(ctx, c, in_ptr)
+		err := s.dev.MemFree(ctx, c, inPtr)
 		if err != nil {
 			return err
 		}
@@ -242,43 +242,43 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		out_free, out_total, err := s.dev.MemGetInfo(ctx, c)
+		outFree, outTotal, err := s.dev.MemGetInfo(ctx, c)
 		if err != nil {
 			return err
 		}
-		x.e.U64(uint64(out_free))
-		x.e.U64(uint64(out_total))
+		x.e.U64(uint64(outFree))
+		x.e.U64(uint64(outTotal))
 		return nil
 	case wire.OpMemGetAddressRange:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_ptr := backend.DevPtr(x.d.U64())
+		inPtr := backend.DevPtr(x.d.U64())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		out_base, out_size, err := s.dev.MemGetAddressRange(ctx, c, in_ptr)
+		outBase, outSize, err := s.dev.MemGetAddressRange(ctx, c, inPtr)
 		if err != nil {
 			return err
 		}
-		x.e.U64(uint64(out_base))
-		x.e.U64(uint64(out_size))
+		x.e.U64(uint64(outBase))
+		x.e.U64(uint64(outSize))
 		return nil
 	case wire.OpMemcpyHtoD:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_dst := backend.DevPtr(x.d.U64())
-		in_n := uint64(x.d.U64())
-		in_s := backend.Stream(x.d.U64())
+		inDst := backend.DevPtr(x.d.U64())
+		inN := uint64(x.d.U64())
+		inS := backend.Stream(x.d.U64())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		err := s.doMemcpyHtoD(ctx, x, c, in_dst, in_n, in_s)
+		err := s.doMemcpyHtoD(ctx, x, c, inDst, inN, inS)
 		if err != nil {
 			return err
 		}
@@ -286,16 +286,16 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 	case wire.OpMemcpyDtoH:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_src := backend.DevPtr(x.d.U64())
-		in_n := uint64(x.d.U64())
-		in_s := backend.Stream(x.d.U64())
+		inSrc := backend.DevPtr(x.d.U64())
+		inN := uint64(x.d.U64())
+		inS := backend.Stream(x.d.U64())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		err := s.doMemcpyDtoH(ctx, x, c, in_src, in_n, in_s)
+		err := s.doMemcpyDtoH(ctx, x, c, inSrc, inN, inS)
 		if err != nil {
 			return err
 		}
@@ -303,17 +303,17 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 	case wire.OpMemcpyDtoD:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_dst := backend.DevPtr(x.d.U64())
-		in_src := backend.DevPtr(x.d.U64())
-		in_n := uint64(x.d.U64())
-		in_s := backend.Stream(x.d.U64())
+		inDst := backend.DevPtr(x.d.U64())
+		inSrc := backend.DevPtr(x.d.U64())
+		inN := uint64(x.d.U64())
+		inS := backend.Stream(x.d.U64())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		err := s.dev.MemcpyDtoD(ctx, c, in_dst, in_src, in_n, in_s)
+		err := s.dev.MemcpyDtoD(ctx, c, inDst, inSrc, inN, inS)
 		if err != nil {
 			return err
 		}
@@ -321,18 +321,18 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 	case wire.OpMemset:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_dst := backend.DevPtr(x.d.U64())
-		in_value := uint32(x.d.U32())
-		in_elemSize := int(x.d.I32())
-		in_count := uint64(x.d.U64())
-		in_s := backend.Stream(x.d.U64())
+		inDst := backend.DevPtr(x.d.U64())
+		inValue := uint32(x.d.U32())
+		inElemSize := int(x.d.I32())
+		inCount := uint64(x.d.U64())
+		inS := backend.Stream(x.d.U64())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		err := s.dev.Memset(ctx, c, in_dst, in_value, in_elemSize, in_count, in_s)
+		err := s.dev.Memset(ctx, c, inDst, inValue, inElemSize, inCount, inS)
 		if err != nil {
 			return err
 		}
@@ -346,23 +346,23 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		out_m, err := s.doModuleLoad(ctx, x, c)
+		outM, err := s.doModuleLoad(ctx, x, c)
 		if err != nil {
 			return err
 		}
-		x.e.U64(uint64(out_m))
+		x.e.U64(uint64(outM))
 		return nil
 	case wire.OpModuleUnload:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_m := backend.Module(x.d.U64())
+		inM := backend.Module(x.d.U64())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		err := s.dev.ModuleUnload(ctx, c, in_m)
+		err := s.dev.ModuleUnload(ctx, c, inM)
 		if err != nil {
 			return err
 		}
@@ -370,69 +370,69 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 	case wire.OpModuleGetFunction:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_m := backend.Module(x.d.U64())
-		in_name := x.d.Str()
+		inM := backend.Module(x.d.U64())
+		inName := x.d.Str()
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		out_fn, out_params, err := s.dev.ModuleGetFunction(ctx, c, in_m, in_name)
+		outFn, outParams, err := s.dev.ModuleGetFunction(ctx, c, inM, inName)
 		if err != nil {
 			return err
 		}
-		x.e.U64(uint64(out_fn))
-		encodeParams(&x.e, out_params)
+		x.e.U64(uint64(outFn))
+		encodeParams(&x.e, outParams)
 		return nil
 	case wire.OpModuleGetGlobal:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_m := backend.Module(x.d.U64())
-		in_name := x.d.Str()
+		inM := backend.Module(x.d.U64())
+		inName := x.d.Str()
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		out_ptr, out_size, err := s.dev.ModuleGetGlobal(ctx, c, in_m, in_name)
+		outPtr, outSize, err := s.dev.ModuleGetGlobal(ctx, c, inM, inName)
 		if err != nil {
 			return err
 		}
-		x.e.U64(uint64(out_ptr))
-		x.e.U64(uint64(out_size))
+		x.e.U64(uint64(outPtr))
+		x.e.U64(uint64(outSize))
 		return nil
 	case wire.OpFuncGetAttribute:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_fn := backend.Function(x.d.U64())
-		in_attr := int32(x.d.I32())
+		inFn := backend.Function(x.d.U64())
+		inAttr := int32(x.d.I32())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		out_value, err := s.dev.FuncGetAttribute(ctx, c, in_fn, in_attr)
+		outValue, err := s.dev.FuncGetAttribute(ctx, c, inFn, inAttr)
 		if err != nil {
 			return err
 		}
-		x.e.I32(int32(out_value))
+		x.e.I32(int32(outValue))
 		return nil
 	case wire.OpFuncSetAttribute:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_fn := backend.Function(x.d.U64())
-		in_attr := int32(x.d.I32())
-		in_value := int32(x.d.I32())
+		inFn := backend.Function(x.d.U64())
+		inAttr := int32(x.d.I32())
+		inValue := int32(x.d.I32())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		err := s.dev.FuncSetAttribute(ctx, c, in_fn, in_attr, in_value)
+		err := s.dev.FuncSetAttribute(ctx, c, inFn, inAttr, inValue)
 		if err != nil {
 			return err
 		}
@@ -440,23 +440,23 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 	case wire.OpLaunch:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_fn := backend.Function(x.d.U64())
-		in_gx := uint32(x.d.U32())
-		in_gy := uint32(x.d.U32())
-		in_gz := uint32(x.d.U32())
-		in_bx := uint32(x.d.U32())
-		in_by := uint32(x.d.U32())
-		in_bz := uint32(x.d.U32())
-		in_shared := uint32(x.d.U32())
-		in_s := backend.Stream(x.d.U64())
-		in_params := x.d.Bytes()
+		inFn := backend.Function(x.d.U64())
+		inGx := uint32(x.d.U32())
+		inGy := uint32(x.d.U32())
+		inGz := uint32(x.d.U32())
+		inBx := uint32(x.d.U32())
+		inBy := uint32(x.d.U32())
+		inBz := uint32(x.d.U32())
+		inShared := uint32(x.d.U32())
+		inS := backend.Stream(x.d.U64())
+		inParams := x.d.Bytes()
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		err := s.doLaunch(ctx, x, c, in_fn, in_gx, in_gy, in_gz, in_bx, in_by, in_bz, in_shared, in_s, in_params)
+		err := s.doLaunch(ctx, x, c, inFn, inGx, inGy, inGz, inBx, inBy, inBz, inShared, inS, inParams)
 		if err != nil {
 			return err
 		}
@@ -464,31 +464,31 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 	case wire.OpStreamCreate:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_flags := uint32(x.d.U32())
-		in_priority := int32(x.d.I32())
+		inFlags := uint32(x.d.U32())
+		inPriority := int32(x.d.I32())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		out_s, err := s.dev.StreamCreate(ctx, c, in_flags, in_priority)
+		outS, err := s.dev.StreamCreate(ctx, c, inFlags, inPriority)
 		if err != nil {
 			return err
 		}
-		x.e.U64(uint64(out_s))
+		x.e.U64(uint64(outS))
 		return nil
 	case wire.OpStreamDestroy:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_s := backend.Stream(x.d.U64())
+		inS := backend.Stream(x.d.U64())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		err := s.dev.StreamDestroy(ctx, c, in_s)
+		err := s.dev.StreamDestroy(ctx, c, inS)
 		if err != nil {
 			return err
 		}
@@ -496,14 +496,14 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 	case wire.OpStreamQuery:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_s := backend.Stream(x.d.U64())
+		inS := backend.Stream(x.d.U64())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		err := s.dev.StreamQuery(ctx, c, in_s)
+		err := s.dev.StreamQuery(ctx, c, inS)
 		if err != nil {
 			return err
 		}
@@ -511,14 +511,14 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 	case wire.OpStreamSynchronize:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_s := backend.Stream(x.d.U64())
+		inS := backend.Stream(x.d.U64())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		err := s.dev.StreamSynchronize(ctx, c, in_s)
+		err := s.dev.StreamSynchronize(ctx, c, inS)
 		if err != nil {
 			return err
 		}
@@ -526,16 +526,16 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 	case wire.OpStreamWaitEvent:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_s := backend.Stream(x.d.U64())
-		in_e := backend.Event(x.d.U64())
-		in_flags := uint32(x.d.U32())
+		inS := backend.Stream(x.d.U64())
+		inE := backend.Event(x.d.U64())
+		inFlags := uint32(x.d.U32())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		err := s.dev.StreamWaitEvent(ctx, c, in_s, in_e, in_flags)
+		err := s.dev.StreamWaitEvent(ctx, c, inS, inE, inFlags)
 		if err != nil {
 			return err
 		}
@@ -543,30 +543,30 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 	case wire.OpEventCreate:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_flags := uint32(x.d.U32())
+		inFlags := uint32(x.d.U32())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		out_e, err := s.dev.EventCreate(ctx, c, in_flags)
+		outE, err := s.dev.EventCreate(ctx, c, inFlags)
 		if err != nil {
 			return err
 		}
-		x.e.U64(uint64(out_e))
+		x.e.U64(uint64(outE))
 		return nil
 	case wire.OpEventDestroy:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_e := backend.Event(x.d.U64())
+		inE := backend.Event(x.d.U64())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		err := s.dev.EventDestroy(ctx, c, in_e)
+		err := s.dev.EventDestroy(ctx, c, inE)
 		if err != nil {
 			return err
 		}
@@ -574,15 +574,15 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 	case wire.OpEventRecord:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_e := backend.Event(x.d.U64())
-		in_s := backend.Stream(x.d.U64())
+		inE := backend.Event(x.d.U64())
+		inS := backend.Stream(x.d.U64())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		err := s.dev.EventRecord(ctx, c, in_e, in_s)
+		err := s.dev.EventRecord(ctx, c, inE, inS)
 		if err != nil {
 			return err
 		}
@@ -590,14 +590,14 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 	case wire.OpEventQuery:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_e := backend.Event(x.d.U64())
+		inE := backend.Event(x.d.U64())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		err := s.dev.EventQuery(ctx, c, in_e)
+		err := s.dev.EventQuery(ctx, c, inE)
 		if err != nil {
 			return err
 		}
@@ -605,14 +605,14 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 	case wire.OpEventSynchronize:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_e := backend.Event(x.d.U64())
+		inE := backend.Event(x.d.U64())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		err := s.dev.EventSynchronize(ctx, c, in_e)
+		err := s.dev.EventSynchronize(ctx, c, inE)
 		if err != nil {
 			return err
 		}
@@ -620,19 +620,19 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 	case wire.OpEventElapsedTime:
 		c := backend.Ctx(x.d.U64())
 		x.c = c
-		in_start := backend.Event(x.d.U64())
-		in_end := backend.Event(x.d.U64())
+		inStart := backend.Event(x.d.U64())
+		inEnd := backend.Event(x.d.U64())
 		if err := x.d.Err(); err != nil {
 			return s.badArgs(x, err)
 		}
 		if err := s.takePending(x, c); err != nil {
 			return err
 		}
-		out_ms, err := s.dev.EventElapsedTime(ctx, c, in_start, in_end)
+		outMs, err := s.dev.EventElapsedTime(ctx, c, inStart, inEnd)
 		if err != nil {
 			return err
 		}
-		x.e.F32(float32(out_ms))
+		x.e.F32(float32(outMs))
 		return nil
 	}
 	return s.unknownOp(x)

@@ -217,7 +217,6 @@ typedef enum cudaError_enum {
     CUDA_ERROR_INVALID_RESOURCE_TYPE          = 914,
     CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION = 915,
     CUDA_ERROR_KEY_ROTATION                   = 916,
-    CUDA_ERROR_STREAM_DETACHED                = 917,
     CUDA_ERROR_UNKNOWN                        = 999
 } CUresult;
 

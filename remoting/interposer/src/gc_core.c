@@ -605,6 +605,9 @@ static int rx_one(void)
 		w->done = 1;
 		r->replied = 1;
 		pthread_cond_broadcast(&g.rx_cond);
+		/* A replayed reply can answer a request the server executed
+		 * long ago, so the tail may move without executed changing. */
+		advance_tail();
 	}
 	note_executed(executed);
 	pthread_mutex_unlock(&g.rx_mu);

@@ -11,6 +11,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/gpuctl/gpuctl/remoting/spec"
 )
@@ -148,8 +149,8 @@ func dispatchGo() []byte {
 			args = append(args, "c")
 		}
 		for _, in := range op.In {
-			fmt.Fprintf(&w, "\t\tin_%s := %s\n", in.Name, decodeExpr(in))
-			args = append(args, "in_"+in.Name)
+			fmt.Fprintf(&w, "\t\t%s := %s\n", goName("in", in.Name), decodeExpr(in))
+			args = append(args, goName("in", in.Name))
 		}
 		w.WriteString("\t\tif err := x.d.Err(); err != nil {\n\t\t\treturn s.badArgs(x, err)\n\t\t}\n")
 		if op.Ctx {
@@ -157,7 +158,7 @@ func dispatchGo() []byte {
 		}
 		var outs []string
 		for _, o := range op.Out {
-			outs = append(outs, "out_"+o.Name)
+			outs = append(outs, goName("out", o.Name))
 		}
 		lhs := "err"
 		if len(outs) > 0 {
@@ -178,6 +179,11 @@ func dispatchGo() []byte {
 	}
 	w.WriteString("\t}\n\treturn s.unknownOp(x)\n}\n")
 	return w.Bytes()
+}
+
+// goName joins a prefix and a field name in Go's mixed caps.
+func goName(prefix, name string) string {
+	return prefix + strings.ToUpper(name[:1]) + name[1:]
 }
 
 func join(s []string) string {
