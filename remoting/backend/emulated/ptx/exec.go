@@ -304,6 +304,12 @@ func (w *warp) run(budget int) (progressed bool) {
 				}
 			case cRet:
 				fr.done |= em
+				if len(w.frames) == 1 {
+					// Returning from the kernel ends the thread: it no
+					// longer counts at barriers.
+					w.exited |= em
+					w.b.exited += bits.OnesCount32(em)
+				}
 				cur &^= em
 				pc++
 				if cur == 0 {

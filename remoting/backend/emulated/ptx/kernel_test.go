@@ -329,6 +329,20 @@ L1:
 	bar.sync 0;
 	ret;
 }
+.visible .entry early_return()
+{
+	.reg .pred %p<3>;
+	.reg .b32 %r<3>;
+	mov.u32 %r1, %tid.x;
+	setp.ge.u32 %p1, %r1, 40;
+	@%p1 ret;
+	bar.sync 0;
+	setp.ge.u32 %p2, %r1, 20;
+	@%p2 bra L2;
+	bar.sync 0;
+L2:
+	ret;
+}
 `
 
 func TestHostileKernels(t *testing.T) {
@@ -347,6 +361,9 @@ func TestHostileKernels(t *testing.T) {
 		{"fault_one", 32, 30 * time.Second, "CUDA_ERROR_ILLEGAL_ADDRESS", "block"},
 		// Threads that exit no longer count at a barrier, as on the device.
 		{"divergent_bar", 64, 10 * time.Second, "CUDA_SUCCESS", ""},
+		// An early return from the kernel (nvcc's `if (i >= n) return;`)
+		// ends the thread just as exit does.
+		{"early_return", 64, 10 * time.Second, "CUDA_SUCCESS", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.kernel, func(t *testing.T) {
