@@ -143,6 +143,10 @@ func (c *Case) F32(name string) float32 {
 	return math.Float32frombits(uint32(p.Bits))
 }
 
+// maxBufferBytes bounds one buffer, so that a mistyped count fails at load
+// time instead of exhausting memory; kernelrun applies the same limit.
+const maxBufferBytes = 1 << 30
+
 var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // Load parses every *.case file in dir, in name order, and checks that case
@@ -294,6 +298,9 @@ func (c *Case) directive(f []string) error {
 			return fmt.Errorf("count %q is not a positive integer", f[3])
 		}
 		b.Count = int(cnt)
+		if b.Bytes() > maxBufferBytes {
+			return fmt.Errorf("%s %s is %d bytes; a case buffer holds at most %d", f[0], b.Name, b.Bytes(), maxBufferBytes)
+		}
 		if b.Init, err = parseInit(f[4]); err != nil {
 			return err
 		}

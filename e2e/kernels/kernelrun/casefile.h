@@ -27,6 +27,7 @@
 #define MAX_CHECKS  32
 #define MAX_NAME    64
 #define MAX_LIST    256
+#define MAX_BUFFER_BYTES (1 << 30) /* the Go package's limit too */
 
 enum type { T_NONE, T_I8, T_U8, T_I16, T_U16, T_I32, T_U32, T_I64, T_U64, T_F32, T_F64 };
 static const char *const type_names[] = {"", "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64", "f32", "f64"};
@@ -437,6 +438,9 @@ static int directive(struct kcase *c, char **f, int n)
         if (*end || cnt == 0 || cnt > 0x7fffffffull)
             die_parse("count \"%s\" is not a positive integer", f[3]);
         b->count = (size_t)cnt;
+        if (b->count * type_size(b->type) > MAX_BUFFER_BYTES)
+            die_parse("%s %s is %zu bytes; a case buffer holds at most %d", f[0], b->name, b->count * type_size(b->type),
+                      MAX_BUFFER_BYTES);
         b->is_global = global;
         b->is_param = !global;
         b->init = parse_init(f[4], b->type, global);
