@@ -154,15 +154,26 @@ loop:
 	t.Logf("%d connections dropped", drops)
 }
 
-// TestClientThreads runs threads that share a context and interleave
-// synchronous and asynchronous calls, with and without cut connections.
-func TestClientThreads(t *testing.T) {
-	for _, drop := range []bool{false, true} {
-		t.Run(fmt.Sprintf("drops=%v", drop), func(t *testing.T) {
+// TestClientStress runs workloads that stress the client's concurrency
+// and flow control, with and without cut connections: threads that share
+// a context and interleave synchronous and asynchronous calls, and a
+// flood of launches several times the request ring's capacity.
+func TestClientStress(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		drop bool
+	}{
+		{[]string{"threads", "8", "150"}, false},
+		{[]string{"threads", "8", "150"}, true},
+		{[]string{"flood", "100000"}, false},
+		{[]string{"flood", "100000"}, true},
+	} {
+		t.Run(fmt.Sprintf("%s/drops=%v", tc.args[0], tc.drop), func(t *testing.T) {
+			drop := tc.drop
 			srv := startServer(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			cmd := clientCmd(ctx, t, srv.Addr(), "secret-token", "threads", "8", "150")
+			cmd := clientCmd(ctx, t, srv.Addr(), "secret-token", tc.args...)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			if err := cmd.Start(); err != nil {
@@ -181,8 +192,8 @@ func TestClientThreads(t *testing.T) {
 					}
 				}
 			}
-			if err != nil || !strings.Contains(out.String(), "PASS threads") {
-				t.Fatalf("ctest threads: %v\n%s", err, out.String())
+			if err != nil || !strings.Contains(out.String(), "PASS "+tc.args[0]) {
+				t.Fatalf("ctest %s: %v\n%s", tc.args[0], err, out.String())
 			}
 		})
 	}

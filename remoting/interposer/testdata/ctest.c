@@ -1,6 +1,6 @@
 /* Client-level test of libcuda.so.1 against a gpuctl server: built with
  * gcc against build/include/cuda.h only, as an application would be.
- * Usage: ctest basic | ctest replay N | ctest threads T N | ctest dead */
+ * Usage: ctest basic | replay N | flood N | threads T N | dead | badtoken */
 #include <cuda.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -297,6 +297,35 @@ static void test_replay(int rounds)
 	free(all);
 }
 
+/* flood: N launches without a synchronous call in between, several times
+ * the ring's capacity, so the client must recycle the ring from acks. */
+static void test_flood(int n)
+{
+	setup();
+	CUmodule mod;
+	CUfunction finc;
+	CUdeviceptr d;
+	unsigned one = 1, v = 0;
+	OK(cuModuleLoadData(&mod, ptx));
+	OK(cuModuleGetFunction(&finc, mod, "inc"));
+	OK(cuMemAlloc(&d, 4));
+	OK(cuMemsetD32(d, 0, 1));
+	void *args[] = { &d, &one };
+	for (int i = 0; i < n; i++) {
+		CUresult r = cuLaunchKernel(finc, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL);
+		if (r != CUDA_SUCCESS) {
+			CHECK(r, CUDA_SUCCESS);
+			break;
+		}
+	}
+	OK(cuCtxSynchronize());
+	OK(cuMemcpyDtoH(&v, d, 4));
+	if (v != (unsigned)n) {
+		fprintf(stderr, "FAIL: counter %u after %d launches\n", v, n);
+		failures++;
+	}
+}
+
 /* threads: several threads share one context and interleave synchronous
  * and asynchronous calls; each checks its own data, so replies delivered
  * to the wrong thread or lost requests show up as wrong values. */
@@ -385,6 +414,8 @@ int main(int argc, char **argv)
 		test_basic();
 	else if (strcmp(mode, "replay") == 0)
 		test_replay(argc > 2 ? atoi(argv[2]) : 1000);
+	else if (strcmp(mode, "flood") == 0)
+		test_flood(argc > 2 ? atoi(argv[2]) : 100000);
 	else if (strcmp(mode, "threads") == 0)
 		test_threads(argc > 2 ? atoi(argv[2]) : 8, argc > 3 ? atoi(argv[3]) : 200);
 	else if (strcmp(mode, "dead") == 0)
