@@ -4,8 +4,8 @@
 // per line, and serves until stdin closes.
 //
 // Baseline protocol (one command byte per connection): 'p' echoes 64-byte
-// messages; 's' + u64 N reads N bytes then answers one byte; 'r' + u64 N
-// writes N bytes.
+// messages; 's' + u64 N reads N bytes into an N-byte buffer then answers
+// one byte; 'r' + u64 N writes an N-byte buffer.
 package main
 
 import (
@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"sync"
 
 	"github.com/gpuctl/gpuctl/remoting/interposer/testserver"
 )
@@ -48,6 +49,12 @@ func main() {
 	srv.Close()
 }
 
+// big is the baseline's copy buffer.
+var (
+	bigMu sync.Mutex
+	big   []byte
+)
+
 func serveRaw(ln net.Listener) {
 	for {
 		c, err := ln.Accept()
@@ -76,19 +83,25 @@ func serveRaw(ln net.Listener) {
 				if _, err := io.ReadFull(c, cmd[1:]); err != nil {
 					return
 				}
-				n := int64(binary.LittleEndian.Uint64(cmd[1:]))
-				buf := make([]byte, 1<<20)
+				n := binary.LittleEndian.Uint64(cmd[1:])
+				if n > 1<<32 {
+					return
+				}
+				// The stream lands in (or leaves from) a buffer as large
+				// as the copy and kept across runs, as device memory
+				// is, so the baseline moves the same bytes through the
+				// same kind of memory.
+				bigMu.Lock()
+				defer bigMu.Unlock()
+				if uint64(len(big)) < n {
+					big = make([]byte, n)
+				}
+				buf := big[:n]
 				if cmd[0] == 's' {
-					io.CopyBuffer(io.Discard, io.LimitReader(c, n), buf)
+					io.ReadFull(c, buf)
 					c.Write([]byte{1})
 				} else {
-					for n > 0 {
-						m := min(n, int64(len(buf)))
-						if _, err := c.Write(buf[:m]); err != nil {
-							return
-						}
-						n -= m
-					}
+					c.Write(buf)
 				}
 			}
 		}()
