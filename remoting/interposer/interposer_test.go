@@ -95,15 +95,25 @@ func TestClientCalls(t *testing.T) {
 	srv := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("secret-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name, token, mode, want string
+		fromFile                bool
 	}{
-		{"basic", "secret-token", "basic", "PASS basic"},
-		{"wrong token", "not-the-token", "badtoken", "refused the token"},
+		{"basic", "secret-token", "basic", "PASS basic", false},
+		{"token from a file", "", "basic", "PASS basic", true},
+		{"wrong token", "not-the-token", "badtoken", "refused the token", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := clientCmd(ctx, t, srv.Addr(), tc.token, tc.mode).CombinedOutput()
+			cmd := clientCmd(ctx, t, srv.Addr(), tc.token, tc.mode)
+			if tc.fromFile {
+				cmd.Env = append(cmd.Env, "GPUCTL_TOKEN_FILE="+tokenFile)
+			}
+			out, err := cmd.CombinedOutput()
 			if err != nil || !bytes.Contains(out, []byte(tc.want)) {
 				t.Fatalf("ctest %s: %v\n%s", tc.mode, err, out)
 			}
