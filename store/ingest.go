@@ -86,8 +86,8 @@ func (in *Ingest) putData(ctx context.Context, d Digest, data []byte) (int64, er
 	payload = in.s.enc.EncodeAll(data, make([]byte, 0, len(data)/2))
 	if len(payload) >= len(data)-len(data)/32 {
 		enc, payload = encRaw, data
-	} else if _, err := in.s.decode(d, enc, uint32(len(data)), payload); err != nil {
-		return 0, errs.Wrap(err, errs.Internal, "", "compression round trip")
+	} else if err := in.s.roundTrip(d, data, payload); err != nil {
+		return 0, err
 	}
 	return in.put(ctx, d, len(data), enc, payload)
 }
@@ -220,11 +220,13 @@ func (in *Ingest) Commit(ctx context.Context, img *ImageRecord) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	t0 := time.Now()
 	if in.cur != nil {
 		if err := in.sealLocked(); err != nil {
 			return err
 		}
 	}
+	sealed := time.Since(t0)
 	var refs []Digest
 	if img != nil {
 		if img.ID == "" {
@@ -293,6 +295,8 @@ func (in *Ingest) Commit(ctx context.Context, img *ImageRecord) error {
 	for _, p := range in.sealed {
 		in.s.setInflight(p.id.String()+".pack", false)
 	}
+	in.s.log.Debug("ingest committed", "packs", len(in.sealed), "new_chunks", len(news), "refs", len(refs),
+		"seal", sealed, "index", time.Since(t0)-sealed)
 	in.sealed = nil
 	return nil
 }

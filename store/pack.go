@@ -3,10 +3,10 @@ package store
 import (
 	"bufio"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"hash"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -21,9 +21,9 @@ import (
 //	entry: digest [32] | encoding u8 | raw length u32 | stored length u32 | payload
 //
 // The index records each chunk's payload offset, so reads never parse the
-// file; the headers make a pack self-describing for offline recovery. The
-// random bytes make every pack's content, and so its name, unique: two
-// ingests writing the same chunks never share a file that one of them
+// file; the headers make a pack self-describing for offline recovery. A
+// pack is named by 32 random bytes (the first 16 also follow the magic):
+// two ingests writing the same chunks never share a file that one of them
 // might later delete.
 var packMagic = []byte("GPUPACK1")
 
@@ -34,13 +34,19 @@ type packWriter struct {
 	f    *os.File
 	name string // base name in blobs/tmp
 	w    *bufio.Writer
-	h    hash.Hash
+	h    hash.Hash32 // CRC-32C of everything written
+	id   Digest
 	off  int64
 	n    int // entries
 }
 
+// castagnoli is CRC-32C, which the CPU computes in hardware: the pack
+// check guards against lost or torn writes, while every chunk read is
+// still checked against its SHA-256.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
 func (s *Store) newPackWriter() (*packWriter, error) {
-	var rnd [16]byte
+	var rnd [16]byte // id and header nonce
 	_, _ = rand.Read(rnd[:])
 	name := hex.EncodeToString(rnd[:8]) + ".pack.tmp"
 	s.setInflight(name, true)
@@ -49,7 +55,9 @@ func (s *Store) newPackWriter() (*packWriter, error) {
 		s.setInflight(name, false)
 		return nil, errs.Wrap(err, errs.Internal, "", "create pack")
 	}
-	pw := &packWriter{f: f, name: name, w: bufio.NewWriterSize(f, 1<<20), h: sha256.New()}
+	pw := &packWriter{f: f, name: name, w: bufio.NewWriterSize(f, 1<<20), h: crc32.New(castagnoli)}
+	copy(pw.id[:], rnd[:])
+	_, _ = rand.Read(pw.id[16:])
 	if err := pw.write(append(slices.Clone(packMagic), rnd[:]...)); err != nil {
 		pw.discard(s)
 		return nil, err
@@ -84,8 +92,8 @@ func (pw *packWriter) append(d Digest, enc uint8, raw int, payload []byte) (int6
 	return off, nil
 }
 
-// seal makes the pack durable under its content name: flush, fsync,
-// re-read and verify the digest, rename into packs/, fsync the directory.
+// seal makes the pack durable under its name: flush, fsync, re-read and
+// verify the checksum, rename into packs/, fsync the directory.
 // The pack stays in the inflight set until its ingest indexes or drops it.
 func (s *Store) seal(pw *packWriter) (id Digest, size int64, err error) {
 	tmp := filepath.Join(s.tmpDir(), pw.name)
@@ -105,8 +113,8 @@ func (s *Store) seal(pw *packWriter) (id Digest, size int64, err error) {
 	if err := pw.f.Close(); err != nil {
 		return id, 0, errs.Wrap(err, errs.Internal, "", "close pack %s", pw.name)
 	}
-	copy(id[:], pw.h.Sum(nil))
-	if err := verifyFileDigest(tmp, id); err != nil {
+	id = pw.id
+	if err := verifyFileChecksum(tmp, pw.h.Sum32()); err != nil {
 		return id, 0, err
 	}
 	final := id.String() + ".pack"
@@ -131,22 +139,20 @@ func (pw *packWriter) discard(s *Store) {
 	s.setInflight(pw.name, false)
 }
 
-// verifyFileDigest re-reads path and checks its SHA-256, so that what the
-// index will point at is what was meant to be written.
-func verifyFileDigest(path string, want Digest) error {
+// verifyFileChecksum re-reads path and checks its CRC-32C, so that what
+// the index will point at is what was meant to be written.
+func verifyFileChecksum(path string, want uint32) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return errs.Wrap(err, errs.Internal, "", "re-read pack")
 	}
 	defer f.Close()
-	h := sha256.New()
+	h := crc32.New(castagnoli)
 	if _, err := io.Copy(h, f); err != nil {
 		return errs.Wrap(err, errs.Internal, "", "re-read pack %s", filepath.Base(path))
 	}
-	var got Digest
-	copy(got[:], h.Sum(nil))
-	if got != want {
-		return errs.New(errs.DataLoss, "", "pack %s reads back as %s, not %s: the disk under the state dir is losing writes", filepath.Base(path), got.Short(), want.Short())
+	if got := h.Sum32(); got != want {
+		return errs.New(errs.DataLoss, "", "pack %s reads back with checksum %08x, not %08x: the disk under the state dir is losing writes", filepath.Base(path), got, want)
 	}
 	return nil
 }

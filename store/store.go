@@ -108,7 +108,10 @@ func Open(ctx context.Context, stateDir string, opts Options) (*Store, error) {
 		db: db, dir: stateDir, opts: opts, log: opts.Logger,
 		leases: map[Digest]int{}, inflight: map[string]bool{}, files: map[Digest]*os.File{},
 	}
-	s.enc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(opts.Workers), zstd.WithLowerEncoderMem(true))
+	s.enc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(opts.Workers), zstd.WithLowerEncoderMem(true),
+		// Every chunk is checked against its SHA-256; zstd's own checksum
+		// would be a second, weaker one.
+		zstd.WithEncoderCRC(false))
 	s.dec, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(opts.Workers), zstd.WithDecoderMaxMemory(MaxChunkSize*2))
 	if err := migrate(db); err != nil {
 		_ = s.Close()

@@ -74,10 +74,12 @@ func fillRepetitive(r *rand.Rand, b []byte) {
 	}
 }
 
-// Change rewrites fraction of data's pages in place, in runs of
-// mean runPages pages (1 for scattered single pages), and returns how many
-// pages it changed. Rewritten pages get fresh random content, so every
-// change really is a change.
+// Change rewrites fraction of data's pages in place, in runs of mean
+// runPages pages (1 for scattered single pages), and returns how many
+// pages it changed. A page keeps its kind, as memory does when a program
+// updates it: incompressible pages get new random bytes, repetitive pages
+// new repetitive content, and zero pages that get written become one or the
+// other. Every changed page really differs from before.
 func Change(seed uint64, data []byte, fraction float64, runPages int) int {
 	r := rand.New(rand.NewPCG(seed, 0xc4a7))
 	pages := len(data) / PageSize
@@ -95,11 +97,48 @@ func Change(seed uint64, data []byte, fraction float64, runPages int) int {
 				continue
 			}
 			seen[i] = true
-			fillRandom(r, data[i*PageSize:(i+1)*PageSize])
+			page := data[i*PageSize : (i+1)*PageSize]
+			old := string(page)
+			for string(page) == old {
+				switch kindOf(page) {
+				case kindRandom:
+					fillRandom(r, page)
+				case kindRepetitive:
+					fillRepetitive(r, page)
+				default:
+					if r.IntN(2) == 0 {
+						fillRandom(r, page)
+					} else {
+						fillRepetitive(r, page)
+					}
+				}
+			}
 			changed++
 		}
 	}
 	return changed
+}
+
+const (
+	kindZero = iota
+	kindRandom
+	kindRepetitive
+)
+
+// kindOf tells the page kinds apart by how many distinct 8-byte words the
+// page holds.
+func kindOf(page []byte) int {
+	words := map[uint64]bool{}
+	for i := 0; i+8 <= len(page); i += 8 {
+		words[binary.LittleEndian.Uint64(page[i:])] = true
+	}
+	switch {
+	case len(words) == 1 && binary.LittleEndian.Uint64(page) == 0:
+		return kindZero
+	case len(words) > len(page)/16:
+		return kindRandom
+	}
+	return kindRepetitive
 }
 
 // Grow inserts pages of new random content at page index at, the way a
