@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int failures;
 
@@ -211,6 +212,64 @@ static void test_basic(void)
 	OK(cuMemcpyDtoH(g, d1, cnt * 4));
 	EXPECT(((unsigned *)g)[0] == 15 && ((unsigned *)g)[cnt - 1] == 15);
 	OK(cuModuleUnload(mod));
+
+	/* The other ways to load the same code: from a file, with JIT
+	 * options, as a fatbin holding the PTX, and through nvcc's fatbin
+	 * wrapper. Each must yield a working "inc". */
+	{
+		char path[] = "/tmp/gpuctl-ctest-XXXXXX";
+		int fd = mkstemp(path);
+		EXPECT(fd >= 0 && write(fd, ptx, strlen(ptx)) == (ssize_t)strlen(ptx));
+		close(fd);
+		size_t pl = (strlen(ptx) + 8) & ~(size_t)7;
+		unsigned char *fb = calloc(1, 16 + 64 + pl);
+		uint32_t u32;
+		uint16_t u16;
+		uint64_t u64;
+		u32 = 0xBA55ED50u, memcpy(fb, &u32, 4);
+		u16 = 1, memcpy(fb + 4, &u16, 2);
+		u16 = 16, memcpy(fb + 6, &u16, 2);
+		u64 = 64 + pl, memcpy(fb + 8, &u64, 8);
+		u16 = 1, memcpy(fb + 16, &u16, 2); /* PTX entry */
+		u32 = 64, memcpy(fb + 16 + 4, &u32, 4);
+		u64 = pl, memcpy(fb + 16 + 8, &u64, 8);
+		u32 = 52, memcpy(fb + 16 + 28, &u32, 4);
+		memcpy(fb + 16 + 64, ptx, strlen(ptx));
+		struct {
+			int magic, version;
+			const void *data, *unused;
+		} wrapper = { 0x466243b1, 1, fb, NULL };
+		char log[64];
+		CUjit_option opts[] = { CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES };
+		void *vals[] = { log, (void *)(uintptr_t)sizeof log };
+		for (int way = 0; way < 4; way++) {
+			CUmodule m2 = NULL;
+			CUfunction f2;
+			CUresult r = way == 0 ? cuModuleLoad(&m2, path)
+				   : way == 1 ? cuModuleLoadDataEx(&m2, ptx, 2, opts, vals)
+				   : way == 2 ? cuModuleLoadFatBinary(&m2, fb)
+					      : cuModuleLoadData(&m2, &wrapper);
+			if (r != CUDA_SUCCESS) {
+				fprintf(stderr, "FAIL: module load way %d: %d\n", way, (int)r);
+				failures++;
+				continue;
+			}
+			OK(cuModuleGetFunction(&f2, m2, "inc"));
+			OK(cuMemsetD32(d1, 41, 4));
+			unsigned four = 4;
+			void *a2[] = { &d1, &four };
+			OK(cuLaunchKernel(f2, 1, 1, 1, 32, 1, 1, 0, NULL, a2, NULL));
+			unsigned v[4] = { 0 };
+			OK(cuMemcpyDtoH(v, d1, sizeof v));
+			EXPECT(v[0] == 42 && v[3] == 42);
+			OK(cuModuleUnload(m2));
+		}
+		EXPECT((uintptr_t)vals[1] == 0); /* no log */
+		CUmodule m3;
+		CHECK(cuModuleLoad(&m3, "/nonexistent/kernel.ptx"), CUDA_ERROR_FILE_NOT_FOUND);
+		unlink(path);
+		free(fb);
+	}
 
 	/* Errors. */
 	CUdeviceptr huge;
