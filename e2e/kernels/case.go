@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"bufio"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"math"
@@ -33,7 +34,18 @@ type Param struct {
 	Type   Type
 	Buffer *Buffer
 	Bits   uint64 // a scalar's value as a little-endian bit pattern
+	Raw    []byte // a raw scalar's bytes (a struct passed by value)
 	Source string // a scalar's value as written
+}
+
+// Value is a scalar parameter's bytes as the kernel receives them.
+func (p *Param) Value() []byte {
+	if p.Type == Raw {
+		return p.Raw
+	}
+	b := make([]byte, p.Type.Size())
+	store(b, p.Type, p.Bits)
+	return b
 }
 
 // CompareMode is how an output is compared with its reference.
@@ -128,10 +140,28 @@ func (c *Case) Int(name string) int64 {
 		return int64(int16(p.Bits))
 	case I32:
 		return int64(int32(p.Bits))
-	case F32, F64:
+	case F32, F64, Raw:
 		panic(fmt.Sprintf("case %s: scalar %q is %s, not an integer", c.Name, name, p.Type))
 	}
 	return int64(p.Bits)
+}
+
+// F64 returns scalar parameter name, which must be f64.
+func (c *Case) F64(name string) float64 {
+	p := c.scalar(name)
+	if p.Type != F64 {
+		panic(fmt.Sprintf("case %s: scalar %q is %s, not f64", c.Name, name, p.Type))
+	}
+	return math.Float64frombits(p.Bits)
+}
+
+// RawBytes returns raw scalar parameter name's bytes.
+func (c *Case) RawBytes(name string) []byte {
+	p := c.scalar(name)
+	if p.Type != Raw {
+		panic(fmt.Sprintf("case %s: scalar %q is %s, not raw", c.Name, name, p.Type))
+	}
+	return p.Raw
 }
 
 // F32 returns scalar parameter name, which must be f32.
@@ -146,6 +176,10 @@ func (c *Case) F32(name string) float32 {
 // maxBufferBytes bounds one buffer, so that a mistyped count fails at load
 // time instead of exhausting memory; kernelrun applies the same limit.
 const maxBufferBytes = 1 << 30
+
+// maxRawBytes bounds a struct passed by value (CUDA allows 32 KB of
+// parameters on recent GPUs; 4 KB is plenty for the corpus).
+const maxRawBytes = 4096
 
 var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
@@ -293,6 +327,9 @@ func (c *Case) directive(f []string) error {
 		if b.Type, err = parseType(f[2]); err != nil {
 			return err
 		}
+		if b.Type == Raw {
+			return fmt.Errorf("raw is for scalar parameters (structs by value), not buffers")
+		}
 		cnt, perr := strconv.ParseUint(f[3], 10, 31)
 		if perr != nil || cnt == 0 {
 			return fmt.Errorf("count %q is not a positive integer", f[3])
@@ -325,6 +362,14 @@ func (c *Case) directive(f []string) error {
 		t, err := parseType(f[2])
 		if err != nil {
 			return err
+		}
+		if t == Raw {
+			raw, err := hex.DecodeString(f[3])
+			if err != nil || len(raw) == 0 || len(raw) > maxRawBytes {
+				return fmt.Errorf("raw scalar %q: want 1 to %d bytes as an even number of hex digits", f[1], maxRawBytes)
+			}
+			c.Params = append(c.Params, Param{Name: f[1], Type: Raw, Raw: raw, Source: f[3]})
+			return nil
 		}
 		bits, err := parseValue(t, f[3])
 		if err != nil {

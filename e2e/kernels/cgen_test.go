@@ -54,8 +54,7 @@ func TestCGeneratorMatchesGo(t *testing.T) {
 					continue
 				}
 				got, err := os.ReadFile(filepath.Join(dir, c.Name+"."+p.Name+".scalar"))
-				want := make([]byte, p.Type.Size())
-				store(want, p.Type, p.Bits)
+				want := p.Value()
 				if err != nil || !slices.Equal(got, want) {
 					t.Errorf("%s: scalar %s: C %x, Go %x (%v)", c.Name, p.Name, got, want, err)
 				}
@@ -114,6 +113,8 @@ func TestCParserRejectsWhatGoRejects(t *testing.T) {
 		{"big block", head + " block 1024 2\nend\n"},
 		{"case after expect", head + " expect CUDA_ERROR_ILLEGAL_ADDRESS\nend\ncase d\n module m\n kernel k\nend\n"},
 		{"bad expect", head + " expect ILLEGAL\nend\n"},
+		{"odd raw", head + " scalar s raw 123\nend\n"},
+		{"raw buffer", head + " buf a raw 4 zero\nend\n"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if _, err := Parse(strings.NewReader(tt.text), "bad.case"); err == nil {

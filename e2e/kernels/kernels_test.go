@@ -24,7 +24,7 @@ func loadCorpus(t *testing.T) []Case {
 	return cases
 }
 
-var kernelRE = regexp.MustCompile(`extern "C" __global__ void (\w+)\(`)
+var kernelRE = regexp.MustCompile(`extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(`)
 
 // sourceKernels maps each kernel of src/*.cu to its module (file stem).
 func sourceKernels(t *testing.T) map[string]string {

@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"unsafe"
 )
 
@@ -71,6 +72,13 @@ var references = map[string]refFunc{
 	// special.cu, barriers.cu
 	"special_regs":  refSpecialRegs,
 	"named_barrier": refNamedBarrier,
+	// narrow.cu, params.cu
+	"narrow_types": refNarrowTypes,
+	"bytes_v4":     refBytesV4,
+	"struct_param": refStructParam,
+	"mixed_params": refMixedParams,
+	"many_params":  refManyParams,
+	"bounded":      refBounded,
 	// stateful.cu
 	"state_init":     refStateInit,
 	"state_step":     refStateStep,
@@ -137,3 +145,5 @@ func putIfDeclared[T Elem](m Mem, name string, v []T) {
 		Put(m, name, v)
 	}
 }
+
+func itoa(k int) string { return strconv.Itoa(k) }

@@ -21,9 +21,10 @@ const (
 	U64
 	F32
 	F64
+	Raw // scalars only: a by-value struct, written as hex bytes
 )
 
-var typeNames = [...]string{I8: "i8", U8: "u8", I16: "i16", U16: "u16", I32: "i32", U32: "u32", I64: "i64", U64: "u64", F32: "f32", F64: "f64"}
+var typeNames = [...]string{I8: "i8", U8: "u8", I16: "i16", U16: "u16", I32: "i32", U32: "u32", I64: "i64", U64: "u64", F32: "f32", F64: "f64", Raw: "raw"}
 
 func (t Type) String() string {
 	if int(t) < len(typeNames) && typeNames[t] != "" {
@@ -32,9 +33,11 @@ func (t Type) String() string {
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
 
-// Size is the element size in bytes.
+// Size is the element size in bytes (0 for Raw, whose size is its value's).
 func (t Type) Size() int {
 	switch t {
+	case Raw:
+		return 0
 	case I8, U8:
 		return 1
 	case I16, U16:
@@ -58,7 +61,7 @@ func parseType(s string) (Type, error) {
 			return Type(t), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown type %q (want one of i8 u8 i16 u16 i32 u32 i64 u64 f32 f64)", s)
+	return 0, fmt.Errorf("unknown type %q (want one of i8 u8 i16 u16 i32 u32 i64 u64 f32 f64, or raw for a struct scalar)", s)
 }
 
 // parseValue turns one literal into the little-endian bit pattern of a value

@@ -28,9 +28,10 @@
 #define MAX_NAME    64
 #define MAX_LIST    256
 #define MAX_BUFFER_BYTES (1 << 30) /* the Go package's limit too */
+#define MAX_RAW_BYTES 4096          /* a struct passed by value */
 
-enum type { T_NONE, T_I8, T_U8, T_I16, T_U16, T_I32, T_U32, T_I64, T_U64, T_F32, T_F64 };
-static const char *const type_names[] = {"", "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64", "f32", "f64"};
+enum type { T_NONE, T_I8, T_U8, T_I16, T_U16, T_I32, T_U32, T_I64, T_U64, T_F32, T_F64, T_RAW };
+static const char *const type_names[] = {"", "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64", "f32", "f64", "raw"};
 
 enum init_kind { I_ZERO, I_CONST, I_SEQ, I_LIST, I_RAND, I_RANDI, I_RANDF, I_KEEP };
 
@@ -50,6 +51,8 @@ struct buffer {
     int is_param;
     int checked;
     uint64_t scalar; /* scalars: the value's bit pattern */
+    size_t rawlen;   /* raw scalars (structs by value): their bytes */
+    unsigned char raw[MAX_RAW_BYTES];
 };
 
 struct kcase {
@@ -94,10 +97,10 @@ static int is_float(enum type t) { return t == T_F32 || t == T_F64; }
 
 static enum type parse_type(const char *s)
 {
-    for (int t = T_I8; t <= T_F64; t++)
+    for (int t = T_I8; t <= T_RAW; t++)
         if (strcmp(s, type_names[t]) == 0)
             return (enum type)t;
-    die_parse("unknown type \"%s\" (want i8 u8 i16 u16 i32 u32 i64 u64 f32 f64)", s);
+    die_parse("unknown type \"%s\" (want i8 u8 i16 u16 i32 u32 i64 u64 f32 f64, or raw for a struct scalar)", s);
     return T_NONE;
 }
 
@@ -433,6 +436,8 @@ static int directive(struct kcase *c, char **f, int n)
         memset(b, 0, sizeof *b);
         set_name(b->name, f[1]);
         b->type = parse_type(f[2]);
+        if (b->type == T_RAW)
+            die_parse("raw is for scalar parameters (structs by value), not buffers");
         char *end;
         unsigned long long cnt = strtoull(f[3], &end, 10);
         if (*end || cnt == 0 || cnt > 0x7fffffffull)
@@ -453,7 +458,23 @@ static int directive(struct kcase *c, char **f, int n)
         memset(b, 0, sizeof *b);
         set_name(b->name, f[1]);
         b->type = parse_type(f[2]);
-        b->scalar = parse_value(b->type, f[3]);
+        if (b->type == T_RAW) {
+            size_t len = strlen(f[3]);
+            if (len == 0 || len % 2 != 0 || len / 2 > MAX_RAW_BYTES)
+                die_parse("raw scalar \"%s\": want 1 to %d bytes as an even number of hex digits", f[1], MAX_RAW_BYTES);
+            for (size_t k = 0; k < len / 2; k++) {
+                unsigned v;
+                char pair[3] = {f[3][2 * k], f[3][2 * k + 1], 0};
+                char *end;
+                v = (unsigned)strtoul(pair, &end, 16);
+                if (*end != '\0' || pair[0] == '+' || pair[0] == '-' || pair[0] == ' ')
+                    die_parse("raw scalar \"%s\": want 1 to %d bytes as an even number of hex digits", f[1], MAX_RAW_BYTES);
+                b->raw[k] = (unsigned char)v;
+            }
+            b->rawlen = len / 2;
+        } else {
+            b->scalar = parse_value(b->type, f[3]);
+        }
     } else if (strcmp(f[0], "check") == 0 && n == 3) {
         struct buffer *b = find_buffer(c, f[1]);
         if (!b || (!b->is_global && b->count == 0))

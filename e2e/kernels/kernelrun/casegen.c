@@ -41,7 +41,8 @@ int main(int argc, char **argv)
             if (b->count == 0) { /* a scalar parameter */
                 unsigned char v[8];
                 store(v, b->type, b->scalar);
-                if (dump(argv[2], c->name, b->name, "scalar", v, size))
+                if (dump(argv[2], c->name, b->name, "scalar", b->type == T_RAW ? b->raw : v,
+                         b->type == T_RAW ? b->rawlen : size))
                     return 1;
                 continue;
             }

@@ -129,7 +129,8 @@ static int run_case(struct kcase *c, const char *image, const char *outdir)
     for (int i = 0; i < c->nparams; i++) {
         struct buffer *b = &c->params[i];
         if (b->count == 0) {
-            args[i] = &b->scalar; /* little-endian: the low bytes are the value */
+            /* little-endian: the low bytes of scalar are the value */
+            args[i] = b->type == T_RAW ? (void *)b->raw : (void *)&b->scalar;
             continue;
         }
         size_t bytes = b->count * type_size(b->type);
