@@ -66,3 +66,68 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+// FuzzInstruction puts arbitrary text where one instruction goes in a
+// kernel with every register class declared, then loads and runs it: the
+// compiler and the interpreter must turn anything into a result or a CUDA
+// error, never a panic.
+func FuzzInstruction(f *testing.F) {
+	for _, s := range []string{
+		"add.s32 %r3, %r1, %r2;", "mad.wide.u32 %rd3, %r1, %r2, %rd1;", "div.rn.f32 %f3, %f1, %f2;",
+		"cvt.rzi.s32.f32 %r3, %f1;", "cvt.rn.f16.f32 %rs3, %f1;", "shfl.sync.bfly.b32 %r3|%p1, %r1, 5, 31, -1;",
+		"vote.sync.ballot.b32 %r3, %p1, -1;", "atom.shared.cas.b32 %r3, [sm+4], %r1, %r2;", "ld.global.v4.u32 {%r3, %r4, %r5, %r6}, [%rd10];",
+		"st.shared.v2.f32 [sm+8], {%f1, %f2};", "bfe.s64 %rd3, %rd1, %r1, %r2;", "prmt.b32.f4e %r3, %r1, %r2, %r1;",
+		"bar.red.popc.u32 %r3, 0, %p1;", "setp.gtu.and.f64 %p3, %fd1, %fd2, %p1;", "fma.rn.ftz.sat.f32 %f3, %f1, %f2, %f1;",
+		"madc.hi.cc.u32 %r3, %r1, %r2, %r1;", "redux.sync.min.s32 %r3, %r1, -1;", "cp.async.ca.shared.global [sm], [%rd10], 16;",
+		"@%p1 bra L; L:", "mov.b64 {%r3, %r4}, %rd1;", "ld.local.u32 %r3, [%rd1];", "testp.subnormal.f64 %p3, %fd1;",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, insn string) {
+		if strings.ContainsAny(insn, "{}") && strings.Count(insn, "{") != strings.Count(insn, "}") {
+			return // would unbalance the kernel's own braces
+		}
+		src := `.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry k(.param .u64 k_in)
+{
+	.reg .pred %p<8>;
+	.reg .b16 %rs<8>;
+	.reg .b32 %r<16>;
+	.reg .f32 %f<16>;
+	.reg .b64 %rd<16>;
+	.reg .f64 %fd<16>;
+	.shared .align 8 .b8 sm[64];
+	ld.param.u64 %rd10, [k_in];
+	mov.u32 %r1, %tid.x;
+	mov.u32 %r2, 3;
+	` + insn + `
+	ret;
+}
+`
+		m, err := Load([]byte(src))
+		if err != nil {
+			if codeOf(err) == "CUDA_ERROR_UNKNOWN" {
+				t.Fatalf("error without a CUDA result: %v", err)
+			}
+			return
+		}
+		fn, err := m.Function("k")
+		if err != nil {
+			return
+		}
+		mem := newTestMem()
+		buf := mem.alloc(256)
+		p := make([]byte, 8)
+		for i := range p {
+			p[i] = byte(buf >> (8 * i))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		err = fn.Run(ctx, Launch{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{40, 1, 1}, Params: p}, mem, 1)
+		if err != nil && strings.Contains(err.Error(), "emulator fault") {
+			t.Fatalf("%q: %v", insn, err)
+		}
+	})
+}

@@ -23,6 +23,7 @@ type testAlloc struct {
 func newTestMem() *testMem { return &testMem{next: 0x7f00_0000_0000} }
 
 func (m *testMem) alloc(n int) uint64 {
+	n = max(n, 1) // like the backend: an empty variable still gets an address
 	base := m.next
 	m.allocs = append(m.allocs, testAlloc{base: base, data: make([]byte, n)})
 	m.next += uint64(n+4095)&^4095 + 4096
