@@ -1,18 +1,22 @@
 package store
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+
+	"github.com/zeebo/blake3"
 
 	"github.com/gpuctl/gpuctl/errs"
 )
 
-// Digest is the SHA-256 of a chunk's uncompressed content.
-type Digest [sha256.Size]byte
+// Digest is the BLAKE3-256 hash of a chunk's uncompressed content.
+type Digest [32]byte
 
-// Sum returns the digest of b.
-func Sum(b []byte) Digest { return sha256.Sum256(b) }
+// Sum returns the digest of b. BLAKE3 hashes a 16 KiB chunk 1.6 times as
+// fast as SHA-256 with SHA extensions on the same core (AVX-512 versus
+// SHA-NI, measured in docs/store.md), and hashing every byte is most of
+// what a checkpoint of barely changed memory costs.
+func Sum(b []byte) Digest { return blake3.Sum256(b) }
 
 // String is the lowercase hex form used in manifests, logs and the API.
 func (d Digest) String() string { return hex.EncodeToString(d[:]) }

@@ -6,7 +6,7 @@
 // # Layout on disk
 //
 //	STATE_DIR/gpud.db              bbolt index (this package)
-//	STATE_DIR/blobs/packs/<id>.pack  sealed pack files; <id> is the SHA-256 of the file
+//	STATE_DIR/blobs/packs/<id>.pack  sealed pack files; <id> is 32 random bytes in hex
 //	STATE_DIR/blobs/tmp/           packs being written; anything here after a crash is garbage
 //
 // # Bucket tree
@@ -36,24 +36,26 @@
 //
 //   - An image is visible only once complete. Ingest.Commit writes every new
 //     chunk into a pack in the order: write to a temporary file, fsync, re-read
-//     and verify the file digest, rename into packs/, fsync the directory; and
+//     and verify the file's CRC-32C, rename into packs/, fsync the directory; and
 //     only then indexes the packs, the chunks and the image in one bbolt
 //     transaction. A crash at any point leaves either no image or a whole one;
 //     what it leaves behind (temporary files, packs nobody indexes, chunks at
 //     zero references) is reclaimed by GC.
-//   - Every chunk read is decompressed with a size limit and its SHA-256
-//     checked; a mismatch is an errs.DataLoss error naming the chunk.
+//   - Every chunk read is decompressed with a size limit and its BLAKE3
+//     digest checked; a mismatch is an errs.DataLoss error naming the chunk.
 //   - GC never removes a chunk an in-flight ingest has seen (leases) nor a
 //     pack it is writing.
 //   - Only one process opens a state dir: bbolt takes an exclusive file lock,
 //     and Open gives up after Options.LockTimeout with a clear error.
 //
-// # Why packs and SHA-256
+// # Why packs and BLAKE3
 //
 // A 1 GiB checkpoint is ~65,000 chunks. One file per chunk costs a create,
 // a write and an fsync each (measured ~130 µs per fsync here), which alone
-// would cap a put near 100 MB/s; packs need one fsync per pack. SHA-256 is
-// in the standard library, uses the CPU's SHA extensions (1.3 GB/s per core
-// measured on 16 KiB chunks, against 2.1 GB/s for an AVX-512 BLAKE3) and is
-// what every tool can recompute; docs/store.md has the numbers.
+// would cap a put near 100 MB/s; packs need one fsync per pack. Hashing
+// every non-zero byte is most of the cost of checkpointing memory that
+// barely changed, and BLAKE3 (AVX-512) hashes 16 KiB chunks at 2.1 GB/s
+// per core against 1.3 GB/s for SHA-256 with the CPU's SHA extensions;
+// both are cryptographic, so content addressing holds against a client
+// that crafts its memory. docs/store.md has the numbers.
 package store

@@ -42,7 +42,7 @@ type packWriter struct {
 
 // castagnoli is CRC-32C, which the CPU computes in hardware: the pack
 // check guards against lost or torn writes, while every chunk read is
-// still checked against its SHA-256.
+// still checked against its BLAKE3 digest.
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 func (s *Store) newPackWriter() (*packWriter, error) {

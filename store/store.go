@@ -109,7 +109,7 @@ func Open(ctx context.Context, stateDir string, opts Options) (*Store, error) {
 		leases: map[Digest]int{}, inflight: map[string]bool{}, files: map[Digest]*os.File{},
 	}
 	s.enc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(opts.Workers), zstd.WithLowerEncoderMem(true),
-		// Every chunk is checked against its SHA-256; zstd's own checksum
+		// Every chunk is checked against its BLAKE3 digest; zstd's own checksum
 		// would be a second, weaker one.
 		zstd.WithEncoderCRC(false))
 	s.dec, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(opts.Workers), zstd.WithDecoderMaxMemory(MaxChunkSize*2))

@@ -508,3 +508,26 @@ func TestPacksDirIgnoresForeignFiles(t *testing.T) {
 		t.Fatalf("gc removed a file that is not a pack: %v", err)
 	}
 }
+
+// The digest is part of the on-disk and export formats: it must never
+// change silently.
+func TestDigestIsBLAKE3(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"", "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"},
+		{"abc", "6437b3ac38465133ffb63b75273a8db548c558465d79db03fd359c6cd5bd9d85"},
+	}
+	for _, tt := range tests {
+		if got := Sum([]byte(tt.in)).String(); got != tt.want {
+			t.Errorf("Sum(%q) = %s, want %s", tt.in, got, tt.want)
+		}
+		d, err := ParseDigest(tt.want)
+		if err != nil || d.String() != tt.want {
+			t.Errorf("ParseDigest(%s) = %s, %v", tt.want, d, err)
+		}
+	}
+	for _, bad := range []string{"", "xyz", strings.Repeat("g", 64), strings.Repeat("a", 63)} {
+		if _, err := ParseDigest(bad); !errs.IsInvalidArgument(err) {
+			t.Errorf("ParseDigest(%q): %v", bad, err)
+		}
+	}
+}
