@@ -18,6 +18,7 @@ package ptx
 
 import (
 	"context"
+	"runtime/debug"
 	"sync"
 
 	"github.com/gpuctl/gpuctl/remoting/cu"
@@ -89,7 +90,13 @@ const (
 // Load parses image, which may be PTX text, a cubin (ELF) or a fatbin
 // (including compressed entries) that embeds PTX. An image without PTX
 // fails with CUDA_ERROR_NO_BINARY_FOR_GPU and says how to rebuild it.
-func Load(image []byte) (*Module, error) {
+func Load(image []byte) (m *Module, err error) {
+	defer func() {
+		// Last resort: a bug in the loader must not take the worker down.
+		if r := recover(); r != nil {
+			m, err = nil, cu.Errorf(cu.ErrorInvalidPTX, "emulator fault while loading the module: %v\n%s", r, debug.Stack())
+		}
+	}()
 	src, err := extractPTX(image)
 	if err != nil {
 		return nil, err
@@ -311,7 +318,7 @@ func (f *Function) prepare(ctx context.Context, l Launch, mem Memory) (*launch, 
 		kernel:   f.cf,
 		mod:      m,
 		mem:      mem,
-		params:   l.Params,
+		params:   append([]byte(nil), l.Params...), // the kernel may write its copy
 		grid:     g,
 		blk:      b,
 		shBytes:  uint32(sh),

@@ -324,8 +324,12 @@ func (c *fcomp) nameSlot(o operand) int32 {
 		return c.addrSlot(fillGlobal, int32(s.idx))
 	case symLocal:
 		return c.addrSlot(fillLocal, int32(s.off+uint32(o.ival)))
+	case symKParam:
+		// The parameter-space address of a kernel parameter: its offset
+		// in the parameter buffer (for cvta.param and ld.param [%rd]).
+		return c.constSlot(uint64(s.off) + o.ival)
 	}
-	panic(&unsupportedError{what: fmt.Sprintf("taking the address of parameter %q", o.name)})
+	panic(&unsupportedError{what: fmt.Sprintf("taking the address of function parameter %q", o.name)})
 }
 
 // dst returns the slot an instruction writes.

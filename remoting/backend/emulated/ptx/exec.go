@@ -22,6 +22,7 @@ import (
 const (
 	SharedWindow uint64 = 0xfe00_0000_0000_0000
 	LocalWindow  uint64 = 0xfd00_0000_0000_0000
+	ParamWindow  uint64 = 0xfc00_0000_0000_0000 // kernel parameters (cvta.param)
 	windowSize   uint64 = 1 << 32
 )
 
@@ -189,6 +190,13 @@ func (w *warp) generic(lane int, addr uint64, n uint64, in *inst) []byte {
 		return w.sharedAt(addr-SharedWindow, n, in)
 	case LocalWindow:
 		return w.localAt(lane, addr-LocalWindow, n, in)
+	case ParamWindow:
+		p := w.b.l.params
+		off := addr - ParamWindow
+		if off > uint64(len(p)) || uint64(len(p))-off < n {
+			w.fail(cu.ErrorIllegalAddress, in, "%d-byte parameter access at offset %d is outside the %d-byte parameter buffer", n, off, len(p))
+		}
+		return p[off : off+n]
 	}
 	return w.global(addr, n, in)
 }

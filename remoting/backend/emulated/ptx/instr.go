@@ -70,8 +70,8 @@ func (c *fcomp) build(in *instr, x *inst) {
 			c.pack(in, x, t)
 		default:
 			if a[1].kind == oSym || a[1].kind == oReg {
-				if s := c.lookup(a[1].name); s != nil && (s.kind == symKParam || s.kind == symParam) {
-					unsupported("taking the address of parameter %q", a[1].name)
+				if s := c.lookup(a[1].name); s != nil && s.kind == symParam {
+					unsupported("taking the address of function parameter %q", a[1].name)
 				}
 			}
 			x.d = c.dst(a[0])
@@ -295,6 +295,8 @@ func (c *fcomp) build(in *instr, x *inst) {
 			win = LocalWindow
 		case hasMod(in.mods, "global"), hasMod(in.mods, "const"):
 			win = 0
+		case hasMod(in.mods, "param"):
+			win = ParamWindow
 		default:
 			unsupported("cvta for this state space")
 		}
@@ -315,10 +317,12 @@ func (c *fcomp) build(in *instr, x *inst) {
 			f = func(v uint64) uint64 { return b2u(v&^(windowSize-1) == SharedWindow) }
 		case hasMod(in.mods, "local"):
 			f = func(v uint64) uint64 { return b2u(v&^(windowSize-1) == LocalWindow) }
+		case hasMod(in.mods, "param"):
+			f = func(v uint64) uint64 { return b2u(v&^(windowSize-1) == ParamWindow) }
 		default:
 			f = func(v uint64) uint64 {
 				h := v &^ (windowSize - 1)
-				return b2u(h != SharedWindow && h != LocalWindow)
+				return b2u(h != SharedWindow && h != LocalWindow && h != ParamWindow)
 			}
 		}
 		x.fn = un(f)
@@ -351,6 +355,9 @@ func (c *fcomp) build(in *instr, x *inst) {
 		"griddepcontrol", "setmaxnreg":
 		x.fn = opNop
 	case "createpolicy":
+		if len(a) == 0 {
+			c.failf("`%s` has no destination", in.text)
+		}
 		x.d = c.dst(a[0])
 		zero := c.constSlot(0)
 		x.a = zero
@@ -745,11 +752,16 @@ func (c *fcomp) ld(in *instr, x *inst) {
 	slot, off, ps := c.address(in.args[1], sp)
 	x.a, x.off = slot, off
 	if ps != nil || sp == spParam {
-		if ps == nil {
-			unsupported("parameter access through a register address")
-		}
-		if ps.kind == symParam {
+		switch {
+		case ps == nil && !c.f.entry:
+			unsupported("parameter access through a register address in a function")
+		case ps == nil:
+			// ld.param [%rd]: a kernel-parameter address taken with mov
+		case ps.kind == symParam:
 			x.aux = 1
+			x.a = -1
+		default:
+			x.a = -1
 		}
 		x.space = spParam
 		x.fn = opLdParam
@@ -831,6 +843,9 @@ func (c *fcomp) atom(in *instr, x *inst) {
 	}
 	x.t, x.space, x.aux = t, sp, uint32(op)
 	args := in.args
+	if len(args) == 0 {
+		c.failf("`%s` has no operands", in.text)
+	}
 	if in.op == "atom" {
 		x.d = c.dst(args[0])
 		args = args[1:]

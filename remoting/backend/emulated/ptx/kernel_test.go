@@ -447,3 +447,39 @@ func TestDebugPTX(t *testing.T) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
 }
+
+// TestParamAddresses covers kernel parameters reached through an address
+// (nvcc's __grid_constant__ and by-value structs indexed at run time).
+func TestParamAddresses(t *testing.T) {
+	m := mustLoad(t, `.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry pk(.param .align 8 .b8 pk_param_0[16], .param .u64 pk_param_1)
+{
+	.reg .b32 %r<4>;
+	.reg .b64 %rd<6>;
+	mov.b64 %rd1, pk_param_0;
+	cvta.param.u64 %rd2, %rd1;
+	ld.u32 %r1, [%rd2+4];
+	ld.param.u32 %r2, [%rd1+8];
+	add.s32 %r3, %r1, %r2;
+	ld.param.u64 %rd3, [pk_param_1];
+	cvta.to.global.u64 %rd4, %rd3;
+	st.global.u32 [%rd4], %r3;
+	ret;
+}
+`)
+	f := mustFunc(t, m, "pk")
+	mem := newTestMem()
+	out := mem.alloc(4)
+	p := make([]byte, 24)
+	binary.LittleEndian.PutUint32(p[4:], 40)
+	binary.LittleEndian.PutUint32(p[8:], 2)
+	binary.LittleEndian.PutUint64(p[16:], out)
+	if err := f.Run(context.Background(), Launch{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}, Params: p}, mem, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := mem.u32s(out, 1)[0]; got != 42 {
+		t.Fatalf("got %d, want 42", got)
+	}
+}

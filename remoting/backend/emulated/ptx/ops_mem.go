@@ -176,7 +176,11 @@ func opLdParam(w *warp, fr *frame, in *inst, m uint32) {
 	sz := uint64(in.t.size())
 	for ; m != 0; m &= m - 1 {
 		l := bits.TrailingZeros32(m)
-		b := w.paramBytes(fr, in, l, in.off, sz*uint64(in.n))
+		off := in.off
+		if in.a >= 0 {
+			off += r[int(in.a)*warpSize+l]
+		}
+		b := w.paramBytes(fr, in, l, off, sz*uint64(in.n))
 		if in.n == 1 {
 			r[int(in.d)*warpSize+l] = loadVal(b, in.t)
 			continue
