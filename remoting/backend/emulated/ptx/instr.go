@@ -226,6 +226,44 @@ func (c *fcomp) build(in *instr, x *inst) {
 		x.d = c.dst(a[0])
 		x.a, x.b, x.c, x.e = c.val(a[1], tB32), c.val(a[2], tB32), c.val(a[3], tB32), c.val(a[4], tB32)
 		x.fn = quad(lop3)
+	case "bmsk":
+		// bmsk.mode.b32 d, a, b: b one-bits starting at bit a
+		c.nargs(in, 3)
+		x.d = c.dst(a[0])
+		x.a, x.b = c.val(a[1], tU32), c.val(a[2], tU32)
+		wrap := hasMod(in.mods, "wrap")
+		x.fn = bin(func(p, q uint64) uint64 {
+			pos, n := uint32(p), uint32(q)
+			if wrap {
+				pos, n = pos&31, n&31
+			} else {
+				pos, n = min(pos, 32), min(n, 32)
+			}
+			return (uint64(1)<<n - 1) << pos & 0xffffffff
+		})
+	case "szext":
+		// szext.mode.type d, a, b: extend the low b bits of a
+		c.nargs(in, 3)
+		t := c.lastType(in)
+		x.d = c.dst(a[0])
+		x.a, x.b = c.val(a[1], t), c.val(a[2], tU32)
+		wrap := hasMod(in.mods, "wrap")
+		x.fn = bin(func(p, q uint64) uint64 {
+			n := uint32(q)
+			if wrap {
+				n &= 31
+			} else {
+				n = min(n, 32)
+			}
+			if n == 0 {
+				return 0
+			}
+			v := p & (uint64(1)<<n - 1)
+			if t.signed() {
+				v = sext(v, uint(n))
+			}
+			return v & 0xffffffff
+		})
 	case "dp4a", "dp2a":
 		c.nargs(in, 4)
 		ts := typesOf(in.mods)

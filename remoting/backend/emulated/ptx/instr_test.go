@@ -309,6 +309,17 @@ func TestIntegerInstructions(t *testing.T) {
 			return uint64(uint32(a<<16 | a>>16&0xffff))
 		}},
 		{"cnot", "cnot.b32 %r3, %r1;", "r3", mixed32, nil, func(a, b uint64, _ int) uint64 { return b2u(uint32(a) == 0) }},
+		{"bmsk.clamp", "bmsk.clamp.b32 %r3, %r1, %r2;", "r3", mixed32, mixed32b, func(a, b uint64, _ int) uint64 {
+			p, n := min(uint32(a), 32), min(uint32(b), 32)
+			return (uint64(1)<<n - 1) << p & 0xffffffff
+		}},
+		{"szext.wrap.s32", "szext.wrap.s32 %r3, %r1, %r2;", "r3", mixed32, mixed32b, func(a, b uint64, _ int) uint64 {
+			n := uint32(b) & 31
+			if n == 0 {
+				return 0
+			}
+			return uint64(uint32(int32(uint32(a)<<(32-n)) >> (32 - n)))
+		}},
 		{"mul24", "mul24.lo.u32 %r3, %r1, %r2;", "r3", mixed32, mixed32b, func(a, b uint64, _ int) uint64 { return uint64(uint32((a & 0xffffff) * (b & 0xffffff))) }},
 	})
 }
