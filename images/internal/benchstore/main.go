@@ -107,7 +107,7 @@ func run(size int, scratch string) error {
 	_ = os.Remove(filepath.Join(scratch, "baseline.out"))
 	settle()
 
-	st, err := store.Open(ctx, filepath.Join(scratch, "state"), store.Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	st, err := store.Open(ctx, filepath.Join(scratch, "state"), store.Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return err
 	}
