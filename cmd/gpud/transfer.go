@@ -1,11 +1,35 @@
 package main
 
-import "github.com/gpuctl/gpuctl/checkpoint"
+import (
+	"context"
+	"net/http"
+
+	"github.com/gpuctl/gpuctl/checkpoint"
+	"github.com/gpuctl/gpuctl/checkpoint/migrate"
+	"github.com/gpuctl/gpuctl/control"
+	"github.com/gpuctl/gpuctl/images"
+	"github.com/gpuctl/gpuctl/store"
+)
 
 // transferRouters adds migration (POST /v1/sessions/{id}/migrate) and the
-// image store's own routes (list, inspect, export, import, chunk
-// transfer). They need images.Push and images.Register; until those are
-// part of the build, gpud serves checkpoint and restore only.
+// image store's own routes: list, inspect, delete, export, import, verify,
+// gc and the chunk transfer a migration's target receives.
 func (d *daemon) transferRouters(ckpt *checkpoint.Service, imgs imageStore) []router {
-	return nil
+	mig := &migrate.Service{Checkpoint: ckpt, Push: imgs, Token: d.token, Backend: d.workerOp.Backend, Log: d.log}
+	return []router{mig, imageRoutes{st: d.store, opts: images.RouteOptions{Logger: d.log}}}
+}
+
+// imageRoutes registers the image store's routes.
+type imageRoutes struct {
+	st   *store.Store
+	opts images.RouteOptions
+}
+
+func (r imageRoutes) Register(mux *http.ServeMux) { images.Register(mux, r.st, r.opts) }
+
+// Push sends an image's chunks the target lacks, then its manifest
+// (migrate.Pusher).
+func (s imageStore) Push(ctx context.Context, image string, to *control.Client) (migrate.PushStats, error) {
+	n, err := images.Push(ctx, s.st, image, to, nil)
+	return migrate.PushStats{Bytes: n}, err
 }

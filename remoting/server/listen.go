@@ -165,6 +165,12 @@ func (l *Listener) handshake(ctx context.Context, c *net.TCPConn, timeout time.D
 		log.Info("client reconnected", "session", hello.SessionID, "last_sent", hello.LastSeq)
 		handedOver = true
 		return
+	case errors.As(err, new(*movedError)):
+		var me *movedError
+		errors.As(err, &me)
+		met.WithLabelValues("moved").Inc()
+		log.Info("sent a returning client to its session's new host", "session", hello.SessionID, "to", me.addr)
+		_ = wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusMoved, Message: me.addr})
 	case errors.Is(err, errUnknown):
 		met.WithLabelValues("unknown_session").Inc()
 		log.Info("refused a resume of an unknown session (or wrong secret)", "session", hello.SessionID)

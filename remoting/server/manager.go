@@ -63,9 +63,14 @@ type Session struct {
 	rec    Record
 	worker *worker.Handle
 	conn   *net.TCPConn // gpud's copy of the attached client's socket
-	grace  *time.Timer
-	// graceGen tells the current grace timer from one stopped too late.
-	graceGen *struct{ _ byte }
+	// timer ends a detached session after the grace period, and lets go
+	// of a stopped session's client and later of the session.
+	timer *time.Timer
+	// timerGen tells the current timer from one stopped too late.
+	timerGen *struct{ _ byte }
+	// movedTo is where a migrated session went: a client that comes
+	// back here is sent there.
+	movedTo string
 	// stats is the last report from the worker, for listings and metrics.
 	stats worker.Stats
 	// ending is set when gpud itself ends the worker, so its exit is not
@@ -95,6 +100,11 @@ func NewManager(cfg Config) (*Manager, error) {
 		}
 		for _, r := range recs {
 			if r.State == Stopped {
+				// It lives in an image: keep answering its client until
+				// its retention ends.
+				s := &Session{rec: r}
+				m.sessions[r.ID] = s
+				m.armTimer(s, max(time.Until(r.StoppedAt.Add(StoppedRetention)), time.Second))
 				continue
 			}
 			log.Info("session's worker did not survive gpud's restart", "session", r.ID, "was", r.State)
@@ -139,39 +149,72 @@ func (m *Manager) setState(s *Session, to State) error {
 	}
 	m.log.Info("session state", "session", s.rec.ID, "from", s.rec.State, "to", to)
 	s.rec.State = to
-	if to != Detached && s.grace != nil {
-		s.grace.Stop()
-		s.grace = nil
-	}
-	if to == Detached {
-		m.armGrace(s)
+	switch to {
+	case Detached:
+		m.armTimer(s, m.cfg.Grace)
+	case Stopped:
+		s.rec.StoppedAt = time.Now().UTC()
+		if s.conn != nil {
+			m.armTimer(s, m.cfg.Grace) // hold the client, then let it go
+		} else {
+			m.armTimer(s, StoppedRetention)
+		}
+	default:
+		if s.timer != nil {
+			s.timer.Stop()
+			s.timer = nil
+		}
 	}
 	m.persist(s)
 	return nil
 }
 
-// armGrace starts the detached-session timer; the caller holds m.mu.
-func (m *Manager) armGrace(s *Session) {
-	if s.grace != nil {
-		s.grace.Stop()
+// StoppedRetention is how long a stopped session (one that lives in an
+// image) stays listed, answering its client's reconnects with "retry"
+// (or "moved"), before it is forgotten.
+const StoppedRetention = 10 * time.Minute
+
+// armTimer (re)starts the session's timer; the caller holds m.mu.
+func (m *Manager) armTimer(s *Session, d time.Duration) {
+	if s.timer != nil {
+		s.timer.Stop()
 	}
 	id := s.rec.ID
 	gen := new(struct{ _ byte }) // identifies this arming of the timer
-	s.graceGen = gen
-	s.grace = time.AfterFunc(m.cfg.Grace, func() { m.expire(id, gen) })
+	s.timerGen = gen
+	s.timer = time.AfterFunc(d, func() { m.expire(id, gen) })
 }
 
-// expire ends a session whose client did not come back in time.
+// expire acts on a session whose timer ran out: a detached session's
+// client did not come back (end it); a stopped session has held its
+// client long enough (let go of the socket) or been listed long enough
+// (forget it).
 func (m *Manager) expire(id string, gen *struct{ _ byte }) {
 	m.mu.Lock()
 	s, ok := m.sessions[id]
-	if !ok || s.graceGen != gen || s.rec.State != Detached {
+	if !ok || s.timerGen != gen {
 		m.mu.Unlock()
 		return
 	}
-	m.log.Info("client did not reconnect within the grace period; ending session", "session", id, "grace", m.cfg.Grace)
+	switch s.rec.State {
+	case Detached:
+		m.log.Info("client did not reconnect within the grace period; ending session", "session", id, "grace", m.cfg.Grace)
+		m.mu.Unlock()
+		m.end(id, "grace period expired")
+		return
+	case Stopped:
+		if s.conn != nil {
+			m.log.Info("session still in its image; letting its client go to retry", "session", id)
+			m.closeConn(s)
+			m.armTimer(s, StoppedRetention)
+			m.mu.Unlock()
+			return
+		}
+		m.mu.Unlock()
+		m.forget(id, "stopped session's retention ended")
+		return
+	}
 	m.mu.Unlock()
-	m.end(id, "grace period expired")
 }
 
 // end stops a session's worker and forgets the session.
@@ -185,9 +228,9 @@ func (m *Manager) end(id, why string) {
 	h := s.worker
 	s.ending = true
 	m.closeConn(s)
-	if s.grace != nil {
-		s.grace.Stop()
-		s.grace = nil
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
 	}
 	m.mu.Unlock()
 	if h != nil {
@@ -208,8 +251,8 @@ func (m *Manager) forget(id, why string) {
 		return
 	}
 	m.closeConn(s)
-	if s.grace != nil {
-		s.grace.Stop()
+	if s.timer != nil {
+		s.timer.Stop()
 	}
 	delete(m.sessions, id)
 	m.cfg.Metrics.addDone(totals{calls: s.stats.Executed, in: s.stats.BytesIn, out: s.stats.BytesOut})
@@ -343,6 +386,13 @@ func (m *Manager) resume(ctx context.Context, conn *net.TCPConn, id, secret stri
 	}
 	switch s.rec.State {
 	case Running, Detached:
+	case Stopped:
+		moved := s.movedTo
+		m.mu.Unlock()
+		if moved != "" {
+			return &movedError{addr: moved}
+		}
+		return errs.New(errs.Unavailable, errs.Session(id), "session is in an image until it is restored; retry")
 	default:
 		m.mu.Unlock()
 		return errs.New(errs.Unavailable, errs.Session(id), "session is %s; retry shortly", s.rec.State)
@@ -376,6 +426,11 @@ func (m *Manager) resume(ctx context.Context, conn *net.TCPConn, id, secret stri
 	}
 	return nil
 }
+
+// movedError answers a client whose session migrated away.
+type movedError struct{ addr string }
+
+func (e *movedError) Error() string { return "session moved to " + e.addr }
 
 // Info is a session as listings show it.
 type Info struct {
@@ -501,11 +556,20 @@ func (m *Manager) countStates() map[State]int {
 
 // Shutdown ends every session: workers are told to exit (killed if they
 // do not), client sockets closed. New sessions are refused from the start.
+// Stopped sessions keep their records, so a restarted gpud still answers
+// their clients.
 func (m *Manager) Shutdown(ctx context.Context) {
 	m.mu.Lock()
 	m.closed = true
-	ids := make([]string, 0, len(m.sessions))
-	for id := range m.sessions {
+	var ids []string
+	for id, s := range m.sessions {
+		if s.rec.State == Stopped {
+			m.closeConn(s)
+			if s.timer != nil {
+				s.timer.Stop()
+			}
+			continue
+		}
 		ids = append(ids, id)
 	}
 	m.mu.Unlock()

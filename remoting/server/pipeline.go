@@ -121,8 +121,9 @@ func (m *Manager) Moved(id, addr string) error {
 	if err != nil {
 		return err
 	}
+	s.movedTo = addr
 	if s.conn == nil {
-		return nil // no client attached: it will find the session on its own
+		return nil // no client attached: a reconnect here is sent there
 	}
 	err = wire.WriteMoved(s.conn, addr)
 	m.closeConn(s)
@@ -130,19 +131,22 @@ func (m *Manager) Moved(id, addr string) error {
 }
 
 // Released records that the session's worker here is gone: the session
-// lives in its image or on another host. It is forgotten here.
+// lives in its image or on another host. It stays listed as stopped for
+// StoppedRetention; gpud holds its client's socket for the grace period
+// (the client stalls, as it would during a long call), so that a restore
+// here picks the client up where it stopped, and a client that comes back
+// later is told to retry (or, after a migration, where to go).
 func (m *Manager) Released(id string) error {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	s, err := m.session(id)
 	if err != nil {
-		m.mu.Unlock()
 		return err
 	}
-	err = m.setState(s, Stopped)
 	s.worker = nil
-	m.mu.Unlock()
-	m.forget(id, "released to an image")
-	return err
+	s.rec.WorkerPID = 0
+	s.stats.MemInUse = 0
+	return m.setState(s, Stopped)
 }
 
 // LastImage is the image the session was last restored from here, or "".
@@ -207,28 +211,52 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 		return errs.New(errs.DataLoss, errs.Session(id), "the restored worker holds no session secret")
 	}
 	m.mu.Lock()
-	if _, dup := m.sessions[id]; dup {
-		m.mu.Unlock()
-		return errs.New(errs.AlreadyExists, errs.Session(id), "session is already live on this host")
+	var held *net.TCPConn
+	if old, dup := m.sessions[id]; dup {
+		if old.rec.State != Stopped {
+			m.mu.Unlock()
+			return errs.New(errs.AlreadyExists, errs.Session(id), "session is already live on this host")
+		}
+		// Restored where it was checkpointed: take over the stopped
+		// entry and the client socket it may still hold.
+		held, old.conn = old.conn, nil
+		if old.timer != nil {
+			old.timer.Stop()
+		}
 	}
 	if m.closed {
 		m.mu.Unlock()
+		if held != nil {
+			held.Close()
+		}
 		return errs.New(errs.Unavailable, errs.Session(id), "gpud is shutting down")
+	}
+	state := Detached
+	if held != nil {
+		state = Running
 	}
 	s := &Session{
 		rec: Record{
-			ID: id, SecretHash: bytes.Clone(st.SecretSHA256), State: Detached, Created: time.Now().UTC(),
+			ID: id, SecretHash: bytes.Clone(st.SecretSHA256), State: state, Created: time.Now().UTC(),
 			Backend: m.cfg.Worker.Backend, Device: m.cfg.Worker.Device, WorkerPID: sw.h.PID(), Image: image,
 		},
 		worker: sw.h,
+		conn:   held,
 		stats:  st,
 	}
+	if held != nil {
+		s.rec.Client = held.RemoteAddr().String()
+	}
 	m.sessions[id] = s
-	m.armGrace(s)
+	if state == Detached {
+		m.armTimer(s, m.cfg.Grace)
+	}
 	m.persist(s)
 	m.mu.Unlock()
 	m.watch(id, sw.h)
-	if err := sw.h.Resume(ctx, nil); err != nil {
+	// Resume the backend; a held client is served again on its own
+	// socket, with no greeting: it never left.
+	if err := sw.h.Resume(ctx, held); err != nil {
 		m.end(id, "resume after restore failed")
 		return err
 	}

@@ -25,6 +25,8 @@ type Record struct {
 	WorkerPID  int       `json:"worker_pid,omitempty"`
 	// Image is the image the session was last restored from here.
 	Image string `json:"image,omitempty"`
+	// StoppedAt is when the session's worker here was released.
+	StoppedAt time.Time `json:"stopped_at,omitzero"`
 }
 
 // Records is the sessions bucket; *store.Store provides it.
