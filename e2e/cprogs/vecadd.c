@@ -51,7 +51,9 @@ int main(int argc, char **argv)
         CUdeviceptr a, b, c;
         int n;
     } packed = {da, db, dc2, n};
-    size_t packed_size = sizeof packed;
+    /* The kernel's parameters end after n: the driver refuses a buffer
+     * size that includes the struct's tail padding. */
+    size_t packed_size = offsetof(__typeof__(packed), n) + sizeof(int);
     void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &packed_size,
                      CU_LAUNCH_PARAM_END};
     CK(cuLaunchKernel(f, grid, 1, 1, 256, 1, 1, 0, NULL, NULL, extra));

@@ -136,9 +136,14 @@ func roundInt(x float64, m big.RoundingMode) float64 {
 }
 
 // cvtInt is PTX cvt from a float to a signed integer of the given bit width:
-// round in mode m, NaN gives 0, out-of-range values saturate.
+// round in mode m, out-of-range values saturate. NaN gives 0 for 32-bit
+// results but the most negative value for 64-bit ones: that is what the
+// H200 computes (recorded in golden/), whatever the ISA text suggests.
 func cvtInt(x float64, m big.RoundingMode, width uint) int64 {
 	if math.IsNaN(x) {
+		if width == 64 {
+			return math.MinInt64
+		}
 		return 0
 	}
 	lo, hi := -math.Ldexp(1, int(width-1)), math.Ldexp(1, int(width-1))
@@ -153,8 +158,12 @@ func cvtInt(x float64, m big.RoundingMode, width uint) int64 {
 }
 
 // cvtUint is PTX cvt from a float to an unsigned integer of the given width.
+// NaN gives 0, or 1<<63 for 64-bit results, as the hardware does.
 func cvtUint(x float64, m big.RoundingMode, width uint) uint64 {
 	if math.IsNaN(x) {
+		if width == 64 {
+			return 1 << 63
+		}
 		return 0
 	}
 	r := roundInt(x, m)
