@@ -404,7 +404,7 @@ func TestConversions(t *testing.T) {
 			x := math.Float64frombits(a)
 			switch {
 			case x != x:
-				return 0
+				return 1 << 63
 			case x >= 9.3e18:
 				return math.MaxInt64
 			case x <= -9.3e18:

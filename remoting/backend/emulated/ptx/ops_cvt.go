@@ -133,13 +133,18 @@ func roundIntegral(x float64, mode rmode) float64 {
 	return math.RoundToEven(x)
 }
 
-// floatToInt saturates as the device does: NaN becomes 0, out-of-range
-// values the nearest bound.
+// floatToInt saturates as the device does: out-of-range values become the
+// nearest bound, and NaN becomes 0 for results of up to 32 bits but 1<<63
+// for 64-bit ones, signed or not (measured on an H200; see
+// e2e/kernels/golden).
 func floatToInt(x float64, dt ptype) uint64 {
+	w := dt.bits()
 	if x != x {
+		if w == 64 {
+			return 1 << 63
+		}
 		return 0
 	}
-	w := dt.bits()
 	if dt.signed() {
 		lo := -math.Ldexp(1, int(w-1))
 		hi := math.Ldexp(1, int(w-1))
