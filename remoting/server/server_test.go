@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/remoting/wire"
 	"github.com/gpuctl/gpuctl/remoting/worker"
 	"github.com/gpuctl/gpuctl/remoting/worker/testclient"
@@ -245,5 +246,63 @@ func TestSessionsAreIsolated(t *testing.T) {
 	list := ts.m.List(context.Background())
 	if len(list) != 2 || list[0].WorkerPID == list[1].WorkerPID {
 		t.Fatalf("sessions do not have their own workers: %+v", list)
+	}
+}
+
+// The checkpoint pipeline's view of the session table: a session claimed,
+// dumped and released stays listed as stopped; its client, coming back, is
+// told to retry, or after a migration where the session went.
+func TestPipelineSessionTable(t *testing.T) {
+	ts := startServer(t, time.Minute)
+	ctx := context.Background()
+	cl, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, secret := cl.Welcome.SessionID, cl.Welcome.Secret
+	if _, err := ts.m.Begin(ctx, "s-000000000000"); !errs.IsNotFound(err) {
+		t.Fatalf("begin of an unknown session: %v", err)
+	}
+	w, err := ts.m.Begin(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.m.Begin(ctx, id); !errs.IsFailedPrecondition(err) {
+		t.Fatalf("second begin: %v", err)
+	}
+	if err := w.Quiesce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A failed checkpoint resumes the session on the socket gpud kept.
+	if err := w.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.m.Resumed(id, w); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := cl.DeviceCount(); err != nil || n != 1 {
+		t.Fatalf("after resume: %d %v", n, err)
+	}
+
+	for _, step := range []func() error{
+		func() error { _, err := ts.m.Begin(ctx, id); return err },
+		func() error { return ts.m.Dumped(id) },
+		func() error { return ts.m.Migrating(id) },
+		func() error { return ts.m.Moved(id, "10.9.9.9:7070") },
+		func() error { return ts.m.Released(id) },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if i, _ := ts.m.Get(id); i.State != Stopped {
+		t.Fatalf("state after release: %s", i.State)
+	}
+	back, err := dial(t, ts.addr, wire.Hello{Token: testToken, Flags: wire.HelloResume, SessionID: id, Secret: secret})
+	if err == nil || back == nil || back.Welcome.Status != wire.StatusMoved || back.Welcome.Message != "10.9.9.9:7070" {
+		t.Fatalf("returning client: %v %+v", err, back)
+	}
+	if err := ts.m.Dumped(id); !errs.IsFailedPrecondition(err) {
+		t.Fatalf("stopped -> checkpointing: %v", err)
 	}
 }
