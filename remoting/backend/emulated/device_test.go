@@ -386,6 +386,7 @@ func TestLaunchChecks(t *testing.T) {
 		{"block z", backend.LaunchConfig{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 65}}, false},
 		{"grid y", backend.LaunchConfig{Grid: [3]uint32{1, 65536, 1}, Block: [3]uint32{1, 1, 1}}, false},
 		{"shared", backend.LaunchConfig{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}, SharedBytes: sharedPerBlock + 1}, false},
+		{"params padded past the kernel's", backend.LaunchConfig{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}, Params: make([]byte, f.paramBytes+4)}, false},
 	} {
 		if err := checkLaunch(tc.cfg, f); (err == nil) != tc.ok {
 			t.Errorf("%s: %v", tc.name, err)

@@ -23,6 +23,7 @@ type function struct {
 	// carveout is CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT.
 	maxDynShared int32
 	carveout     int32
+	paramBytes   uint32 // the end of the last parameter
 }
 
 // CUfunction_attribute values the backend answers itself.
@@ -119,12 +120,14 @@ func (d *Device) ModuleGetFunction(_ context.Context, h backend.Ctx, mh backend.
 	}
 	ps := pf.Params()
 	params := make([]backend.Param, len(ps))
+	var paramBytes uint32
 	for i, p := range ps {
 		params[i] = backend.Param{Offset: p.Offset, Size: p.Size}
+		paramBytes = max(paramBytes, p.Offset+p.Size)
 	}
 	fh := backend.Function(d.newID())
 	static, _ := pf.Attribute(funcAttrSharedSizeBytes)
-	d.funcs[fh] = &function{ctx: h, module: mh, fn: pf, maxDynShared: sharedPerBlock - static, carveout: -1}
+	d.funcs[fh] = &function{ctx: h, module: mh, fn: pf, maxDynShared: sharedPerBlock - static, carveout: -1, paramBytes: paramBytes}
 	return fh, params, nil
 }
 
@@ -237,6 +240,13 @@ func checkLaunch(cfg backend.LaunchConfig, f *function) error {
 	if b[0] > maxThreadsPerBlock || b[1] > maxThreadsPerBlock || b[2] > maxBlockDimZ ||
 		uint64(b[0])*uint64(b[1])*uint64(b[2]) > maxThreadsPerBlock {
 		return cu.Errorf(cu.ErrorInvalidValue, "block %v exceeds %d threads (z at most %d)", b, maxThreadsPerBlock, maxBlockDimZ)
+	}
+	// The H200 refuses a parameter buffer longer than the kernel's
+	// parameters (a struct's tail padding passed through `extra`) with
+	// LAUNCH_OUT_OF_RESOURCES; do the same so programs fail here first.
+	if uint32(len(cfg.Params)) > f.paramBytes {
+		return cu.Errorf(cu.ErrorLaunchOutOfResources, "the parameter buffer holds %d bytes but the kernel takes %d; pass the exact size with CU_LAUNCH_PARAM_BUFFER_SIZE",
+			len(cfg.Params), f.paramBytes)
 	}
 	if int64(cfg.SharedBytes) > int64(f.maxDynShared) {
 		return cu.Errorf(cu.ErrorInvalidValue, "%d bytes of dynamic shared memory exceed the function's limit of %d; raise it with cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)",
