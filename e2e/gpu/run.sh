@@ -18,8 +18,9 @@
 #      gpuctl, with the data checked on the GPU before and after, and times
 #      the manual baseline (driver lock+checkpoint, criu dump; criu restore,
 #      driver restore+unlock) on the same program;
-#   4. on two GPUs, live-migrates a running 8 GiB session from a gpud
-#      serving GPU0 to one serving GPU1 while the client keeps running;
+#   4. live-migrates a running 8 GiB session from a gpud serving GPU0 to one
+#      serving GPU1 (on one GPU: a second gpud on GPU0) while the client
+#      keeps running and checking its data;
 #   5. prints one table of everything measured, side by side.
 #
 # Variables: OUT (logs; default /tmp/gpuctl-gpu-suite), WORK (scratch for
@@ -47,7 +48,10 @@ A_LISTEN=127.0.0.1:17400 A_API=127.0.0.1:17401
 B_LISTEN=127.0.0.1:17410 B_API=127.0.0.1:17411
 T_START=$(date +%s)
 
-exec > >(tee "$OUT/suite.log") 2>&1
+# Everything goes to the terminal and to suite.log; tee -p keeps writing the
+# log when a reader goes away early (| head), so the suite still finishes
+# and cleans up.
+exec > >(tee -p "$OUT/suite.log") 2>&1
 
 # ---------------------------------------------------------------- helpers
 declare -A R          # measurements, by key
@@ -61,15 +65,23 @@ ms_now() { date +%s%3N; }
 # jget FILE KEY: the first value of KEY in a JSON file (string or number).
 jget() { tr -d '\n' <"$1" | grep -o "\"$2\" *: *\"\\{0,1\\}[^\",}]*" | head -n 1 | sed 's/.*: *"\{0,1\}//'; }
 fmt() { [[ -n ${1:-} ]] && printf '%s' "$1" || printf 'n/a'; }
+size() { (($1 % 1024 == 0)) && echo "$(($1 / 1024)) GiB" || echo "$1 MiB"; }
 div() { awk -v a="${1:-}" -v b="${2:-}" 'BEGIN{ if (a=="" || b=="" || a=="NA" || b=="NA" || b+0==0) print ""; else printf "%.2f", a/b }'; }
 
 cleanup() {
+	local p i
 	for p in "${PIDS[@]}"; do kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; done
-	sleep 1
+	# gpud finishes in-flight calls on SIGTERM; give it a few seconds.
+	for i in $(seq 50); do
+		for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && break; done
+		kill -0 "$p" 2>/dev/null || break
+		sleep 0.1
+	done
 	for p in "${PIDS[@]}"; do kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null; done
 	if [[ ${KEEP:-0} != 1 ]]; then rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
 
 ctl() { # ctl API ARGS...: gpuctl against one gpud's control API, bounded
 	local api=$1
@@ -145,7 +157,7 @@ start_gpud() {
 	uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i "$gpu" | tr -d ' ')
 	mkdir -p "$WORK/$name"
 	# gpud must load NVIDIA's libcuda, never the interposer.
-	native env -u LD_PRELOAD GPUCTL_CRIU="$CRIU" setsid "$GPUD" --listen "$listen" --api "$api" \
+	"${NATIVE[@]}" GPUCTL_CRIU="$CRIU" setsid "$GPUD" --listen "$listen" --api "$api" \
 		--state-dir "$WORK/$name" --backend cuda --token-file "$TOKEN" --name "$name" ${GPU_FLAG:+$GPU_FLAG "$uuid"} \
 		>"$OUT/gpud-$name.log" 2>&1 &
 	PIDS+=($!)
@@ -168,7 +180,7 @@ start_holder() {
 		setsid "$GPUCTL" run --server "$A_LISTEN" --token-file "$TOKEN" -- "$WORK/remote/holder" "$mib" "$log" "$WORK/kernels.ptx" 50 \
 			</dev/null >"$log.out" 2>&1 &
 	else
-		native setsid "$WORK/native/holder" "$mib" "$log" "$WORK/kernels.ptx" 50 </dev/null >"$log.out" 2>&1 &
+		"${NATIVE[@]}" setsid "$WORK/native/holder" "$mib" "$log" "$WORK/kernels.ptx" 50 </dev/null >"$log.out" 2>&1 &
 	fi
 	HP=$!
 	PIDS+=("$HP")
@@ -210,7 +222,9 @@ IFS=: read -ra ldparts <<<"${LD_LIBRARY_PATH:-}"
 for d in "${ldparts[@]}"; do
 	[[ -n $d && $(realpath -m "$d") != $(realpath -m "$ROOT/build/lib") ]] && NATIVE_LDPATH+=":$d"
 done
-native() { env LD_LIBRARY_PATH="$NATIVE_LDPATH" "$@"; }
+# An array, not a function: a function run in the background is a subshell,
+# and $! would name it instead of the program.
+NATIVE=(env -u LD_PRELOAD LD_LIBRARY_PATH="$NATIVE_LDPATH")
 echo "driver: $DRVLIB"
 # The native programs link against the toolkit's stub and load the driver's
 # libcuda.so.1 at run time.
@@ -281,7 +295,7 @@ if ((CPROGS)); then
 		set -- $run
 		name=$1
 		shift
-		native timeout 180 "$WORK/native/cprogs/$name" "$@" >"$OUT/$name.native.out" 2>"$OUT/$name.native.err"
+		"${NATIVE[@]}" timeout 180 "$WORK/native/cprogs/$name" "$@" >"$OUT/$name.native.out" 2>"$OUT/$name.native.err"
 		nrc=$?
 		remote "$WORK/remote/cprogs/$name" "$@" >"$OUT/$name.remote.out" 2>"$OUT/$name.remote.err"
 		rrc=$?
@@ -295,7 +309,7 @@ if ((CPROGS)); then
 	done
 	# The kernel corpus: every case's output buffers, byte for byte.
 	corpus=$ROOT/e2e/kernels/run-corpus.sh
-	PTX_DIR="$WORK/ptx" native timeout 300 bash "$corpus" "$WORK/native/cprogs/kernelrun" "sm_$CAP" "$WORK/corpus.native" >"$OUT/corpus.native.log" 2>&1
+	"${NATIVE[@]}" PTX_DIR="$WORK/ptx" timeout 300 bash "$corpus" "$WORK/native/cprogs/kernelrun" "sm_$CAP" "$WORK/corpus.native" >"$OUT/corpus.native.log" 2>&1
 	nrc=$?
 	PTX_DIR="$WORK/ptx" remote bash "$corpus" "$WORK/remote/cprogs/kernelrun" "sm_$CAP" "$WORK/corpus.remote" >"$OUT/corpus.remote.log" 2>&1
 	rrc=$?
@@ -312,7 +326,7 @@ fi
 
 # ------------------------------------------------------------ benchmarks
 step "microbenchmarks"
-native timeout 120 "$WORK/native/bench" "$WORK/kernels.ptx" 256 >"$OUT/bench.native" 2>&1 || fail "native bench: $(tail -n 2 "$OUT/bench.native")"
+"${NATIVE[@]}" timeout 120 "$WORK/native/bench" "$WORK/kernels.ptx" 256 >"$OUT/bench.native" 2>&1 || fail "native bench: $(tail -n 2 "$OUT/bench.native")"
 timeout 180 "$GPUCTL" run --server "$A_LISTEN" --token-file "$TOKEN" -- "$WORK/remote/bench" "$WORK/kernels.ptx" 256 >"$OUT/bench.remote" 2>&1 ||
 	fail "remote bench: $(tail -n 2 "$OUT/bench.remote")"
 while read -r k v; do R[native_$k]=$v; done < <(grep -E '^[a-z0-9_]+ [0-9.NA]+$' "$OUT/bench.native")
@@ -381,7 +395,7 @@ for mib in $SIZES; do
 	mkdir -p "$img"
 	it=$(last_iter "$log")
 	t0=$(ms_now)
-	native "$WORK/native/gpuckpt" "$pid" lock checkpoint >"$OUT/manual.$mib.log" 2>&1 &&
+	"${NATIVE[@]}" "$WORK/native/gpuckpt" "$pid" lock checkpoint >"$OUT/manual.$mib.log" 2>&1 &&
 		"$CRIU" dump -t "$pid" -D "$img" -o dump.log >>"$OUT/manual.$mib.log" 2>&1
 	rc=$?
 	t1=$(ms_now)
@@ -394,7 +408,7 @@ for mib in $SIZES; do
 	fi
 	t0=$(ms_now)
 	"$CRIU" restore -D "$img" -d -o restore.log >>"$OUT/manual.$mib.log" 2>&1 &&
-		GPUCKPT_MAP=$map native "$WORK/native/gpuckpt" "$pid" restore unlock >>"$OUT/manual.$mib.log" 2>&1
+		"${NATIVE[@]}" GPUCKPT_MAP="$map" "$WORK/native/gpuckpt" "$pid" restore unlock >>"$OUT/manual.$mib.log" 2>&1
 	rc=$?
 	t1=$(ms_now)
 	R[manual_restore_s_$mib]=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", (b-a)/1000}')
@@ -409,18 +423,20 @@ for mib in $SIZES; do
 done
 
 # ---------------------------------------------------------------- migrate
-step "live migration GPU0 -> GPU1 between two gpuds"
-if ((NGPU < 2)); then
-	skip "migration needs two GPUs; this host has $NGPU"
-elif ! time_for $((30 + MIGRATE_MIB / 128)) "migration of $MIGRATE_MIB MiB"; then
+# With two GPUs the second gpud serves GPU1 and the session moves there; with
+# one, it serves the same GPU, which still proves a restore with the client
+# running and its data checked.
+BGPU=$((NGPU >= 2 ? 1 : 0))
+step "live migration GPU0 -> GPU$BGPU between two gpuds"
+if ! time_for $((30 + MIGRATE_MIB / 128)) "migration of $MIGRATE_MIB MiB"; then
 	:
-elif start_gpud b "$B_LISTEN" "$B_API" 1; then
+elif start_gpud b "$B_LISTEN" "$B_API" "$BGPU"; then
 	log=$WORK/holder.migrate.log
 	before=$(sessions "$A_API")
 	start_holder "$log" "$MIGRATE_MIB" remote
 	hp=$HP
 	if wait_log "$log" '^iter 3 ok' 120 "$HP" && sid=$(new_session "$A_API" "$before" 10); then
-		m0=$(gpu_mem_mib 0) m1=$(gpu_mem_mib 1)
+		m0=$(gpu_mem_mib 0) m1=$(gpu_mem_mib "$BGPU")
 		it=$(last_iter "$log")
 		t0=$(ms_now)
 		if ctl "$A_API" migrate "$sid" --to "$B_API" --json >"$OUT/migrate.json" 2>"$OUT/migrate.err"; then
@@ -428,14 +444,16 @@ elif start_gpud b "$B_LISTEN" "$B_API" 1; then
 			R[migrate_s]=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", (b-a)/1000}')
 			R[migrate_downtime_ms]=$(jget "$OUT/migrate.json" downtime_ms)
 			if wait_iter "$log" $((it + 10)) 90 && [[ $(holder_bad "$log") == 0 ]]; then
-				pass "migrated $sid in ${R[migrate_s]} s; the client kept checking its data ($(last_iter "$log") checks, none bad)"
+				pass "migrated $sid to GPU$BGPU in ${R[migrate_s]} s; the client kept checking its data ($(last_iter "$log") checks, none bad)"
 			else
 				fail "after migration the holder did not continue cleanly: $(tail -n 2 "$log")"
 			fi
 			R[migrate_stall_ms]=$(max_gap "$log" "$it")
-			n0=$(gpu_mem_mib 0) n1=$(gpu_mem_mib 1)
-			echo "  GPU memory used (MiB): before GPU0=$m0 GPU1=$m1, after GPU0=$n0 GPU1=$n1"
-			((n1 - m1 > MIGRATE_MIB * 9 / 10)) && pass "the session's memory is on GPU1 now" || fail "GPU1 did not gain the session's memory"
+			n0=$(gpu_mem_mib 0) n1=$(gpu_mem_mib "$BGPU")
+			echo "  GPU memory used (MiB): before GPU0=$m0 GPU$BGPU=$m1, after GPU0=$n0 GPU$BGPU=$n1"
+			if ((BGPU == 1)); then
+				((n1 - m1 > MIGRATE_MIB * 9 / 10)) && pass "the session's memory is on GPU1 now" || fail "GPU1 did not gain the session's memory"
+			fi
 			sessions "$B_API" | grep -qx -- "$sid" && pass "gpud b lists $sid" || fail "gpud b does not list $sid"
 		else
 			fail "gpuctl migrate: $(cat "$OUT/migrate.err")"
@@ -465,8 +483,7 @@ row() { printf '| %-44s | %14s | %14s | %-34s | %7s |\n' "$1" "$(fmt "$2")" "$(f
 	row "DtoH 256 MiB (GB/s)" "${R[remote_dtoh_gbs]:-}" "${R[native_dtoh_gbs]:-}" "native, pageable" "$(div "${R[remote_dtoh_gbs]:-}" "${R[native_dtoh_gbs]:-}")"
 	row "DtoH 256 MiB (GB/s)" "${R[remote_dtoh_gbs]:-}" "${R[native_dtoh_pinned_gbs]:-}" "native, pinned" "$(div "${R[remote_dtoh_gbs]:-}" "${R[native_dtoh_pinned_gbs]:-}")"
 	for mib in $SIZES; do
-		g="$((mib / 1024)) GiB"
-		((mib < 1024)) && g="$mib MiB"
+		g=$(size "$mib")
 		row "checkpoint $g (s)" "${R[gpuctl_ckpt_s_$mib]:-}" "${R[manual_ckpt_s_$mib]:-}" "lock+checkpoint+criu dump" "$(div "${R[manual_ckpt_s_$mib]:-}" "${R[gpuctl_ckpt_s_$mib]:-}")"
 		row "checkpoint $g (GB/s)" "$(gbs "$mib" "${R[gpuctl_ckpt_s_$mib]:-}")" "$(gbs "$mib" "${R[manual_ckpt_s_$mib]:-}")" "lock+checkpoint+criu dump" "$(div "${R[manual_ckpt_s_$mib]:-}" "${R[gpuctl_ckpt_s_$mib]:-}")"
 		row "restore $g (s)" "${R[gpuctl_restore_s_$mib]:-}" "${R[manual_restore_s_$mib]:-}" "criu restore+restore+unlock" "$(div "${R[manual_restore_s_$mib]:-}" "${R[gpuctl_restore_s_$mib]:-}")"
@@ -475,7 +492,7 @@ row() { printf '| %-44s | %14s | %14s | %-34s | %7s |\n' "$1" "$(fmt "$2")" "$(f
 	done
 	if [[ -n ${R[migrate_s]:-} ]]; then
 		bl=$(awk -v a="${R[manual_ckpt_s_$MIGRATE_MIB]:-}" -v b="${R[manual_restore_s_$MIGRATE_MIB]:-}" 'BEGIN{ if (a!="" && b!="") printf "%.0f", (a+b)*1000 }')
-		row "migrate $((MIGRATE_MIB / 1024)) GiB GPU0->GPU1: downtime (ms)" "${R[migrate_downtime_ms]:-}" "$bl" "manual stop-and-copy (ckpt+restore)" "$(div "$bl" "${R[migrate_downtime_ms]:-}")"
+		row "migrate $(size "$MIGRATE_MIB") GPU0->GPU$BGPU: downtime (ms)" "${R[migrate_downtime_ms]:-}" "$bl" "manual stop-and-copy (ckpt+restore)" "$(div "$bl" "${R[migrate_downtime_ms]:-}")"
 		row "migrate: client stall, longest gap (ms)" "${R[migrate_stall_ms]:-}" "" "" ""
 		row "migrate: gpuctl migrate wall time (s)" "${R[migrate_s]:-}" "" "" ""
 	fi
