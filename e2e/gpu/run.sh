@@ -65,6 +65,9 @@ ms_now() { date +%s%3N; }
 # jget FILE KEY: the first value of KEY in a JSON file (string or number).
 jget() { tr -d '\n' <"$1" | grep -o "\"$2\" *: *\"\\{0,1\\}[^\",}]*" | head -n 1 | sed 's/.*: *"\{0,1\}//'; }
 fmt() { [[ -n ${1:-} ]] && printf '%s' "$1" || printf 'n/a'; }
+# steps FILE: a pipeline's step timings from its JSON answer, "name ms, ...".
+steps() { tr -d '\n ' <"$1" | grep -o '"step":"[^"]*","duration_ns":[0-9]*' | sed 's/"step":"\([^"]*\)","duration_ns":\([0-9]*\)/\1 \2/' |
+	awk '{ printf "%s%s %.0f ms", (NR > 1 ? ", " : ""), $1, $2 / 1e6 }'; }
 size() { (($1 % 1024 == 0)) && echo "$(($1 / 1024)) GiB" || echo "$1 MiB"; }
 div() { awk -v a="${1:-}" -v b="${2:-}" 'BEGIN{ if (a=="" || b=="" || a=="NA" || b=="NA" || b+0==0) print ""; else printf "%.2f", a/b }'; }
 
@@ -367,6 +370,8 @@ for mib in $SIZES; do
 	fi
 	t1=$(ms_now)
 	R[gpuctl_restore_s_$mib]=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", (b-a)/1000}')
+	echo "  checkpoint steps: $(steps "$OUT/ckpt.$mib.json")"
+	echo "  restore steps: $(steps "$OUT/restore.$mib.json")"
 	if wait_iter "$log" $((it + 5)) 60 && [[ $(holder_bad "$log") == 0 ]]; then
 		pass "$mib MiB: checkpoint ${R[gpuctl_ckpt_s_$mib]} s, restore ${R[gpuctl_restore_s_$mib]} s; data checked on the GPU after ($(last_iter "$log") checks, none bad)"
 	else
@@ -443,6 +448,7 @@ elif start_gpud b "$B_LISTEN" "$B_API" "$BGPU"; then
 			t1=$(ms_now)
 			R[migrate_s]=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", (b-a)/1000}')
 			R[migrate_downtime_ms]=$(jget "$OUT/migrate.json" downtime_ms)
+			echo "  migration steps: $(steps "$OUT/migrate.json")"
 			if wait_iter "$log" $((it + 10)) 90 && [[ $(holder_bad "$log") == 0 ]]; then
 				pass "migrated $sid to GPU$BGPU in ${R[migrate_s]} s; the client kept checking its data ($(last_iter "$log") checks, none bad)"
 			else
