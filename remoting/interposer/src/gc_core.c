@@ -87,7 +87,7 @@ static struct {
 	char token[GC_MAX_TOKEN + 1];
 	char sid[GC_MAX_SESSION_ID + 1];
 	char secret[GC_MAX_SECRET + 1];
-	uint32_t max_frame;
+	_Atomic uint32_t max_frame; /* the server's, from the latest Welcome */
 	double reconnect_timeout;
 
 	uint8_t *ring;
@@ -285,8 +285,9 @@ struct welcome {
 	char msg[GC_MAX_MESSAGE + 1];
 };
 
-/* handshake sends a Hello and reads the Welcome. -1: I/O failure or a
- * peer that is not gpud. */
+/* handshake sends a Hello and reads the Welcome. -1: I/O failure (the
+ * connection broke); -2: the peer is not a gpuctl server of this
+ * protocol version. */
 static int handshake(int fd, int resume, uint64_t last_seq, struct welcome *w)
 {
 	size_t tl = strlen(g.token), sl = resume ? strlen(g.sid) : 0, cl = resume ? strlen(g.secret) : 0;
@@ -309,21 +310,23 @@ static int handshake(int fd, int resume, uint64_t last_seq, struct welcome *w)
 	if (write_full(fd, b, GC_HELLO_SIZE + tl + sl + cl) < 0)
 		return -1;
 	struct gc_welcome_hdr wh;
-	if (read_full(fd, &wh, sizeof wh) < 0 || memcmp(wh.magic, GC_WELCOME_MAGIC, 4) != 0 || wh.version != GC_PROTO_VERSION)
+	if (read_full(fd, &wh, sizeof wh) < 0)
 		return -1;
+	if (memcmp(wh.magic, GC_WELCOME_MAGIC, 4) != 0 || wh.version != GC_PROTO_VERSION)
+		return -2;
 	w->status = wh.status;
 	size_t wsl = wh.session_id_len, wcl = wh.secret_len, wml = wh.message_len;
 	w->max_frame = wh.max_frame;
 	w->last_executed = wh.last_executed;
 	if (wsl > GC_MAX_SESSION_ID || wcl > GC_MAX_SECRET || wml > GC_MAX_MESSAGE)
-		return -1;
+		return -2;
 	if (read_full(fd, w->sid, wsl) < 0 || read_full(fd, w->secret, wcl) < 0 || read_full(fd, w->msg, wml) < 0)
 		return -1;
 	w->sid[wsl] = w->secret[wcl] = w->msg[wml] = 0;
 	tv.tv_sec = 0;
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 	if (w->status == GC_STATUS_OK && w->max_frame < GC_MIN_MAX_FRAME)
-		return -1;
+		return -2;
 	return 0;
 }
 
@@ -430,10 +433,12 @@ static void futex_wake(_Atomic uint32_t *addr)
 	syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
-static int ready_unsent(void)
+/* ready_unsent: a published record waits to be sent. tx_mu held, which
+ * keeps the record at g.sent from being freed while it is looked at. */
+static int ready_unsent_locked(void)
 {
-	uint64_t s = atomic_load(&g.sent_pub);
-	return s < atomic_load(&g.head) && atomic_load_explicit(&rec_at(s)->state, memory_order_acquire) != REC_EMPTY;
+	return g.sent < atomic_load(&g.head) &&
+	       atomic_load_explicit(&rec_at(g.sent)->state, memory_order_acquire) != REC_EMPTY;
 }
 
 static void *flusher(void *arg)
@@ -450,10 +455,15 @@ static void *flusher(void *arg)
 			conn_lost(gen, 0, "write failed", NULL);
 			continue;
 		}
+		/* Sleep until a producer rings. Producers ring only while the
+		 * flag is set, so look once more after setting it. */
 		atomic_store(&g.flusher_sleeping, 1);
 		atomic_thread_fence(memory_order_seq_cst);
 		uint32_t db = atomic_load(&g.doorbell);
-		if (!ready_unsent() || atomic_load(&g.dead))
+		pthread_mutex_lock(&g.tx_mu);
+		int more = ready_unsent_locked();
+		pthread_mutex_unlock(&g.tx_mu);
+		if (!more || atomic_load(&g.dead))
 			futex_wait(&g.doorbell, db, 200);
 		atomic_store(&g.flusher_sleeping, 0);
 	}
@@ -841,8 +851,11 @@ CUresult gc_sync(struct gc_call *k, void *out, size_t out_cap, void *bulk_dst, u
 	struct gc_waiter w = { .out = out, .out_cap = out_cap, .bulk = bulk_dst, .bulk_len = bulk_len };
 	struct gc_rec *r = rec_at(k->pos);
 	r->w = &w;
+	/* Once published, the record may be sent, answered and freed by
+	 * other threads: read nothing from it afterwards. */
+	uint64_t end = k->pos + r->size;
 	atomic_store_explicit(&r->state, REC_READY, memory_order_release);
-	tx_flush_to(k->pos + r->size);
+	tx_flush_to(end);
 	rx_wait(&w, 0);
 	k->out_len = w.out_len;
 	return w.res;
@@ -912,12 +925,15 @@ static void init_once(void)
 	for (;;) {
 		fd = dial(g.server);
 		if (fd >= 0) {
-			if (handshake(fd, 0, 0, &w) == 0)
+			int hs = handshake(fd, 0, 0, &w);
+			if (hs == 0)
 				break;
 			close(fd);
-			gc_log("%s does not speak the gpuctl protocol", g.server);
-			g.init_res = CUDA_ERROR_NO_DEVICE;
-			return;
+			if (hs == -2) {
+				gc_log("%s does not speak this version of the gpuctl protocol", g.server);
+				g.init_res = CUDA_ERROR_NO_DEVICE;
+				return;
+			}
 		}
 		if (now_s() + backoff > deadline) {
 			gc_log("cannot connect to gpud at %s: %s", g.server, strerror(errno));
