@@ -256,19 +256,19 @@ func (f *Function) Run(ctx context.Context, l Launch, mem Memory, workers int) e
 	return err
 }
 
-// Stats describes one finished launch.
-type Stats struct {
+// runStats describes one finished launch (for benchmarks).
+type runStats struct {
 	ThreadInstructions uint64 // instructions issued, counted per thread
 }
 
 // run is Run that also reports statistics.
-func (f *Function) run(ctx context.Context, l Launch, mem Memory, workers int) (Stats, error) {
+func (f *Function) run(ctx context.Context, l Launch, mem Memory, workers int) (runStats, error) {
 	ln, err := f.prepare(ctx, l, mem)
 	if err != nil {
-		return Stats{}, err
+		return runStats{}, err
 	}
 	err = execute(ln, workers, &f.workers)
-	return Stats{ThreadInstructions: ln.tinsts.Load()}, err
+	return runStats{ThreadInstructions: ln.tinsts.Load()}, err
 }
 
 // prepare validates a launch and sets up its shared state.

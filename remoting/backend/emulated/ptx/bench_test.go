@@ -126,7 +126,7 @@ func TestBenchReport(t *testing.T) {
 	for _, ld := range loads {
 		for _, w := range workerCounts() {
 			best := time.Duration(math.MaxInt64)
-			var st Stats
+			var st runStats
 			for i := 0; i < 3; i++ {
 				start := time.Now()
 				s, err := ld.f.run(context.Background(), ld.l, ld.mem, w)
