@@ -75,6 +75,80 @@ func build(t *testing.T) string {
 	return buildDir
 }
 
+// buildTSan builds the library and the test program with
+// ThreadSanitizer, or skips when the toolchain lacks it.
+func buildTSan(t *testing.T) string {
+	t.Helper()
+	build(t)
+	tsanOnce.Do(func() {
+		tsanDir, tsanErr = os.MkdirTemp("", "gpuctl-interposer-tsan-")
+		if tsanErr != nil {
+			return
+		}
+		d := dir()
+		srcs, _ := filepath.Glob(filepath.Join(d, "src", "*.c"))
+		gen, _ := filepath.Glob(filepath.Join(d, "gen", "*.c"))
+		args := []string{"-O1", "-g", "-fsanitize=thread", "-Wno-tsan", "-fPIC", "-std=gnu11", "-pthread",
+			"-I" + filepath.Join(d, "include"), "-I" + filepath.Join(d, "src"), "-I" + filepath.Join(d, "gen"),
+			"-shared", "-Wl,-soname,libcuda.so.1", "-Wl,--version-script=" + filepath.Join(d, "gen", "libcuda.map"),
+			"-o", filepath.Join(tsanDir, "libcuda.so.1")}
+		if tsanErr = gcc(append(args, append(srcs, gen...)...)...); tsanErr != nil {
+			return
+		}
+		tsanErr = gcc("-O1", "-g", "-fsanitize=thread", "-pthread", "-I"+filepath.Join(d, "include"), "-o",
+			filepath.Join(tsanDir, "ctest"), filepath.Join(d, "testdata", "ctest.c"),
+			"-L"+tsanDir, "-l:libcuda.so.1", "-Wl,-rpath,"+tsanDir)
+	})
+	if tsanErr != nil {
+		t.Skipf("no ThreadSanitizer toolchain: %v", tsanErr)
+	}
+	return tsanDir
+}
+
+var (
+	tsanOnce sync.Once
+	tsanDir  string
+	tsanErr  error
+)
+
+// TestClientThreadSanitizer runs the concurrent workloads under
+// ThreadSanitizer while connections are cut: any data race in the
+// client's ring, sender or reply reader fails the test.
+func TestClientThreadSanitizer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow")
+	}
+	exe := filepath.Join(buildTSan(t), "ctest")
+	for _, args := range [][]string{{"threads", "6", "40"}, {"flood", "30000"}, {"replay", "1000"}} {
+		t.Run(args[0], func(t *testing.T) {
+			srv := startServer(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, exe, args...)
+			cmd.Env = append(os.Environ(), "GPUCTL_SERVER="+srv.Addr(), "GPUCTL_TOKEN=secret-token", "GPUCTL_RECONNECT_TIMEOUT=5")
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			var err error
+			for waiting := true; waiting; {
+				select {
+				case err = <-done:
+					waiting = false
+				case <-time.After(30 * time.Millisecond):
+					srv.DropConnections()
+				}
+			}
+			if err != nil || strings.Contains(out.String(), "ThreadSanitizer") || !strings.Contains(out.String(), "PASS "+args[0]) {
+				t.Fatalf("ctest %s under ThreadSanitizer: %v\n%s", args[0], err, out.String())
+			}
+		})
+	}
+}
+
 func startServer(t *testing.T) *testserver.Server {
 	t.Helper()
 	srv, err := testserver.Start("127.0.0.1:0", "secret-token", nil)
