@@ -103,6 +103,7 @@ var candidates = []Params{
 	{AvgPages: 1, Fixed: true},
 	{AvgPages: 4, Fixed: true},
 	{AvgPages: 16, Fixed: true},
+	{MinPages: 1, AvgPages: 2, MaxPages: 16},
 	{MinPages: 1, AvgPages: 4, MaxPages: 32},
 	{MinPages: 2, AvgPages: 8, MaxPages: 64},
 	{MinPages: 4, AvgPages: 16, MaxPages: 64},
