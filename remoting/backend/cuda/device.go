@@ -6,6 +6,7 @@ import "C"
 import (
 	"context"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 
@@ -20,8 +21,8 @@ type Options struct {
 	// means DefaultLibrary through the loader's search path.
 	Library string
 	// Device names the one GPU this session may use: its UUID
-	// ("GPU-xxxxxxxx-..."), or its CUDA ordinal in this process ("1").
-	// Empty means ordinal 0. gpud assigns it.
+	// ("GPU-xxxxxxxx-..."), or its ordinal ("1") in PCI bus order, the
+	// order of nvidia-smi and NVML. Empty means ordinal 0. gpud assigns it.
 	Device string
 	// Log receives diagnostics; nil discards them.
 	Log *slog.Logger
@@ -71,6 +72,13 @@ func New(opts Options) (*Device, error) {
 	log := opts.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	// CUDA numbers GPUs fastest first unless told otherwise; NVML, nvidia-smi
+	// and gpud's listings number them in PCI order. The worker is a process
+	// of its own, so it adopts PCI order before the driver starts and an
+	// ordinal means the same GPU everywhere.
+	if _, set := os.LookupEnv("CUDA_DEVICE_ORDER"); !set {
+		os.Setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
 	}
 	drv, err := loadDriver(opts.Library)
 	if err != nil {
