@@ -1,0 +1,81 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseFlags(t *testing.T) {
+	base := []string{"--listen", "127.0.0.1:7070", "--api", "127.0.0.1:7071", "--state-dir", "/tmp/x"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		err  string
+	}{
+		{"minimal", base, ""},
+		{"all", append(base, "--backend", "emulated", "--token-file", "/t", "--name", "n", "--grace", "2s", "--log-level", "debug"), ""},
+		{"no listen", []string{"--api", "a:1", "--state-dir", "/x"}, "--listen is required"},
+		{"no state dir", []string{"--listen", "a:1", "--api", "a:2"}, "--state-dir is required"},
+		{"bad grace", append(base, "--grace", "-1s"), "must be positive"},
+		{"stray argument", append(base, "extra"), `unexpected argument "extra"`},
+		{"bad level", append(base, "--log-level", "loud"), "log-level"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseFlags(tc.args, io.Discard)
+			if tc.err == "" && err != nil {
+				t.Fatal(err)
+			}
+			if tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+				t.Fatalf("err %v, want %q", err, tc.err)
+			}
+		})
+	}
+}
+
+func TestLoadToken(t *testing.T) {
+	dir := t.TempDir()
+	tok, err := loadToken(config{stateDir: dir})
+	if err != nil || len(tok) != 64 {
+		t.Fatalf("new token %q: %v", tok, err)
+	}
+	st, err := os.Stat(filepath.Join(dir, "token"))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("token file: %v %v", st.Mode(), err)
+	}
+	again, err := loadToken(config{stateDir: dir})
+	if err != nil || again != tok {
+		t.Fatalf("token changed across starts: %q %q %v", tok, again, err)
+	}
+	given := filepath.Join(t.TempDir(), "shared")
+	os.WriteFile(given, []byte("  shared-token\n"), 0o600)
+	if got, err := loadToken(config{stateDir: dir, tokenFile: given}); err != nil || got != "shared-token" {
+		t.Fatalf("--token-file: %q %v", got, err)
+	}
+	empty := filepath.Join(t.TempDir(), "empty")
+	os.WriteFile(empty, nil, 0o600)
+	if _, err := loadToken(config{stateDir: dir, tokenFile: empty}); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Fatalf("empty token file: %v", err)
+	}
+	if _, err := loadToken(config{stateDir: dir, tokenFile: "/nonexistent/token"}); err == nil {
+		t.Fatal("missing --token-file accepted")
+	}
+}
+
+func TestAdvertised(t *testing.T) {
+	for _, tc := range []struct{ listen, local, want string }{
+		{"10.0.0.1:7070", "10.0.0.9", "10.0.0.1:7070"},
+		{"0.0.0.0:7070", "10.0.0.9", "10.0.0.9:7070"},
+		{"[::]:7070", "fd00::2", "[fd00::2]:7070"},
+		{":7070", "10.0.0.9", "10.0.0.9:7070"},
+		{"0.0.0.0:7070", "", ""},
+		{"gpu-a.local:7070", "10.0.0.9", "gpu-a.local:7070"},
+		{"bogus", "10.0.0.9", ""},
+	} {
+		if got := advertised(tc.listen, tc.local); got != tc.want {
+			t.Errorf("advertised(%q, %q) = %q, want %q", tc.listen, tc.local, got, tc.want)
+		}
+	}
+}
