@@ -102,9 +102,13 @@ func NewSession(dev backend.Device, log *slog.Logger) *Session {
 // ExecutedSeq is the highest request sequence number executed so far.
 func (s *Session) ExecutedSeq() uint64 { return s.executed.Load() }
 
-// Stop asks Serve to return ErrStopped at the next frame boundary. A read
-// blocked waiting for the next frame is interrupted; a frame whose bulk
-// payload is being streamed is finished first.
+// Stop asks the Serve in progress to return ErrStopped at the next frame
+// boundary. A read blocked waiting for the next frame is interrupted; a
+// frame whose bulk payload is being streamed is finished first. With no
+// Serve in progress it has no effect: a stop meant for a Serve that ended
+// on its own must not end the next connection's Serve at once, so a
+// caller that starts Serve on another goroutine should let it begin
+// before stopping it.
 func (s *Session) Stop() {
 	s.stopReq.Store(true)
 	s.mu.Lock()
