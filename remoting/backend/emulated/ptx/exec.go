@@ -104,6 +104,7 @@ type warp struct {
 	special  [nSpecial][warpSize]uint64
 	pool     map[*cfunc][]*frame
 	tinsts   uint64 // thread-instructions issued, for statistics
+	mask     uint32 // the warp's lanes that are threads of the block
 }
 
 type barrier struct {
@@ -615,6 +616,7 @@ func (b *block) deadlock() {
 type worker struct {
 	l   *launch
 	blk *block
+	nsm uint64 // %nsmid
 }
 
 func newWorker(l *launch) *worker {
@@ -624,7 +626,50 @@ func newWorker(l *launch) *worker {
 	for i := 0; i < nw; i++ {
 		b.warps = append(b.warps, &warp{b: b, idx: i, pool: map[*cfunc][]*frame{}})
 	}
-	return &worker{l: l, blk: b}
+	wk := &worker{blk: b}
+	wk.attach(l)
+	return wk
+}
+
+// attach prepares the worker for launch l: the special registers that are
+// the same in every block are set here, once per launch.
+func (wk *worker) attach(l *launch) {
+	wk.l = l
+	b := wk.blk
+	b.l = l
+	// %nsmid is the host's CPU count, the multiprocessor count the
+	// emulated device reports; %smid spreads blocks over them.
+	wk.nsm = uint64(runtime.NumCPU())
+	bx, by := uint32(l.blk[0]), uint32(l.blk[1])
+	for wi, w := range b.warps {
+		w.mask = 0
+		s := &w.special
+		for lane := 0; lane < warpSize; lane++ {
+			t := uint32(wi*warpSize + lane)
+			if int(t) < b.nthreads {
+				w.mask |= 1 << lane
+			}
+			s[spTidX][lane] = uint64(t % bx)
+			s[spTidY][lane] = uint64(t / bx % by)
+			s[spTidZ][lane] = uint64(t / (bx * by))
+			s[spNtidX][lane], s[spNtidY][lane], s[spNtidZ][lane] = uint64(l.blk[0]), uint64(l.blk[1]), uint64(l.blk[2])
+			s[spNctaidX][lane], s[spNctaidY][lane], s[spNctaidZ][lane] = uint64(l.grid[0]), uint64(l.grid[1]), uint64(l.grid[2])
+			s[spLaneid][lane] = uint64(lane)
+			s[spWarpid][lane] = uint64(wi)
+			s[spNwarpid][lane] = uint64(len(b.warps))
+			s[spNsmid][lane] = wk.nsm
+			s[spGridid][lane] = 1
+			s[spLanemaskEq][lane] = 1 << lane
+			s[spLanemaskLt][lane] = 1<<lane - 1
+			s[spLanemaskLe][lane] = 1<<(lane+1) - 1
+			s[spLanemaskGe][lane] = uint64(^uint32(0) << lane)
+			s[spLanemaskGt][lane] = uint64(^uint32(0) << lane << 1)
+			s[spDynSmem][lane] = uint64(l.dynBytes)
+			s[spTotalSmem][lane] = uint64(l.shBytes)
+			s[spClusterCtarank][lane] = 0
+			s[spClusterNctarank][lane] = 1
+		}
+	}
 }
 
 // special register indexes
@@ -682,47 +727,21 @@ func (wk *worker) runBlock(bid uint64) {
 	b.exited = 0
 	b.bars = [16]barrier{}
 	clear(b.shared)
-	bx, by := uint32(l.blk[0]), uint32(l.blk[1])
-	// %nsmid is the host's CPU count, the multiprocessor count the
-	// emulated device reports; %smid spreads blocks over them.
-	emulatedSMs := uint64(runtime.NumCPU())
-	for wi, w := range b.warps {
+	smid := bid % wk.nsm
+	for _, w := range b.warps {
 		w.done, w.exited, w.barWait, w.barRed = false, 0, 0, 0
 		w.spanData = nil
 		w.spanBase = 0
-		var mask uint32
-		for lane := 0; lane < warpSize; lane++ {
-			t := uint32(wi*warpSize + lane)
-			if int(t) < b.nthreads {
-				mask |= 1 << lane
-			}
-			s := &w.special
-			s[spTidX][lane] = uint64(t % bx)
-			s[spTidY][lane] = uint64(t / bx % by)
-			s[spTidZ][lane] = uint64(t / (bx * by))
-			s[spNtidX][lane], s[spNtidY][lane], s[spNtidZ][lane] = uint64(l.blk[0]), uint64(l.blk[1]), uint64(l.blk[2])
+		// Only the block's own special registers change between blocks.
+		s := &w.special
+		for lane := range warpSize {
 			s[spCtaidX][lane], s[spCtaidY][lane], s[spCtaidZ][lane] = uint64(b.ctaid[0]), uint64(b.ctaid[1]), uint64(b.ctaid[2])
-			s[spNctaidX][lane], s[spNctaidY][lane], s[spNctaidZ][lane] = uint64(l.grid[0]), uint64(l.grid[1]), uint64(l.grid[2])
-			s[spLaneid][lane] = uint64(lane)
-			s[spWarpid][lane] = uint64(wi)
-			s[spNwarpid][lane] = uint64(len(b.warps))
-			s[spSmid][lane] = bid % emulatedSMs
-			s[spNsmid][lane] = emulatedSMs
-			s[spGridid][lane] = 1
-			s[spLanemaskEq][lane] = 1 << lane
-			s[spLanemaskLt][lane] = 1<<lane - 1
-			s[spLanemaskLe][lane] = 1<<(lane+1) - 1
-			s[spLanemaskGe][lane] = uint64(^uint32(0) << lane)
-			s[spLanemaskGt][lane] = uint64(^uint32(0) << lane << 1)
-			s[spDynSmem][lane] = uint64(l.dynBytes)
-			s[spTotalSmem][lane] = uint64(l.shBytes)
-			s[spClusterCtarank][lane] = 0
-			s[spClusterNctarank][lane] = 1
+			s[spSmid][lane] = smid
 		}
 		for len(w.frames) > 0 {
 			w.popFrameQuiet()
 		}
-		w.frames = append(w.frames, w.newFrame(l.kernel, mask, 0))
+		w.frames = append(w.frames, w.newFrame(l.kernel, w.mask, 0))
 	}
 	b.run()
 	var n uint64
@@ -829,11 +848,6 @@ func canceled(kernel string, cause error) error {
 // fits reports whether the worker's block state has l's shape.
 func (wk *worker) fits(l *launch) bool {
 	return wk.blk.nthreads == int(l.blk[0]*l.blk[1]*l.blk[2]) && len(wk.blk.shared) == int(l.shBytes)
-}
-
-func (wk *worker) attach(l *launch) {
-	wk.l = l
-	wk.blk.l = l
 }
 
 // safeRunBlock converts faults, and as a last resort any Go panic, into a

@@ -174,6 +174,16 @@ func (w *warp) paramBytes(fr *frame, in *inst, lane int, off, n uint64) []byte {
 func opLdParam(w *warp, fr *frame, in *inst, m uint32) {
 	r := fr.regs
 	sz := uint64(in.t.size())
+	if in.aux == 0 && in.a < 0 && in.n == 1 {
+		// A kernel parameter at a fixed offset is the same for every
+		// lane: read it once.
+		v := loadVal(w.paramBytes(fr, in, 0, in.off, sz), in.t)
+		d := int(in.d) * warpSize
+		for ; m != 0; m &= m - 1 {
+			r[d+bits.TrailingZeros32(m)] = v
+		}
+		return
+	}
 	for ; m != 0; m &= m - 1 {
 		l := bits.TrailingZeros32(m)
 		off := in.off
