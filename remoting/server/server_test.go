@@ -306,3 +306,36 @@ func TestPipelineSessionTable(t *testing.T) {
 		t.Fatalf("stopped -> checkpointing: %v", err)
 	}
 }
+
+// A worker that dies takes only its own session with it: the session is
+// forgotten, its client's connection closes, and other sessions go on.
+func TestWorkerCrashIsContained(t *testing.T) {
+	ts := startServer(t, time.Minute)
+	victim, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer victim.Close()
+	other, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	info, err := ts.m.Get(victim.Welcome.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Kill(info.WorkerPID, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the crashed session to go", func() bool { _, err := ts.m.Get(info.ID); return err != nil })
+	_ = victim.Conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := victim.DeviceCount(); err == nil {
+		t.Fatal("a call on the crashed session succeeded")
+	} else if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal("the crashed session's client was left hanging")
+	}
+	if n, err := other.DeviceCount(); err != nil || n != 1 {
+		t.Fatalf("the other session was disturbed: %d %v", n, err)
+	}
+}
