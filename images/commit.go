@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -74,7 +75,12 @@ func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Ma
 				if ctx.Err() != nil {
 					continue
 				}
-				d, n, err := in.Put(ctx, j.data)
+				var d store.Digest
+				var n int64
+				err := faultSafe(subj, func() (err error) {
+					d, n, err = in.Put(ctx, j.data)
+					return err
+				})
 				if err != nil {
 					cancel(err)
 					continue
@@ -135,11 +141,13 @@ func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Ma
 			}
 			f.Size = int64(len(data))
 			var spans []chunker.Chunk
-			if err := chunker.Split(data, 0, chunker.Default, func(c chunker.Chunk) error {
-				spans = append(spans, c)
-				return nil
+			if err := faultSafe(subj, func() error {
+				return chunker.Split(data, 0, chunker.Default, func(c chunker.Chunk) error {
+					spans = append(spans, c)
+					return nil
+				})
 			}); err != nil {
-				return errs.Wrap(err, errs.Internal, subj, "chunk %s", p)
+				return errs.Wrap(err, errs.KindOf(err), subj, "chunk %s", p)
 			}
 			f.Chunks = make([]Chunk, len(spans))
 			for i, c := range spans {
@@ -198,6 +206,23 @@ func record(m *Manifest, newBytes int64) (*store.ImageRecord, error) {
 	}
 	refs, _ := m.Refs()
 	return &store.ImageRecord{ID: m.ID, Info: info, Manifest: body, Refs: refs}, nil
+}
+
+// faultSafe runs fn with memory faults turned into an error. A source file
+// that shrinks while it is mapped makes reads past its new end raise
+// SIGBUS; that must fail the commit, not kill gpud.
+func faultSafe(subj string, fn func() error) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(interface{ Addr() uintptr }); !ok {
+				panic(r)
+			}
+			err = errs.New(errs.FailedPrecondition, subj, "a file shrank while being committed; nothing may change the image directory during a commit")
+		}
+	}()
+	return fn()
 }
 
 // mapFile maps a file read-only: chunks are hashed and compressed straight

@@ -181,3 +181,25 @@ func TestCommitRefuses(t *testing.T) {
 		t.Fatalf("refused commits left images: %v", l)
 	}
 }
+
+func TestShrunkFileFailsTheCommitNotTheProcess(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "pages-1.img")
+	if err := os.WriteFile(p, imagegen.Pages(4, 1<<20, imagegen.Mix{Random: 1, RunPages: 4}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data, err := mapFile(p, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unixMunmap(data)
+	if err := os.Truncate(p, 4096); err != nil {
+		t.Fatal(err)
+	}
+	err = faultSafe(errs.Image("img-x"), func() error {
+		_ = store.Sum(data[512<<10 : 528<<10]) // past the new end
+		return nil
+	})
+	if !errs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "shrank") {
+		t.Fatalf("got %v", err)
+	}
+}
