@@ -463,6 +463,10 @@ func (c *fcomp) mad(in *instr, x *inst) {
 			x.fn = ter(halfFma(t, in.mods))
 			return
 		}
+		if t == tF32 && roundMode(in.mods) == rmRN && !hasMod(in.mods, "ftz") && !hasMod(in.mods, "sat") {
+			x.fn = opFmaF32
+			return
+		}
 		x.fn = ter(fmaFn(t, in.mods))
 		return
 	}

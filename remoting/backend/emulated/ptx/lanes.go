@@ -1,6 +1,9 @@
 package ptx
 
-import "math/bits"
+import (
+	"math"
+	"math/bits"
+)
 
 // Lane-loop builders. Each returns an execFn that applies a scalar
 // function to every active lane; the scalar function is chosen once at
@@ -218,5 +221,24 @@ func setpFast(op string, t ptype) execFn {
 			}
 			r[d+l] = b2u(v)
 		}
+	}
+}
+
+// opFmaF32 is fma.rn.f32 without .ftz or .sat, the inner loop of most
+// float kernels.
+func opFmaF32(w *warp, fr *frame, in *inst, m uint32) {
+	r := fr.regs
+	d, a, b, c := int(in.d)*warpSize, int(in.a)*warpSize, int(in.b)*warpSize, int(in.c)*warpSize
+	for ; m != 0; m &= m - 1 {
+		l := bits.TrailingZeros32(m)
+		x, y, z := f32(r[a+l]), f32(r[b+l]), f32(r[c+l])
+		v := math.FMA(float64(x), float64(y), float64(z))
+		var res float32
+		if vb := math.Float64bits(v); vb&0x1fffffff != 0x10000000 && (math.Abs(v) >= 0x1p-126 || v == 0) {
+			res = float32(v)
+		} else {
+			res = fma32(x, y, z, rmRN)
+		}
+		r[d+l] = b32(res)
 	}
 }
