@@ -39,6 +39,7 @@ func (a *allocation) end() uint64 { return a.base + uint64(len(a.data)) }
 // buffer many times in a row.
 type arena struct {
 	allocs []*allocation // sorted by base; mutated only between launches
+	bases  []uint64      // allocs[i].base, contiguous for a cache-friendly search
 	next   uint64
 	total  uint64
 	used   atomic.Uint64
@@ -74,6 +75,7 @@ func (m *arena) alloc(size uint64, owner backend.Ctx) (*allocation, error) {
 	a := &allocation{base: m.next, data: data, owner: owner}
 	m.next += rounded + allocAlign
 	m.allocs = append(m.allocs, a) // m.next only grows, so the slice stays sorted
+	m.bases = append(m.bases, a.base)
 	m.used.Add(rounded)
 	return a, nil
 }
@@ -94,6 +96,7 @@ func (m *arena) free(base uint64) error {
 	}
 	a := m.allocs[i]
 	m.allocs = slices.Delete(m.allocs, i, i+1)
+	m.bases = slices.Delete(m.bases, i, i+1)
 	m.release(a)
 	return nil
 }
@@ -114,13 +117,17 @@ func (m *arena) freeOwned(owner backend.Ctx) {
 		}
 		return false
 	})
+	m.bases = m.bases[:0]
+	for _, a := range m.allocs {
+		m.bases = append(m.bases, a.base)
+	}
 }
 
 func (m *arena) freeAll() {
 	for _, a := range m.allocs {
 		m.release(a)
 	}
-	m.allocs = nil
+	m.allocs, m.bases = nil, nil
 }
 
 // find returns the allocation containing addr, or nil.
@@ -128,19 +135,30 @@ func (m *arena) find(addr uint64) *allocation {
 	if a := m.last.Load(); a != nil && addr >= a.base && addr < a.end() {
 		return a
 	}
-	allocs := m.allocs
-	// First allocation whose end lies beyond addr.
-	i, _ := slices.BinarySearchFunc(allocs, addr, func(a *allocation, x uint64) int {
-		if a.end() <= x {
-			return -1
+	// The last allocation that starts at or below addr.
+	bases := m.bases
+	lo, hi := 0, len(bases)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if bases[mid] <= addr {
+			lo = mid + 1
+		} else {
+			hi = mid
 		}
-		return 1
-	})
-	if i == len(allocs) || addr < allocs[i].base {
+	}
+	if lo == 0 {
 		return nil
 	}
-	m.last.Store(allocs[i])
-	return allocs[i]
+	a := m.allocs[lo-1]
+	if addr >= a.end() {
+		return nil
+	}
+	// Kernels run on several goroutines; writing the shared cache only
+	// when it changes keeps its cache line from bouncing between cores.
+	if m.last.Load() != a {
+		m.last.Store(a)
+	}
+	return a
 }
 
 // Span implements ptx.Memory.
