@@ -36,8 +36,13 @@ const (
 	// maxCallDepth bounds recursion; deeper calls fail the launch the way
 	// a stack overflow does on the device.
 	maxCallDepth = 256
-	// maxLocalBytes bounds a thread's local memory (stack).
-	maxLocalBytes = 1 << 20
+	// maxLocalBytes bounds a thread's local memory (stack), as the
+	// device's 512 KiB does.
+	maxLocalBytes = 512 << 10
+	// maxBlockLocalBytes bounds the local memory of all threads of a
+	// block, so that deep recursion in a large block cannot exhaust the
+	// worker's memory.
+	maxBlockLocalBytes = 256 << 20
 )
 
 type ctlKind uint8
@@ -123,6 +128,9 @@ type block struct {
 	exited   int
 	bars     [16]barrier
 	ctaid    [3]uint32
+	// localBytes is the local memory the block's threads hold; it is
+	// kept between blocks and launches, which reuse it.
+	localBytes int
 }
 
 // launch is the state shared by all blocks of one kernel launch.
@@ -505,6 +513,11 @@ func (w *warp) newFrame(fn *cfunc, m uint32, localBase uint32) *frame {
 				continue
 			}
 			if len(w.local[l]) < need {
+				grow := need - len(w.local[l])
+				if w.b.localBytes+grow > maxBlockLocalBytes {
+					w.fail(cu.ErrorLaunchOutOfResources, nil, "the block's threads need more than %d MiB of local memory", maxBlockLocalBytes>>20)
+				}
+				w.b.localBytes += grow
 				nl := make([]byte, need)
 				copy(nl, w.local[l])
 				w.local[l] = nl

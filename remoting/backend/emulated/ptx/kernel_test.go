@@ -275,6 +275,33 @@ const hostilePTX = `
 	st.param.b32 [r+0], %r2;
 	ret;
 }
+.visible .func deep(.param .b32 x)
+{
+	.local .align 8 .b8 depot[100000];
+	.reg .b32 %r<3>;
+	.reg .b64 %rd<3>;
+	mov.u64 %rd1, depot;
+	ld.param.u32 %r1, [x];
+	st.local.u32 [%rd1+99996], %r1;
+	add.s32 %r2, %r1, 1;
+	{
+	.param .b32 p0;
+	st.param.b32 [p0+0], %r2;
+	call.uni deep, (p0);
+	}
+	ret;
+}
+.visible .entry deep_stack()
+{
+	.reg .b32 %r<2>;
+	mov.u32 %r1, 0;
+	{
+	.param .b32 p0;
+	st.param.b32 [p0+0], %r1;
+	call.uni deep, (p0);
+	}
+	ret;
+}
 .visible .entry spin()
 {
 	.reg .pred %p<2>;
@@ -356,6 +383,7 @@ func TestHostileKernels(t *testing.T) {
 	}{
 		{"spin", 64, 200 * time.Millisecond, "CUDA_ERROR_LAUNCH_FAILED", "deadline"},
 		{"recurse", 32, 10 * time.Second, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "call depth"},
+		{"deep_stack", 1, 10 * time.Second, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "local memory"},
 		// Block 1 faults while block 0 is still running: the fault is
 		// reported, not the interruption of block 0.
 		{"fault_one", 32, 30 * time.Second, "CUDA_ERROR_ILLEGAL_ADDRESS", "block"},
