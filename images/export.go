@@ -50,16 +50,31 @@ func Export(ctx context.Context, st *store.Store, id string, w io.Writer, progre
 	return export(ctx, st, id, w, nil, progress)
 }
 
-// export writes id; only, when not nil, limits the chunk records to the
-// digests it holds.
-func export(ctx context.Context, st *store.Store, id string, w io.Writer, only map[store.Digest]bool, progress store.Progress) (int64, error) {
+// ExportSize is the exact number of bytes Export will write for id, for a
+// Content-Length and a progress bar with an end.
+func ExportSize(ctx context.Context, st *store.Store, id string) (int64, error) {
+	p, err := planExport(ctx, st, id, nil)
+	return p.size, err
+}
+
+// exportPlan is what an export will write: the encoded manifest and the
+// chunks, with the total size.
+type exportPlan struct {
+	body []byte
+	refs []store.Digest
+	size int64
+}
+
+// planExport plans id's export; only, when not nil, limits the chunk
+// records to the digests it holds.
+func planExport(ctx context.Context, st *store.Store, id string, only map[store.Digest]bool) (exportPlan, error) {
 	m, err := Get(ctx, st, id)
 	if err != nil {
-		return 0, err
+		return exportPlan{}, err
 	}
 	body, err := encodeManifest(m)
 	if err != nil {
-		return 0, err
+		return exportPlan{}, err
 	}
 	refs, _ := m.Refs()
 	if only != nil {
@@ -71,10 +86,31 @@ func export(ctx context.Context, st *store.Store, id string, w io.Writer, only m
 		}
 		refs = sel
 	}
+	size := int64(len(exportMagic)+3) + 5 + int64(len(body)) + 5 + 8 + sha256.Size
+	for _, d := range refs {
+		ci, err := st.Stat(ctx, d)
+		if err != nil {
+			return exportPlan{}, errs.Wrap(err, errs.KindOf(err), errs.Image(id), "export")
+		}
+		size += 5 + chunkHeader + int64(ci.Stored)
+	}
+	return exportPlan{body: body, refs: refs, size: size}, nil
+}
+
+func export(ctx context.Context, st *store.Store, id string, w io.Writer, only map[store.Digest]bool, progress store.Progress) (int64, error) {
+	p, err := planExport(ctx, st, id, only)
+	if err != nil {
+		return 0, err
+	}
+	return writeExport(ctx, st, id, p, w, progress)
+}
+
+func writeExport(ctx context.Context, st *store.Store, id string, p exportPlan, w io.Writer, progress store.Progress) (int64, error) {
+	refs := p.refs
 	ew := newRecordWriter(w)
 	ew.header(kindImage)
-	ew.record(recManifest, body)
-	err = orderedMap(ctx, len(refs), st.Workers(),
+	ew.record(recManifest, p.body)
+	err := orderedMap(ctx, len(refs), st.Workers(),
 		func(i int) (store.Frame, error) { return st.ReadFrame(ctx, refs[i]) },
 		func(i int, f store.Frame) error {
 			ew.chunk(f)
@@ -89,6 +125,9 @@ func export(ctx context.Context, st *store.Store, id string, w io.Writer, only m
 	ew.end()
 	if ew.err != nil {
 		return ew.n, errs.Wrap(ew.err, errs.Unavailable, errs.Image(id), "write export")
+	}
+	if ew.n != p.size {
+		return ew.n, errs.New(errs.Internal, errs.Image(id), "export wrote %d bytes, planned %d", ew.n, p.size)
 	}
 	return ew.n, nil
 }

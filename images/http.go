@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gpuctl/gpuctl/control"
@@ -54,6 +56,55 @@ type DeleteReply struct {
 	Session string `json:"session"`
 	Bytes   int64  `json:"bytes"`
 	Deleted bool   `json:"deleted"`
+}
+
+// VerifyEvent is one line of POST /v1/images/verify?progress=1, which
+// answers with newline-delimited JSON: progress lines, then one line with
+// the report or the error.
+type VerifyEvent struct {
+	Done   int64              `json:"done,omitempty"`
+	Total  int64              `json:"total,omitempty"`
+	Report *Report            `json:"report,omitempty"`
+	Error  *control.ErrorBody `json:"error,omitempty"`
+}
+
+func verifyStreaming(w http.ResponseWriter, r *http.Request, st *store.Store, id string, log *slog.Logger) error {
+	if id != "" {
+		// A missing image is an ordinary error response, before the 200.
+		if _, err := Stat(r.Context(), st, id); err != nil {
+			return err
+		}
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	flusher, _ := w.(http.Flusher)
+	enc := json.NewEncoder(w)
+	var mu sync.Mutex
+	var last time.Time
+	send := func(ev VerifyEvent) {
+		_ = enc.Encode(ev)
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	rep, err := Verify(r.Context(), st, id, func(done, total int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(last) >= 200*time.Millisecond {
+			last = time.Now()
+			send(VerifyEvent{Done: done, Total: total})
+		}
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil {
+		send(VerifyEvent{Error: &control.ErrorBody{Kind: errs.KindOf(err), Error: err.Error()}})
+		return nil
+	}
+	if !rep.OK() {
+		log.Error("verify found damage", "err", rep.Err())
+	}
+	send(VerifyEvent{Done: int64(rep.Chunks), Total: int64(rep.Chunks), Report: rep})
+	return nil
 }
 
 // maxMissingBody bounds POST /v1/chunks/missing: 64 hex digits and a bit
@@ -125,11 +176,13 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 	h("GET /v1/images/{id}/export", func(w http.ResponseWriter, r *http.Request) error {
 		id := r.PathValue("id")
 		// Fail before the 200 goes out if the image is not there.
-		if _, err := Stat(r.Context(), st, id); err != nil {
+		plan, err := planExport(r.Context(), st, id, nil)
+		if err != nil {
 			return err
 		}
 		w.Header().Set("Content-Type", "application/octet-stream")
-		n, err := Export(r.Context(), st, id, w, nil)
+		w.Header().Set("Content-Length", strconv.FormatInt(plan.size, 10))
+		n, err := writeExport(r.Context(), st, id, plan, w, nil)
 		if err != nil {
 			// Headers are gone; cutting the stream short is all that is
 			// left, and the importer's trailer check will notice.
@@ -158,6 +211,9 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 			if err := control.DecodeJSON(r, &req); err != nil {
 				return err
 			}
+		}
+		if r.URL.Query().Get("progress") == "1" {
+			return verifyStreaming(w, r, st, req.ID, log)
 		}
 		rep, err := Verify(r.Context(), st, req.ID, nil)
 		if err != nil {

@@ -153,3 +153,26 @@ func TestRoutes(t *testing.T) {
 		t.Fatalf("missing after put: %d of %d, %v", len(miss.Missing), len(refs), err)
 	}
 }
+
+func TestExportSizeIsExact(t *testing.T) {
+	ctx := context.Background()
+	st, c := host(t)
+	src := dumpDir(t, imagegen.Pages(11, 2<<20, imagegen.Realistic))
+	m, _, err := Commit(ctx, st, src, Meta{ID: "img-s", Session: "s-s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ExportSize(ctx, st, m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Stream(ctx, "GET", "/v1/images/img-s/export", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || int64(len(b)) != want || resp.ContentLength != want {
+		t.Fatalf("export: %d bytes, Content-Length %d, planned %d (%v)", len(b), resp.ContentLength, want, err)
+	}
+}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -190,7 +192,7 @@ func (e *env) imagesExport(ctx context.Context, cl *control.Client, args []strin
 		return err
 	}
 	defer resp.Body.Close()
-	bar := e.bytesBar(asJSON, -1, "exporting "+id)
+	bar := e.bytesBar(asJSON, resp.ContentLength, "exporting "+id)
 	n, err := io.Copy(io.MultiWriter(tmp, bar), resp.Body)
 	bar.Finish()
 	if err != nil {
@@ -250,11 +252,14 @@ func (e *env) imagesVerify(ctx context.Context, cl *control.Client, args []strin
 		}
 		req.ID, what = args[0], args[0]
 	}
-	stop := e.stdoutSpinner(asJSON, "verifying "+what)
 	var rep images.Report
-	err := cl.Do(ctx, http.MethodPost, "/v1/images/verify", req, &rep)
-	stop()
-	if err != nil {
+	if f := e.terminal(asJSON); f != nil {
+		r, err := e.verifyWithProgress(ctx, cl, req, what)
+		if err != nil {
+			return err
+		}
+		rep = *r
+	} else if err := cl.Do(ctx, http.MethodPost, "/v1/images/verify", req, &rep); err != nil {
 		return err
 	}
 	if asJSON {
@@ -331,13 +336,40 @@ func (e *env) bytesBar(asJSON bool, total int64, what string) bar {
 	)}
 }
 
-// stdoutSpinner shows that a long verify is running, on stdout when it is
-// a terminal.
-func (e *env) stdoutSpinner(asJSON bool, what string) (stop func()) {
-	f := e.terminal(asJSON)
-	if f == nil {
-		return func() {}
+// verifyWithProgress asks gpud to stream its progress and draws it.
+func (e *env) verifyWithProgress(ctx context.Context, cl *control.Client, req images.VerifyRequest, what string) (*images.Report, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
 	}
-	sp := &env{stdout: e.stdout, stderr: f}
-	return sp.spinner(false, what)
+	resp, err := cl.Stream(ctx, http.MethodPost, "/v1/images/verify?progress=1", bytes.NewReader(body), "application/json")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var pb *progressbar.ProgressBar
+	defer func() {
+		if pb != nil {
+			_ = pb.Clear()
+		}
+	}()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev images.VerifyEvent
+		if err := dec.Decode(&ev); err != nil {
+			return nil, errs.Wrap(err, errs.Unavailable, errs.Host(cl.Addr()), "verify stream broke off; run it again")
+		}
+		switch {
+		case ev.Error != nil:
+			return nil, &errs.Error{Kind: ev.Error.Kind, Err: errors.New(ev.Error.Error)}
+		case ev.Report != nil:
+			return ev.Report, nil
+		case ev.Total > 0:
+			if pb == nil {
+				pb = progressbar.NewOptions64(ev.Total, progressbar.OptionSetWriter(e.stdout), progressbar.OptionSetDescription("verifying "+what),
+					progressbar.OptionShowCount(), progressbar.OptionSetItsString("chunks"), progressbar.OptionShowIts(), progressbar.OptionThrottle(80*time.Millisecond))
+			}
+			_ = pb.Set64(ev.Done)
+		}
+	}
 }
