@@ -99,6 +99,7 @@ var Entries = append([]Entry{
 		a("(int32_t)attrib", "dev"), a("pi")),
 	custom("cuDeviceComputeCapability"),
 	custom("cuDeviceGetPCIBusId"),
+	custom("cuDeviceGetByPCIBusId"),
 
 	// Primary contexts.
 	remote("cuDevicePrimaryCtxRetain", "CUcontext *pctx, CUdevice dev", "PrimaryCtxRetain", a("dev"), a("pctx")),
@@ -137,6 +138,8 @@ var Entries = append([]Entry{
 	local("cuMemHostGetFlags"),
 	local("cuMemHostRegister", sym("cuMemHostRegister_v2", 6050)),
 	local("cuMemHostUnregister"),
+	// Pointer queries are answered from the allocations this client made.
+	local("cuPointerGetAttribute"),
 
 	// Copies and fills.
 	custom("cuMemcpy"),
@@ -191,7 +194,7 @@ var Entries = append([]Entry{
 },
 	// Calls programs commonly reach that gpuctl does not serve yet.
 	unsupported(
-		"cuGetExportTable", "cuDeviceGetProperties", "cuDeviceGetByPCIBusId", "cuDeviceGetLuid",
+		"cuGetExportTable", "cuDeviceGetProperties", "cuDeviceGetLuid",
 		"cuDeviceGetDefaultMemPool", "cuDeviceCanAccessPeer", "cuDeviceGetP2PAttribute",
 		"cuCtxGetFlags", "cuCtxSetFlags", "cuCtxGetLimit", "cuCtxSetLimit", "cuCtxGetCacheConfig", "cuCtxSetCacheConfig",
 		"cuCtxGetSharedMemConfig", "cuCtxSetSharedMemConfig", "cuCtxEnablePeerAccess", "cuCtxDisablePeerAccess",
@@ -203,7 +206,7 @@ var Entries = append([]Entry{
 		"cuMemcpy2D_v2", "cuMemcpy2DAsync_v2", "cuMemcpy2DUnaligned_v2", "cuMemcpy3D_v2", "cuMemcpy3DAsync_v2",
 		"cuMemcpyPeer", "cuMemcpyPeerAsync", "cuMemcpyHtoA_v2", "cuMemcpyAtoH_v2",
 		"cuMemsetD2D8_v2", "cuMemsetD2D16_v2", "cuMemsetD2D32_v2",
-		"cuPointerGetAttribute", "cuPointerGetAttributes", "cuPointerSetAttribute",
+		"cuPointerGetAttributes", "cuPointerSetAttribute",
 		"cuModuleGetTexRef", "cuModuleGetSurfRef", "cuModuleGetLoadingMode", "cuModuleGetFunctionCount",
 		"cuLinkCreate_v2", "cuLinkAddData_v2", "cuLinkAddFile_v2", "cuLinkComplete", "cuLinkDestroy",
 		"cuLibraryLoadData", "cuLibraryLoadFromFile", "cuLibraryUnload", "cuLibraryGetKernel", "cuLibraryGetModule",

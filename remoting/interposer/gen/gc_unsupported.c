@@ -19,12 +19,6 @@ int cuDeviceGetProperties(void)
 	return gc_unsupported("cuDeviceGetProperties", &once);
 }
 
-int cuDeviceGetByPCIBusId(void)
-{
-	static int once;
-	return gc_unsupported("cuDeviceGetByPCIBusId", &once);
-}
-
 int cuDeviceGetLuid(void)
 {
 	static int once;
@@ -305,12 +299,6 @@ int cuMemsetD2D32_v2(void)
 {
 	static int once;
 	return gc_unsupported("cuMemsetD2D32_v2", &once);
-}
-
-int cuPointerGetAttribute(void)
-{
-	static int once;
-	return gc_unsupported("cuPointerGetAttribute", &once);
 }
 
 int cuPointerGetAttributes(void)

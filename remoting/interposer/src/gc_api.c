@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -209,6 +210,28 @@ CUresult CUDAAPI cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 	return r != CUDA_SUCCESS ? r : gc_rpc_DevicePCIBusID(dev, pciBusId, (size_t)len);
 }
 
+CUresult CUDAAPI cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
+{
+	if (dev == NULL || pciBusId == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	int32_t n;
+	CUresult r = gc_ready();
+	if (r == CUDA_SUCCESS)
+		r = gc_rpc_DeviceCount(&n);
+	for (int32_t i = 0; r == CUDA_SUCCESS && i < n; i++) {
+		char id[64];
+		r = gc_rpc_DevicePCIBusID(i, id, sizeof id);
+		/* Accept the id with or without its domain. */
+		size_t a = strlen(id), b = strlen(pciBusId);
+		if (r == CUDA_SUCCESS &&
+		    (strcasecmp(id, pciBusId) == 0 || (a > b && id[a - b - 1] == ':' && strcasecmp(id + a - b, pciBusId) == 0))) {
+			*dev = i;
+			return CUDA_SUCCESS;
+		}
+	}
+	return r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_DEVICE;
+}
+
 /* ---- contexts ---------------------------------------------------------------- */
 
 /* The calling thread's context stack. The server has no notion of a
@@ -352,7 +375,7 @@ CUresult CUDAAPI cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPr
 /* Device allocations and module globals known to this client, so that
  * cuMemcpy can tell device from host pointers. */
 struct range {
-	uint64_t base, size;
+	uint64_t base, size, ctx;
 };
 static struct {
 	pthread_rwlock_t mu;
@@ -360,7 +383,7 @@ static struct {
 	size_t n, cap;
 } devr = { .mu = PTHREAD_RWLOCK_INITIALIZER };
 
-static void devr_add(uint64_t base, uint64_t size)
+static void devr_add(uint64_t base, uint64_t size, uint64_t ctx)
 {
 	pthread_rwlock_wrlock(&devr.mu);
 	if (devr.n == devr.cap) {
@@ -373,7 +396,7 @@ static void devr_add(uint64_t base, uint64_t size)
 		devr.r = nr;
 		devr.cap = nc;
 	}
-	devr.r[devr.n++] = (struct range){ base, size ? size : 1 };
+	devr.r[devr.n++] = (struct range){ base, size ? size : 1, ctx };
 	pthread_rwlock_unlock(&devr.mu);
 }
 
@@ -389,14 +412,25 @@ static void devr_del(uint64_t base)
 	pthread_rwlock_unlock(&devr.mu);
 }
 
-static int is_dev(uint64_t p)
+/* devr_find copies the range holding p into *out; 0 if there is none. */
+static int devr_find(uint64_t p, struct range *out)
 {
 	int hit = 0;
 	pthread_rwlock_rdlock(&devr.mu);
-	for (size_t i = 0; i < devr.n && !hit; i++)
-		hit = p - devr.r[i].base < devr.r[i].size;
+	for (size_t i = 0; i < devr.n && !hit; i++) {
+		if (p - devr.r[i].base < devr.r[i].size) {
+			*out = devr.r[i];
+			hit = 1;
+		}
+	}
 	pthread_rwlock_unlock(&devr.mu);
 	return hit;
+}
+
+static int is_dev(uint64_t p)
+{
+	struct range r;
+	return devr_find(p, &r);
 }
 
 /* ---- memory ------------------------------------------------------------------- */
@@ -413,7 +447,7 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 		r = gc_rpc_MemAlloc(ctx, bytesize, &p);
 	if (r != CUDA_SUCCESS)
 		return r;
-	devr_add(p, bytesize);
+	devr_add(p, bytesize, ctx);
 	*dptr = p;
 	return CUDA_SUCCESS;
 }
@@ -543,6 +577,79 @@ CUresult CUDAAPI cuMemHostUnregister(void *p)
 	}
 	pthread_mutex_unlock(&hostm.mu);
 	return r;
+}
+
+/* cuPointerGetAttribute answers from what this client knows: its device
+ * allocations and module globals, and its host allocations and
+ * registrations. */
+CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+	if (data == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = gc_ready();
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct range dr;
+	if (devr_find(ptr, &dr)) {
+		switch (attribute) {
+		case CU_POINTER_ATTRIBUTE_CONTEXT:
+			*(CUcontext *)data = (CUcontext)(uintptr_t)dr.ctx;
+			return CUDA_SUCCESS;
+		case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+			*(unsigned int *)data = CU_MEMORYTYPE_DEVICE;
+			return CUDA_SUCCESS;
+		case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+			*(CUdeviceptr *)data = ptr;
+			return CUDA_SUCCESS;
+		case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+			*(unsigned int *)data = 0;
+			return CUDA_SUCCESS;
+		case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+			*(CUdeviceptr *)data = dr.base;
+			return CUDA_SUCCESS;
+		case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+			*(size_t *)data = dr.size;
+			return CUDA_SUCCESS;
+		case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: {
+			int32_t dev;
+			r = gc_rpc_CtxDevice(dr.ctx, &dev);
+			if (r == CUDA_SUCCESS)
+				*(int *)data = dev;
+			return r;
+		}
+		case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+			return CUDA_ERROR_INVALID_VALUE; /* device memory is not mapped here */
+		default:
+			return CUDA_ERROR_NOT_SUPPORTED;
+		}
+	}
+	pthread_mutex_lock(&hostm.mu);
+	int i = hostm_find((const void *)(uintptr_t)ptr);
+	struct hostr hr = i >= 0 ? hostm.r[i] : (struct hostr){ 0 };
+	pthread_mutex_unlock(&hostm.mu);
+	if (i < 0)
+		return CUDA_ERROR_INVALID_VALUE; /* memory CUDA does not know */
+	switch (attribute) {
+	case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+		*(unsigned int *)data = CU_MEMORYTYPE_HOST;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+		*(void **)data = (void *)(uintptr_t)ptr;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+		*(unsigned int *)data = 0;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+		*(CUdeviceptr *)data = (CUdeviceptr)(uintptr_t)hr.p;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+		*(size_t *)data = hr.size;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+		return CUDA_ERROR_INVALID_VALUE; /* host memory is not mapped into the device */
+	default:
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
 }
 
 /* ---- copies and fills ---------------------------------------------------------- */
@@ -818,7 +925,7 @@ CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule
 	if (r != CUDA_SUCCESS)
 		return r;
 	if (!is_dev(p))
-		devr_add(p, size);
+		devr_add(p, size, ctx);
 	if (dptr != NULL)
 		*dptr = p;
 	if (bytes != NULL)

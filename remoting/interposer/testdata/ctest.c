@@ -179,6 +179,33 @@ static void test_basic(void)
 	OK(cuStreamQuery(s));
 	EXPECT(((unsigned *)g)[0] == 7 && ((unsigned *)g)[2047] == 7);
 	EXPECT(memcmp(g + 8192, h, 8192) == 0);
+	/* Pointer attributes and device lookup by bus id. */
+	{
+		unsigned mt = 0;
+		CUdeviceptr start = 0;
+		size_t rsz = 0;
+		CUcontext pc = NULL;
+		int ord = -1;
+		char bus[64];
+		CUdevice bd = -1;
+		OK(cuPointerGetAttribute(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, d2 + 10));
+		EXPECT(mt == CU_MEMORYTYPE_DEVICE);
+		OK(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, d2 + 10));
+		OK(cuPointerGetAttribute(&rsz, CU_POINTER_ATTRIBUTE_RANGE_SIZE, d2 + 10));
+		EXPECT(start == d2 && rsz == N);
+		OK(cuPointerGetAttribute(&pc, CU_POINTER_ATTRIBUTE_CONTEXT, d2));
+		EXPECT(pc == ctx);
+		OK(cuPointerGetAttribute(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d2));
+		EXPECT(ord == dev);
+		OK(cuPointerGetAttribute(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)(h + 5)));
+		EXPECT(mt == CU_MEMORYTYPE_HOST);
+		CHECK(cuPointerGetAttribute(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)&mt),
+		      CUDA_ERROR_INVALID_VALUE);
+		OK(cuDeviceGetPCIBusId(bus, sizeof bus, dev));
+		OK(cuDeviceGetByPCIBusId(&bd, bus));
+		EXPECT(bd == dev);
+		CHECK(cuDeviceGetByPCIBusId(&bd, "ffff:ff:1f.7"), CUDA_ERROR_INVALID_DEVICE);
+	}
 	OK(cuMemHostUnregister(h));
 	CHECK(cuMemHostUnregister(h), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
 	OK(cuMemFreeHost(pin));
