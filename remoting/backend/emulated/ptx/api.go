@@ -85,6 +85,8 @@ const (
 	MaxThreadsPerBlock = 1024
 	MaxSharedPerBlock  = 227 << 10 // opt-in maximum, as on sm_90
 	DefaultSharedLimit = 48 << 10
+	// maxBlockRegisterBytes bounds the register files of one block.
+	maxBlockRegisterBytes = 256 << 20
 )
 
 // Load parses image, which may be PTX text, a cubin (ELF) or a fatbin
@@ -292,6 +294,13 @@ func (f *Function) prepare(ctx context.Context, l Launch, mem Memory) (*launch, 
 	}
 	if need := f.paramBytes(); uint32(len(l.Params)) < need {
 		return nil, cu.Errorf(cu.ErrorInvalidValue, "kernel %s takes %d bytes of parameters, the launch passed %d", name, need, len(l.Params))
+	}
+	// Each warp holds its kernel's register file; a block of them must
+	// stay within reason (the device would refuse the launch too).
+	warps := (threads + warpSize - 1) / warpSize
+	if rf := warps * uint64(len(f.cf.template)) * 8; rf > maxBlockRegisterBytes {
+		return nil, cu.Errorf(cu.ErrorLaunchOutOfResources, "kernel %s: a block of %d threads needs %d MiB of registers; at most %d MiB fit",
+			name, threads, rf>>20, maxBlockRegisterBytes>>20)
 	}
 	m := f.m
 	sh := uint64(f.cf.staticShared)

@@ -147,8 +147,15 @@ func (c *fcomp) failf(format string, args ...any) {
 // CUDA_ERROR_NOT_SUPPORTED naming it.
 type unsupportedError struct{ what string }
 
+// maxSlots bounds a function's register slots (declared registers,
+// constants and temporaries): each costs 256 bytes per warp.
+const maxSlots = 1 << 16
+
 func (c *fcomp) newSlot() int32 {
 	s := c.nslots
+	if s >= maxSlots {
+		c.failf("function uses more than %d registers and constants", maxSlots)
+	}
 	c.nslots++
 	return s
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"slices"
@@ -509,5 +510,23 @@ func TestParamAddresses(t *testing.T) {
 	}
 	if got := mem.u32s(out, 1)[0]; got != 42 {
 		t.Fatalf("got %d, want 42", got)
+	}
+}
+
+func TestRegisterLimits(t *testing.T) {
+	kernel := func(n int) string {
+		return fmt.Sprintf(".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k()\n{\n\t.reg .b32 %%r<%d>;\n\tmov.u32 %%r1, 1;\n\tret;\n}\n", n)
+	}
+	if _, err := Load([]byte(kernel(100000))); codeOf(err) != "CUDA_ERROR_INVALID_PTX" {
+		t.Fatalf("100000 registers: %v", err)
+	}
+	m := mustLoad(t, kernel(60000))
+	f := mustFunc(t, m, "k")
+	err := f.Run(context.Background(), Launch{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1024, 1, 1}}, newTestMem(), 1)
+	if codeOf(err) != "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES" {
+		t.Fatalf("60000 registers x 1024 threads: %v", err)
+	}
+	if err := f.Run(context.Background(), Launch{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}}, newTestMem(), 1); err != nil {
+		t.Fatalf("60000 registers x 32 threads: %v", err)
 	}
 }

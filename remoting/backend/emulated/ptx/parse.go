@@ -264,8 +264,8 @@ func (p *parser) varDecls(space string, multi bool) []*varDecl {
 		v.name = p.ident()
 		if p.accept("<") {
 			n := p.number()
-			if n > 1<<20 {
-				p.failf("too many registers")
+			if n > maxSlots {
+				p.failf("%d registers in one declaration; at most %d are supported", n, maxSlots)
 			}
 			v.regN = int(n)
 			p.expect(">")
