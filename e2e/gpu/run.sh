@@ -52,6 +52,7 @@ T_START=$(date +%s)
 # log when a reader goes away early (| head), so the suite still finishes
 # and cleans up.
 exec > >(tee -p "$OUT/suite.log") 2>&1
+TEE=$!
 
 # ---------------------------------------------------------------- helpers
 declare -A R          # measurements, by key
@@ -82,6 +83,9 @@ cleanup() {
 	done
 	for p in "${PIDS[@]}"; do kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null; done
 	if [[ ${KEEP:-0} != 1 ]]; then rm -rf "$WORK"; fi
+	# Let tee write the last lines before the suite's exit status is final.
+	exec >&- 2>&-
+	for i in $(seq 50); do kill -0 "$TEE" 2>/dev/null && sleep 0.1 || break; done
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
@@ -475,11 +479,11 @@ fi
 # ------------------------------------------------------------------ table
 step "results"
 gbs() { awk -v mib="$1" -v s="${2:-}" 'BEGIN{ if (s=="" || s+0==0) print ""; else printf "%.2f", mib*1048576/1e9/s }'; }
-row() { printf '| %-44s | %14s | %14s | %-34s | %7s |\n' "$1" "$(fmt "$2")" "$(fmt "$3")" "$4" "$(fmt "${5:-}")"; }
+row() { printf '| %-44s | %14s | %14s | %-36s | %7s |\n' "$1" "$(fmt "$2")" "$(fmt "$3")" "$4" "$(fmt "${5:-}")"; }
 {
 	echo "GPU suite, $(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-gpu=name --format=csv,noheader -i 0), $NGPU GPU(s), driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0)"
-	printf '| %-44s | %14s | %14s | %-34s | %7s |\n' "measure" "gpuctl" "baseline" "baseline is" "ratio"
-	printf '|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..46})" "$(printf -- '-%.0s' {1..16})" "$(printf -- '-%.0s' {1..16})" "$(printf -- '-%.0s' {1..36})" "$(printf -- '-%.0s' {1..9})"
+	printf '| %-44s | %14s | %14s | %-36s | %7s |\n' "measure" "gpuctl" "baseline" "baseline is" "ratio"
+	printf '|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..46})" "$(printf -- '-%.0s' {1..16})" "$(printf -- '-%.0s' {1..16})" "$(printf -- '-%.0s' {1..38})" "$(printf -- '-%.0s' {1..9})"
 	row "sync call round trip, median (us)" "${R[remote_rtt_us]:-}" "${R[native_rtt_us]:-}" "native cuStreamQuery" "$(div "${R[remote_rtt_us]:-}" "${R[native_rtt_us]:-}")"
 	row "sync call round trip, p99 (us)" "${R[remote_rtt_p99_us]:-}" "${R[native_rtt_p99_us]:-}" "native cuStreamQuery" "$(div "${R[remote_rtt_p99_us]:-}" "${R[native_rtt_p99_us]:-}")"
 	row "async launch, per launch (us)" "${R[remote_launch_us]:-}" "${R[native_launch_us]:-}" "native cuLaunchKernel" "$(div "${R[remote_launch_us]:-}" "${R[native_launch_us]:-}")"
