@@ -246,3 +246,27 @@ func TestUnsupportedDeclarations(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+func TestHostileSyntax(t *testing.T) {
+	head := ".version 8.0\n.target sm_90\n.address_size 64\n"
+	cases := []struct{ name, src string }{
+		{"nested initializer", head + ".global .u32 g[1] = " + strings.Repeat("{", 100000) + "1" + strings.Repeat("}", 100000) + ";"},
+		{"nested negation", head + ".visible .entry k() { .reg .pred %p<2>; and.pred %p1, " + strings.Repeat("!", 100000) + "%p0, %p0; ret; }"},
+		{"nested vectors", head + ".visible .entry k() { .reg .b32 %r<2>; mov.b64 " + strings.Repeat("{", 100000) + "%r0" + strings.Repeat("}", 100000) + ", 0; ret; }"},
+		{"unterminated body", head + ".visible .entry k() { ret;"},
+		{"unterminated comment", head + "/* ..."},
+		{"bad register range", head + ".visible .entry k() { .reg .b32 %r<99999999999>; ret; }"},
+		{"label twice", head + ".visible .entry k() { L: L: ret; }"},
+		{"undefined label", head + ".visible .entry k() { bra L; }"},
+		{"undeclared register", head + ".visible .entry k() { mov.u32 %r9, 1; ret; }"},
+		{"write to special register", head + ".visible .entry k() { mov.u32 %tid.x, 1; ret; }"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load([]byte(tc.src))
+			if codeOf(err) != "CUDA_ERROR_INVALID_PTX" {
+				t.Fatalf("got %v, want CUDA_ERROR_INVALID_PTX", err)
+			}
+		})
+	}
+}

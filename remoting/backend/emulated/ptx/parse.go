@@ -20,9 +20,22 @@ type ast struct {
 }
 
 type parser struct {
-	toks []token
-	pos  int
+	toks  []token
+	pos   int
+	depth int // nesting of operands and initializers
 }
+
+// maxNesting bounds nested braces and operands so that hostile input
+// cannot recurse without limit.
+const maxNesting = 64
+
+func (p *parser) enter() {
+	if p.depth++; p.depth > maxNesting {
+		p.failf("nesting deeper than %d", maxNesting)
+	}
+}
+
+func (p *parser) leave() { p.depth-- }
 
 // parseError is a syntax error at a source line.
 type parseError struct {
@@ -297,6 +310,8 @@ func (p *parser) varDecls(space string, multi bool) []*varDecl {
 }
 
 func (p *parser) initializer(acc []operand) []operand {
+	p.enter()
+	defer p.leave()
 	if p.accept("{") {
 		for !p.is("}") {
 			acc = p.initializer(acc)
@@ -492,6 +507,8 @@ func (p *parser) instruction() *instr {
 }
 
 func (p *parser) operand() operand {
+	p.enter()
+	defer p.leave()
 	t := p.next()
 	switch {
 	case t.kind == tkPunct && t.text == "[":
