@@ -27,18 +27,20 @@ func encodeManifest(m *Manifest) ([]byte, error) {
 
 // decodeManifest decodes and validates a manifest from any source, never
 // inflating more than maxManifestBytes.
-func decodeManifest(b []byte) (*Manifest, error) {
+func decodeManifest(b []byte) (*Manifest, error) { return decodeManifestLimit(b, maxManifestBytes) }
+
+func decodeManifestLimit(b []byte, limit int) (*Manifest, error) {
 	dec, err := zstd.NewReader(bytes.NewReader(b), zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(64<<20))
 	if err != nil {
 		return nil, errs.Wrap(err, errs.InvalidArgument, "", "manifest is not zstd")
 	}
 	defer dec.Close()
-	js, err := io.ReadAll(io.LimitReader(dec, maxManifestBytes+1))
+	js, err := io.ReadAll(io.LimitReader(dec, int64(limit)+1))
 	if err != nil {
 		return nil, errs.Wrap(err, errs.InvalidArgument, "", "manifest does not decompress")
 	}
-	if len(js) > maxManifestBytes {
-		return nil, errs.New(errs.InvalidArgument, "", "manifest inflates past %d bytes; refusing it", maxManifestBytes)
+	if len(js) > limit {
+		return nil, errs.New(errs.InvalidArgument, "", "manifest inflates past %d bytes; refusing it", limit)
 	}
 	var v struct {
 		Version int    `json:"version"`

@@ -2,6 +2,7 @@ package images
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -37,7 +38,7 @@ const (
 	recChunk    = 'C'
 	recEnd      = 'E'
 
-	maxManifestRecord = 64 << 20
+	maxManifestRecord = 768 << 20 // compressed; hex digests compress to about half
 	chunkHeader       = 32 + 1 + 4
 	// A zstd frame is never much larger than its content; anything bigger
 	// is not a chunk this format produces.
@@ -312,9 +313,24 @@ func (rr *recordReader) next(limit func(typ byte) int) (typ byte, body []byte, b
 	if int64(n) > int64(max) {
 		return typ, nil, nil, fmt.Errorf("record %q at byte %d is %d bytes, larger than the %d allowed", typ, rr.n-5, n, max)
 	}
-	body = make([]byte, n)
-	if err := rr.full(body); err != nil {
-		return typ, nil, nil, err
+	// Grow with what actually arrives: a header alone must not make us
+	// allocate the largest record allowed.
+	if n <= 1<<20 {
+		body = make([]byte, n)
+		if err := rr.full(body); err != nil {
+			return typ, nil, nil, err
+		}
+		return typ, body, before, nil
 	}
-	return typ, body, before, nil
+	var buf bytes.Buffer
+	buf.Grow(1 << 20)
+	got, err := io.CopyN(&buf, io.TeeReader(rr.r, rr.h), int64(n))
+	rr.n += got
+	if err != nil {
+		return typ, nil, nil, fmt.Errorf("the stream ends early, at byte %d: the file is truncated", rr.n)
+	}
+	if rr.prog != nil {
+		rr.prog(rr.n)
+	}
+	return typ, buf.Bytes(), before, nil
 }

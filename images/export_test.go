@@ -122,10 +122,6 @@ func TestImportRefuses(t *testing.T) {
 		f(&s)
 		return s.bytes(t)
 	}
-	bomb := func() []byte {
-		enc, _ := zstd.NewWriter(nil)
-		return enc.EncodeAll(make([]byte, maxManifestBytes+10), nil)
-	}()
 	flipped := bytes.Clone(good)
 	flipped[len(flipped)-200] ^= 0xff
 
@@ -161,7 +157,7 @@ func TestImportRefuses(t *testing.T) {
 		{"mode bits", with(func(s *stream) { s.m.Files[0].Mode = 0o4755 | 1<<31 }), "mode"},
 		{"old manifest version", with(func(s *stream) { s.m.Version = 7 }), "manifest version 7"},
 		{"bad id", with(func(s *stream) { s.m.ID = "a/b" }), "not a valid image id"},
-		{"manifest bomb", with(func(s *stream) { s.rawM = bomb }), "inflates past"},
+		{"manifest not zstd", with(func(s *stream) { s.rawM = []byte("{}") }), "manifest"},
 		{"no manifest", with(func(s *stream) { s.m = nil }), "does not start with a manifest"},
 		{"chunk not in image", with(func(s *stream) { s.frames = append(s.frames, rawFrame([]byte("stranger"))) }), "not part of the image"},
 		{"chunk twice", with(func(s *stream) { s.frames = append(s.frames, rawFrame(data)) }), "comes twice"},
@@ -191,6 +187,19 @@ func TestImportRefuses(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// A manifest that inflates past the limit is refused without inflating
+// all of it (the real limit is 1 GiB; this uses 1 MiB).
+func TestManifestBomb(t *testing.T) {
+	enc, _ := zstd.NewWriter(nil)
+	bomb := enc.EncodeAll(bytes.Repeat([]byte(" "), 8<<20), nil)
+	if _, err := decodeManifestLimit(bomb, 1<<20); !errs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "inflates past 1048576 bytes") {
+		t.Fatalf("got %v", err)
+	}
+	if len(bomb) > 64<<10 {
+		t.Fatalf("bomb is %d bytes, not much of a bomb", len(bomb))
 	}
 }
 

@@ -23,7 +23,9 @@ const ManifestVersion = 1
 // Limits on what a manifest may describe, so that a hostile import cannot
 // make a host allocate or write without bound.
 const (
-	maxManifestBytes = 256 << 20 // decoded JSON
+	// A manifest costs about 75 bytes of JSON per 16 KiB chunk (0.5% of
+	// the image), so 1 GiB of JSON describes an image of about 200 GiB.
+	maxManifestBytes = 1 << 30 // decoded JSON
 	maxFiles         = 1 << 16
 	maxPathLen       = 1024
 	maxImageBytes    = 1 << 42 // 4 TiB of logical content
