@@ -203,13 +203,26 @@ func TestManifestBomb(t *testing.T) {
 	}
 }
 
-func TestImportRecordTooLarge(t *testing.T) {
-	b := binary.BigEndian.AppendUint16([]byte(exportMagic), ExportVersion)
-	b = append(b, kindImage, recManifest)
-	b = binary.BigEndian.AppendUint32(b, 1<<31)
-	_, _, err := Import(context.Background(), openStore(t), bytes.NewReader(b), nil)
-	if !errs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "larger than") {
-		t.Fatalf("got %v", err)
+func TestImportRecordHeaders(t *testing.T) {
+	tests := []struct {
+		name  string
+		claim uint32
+		want  string
+	}{
+		{"over the limit", 1 << 31, "larger than"},
+		{"large claim, little data", 700 << 20, "truncated"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := binary.BigEndian.AppendUint16([]byte(exportMagic), ExportVersion)
+			b = append(b, kindImage, recManifest)
+			b = binary.BigEndian.AppendUint32(b, tt.claim)
+			b = append(b, make([]byte, 3<<20)...)
+			_, _, err := Import(context.Background(), openStore(t), bytes.NewReader(b), nil)
+			if !errs.IsInvalidArgument(err) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v", err)
+			}
+		})
 	}
 }
 
