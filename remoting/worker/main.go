@@ -248,17 +248,29 @@ func (w *worker) endServe() error {
 	if w.serving == nil {
 		return nil
 	}
-	w.sess.Stop()
+	// Serve runs on its own goroutine and forgets a Stop that came before
+	// it started, so ask again until it returns.
 	var err error
-	select {
-	case err = <-w.serving:
-	case <-time.After(10 * time.Second):
-		// Stop interrupts a read, not a write blocked on a client that no
-		// longer reads: cut the socket under it.
-		w.log.Warn("serve did not stop at a frame boundary; closing the client socket")
-		w.cancel()
-		w.conn.Close()
-		err = <-w.serving
+	deadline := time.After(10 * time.Second)
+	retry := time.NewTicker(5 * time.Millisecond)
+	defer retry.Stop()
+	w.sess.Stop()
+wait:
+	for {
+		select {
+		case err = <-w.serving:
+			break wait
+		case <-retry.C:
+			w.sess.Stop()
+		case <-deadline:
+			// Stop interrupts a read, not a write blocked on a client that
+			// no longer reads: cut the socket under it.
+			w.log.Warn("serve did not stop at a frame boundary; closing the client socket")
+			w.cancel()
+			w.conn.Close()
+			err = <-w.serving
+			break wait
+		}
 	}
 	w.serving = nil
 	w.cancel()
