@@ -283,6 +283,26 @@ func TestIntegerInstructions(t *testing.T) {
 		}},
 		{"setp pair", "setp.lo.u32 %p1|%p3, %r1, %r2;", "p3", mixed32, mixed32b, func(a, b uint64, _ int) uint64 { return b2u(!(a < b)) }},
 		{"not.pred and !p", "setp.eq.s32 %p1, %r1, 3; and.pred %p3, %p1, !%p1; or.pred %p3, %p3, !%p1;", "p3", mixed32, nil, func(a, b uint64, _ int) uint64 { return b2u(a != 3) }},
+		{"set.lt.u32.s32", "set.lt.u32.s32 %r3, %r1, %r2;", "r3", mixed32, mixed32b, func(a, b uint64, _ int) uint64 {
+			if int32(uint32(a)) < int32(uint32(b)) {
+				return 0xffffffff
+			}
+			return 0
+		}},
+		{"set.ge.f32.u32", "set.ge.f32.u32 %f3, %r1, %r2;", "f3", mixed32, mixed32b, func(a, b uint64, _ int) uint64 {
+			if a >= b {
+				return fb(1)
+			}
+			return 0
+		}},
+		{"vector shared v4 round trip", `mul.wide.u32 %rd4, %r15, 16; mov.u64 %rd5, sm; add.s64 %rd6, %rd5, %rd4;
+			add.s32 %r4, %r1, 1; add.s32 %r5, %r1, 2; add.s32 %r6, %r1, 3;
+			st.shared.v4.u32 [%rd6], {%r1, %r4, %r5, %r6}; ld.shared.v4.u32 {%r7, %r8, %r9, %r10}, [%rd6];
+			add.s32 %r11, %r7, %r8; add.s32 %r12, %r9, %r10; add.s32 %r3, %r11, %r12;`, "r3", nil, nil,
+			func(a, b uint64, l int) uint64 { return uint64(4*l + 6) }},
+		{"local v2 through generic", `.local .align 8 .b8 dep[16]; mov.u64 %rd4, dep; cvta.local.u64 %rd5, %rd4;
+			st.v2.u32 [%rd5+8], {%r1, %r2}; ld.local.v2.u32 {%r7, %r8}, [%rd4+8]; sub.s32 %r3, %r7, %r8;`, "r3", mixed32, mixed32b,
+			func(a, b uint64, _ int) uint64 { return uint64(uint32(a - b)) }},
 		{"slct.s32", "slct.u32.s32 %r3, 1, 2, %r1;", "r3", mixed32, nil, func(a, b uint64, _ int) uint64 {
 			if s(a) >= 0 {
 				return 1
