@@ -97,7 +97,7 @@ type warp struct {
 	frames   []*frame
 	exited   uint32
 	barWait  uint32
-	barID    int
+	barLane  [warpSize]uint8 // the barrier each waiting lane waits at
 	barDst   int32
 	barRed   uint8
 	barRedOp uint8
@@ -417,7 +417,9 @@ func (w *warp) arrive(fr *frame, in *inst, em uint32) bool {
 	}
 	if wait {
 		w.barWait |= em
-		w.barID = id
+		for mm := em; mm != 0; mm &= mm - 1 {
+			w.barLane[bits.TrailingZeros32(mm)] = uint8(id)
+		}
 	}
 	return wait
 }
@@ -583,7 +585,13 @@ func (b *block) releaseBarriers() bool {
 			continue
 		}
 		for _, w := range b.warps {
-			if w.barWait == 0 || w.barID != id {
+			var lanes uint32
+			for mm := w.barWait; mm != 0; mm &= mm - 1 {
+				if l := bits.TrailingZeros32(mm); int(w.barLane[l]) == id {
+					lanes |= 1 << l
+				}
+			}
+			if lanes == 0 {
 				continue
 			}
 			if w.barRed != 0 && len(w.frames) > 0 {
@@ -597,12 +605,14 @@ func (b *block) releaseBarriers() bool {
 				case redOr:
 					v = b2u(bar.or)
 				}
-				for mm := w.barWait; mm != 0; mm &= mm - 1 {
+				for mm := lanes; mm != 0; mm &= mm - 1 {
 					fr.regs[int(w.barDst)*warpSize+bits.TrailingZeros32(mm)] = v
 				}
 			}
-			w.barWait = 0
-			w.barRed = 0
+			w.barWait &^= lanes
+			if w.barWait == 0 {
+				w.barRed = 0
+			}
 		}
 		*bar = barrier{}
 		released = true
