@@ -49,11 +49,9 @@ func hasLabel(m *dto.Metric, k, v string) bool {
 }
 
 func TestMetrics(t *testing.T) {
-	ts := startServer(t, time.Minute)
 	reg := prometheus.NewRegistry()
-	met := NewMetrics(reg)
-	ts.m.cfg.Metrics.connections = met.connections // count this test's handshakes on reg
-	met.sessions, met.live = ts.m.countStates, ts.m.liveTotals
+	ts := startServerWith(t, time.Minute, NewMetrics(reg))
+	met := ts.m.cfg.Metrics
 
 	cl, err := dial(t, ts.addr, wire.Hello{Token: testToken})
 	if err != nil {

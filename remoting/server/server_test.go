@@ -36,6 +36,12 @@ type testServer struct {
 
 func startServer(t *testing.T, grace time.Duration) *testServer {
 	t.Helper()
+	return startServerWith(t, grace, nil)
+}
+
+// startServerWith starts a server whose metrics are met (nil: unregistered).
+func startServerWith(t *testing.T, grace time.Duration, met *Metrics) *testServer {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("workers start in a new PID namespace, which needs root")
 	}
@@ -45,7 +51,7 @@ func startServer(t *testing.T, grace time.Duration) *testServer {
 	}
 	st, _ := openTestStore(t)
 	m, err := NewManager(Config{
-		Host: "test", Grace: grace, Store: st,
+		Host: "test", Grace: grace, Store: st, Metrics: met,
 		Worker: worker.Options{Backend: worker.BackendEmulated, Device: "0", EmulatedMemBytes: 1 << 30, Exe: exe},
 	})
 	if err != nil {
