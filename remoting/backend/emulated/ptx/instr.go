@@ -121,6 +121,10 @@ func (c *fcomp) build(in *instr, x *inst) {
 		if f == nil {
 			unsupported("%s on .%s", in.op, t)
 		}
+		if code, ok := fastInt(in.op, t, in.mods); ok {
+			x.fn, x.aux = opFastInt, code
+			return
+		}
 		switch {
 		case in.op == "add" && (t == tS32 || t == tU32 || t == tB32) && !hasMod(in.mods, "sat"):
 			x.fn = opAdd32
@@ -178,6 +182,10 @@ func (c *fcomp) build(in *instr, x *inst) {
 		t := c.lastType(in)
 		x.d = c.dst(a[0])
 		x.a, x.b = c.val(a[1], t), c.val(a[2], t)
+		if code, ok := fastInt(in.op, t, in.mods); ok {
+			x.fn, x.aux = opFastInt, code
+			return
+		}
 		x.fn = bin(intBinary(in.op, t, nil))
 	case "shl", "shr":
 		c.nargs(in, 3)
@@ -186,6 +194,10 @@ func (c *fcomp) build(in *instr, x *inst) {
 		x.a, x.b = c.val(a[1], t), c.val(a[2], tU32)
 		if in.op == "shl" && t.size() == 8 {
 			x.fn = opShl64
+			return
+		}
+		if code, ok := fastInt(in.op, t, in.mods); ok {
+			x.fn, x.aux = opFastInt, code
 			return
 		}
 		x.fn = bin(intBinary(in.op, t, nil))

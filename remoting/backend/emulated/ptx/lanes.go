@@ -242,3 +242,90 @@ func opFmaF32(w *warp, fr *frame, in *inst, m uint32) {
 		r[d+l] = b32(res)
 	}
 }
+
+// Common 32- and 64-bit integer operations, dispatched by a switch inside
+// the lane loop rather than a call per lane.
+const (
+	fastSub32 = iota
+	fastAnd
+	fastOr
+	fastXor
+	fastShl32
+	fastShrU32
+	fastShrS32
+	fastMulLo32
+	fastSub64
+	fastMulLo64
+	fastShrU64
+	fastMinS32
+	fastMaxS32
+)
+
+var fastIntOps = map[string]map[ptype]uint32{
+	"sub": {tS32: fastSub32, tU32: fastSub32, tB32: fastSub32, tS64: fastSub64, tU64: fastSub64, tB64: fastSub64},
+	"and": {tB32: fastAnd, tU32: fastAnd, tS32: fastAnd, tB64: fastAnd, tU64: fastAnd, tS64: fastAnd},
+	"or":  {tB32: fastOr, tU32: fastOr, tS32: fastOr, tB64: fastOr, tU64: fastOr, tS64: fastOr},
+	"xor": {tB32: fastXor, tU32: fastXor, tS32: fastXor, tB64: fastXor, tU64: fastXor, tS64: fastXor},
+	"shl": {tB32: fastShl32, tU32: fastShl32, tS32: fastShl32},
+	"shr": {tU32: fastShrU32, tB32: fastShrU32, tS32: fastShrS32, tU64: fastShrU64, tB64: fastShrU64},
+	"mul": {tS32: fastMulLo32, tU32: fastMulLo32, tS64: fastMulLo64, tU64: fastMulLo64},
+	"min": {tS32: fastMinS32},
+	"max": {tS32: fastMaxS32},
+}
+
+// fastInt returns the fast path for op on t with mods, if there is one.
+func fastInt(op string, t ptype, mods []string) (uint32, bool) {
+	for _, m := range mods {
+		if m == "hi" || m == "wide" || m == "sat" || m == "cc" {
+			return 0, false
+		}
+	}
+	code, ok := fastIntOps[op][t]
+	return code, ok
+}
+
+func opFastInt(w *warp, fr *frame, in *inst, m uint32) {
+	r := fr.regs
+	d, a, b := int(in.d)*warpSize, int(in.a)*warpSize, int(in.b)*warpSize
+	code := in.aux
+	for ; m != 0; m &= m - 1 {
+		l := bits.TrailingZeros32(m)
+		x, y := r[a+l], r[b+l]
+		var v uint64
+		switch code {
+		case fastSub32:
+			v = uint64(uint32(x - y))
+		case fastAnd:
+			v = x & y
+		case fastOr:
+			v = x | y
+		case fastXor:
+			v = x ^ y
+		case fastShl32:
+			if s := uint32(y); s < 32 {
+				v = uint64(uint32(x) << s)
+			}
+		case fastShrU32:
+			if s := uint32(y); s < 32 {
+				v = uint64(uint32(x) >> s)
+			}
+		case fastShrS32:
+			v = uint64(uint32(int32(uint32(x)) >> min(uint32(y), 31)))
+		case fastMulLo32:
+			v = uint64(uint32(x * y))
+		case fastSub64:
+			v = x - y
+		case fastMulLo64:
+			v = x * y
+		case fastShrU64:
+			if s := uint32(y); s < 64 {
+				v = x >> s
+			}
+		case fastMinS32:
+			v = uint64(uint32(min(int32(uint32(x)), int32(uint32(y)))))
+		case fastMaxS32:
+			v = uint64(uint32(max(int32(uint32(x)), int32(uint32(y)))))
+		}
+		r[d+l] = v
+	}
+}
