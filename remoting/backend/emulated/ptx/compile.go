@@ -358,7 +358,7 @@ func (c *fcomp) dst(o operand) int32 {
 	return 0
 }
 
-// emit appends an unguarded helper instruction that prepares an operand
+// emit appends an unguarded preparatory instruction that prepares an operand
 // of the instruction being compiled.
 func (c *fcomp) emit(in inst) {
 	in.guard = -1

@@ -7,7 +7,7 @@ import (
 )
 
 // instr compiles one instruction. Operand preparation (negated predicates,
-// clock reads) may emit helper instructions first; an instruction the
+// clock reads) may emit preparatory instructions first; an instruction the
 // emulator cannot execute compiles to one that fails with
 // CUDA_ERROR_NOT_SUPPORTED when it runs.
 func (c *fcomp) instr(in *instr) {
