@@ -420,6 +420,16 @@ func TestConversions(t *testing.T) {
 		{"cvt.sat.f32.f32", "cvt.sat.f32.f32 %f3, %f1;", "f3", fsBits, nil, func(a, b uint64, _ int) uint64 {
 			return fb(float32(sat01(float64(f32at(a)))))
 		}},
+		{"cvt.rpi.u64.f32 NaN", "cvt.rpi.u64.f32 %rd3, %f1;", "rd3", []uint64{fb(float32(math.NaN())), fb(3.5), fb(-2)}, nil, func(a, b uint64, _ int) uint64 {
+			switch x := math.Float32frombits(uint32(a)); {
+			case x != x:
+				return 1 << 63 // as the hardware does for 64-bit results
+			case x < 0:
+				return 0
+			default:
+				return uint64(math.Ceil(float64(x)))
+			}
+		}},
 		{"cvt.rzi.s64.f64", "cvt.rzi.s64.f64 %rd3, %fd1;", "rd3", []uint64{db(1e19), db(-1e19), db(-3.7), db(math.NaN())}, nil, func(a, b uint64, _ int) uint64 {
 			x := math.Float64frombits(a)
 			switch {
