@@ -59,11 +59,13 @@ func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Ma
 	in := st.NewIngest()
 	defer in.Abort()
 
+	// Workers take chunks in batches, which the store looks up in one
+	// read transaction.
 	type job struct {
-		data []byte
-		out  *Chunk
+		data [][]byte
+		out  []*Chunk
 	}
-	jobs := make(chan job, 4*st.Workers())
+	jobs := make(chan job, 2*st.Workers())
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -75,24 +77,38 @@ func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Ma
 				if ctx.Err() != nil {
 					continue
 				}
-				var d store.Digest
-				var n int64
+				var ds []store.Digest
+				var fresh int
 				err := faultSafe(subj, func() (err error) {
-					d, n, err = in.Put(ctx, j.data)
+					ds, _, fresh, err = in.PutBatch(ctx, j.data)
 					return err
 				})
 				if err != nil {
 					cancel(err)
 					continue
 				}
-				j.out.Digest = d
-				if n > 0 {
-					mu.Lock()
-					newCount++
-					mu.Unlock()
+				for i, d := range ds {
+					j.out[i].Digest = d
 				}
+				mu.Lock()
+				newCount += fresh
+				mu.Unlock()
 			}
 		})
+	}
+	const batch = 32
+	var cur job
+	flush := func() error {
+		if len(cur.data) == 0 {
+			return nil
+		}
+		select {
+		case jobs <- cur:
+			cur = job{}
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
 	}
 	var maps [][]byte
 	defer func() {
@@ -101,6 +117,11 @@ func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Ma
 		}
 	}()
 	var stats Stats
+	type pendingFile struct {
+		index int
+		slots []*Chunk
+	}
+	var pending []pendingFile
 	walkErr := filepath.WalkDir(srcDir, func(p string, de fs.DirEntry, err error) error {
 		if err != nil {
 			return errs.Wrap(err, errs.InvalidArgument, subj, "read %s", p)
@@ -140,35 +161,39 @@ func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Ma
 				maps = append(maps, data)
 			}
 			f.Size = int64(len(data))
-			var spans []chunker.Chunk
+			// Chunks go to the workers as the chunker finds them, so
+			// hashing overlaps the walk through the file. Each gets its
+			// own slot; the file's list is assembled once all are done.
+			var slots []*Chunk
 			if err := faultSafe(subj, func() error {
 				return chunker.Split(data, 0, chunker.Default, func(c chunker.Chunk) error {
-					spans = append(spans, c)
+					slot := &Chunk{Size: int64(c.Len), Zero: c.Zero}
+					slots = append(slots, slot)
+					if c.Zero {
+						stats.ZeroBytes += int64(c.Len)
+						return nil
+					}
+					stats.Chunks++
+					cur.data = append(cur.data, data[c.Off:c.Off+int64(c.Len)])
+					cur.out = append(cur.out, slot)
+					if len(cur.data) == batch {
+						return flush()
+					}
 					return nil
 				})
 			}); err != nil {
 				return errs.Wrap(err, errs.KindOf(err), subj, "chunk %s", p)
 			}
-			f.Chunks = make([]Chunk, len(spans))
-			for i, c := range spans {
-				f.Chunks[i] = Chunk{Size: int64(c.Len), Zero: c.Zero}
-				if c.Zero {
-					stats.ZeroBytes += int64(c.Len)
-					continue
-				}
-				stats.Chunks++
-				select {
-				case jobs <- job{data: data[c.Off : c.Off+int64(c.Len)], out: &f.Chunks[i]}:
-				case <-ctx.Done():
-					return context.Cause(ctx)
-				}
-			}
+			pending = append(pending, pendingFile{index: len(m.Files), slots: slots})
 		default:
 			return errs.New(errs.InvalidArgument, subj, "%s is a %v; an image holds only files, directories and symlinks", p, fi.Mode().Type())
 		}
 		m.Files = append(m.Files, f)
 		return nil
 	})
+	if walkErr == nil {
+		walkErr = flush()
+	}
 	close(jobs)
 	wg.Wait()
 	if walkErr != nil {
@@ -176,6 +201,13 @@ func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Ma
 	}
 	if err := context.Cause(ctx); err != nil {
 		return nil, Stats{}, err
+	}
+	for _, pf := range pending {
+		f := &m.Files[pf.index]
+		f.Chunks = make([]Chunk, len(pf.slots))
+		for i, c := range pf.slots {
+			f.Chunks[i] = *c
+		}
 	}
 	if err := m.Validate(); err != nil {
 		return nil, Stats{}, errs.Wrap(err, errs.Internal, "", "the manifest Commit built is invalid")
@@ -243,9 +275,7 @@ func mapFile(p string, size int64) ([]byte, error) {
 	if fi.Size() == 0 {
 		return nil, nil
 	}
-	// MAP_POPULATE maps the whole file from the page cache at once
-	// instead of one fault per few pages.
-	b, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE)
+	b, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		return nil, errors.Join(errors.New("mmap"), err)
 	}

@@ -70,40 +70,81 @@ func (in *Ingest) Put(ctx context.Context, data []byte) (Digest, int64, error) {
 }
 
 func (in *Ingest) putData(ctx context.Context, d Digest, data []byte) (int64, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	if len(data) == 0 || len(data) > MaxChunkSize {
-		return 0, errs.New(errs.InvalidArgument, chunkSubject(d), "size %d is outside 1..%d", len(data), MaxChunkSize)
-	}
-	enc, payload := uint8(encZstd), []byte(nil)
-	if mine, err := in.seen(d); err != nil || mine {
-		return 0, err
-	}
-	if has, err := in.s.has(d); err != nil || has {
-		return 0, err
-	}
-	payload = in.s.enc.EncodeAll(data, make([]byte, 0, len(data)/2))
-	if len(payload) >= len(data)-len(data)/32 {
-		enc, payload = encRaw, data
-	} else if err := in.s.roundTrip(d, data, payload); err != nil {
-		return 0, err
-	}
-	return in.put(ctx, d, len(data), enc, payload)
+	_, added, _, err := in.putBatch(ctx, [][]byte{data}, []Digest{d})
+	return added, err
 }
 
-// seen leases d for this ingest and reports whether the ingest already
-// wrote it. Once the lease is held gc cannot take the chunk between a
-// look-up and the commit.
-func (in *Ingest) seen(d Digest) (bool, error) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.done {
-		return false, errs.New(errs.FailedPrecondition, "", "ingest already committed or aborted")
+// PutBatch is Put for several chunks: they are hashed, then looked up in
+// one read transaction, and only the missing ones are compressed and
+// written. It returns the digests in order, the bytes added and how many
+// chunks were new.
+func (in *Ingest) PutBatch(ctx context.Context, data [][]byte) ([]Digest, int64, int, error) {
+	ds := make([]Digest, len(data))
+	for i, b := range data {
+		ds[i] = Sum(b)
 	}
-	in.holdLocked(d)
-	_, mine := in.written[d]
-	return mine, nil
+	return in.putBatch(ctx, data, ds)
+}
+
+func (in *Ingest) putBatch(ctx context.Context, data [][]byte, ds []Digest) ([]Digest, int64, int, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, 0, err
+	}
+	for i, b := range data {
+		if len(b) == 0 || len(b) > MaxChunkSize {
+			return nil, 0, 0, errs.New(errs.InvalidArgument, chunkSubject(ds[i]), "size %d is outside 1..%d", len(b), MaxChunkSize)
+		}
+	}
+	// Lease first: once held, gc cannot take a chunk between the look-up
+	// and the commit.
+	skip := make([]bool, len(ds))
+	in.mu.Lock()
+	if in.done {
+		in.mu.Unlock()
+		return nil, 0, 0, errs.New(errs.FailedPrecondition, "", "ingest already committed or aborted")
+	}
+	for i, d := range ds {
+		in.holdLocked(d)
+		_, skip[i] = in.written[d]
+	}
+	in.mu.Unlock()
+	err := in.s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketChunks)
+		for i, d := range ds {
+			skip[i] = skip[i] || b.Get(d[:]) != nil
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, 0, dbErr(err, "look up chunks")
+	}
+	var added int64
+	var fresh int
+	for i, d := range ds {
+		if skip[i] {
+			continue
+		}
+		raw := data[i]
+		enc, payload := uint8(encZstd), in.s.enc.EncodeAll(raw, make([]byte, 0, len(raw)/2))
+		if len(payload) >= len(raw)-len(raw)/32 {
+			enc, payload = encRaw, raw
+		} else if err := in.s.roundTrip(d, raw, payload); err != nil {
+			return nil, 0, 0, err
+		}
+		n, err := in.appendChunk(d, len(raw), enc, payload)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		if n > 0 {
+			added += n
+			fresh++
+		}
+		// A repeat later in the batch is now this ingest's.
+		for j := i + 1; j < len(ds); j++ {
+			skip[j] = skip[j] || ds[j] == d
+		}
+	}
+	return ds, added, fresh, nil
 }
 
 // put appends a checked payload unless the store or this ingest has d.
@@ -111,19 +152,33 @@ func (in *Ingest) put(ctx context.Context, d Digest, raw int, enc uint8, payload
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if mine, err := in.seen(d); err != nil || mine {
-		return 0, err
+	in.mu.Lock()
+	if in.done {
+		in.mu.Unlock()
+		return 0, errs.New(errs.FailedPrecondition, "", "ingest already committed or aborted")
+	}
+	in.holdLocked(d)
+	_, mine := in.written[d]
+	in.mu.Unlock()
+	if mine {
+		return 0, nil
 	}
 	if has, err := in.s.has(d); err != nil || has {
 		return 0, err
 	}
+	return in.appendChunk(d, raw, enc, payload)
+}
+
+// appendChunk writes a leased, looked-up chunk to the current pack unless
+// another worker of this ingest wrote it meanwhile.
+func (in *Ingest) appendChunk(d Digest, raw int, enc uint8, payload []byte) (int64, error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.done {
 		return 0, errs.New(errs.FailedPrecondition, "", "ingest already committed or aborted")
 	}
 	if _, ok := in.written[d]; ok {
-		return 0, nil // another worker wrote it meanwhile
+		return 0, nil
 	}
 	if in.cur == nil {
 		pw, err := in.s.newPackWriter()
