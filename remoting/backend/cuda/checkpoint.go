@@ -1,8 +1,5 @@
 package cuda
 
-// #include "api.h"
-import "C"
-
 import (
 	"context"
 	"fmt"
@@ -55,8 +52,19 @@ const DefaultLockTimeout = 10 * time.Second
 //
 // The driver calls cannot be interrupted: ctx is checked before each one.
 type Checkpointer struct {
-	drv *driver
+	api procAPI
 	log *slog.Logger
+}
+
+// procAPI is the driver's checkpoint API on one process; *driver
+// implements it. The sequencing built on it (rollback, resuming from any
+// state) is what Checkpointer adds.
+type procAPI interface {
+	lock(pid int, timeoutMs uint32) error
+	checkpoint(pid int) error
+	restore(pid int, from, to [][16]byte) error
+	unlock(pid int) error
+	state(pid int) (ProcessState, error)
 }
 
 // NewCheckpointer loads the driver in the calling process. Keeping the
@@ -70,23 +78,23 @@ func NewCheckpointer(library string, log *slog.Logger) (*Checkpointer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if drv.api.cuCheckpointProcessLock == nil || drv.api.cuCheckpointProcessRestore == nil {
+	if !drv.hasCheckpointAPI() {
 		return nil, errs.New(errs.FailedPrecondition, "", "the NVIDIA driver at %s has no checkpoint API: install driver >= 570", drv.path)
 	}
-	return &Checkpointer{drv: drv, log: log}, nil
+	return &Checkpointer{api: drv, log: log}, nil
 }
 
 func subject(pid int) string { return fmt.Sprintf("process %d", pid) }
 
-// call runs one driver checkpoint call (named call, described by what)
-// and classifies its failure.
-func (c *Checkpointer) call(ctx context.Context, pid int, call, what string, f func() C.CUresult) error {
+// call runs one driver checkpoint call (described by what) and classifies
+// its failure.
+func (c *Checkpointer) call(ctx context.Context, pid int, what string, f func() error) error {
 	if err := ctx.Err(); err != nil {
 		return errs.Wrap(err, errs.Unavailable, subject(pid), "%s: not started", what)
 	}
 	start := time.Now()
-	err := c.drv.check(f(), call)
-	c.log.Debug("cuda checkpoint call", "op", call, "pid", pid, "took", time.Since(start), "err", err)
+	err := f()
+	c.log.Debug("cuda checkpoint call", "op", what, "pid", pid, "took", time.Since(start), "err", err)
 	if err != nil {
 		return errs.Wrap(err, errs.FailedPrecondition, subject(pid), "%s", what)
 	}
@@ -102,18 +110,14 @@ func (c *Checkpointer) Lock(ctx context.Context, pid int, timeout time.Duration)
 			timeout = time.Until(dl)
 		}
 	}
-	ms := max(timeout.Milliseconds(), 1)
-	return c.call(ctx, pid, "cuCheckpointProcessLock", "locking its CUDA calls", func() C.CUresult {
-		return C.gc_ckpt_lock(c.drv.api, C.int(pid), C.uint(min(ms, 1<<31)))
-	})
+	ms := uint32(min(max(timeout.Milliseconds(), 1), 1<<31))
+	return c.call(ctx, pid, "locking its CUDA calls", func() error { return c.api.lock(pid, ms) })
 }
 
 // Checkpoint copies the locked process's device memory to its host memory
 // and releases its GPU resources.
 func (c *Checkpointer) Checkpoint(ctx context.Context, pid int) error {
-	return c.call(ctx, pid, "cuCheckpointProcessCheckpoint", "checkpointing its GPU state", func() C.CUresult {
-		return C.gc_ckpt_checkpoint(c.drv.api, C.int(pid))
-	})
+	return c.call(ctx, pid, "checkpointing its GPU state", func() error { return c.api.checkpoint(pid) })
 }
 
 // Restore puts a checkpointed process's state back on the GPUs. pairs
@@ -121,44 +125,34 @@ func (c *Checkpointer) Checkpoint(ctx context.Context, pid int) error {
 // permutation of every GPU the process enumerated (see PlanRemap): the
 // driver refuses a partial map with CUDA_ERROR_INVALID_VALUE.
 func (c *Checkpointer) Restore(ctx context.Context, pid int, pairs []GPUPair) error {
-	from := make([]C.CUuuid, len(pairs))
-	to := make([]C.CUuuid, len(pairs))
+	from := make([][16]byte, len(pairs))
+	to := make([][16]byte, len(pairs))
 	for i, p := range pairs {
-		f, err := ParseUUID(p.From)
-		if err != nil {
+		var err error
+		if from[i], err = ParseUUID(p.From); err != nil {
 			return err
 		}
-		t, err := ParseUUID(p.To)
-		if err != nil {
+		if to[i], err = ParseUUID(p.To); err != nil {
 			return err
-		}
-		for j := range f {
-			from[i].bytes[j] = C.char(f[j])
-			to[i].bytes[j] = C.char(t[j])
 		}
 	}
-	return c.call(ctx, pid, "cuCheckpointProcessRestore", "restoring its GPU state", func() C.CUresult {
-		if len(pairs) == 0 {
-			return C.gc_ckpt_restore(c.drv.api, C.int(pid), nil, nil, 0)
-		}
-		return C.gc_ckpt_restore(c.drv.api, C.int(pid), &from[0], &to[0], C.uint(len(pairs)))
-	})
+	return c.call(ctx, pid, "restoring its GPU state", func() error { return c.api.restore(pid, from, to) })
 }
 
 // Unlock lets a restored (or merely locked) process call the driver again.
 func (c *Checkpointer) Unlock(ctx context.Context, pid int) error {
-	return c.call(ctx, pid, "cuCheckpointProcessUnlock", "unlocking its CUDA calls", func() C.CUresult {
-		return C.gc_ckpt_unlock(c.drv.api, C.int(pid))
-	})
+	return c.call(ctx, pid, "unlocking its CUDA calls", func() error { return c.api.unlock(pid) })
 }
 
 // State reports where the process is in the checkpoint sequence.
 func (c *Checkpointer) State(ctx context.Context, pid int) (ProcessState, error) {
-	var s C.int
-	err := c.call(ctx, pid, "cuCheckpointProcessGetState", "reading its checkpoint state", func() C.CUresult {
-		return C.gc_ckpt_state(c.drv.api, C.int(pid), &s)
+	var s ProcessState
+	err := c.call(ctx, pid, "reading its checkpoint state", func() error {
+		var err error
+		s, err = c.api.state(pid)
+		return err
 	})
-	return ProcessState(s), err
+	return s, err
 }
 
 // Suspend locks the process and checkpoints its GPU state, leaving it
