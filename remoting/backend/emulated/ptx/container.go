@@ -177,13 +177,16 @@ func (info *containerInfo) scanFatbins(b []byte) error {
 	found := false
 	for off := 0; off+16 <= len(b); {
 		magic := binary.LittleEndian.Uint32(b[off:])
-		if magic == fatbinWrapperMagic && off+24 <= len(b) && binary.LittleEndian.Uint32(b[off+4:]) <= 2 {
+		isHeader := binary.LittleEndian.Uint16(b[off+4:]) == 1 && binary.LittleEndian.Uint16(b[off+6:]) == 16
+		if magic == fatbinWrapperMagic && !isHeader && off+24 <= len(b) && binary.LittleEndian.Uint32(b[off+4:]) <= 2 {
 			// cudart's wrapper: magic, version, pointer, pointer. The
 			// pointer is meaningless here; the container follows it.
 			off += 8
 			continue
 		}
-		if magic != fatbinMagic {
+		// 0xba55ed50 heads a container; a relocatable one (in objects'
+		// __nv_relfatbin) has the wrapper's magic and the same layout.
+		if magic != fatbinMagic && !(magic == fatbinWrapperMagic && isHeader) {
 			off += 8
 			continue
 		}

@@ -81,6 +81,13 @@ func fatbin(entries ...[]byte) []byte {
 	return append(h, body...)
 }
 
+// relocatable gives a fatbin the header magic of relocatable objects.
+func relocatable(fb []byte) []byte {
+	out := append([]byte(nil), fb...)
+	binary.LittleEndian.PutUint32(out, fatbinWrapperMagic)
+	return out
+}
+
 // lz4Literals encodes data as one literal-only LZ4 sequence, which is a
 // valid LZ4 block.
 func lz4Literals(data []byte) []byte {
@@ -160,6 +167,7 @@ func TestContainers(t *testing.T) {
 		{"lz4 compressed entry", lzFat, 80, ""},
 		{"runtime wrapper then fatbin", append(wrapper, multi...), 90, ""},
 		{"ELF with .nv_fatbin", minimalELF(".nv_fatbin", multi), 90, ""},
+		{"relocatable fatbin in __nv_relfatbin", minimalELF("__nv_relfatbin", relocatable(multi)), 90, ""},
 		{"only newer PTX", fatbin(fatbinEntry(fatbinKindPTX, 100, ptxFor(100), 0, 0)), 0, "CUDA_ERROR_NO_BINARY_FOR_GPU"},
 		{"ELF without PTX", minimalELF(".text", []byte{1, 2, 3, 4}), 0, "CUDA_ERROR_NO_BINARY_FOR_GPU"},
 		{"truncated fatbin", multi[:len(multi)/2], 0, "CUDA_ERROR_INVALID_IMAGE"},
