@@ -46,7 +46,9 @@ func (m *processModel) lock(_ int, timeoutMs uint32) error {
 	}
 	return m.step("lock", StateRunning, StateLocked)
 }
-func (m *processModel) checkpoint(int) error { return m.step("checkpoint", StateLocked, StateCheckpointed) }
+func (m *processModel) checkpoint(int) error {
+	return m.step("checkpoint", StateLocked, StateCheckpointed)
+}
 func (m *processModel) restore(_ int, from, to [][16]byte) error {
 	m.pairs = len(from)
 	return m.step("restore", StateCheckpointed, StateLocked)
