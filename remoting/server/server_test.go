@@ -62,7 +62,7 @@ func startServerWith(t *testing.T, grace time.Duration, met *Metrics) *testServe
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &Listener{Manager: m, Token: testToken, HandshakeTimeout: 300 * time.Millisecond}
+	l := &Listener{Manager: m, Token: testToken, HandshakeTimeout: 300 * time.Millisecond, MaxHandshakes: 8}
 	done := make(chan error, 1)
 	go func() { done <- l.Serve(ctx, ln) }()
 	ts := &testServer{addr: ln.Addr().String(), m: m}
@@ -344,4 +344,51 @@ func TestWorkerCrashIsContained(t *testing.T) {
 	if n, err := other.DeviceCount(); err != nil || n != 1 {
 		t.Fatalf("the other session was disturbed: %d %v", n, err)
 	}
+}
+
+// A flood of silent connections fills the handshake slots; the excess is
+// refused at once, established sessions keep working, and once the
+// deadline frees the slots new clients get in.
+func TestHandshakeFlood(t *testing.T) {
+	ts := startServer(t, time.Minute)
+	good, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	time.Sleep(100 * time.Millisecond) // its handshake slot is freed just after its Welcome
+	var idle []net.Conn
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	for i := 0; i < 8; i++ {
+		c, err := net.Dial("tcp", ts.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	time.Sleep(50 * time.Millisecond) // let gpud accept them all
+	// On loopback the refusal (a reset) can beat connect's return.
+	if extra, err := net.Dial("tcp", ts.addr); err == nil {
+		defer extra.Close()
+		_ = extra.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if _, err := extra.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("a connection beyond the handshake limit was not refused at once: %v", err)
+		}
+	} else if !errors.Is(err, unix.ECONNRESET) {
+		t.Fatalf("dial beyond the limit: %v", err)
+	}
+	if n, err := good.DeviceCount(); err != nil || n != 1 {
+		t.Fatalf("established session disturbed by the flood: %d %v", n, err)
+	}
+	// The silent ones time out; a new client gets in.
+	time.Sleep(500 * time.Millisecond)
+	late, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	if err != nil {
+		t.Fatalf("a client after the flood: %v", err)
+	}
+	late.Close()
 }
