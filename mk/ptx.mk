@@ -5,4 +5,5 @@ BENCH_STEPS += bench-ptx
 .PHONY: bench-ptx
 bench-ptx:
 	GPUCTL_PTX_BENCH=1 $(GO) test -count=1 -run '^TestBenchReport$$' -v ./remoting/backend/emulated/ptx/ | grep -E '^\s*\|' | sed 's/^[[:space:]]*//'
-	$(GO) test -count=1 -run '^$$' -bench . -benchtime 3x ./remoting/backend/emulated/ptx/
+	$(GO) test -count=1 -run '^$$' -bench 'Saxpy|Matmul|ALU' -benchtime 3x ./remoting/backend/emulated/ptx/
+	$(GO) test -count=1 -run '^$$' -bench 'LaunchEmpty' ./remoting/backend/emulated/ptx/
