@@ -1,7 +1,16 @@
 # The GPU suite (e2e/gpu/run.sh): runs on an NVIDIA host with build/ and the
 # CRIU bundle (.deps/criu) carried from a build machine. It needs no Go, so
-# it depends on nothing here; `make build deps` first where Go is present.
-# OUT=DIR keeps its logs and table there.
-.PHONY: gpu-test
+# it depends on nothing here; run `make build deps gpu-tools` first where Go
+# is. OUT=DIR keeps its logs and table there.
+.PHONY: gpu-test gpu-tools
 gpu-test:
 	bash e2e/gpu/run.sh
+
+# gpu-tools adds what the suite uses when present: kernelcheck compares the
+# kernel corpus's native and remote outputs with each case's tolerance
+# (without it the suite requires byte-identical files).
+gpu-tools: $(BUILD)/bin/kernelcheck
+
+$(BUILD)/bin/kernelcheck: FORCE
+	@mkdir -p $(BUILD)/bin
+	$(GO) build -o $@ ./e2e/kernels/cmd/kernelcheck
