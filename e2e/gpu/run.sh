@@ -468,6 +468,33 @@ for mib in $SIZES; do
 done
 
 # ---------------------------------------------------------------- migrate
+# --------------------------------------------------------- remap facts
+# What the GPU map design rests on, checked on this driver: a map naming
+# only the GPU that moves is refused; the full permutation moves the memory.
+if ((NGPU >= 2)) && time_for 30 "the GPU map check"; then
+	step "driver GPU map: single pair refused, full permutation works"
+	log=$WORK/holder.remap.log
+	start_holder "$log" 1024 native
+	if wait_log "$log" '^iter 3 ok' 60 "$HP"; then
+		pid=$(sed -n 's/^start pid=\([0-9]*\).*/\1/p' "$log" | head -n 1)
+		m1=$(gpu_mem_mib 1)
+		"${NATIVE[@]}" "$WORK/native/gpuckpt" "$pid" lock checkpoint >"$OUT/remap.log" 2>&1
+		"${NATIVE[@]}" GPUCKPT_MAP=0:1 "$WORK/native/gpuckpt" "$pid" restore >>"$OUT/remap.log" 2>&1 &&
+			fail "the driver accepted a single-pair GPU map; docs/gpu.md says it does not" ||
+			pass "the driver refuses a single-pair map: $(grep '^restore' "$OUT/remap.log" | tail -n 1)"
+		it=$(last_iter "$log")
+		if "${NATIVE[@]}" GPUCKPT_MAP=0:1,1:0 "$WORK/native/gpuckpt" "$pid" state restore unlock >>"$OUT/remap.log" 2>&1 &&
+			wait_iter "$log" $((it + 5)) 30 && [[ $(holder_bad "$log") == 0 ]]; then
+			pass "the full permutation restores onto GPU1 (GPU1 memory $m1 -> $(gpu_mem_mib 1) MiB), data checked after"
+		else
+			fail "the full permutation did not restore cleanly: $(tail -n 3 "$OUT/remap.log")"
+		fi
+	else
+		fail "the remap holder did not start: $(tail -n 3 "$log.out")"
+	fi
+	kill -9 "$HP" 2>/dev/null
+fi
+
 # With two GPUs the second gpud serves GPU1 and the session moves there; with
 # one, it serves the same GPU, which still proves a restore with the client
 # running and its data checked.
