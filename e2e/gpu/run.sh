@@ -12,16 +12,20 @@
 #      e2e/kernels/kernelrun.c) and this suite's helpers twice: against
 #      NVIDIA's cuda.h and libcuda (native) and against build/ (remote);
 #   2. runs the programs natively and through gpud --backend cuda and
-#      requires identical output (timings aside) and identical kernel-corpus
-#      output files, byte for byte;
-#   3. checkpoints and restores sessions holding 1 GiB and 8 GiB through
-#      gpuctl, with the data checked on the GPU before and after, and times
+#      requires the same output (timings aside), and kernel-corpus outputs
+#      that match under each case's comparison (kernelcheck, from make
+#      gpu-tools; byte for byte without it);
+#   3. checkpoints (also --leave-running) and restores sessions holding
+#      1 GiB and 8 GiB through gpuctl, with the data checked on the GPU
+#      before and after, and times
 #      the manual baseline (driver lock+checkpoint, criu dump; criu restore,
 #      driver restore+unlock) on the same program;
-#   4. live-migrates a running 8 GiB session from a gpud serving GPU0 to one
+#   4. with two GPUs, checks that the driver refuses a single-pair GPU map
+#      and restores onto GPU1 with the full permutation;
+#   5. live-migrates a running 8 GiB session from a gpud serving GPU0 to one
 #      serving GPU1 (on one GPU: a second gpud on GPU0) while the client
 #      keeps running and checking its data;
-#   5. prints one table of everything measured, side by side.
+#   6. prints one table of everything measured, side by side.
 #
 # Variables: OUT (logs; default /tmp/gpuctl-gpu-suite), WORK (scratch for
 # images, default a fresh dir under /tmp), SIZES (MiB, default "1024 8192"),
