@@ -58,7 +58,9 @@ type Launch struct {
 
 // Module is a loaded PTX module.
 type Module struct {
-	ast         *ast
+	ptxVersion  int    // major*10 + minor
+	sm          int    // the .target architecture
+	constBytes  uint64 // total size of the .const variables
 	vars        []Global
 	varIndex    map[string]int
 	sharedVars  []*varDecl     // module and function-scope .shared variables
@@ -199,12 +201,12 @@ const (
 )
 
 func (f *Function) maxThreads() int32 {
-	d := f.cf.decl
+	cf := f.cf
 	switch {
-	case d.reqntid[0] > 0:
-		return int32(d.reqntid[0] * d.reqntid[1] * d.reqntid[2])
-	case d.maxntid[0] > 0:
-		return int32(min(d.maxntid[0]*d.maxntid[1]*d.maxntid[2], MaxThreadsPerBlock))
+	case cf.reqntid[0] > 0:
+		return int32(min(cf.reqntid[0]*cf.reqntid[1]*cf.reqntid[2], MaxThreadsPerBlock))
+	case cf.maxntid[0] > 0:
+		return int32(min(cf.maxntid[0]*cf.maxntid[1]*cf.maxntid[2], MaxThreadsPerBlock))
 	}
 	return MaxThreadsPerBlock
 }
@@ -220,19 +222,13 @@ func (f *Function) Attribute(attr int32) (int32, error) {
 	case attrSharedSizeBytes:
 		return int32(f.cf.staticShared), nil
 	case attrConstSizeBytes:
-		var n uint64
-		for _, v := range m.ast.vars {
-			if v.space == "const" && !v.extern {
-				n += v.size()
-			}
-		}
-		return int32(min(n, 1<<31-1)), nil
+		return int32(min(m.constBytes, 1<<31-1)), nil
 	case attrLocalSizeBytes:
 		return int32(f.cf.localSize), nil
 	case attrNumRegs:
 		return int32(min(max(f.cf.nregs, 16), 255)), nil
 	case attrPTXVersion:
-		return int32(m.ast.verMajor*10 + m.ast.verMinor), nil
+		return int32(m.ptxVersion), nil
 	case attrBinaryVersion:
 		return DeviceSM, nil
 	case attrCacheModeCA:
@@ -286,7 +282,7 @@ func (f *Function) prepare(ctx context.Context, l Launch, mem Memory) (*launch, 
 	if b[0] > 1024 || b[1] > 1024 || b[2] > 64 || threads > uint64(f.maxThreads()) {
 		return nil, cu.Errorf(cu.ErrorInvalidValue, "kernel %s: block %v has %d threads; at most %d fit (x,y <= 1024, z <= 64)", name, b, threads, f.maxThreads())
 	}
-	if d := f.cf.decl.reqntid; d[0] > 0 && (uint32(d[0]) != b[0] || uint32(d[1]) != b[1] || uint32(d[2]) != b[2]) {
+	if d := f.cf.reqntid; d[0] > 0 && (uint32(d[0]) != b[0] || uint32(d[1]) != b[1] || uint32(d[2]) != b[2]) {
 		return nil, cu.Errorf(cu.ErrorInvalidValue, "kernel %s requires a block of %v threads (.reqntid), launched with %v", name, d, b)
 	}
 	if g[0] > 1<<31-1 || g[1] > 65535 || g[2] > 65535 {

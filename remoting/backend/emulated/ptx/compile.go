@@ -57,8 +57,9 @@ type callInfo struct {
 // cfunc is a compiled .entry or .func.
 type cfunc struct {
 	name      string
-	decl      *funcDecl
 	entry     bool
+	maxntid   [3]int // .maxntid, zero if absent
+	reqntid   [3]int // .reqntid, zero if absent
 	code      []inst
 	template  []uint64
 	fills     []fill
@@ -370,7 +371,8 @@ func (c *fcomp) emit(in inst) {
 // function with a body.
 func compileModule(a *ast) (*Module, error) {
 	m := &Module{
-		ast:         a,
+		ptxVersion:  a.verMajor*10 + a.verMinor,
+		sm:          a.sm,
 		varIndex:    map[string]int{},
 		sharedIndex: map[string]int{},
 		cfuncs:      map[string]*cfunc{},
@@ -416,6 +418,9 @@ func compileModule(a *ast) (*Module, error) {
 			}
 			m.varIndex[v.name] = len(m.vars)
 			m.vars = append(m.vars, Global{Name: v.name, Size: v.size(), Init: init})
+			if v.space == "const" {
+				m.constBytes += v.size()
+			}
 		case "shared":
 			if err := addShared(v.name, v); err != nil {
 				return nil, cu.Errorf(cu.ErrorInvalidPTX, "%v", err)
@@ -542,7 +547,7 @@ func (m *Module) layoutShared(k *cfunc) error {
 }
 
 func (m *Module) compileFunc(f *funcDecl) (cf *cfunc, err error) {
-	cf = &cfunc{name: f.name, decl: f, entry: f.entry}
+	cf = &cfunc{name: f.name, entry: f.entry, maxntid: f.maxntid, reqntid: f.reqntid}
 	c := &fcomp{
 		m: m, f: cf,
 		scopes:  []map[string]*sym{{}},

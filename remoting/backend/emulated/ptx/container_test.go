@@ -190,8 +190,8 @@ func TestContainers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m.ast.sm != tc.sm {
-				t.Fatalf("picked PTX for sm_%d, want sm_%d", m.ast.sm, tc.sm)
+			if m.sm != tc.sm {
+				t.Fatalf("picked PTX for sm_%d, want sm_%d", m.sm, tc.sm)
 			}
 			// The loaded kernel runs.
 			f := mustFunc(t, m, "saxpy")
