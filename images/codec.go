@@ -17,7 +17,7 @@ func encodeManifest(m *Manifest) ([]byte, error) {
 	if err != nil {
 		return nil, errs.Wrap(err, errs.Internal, errs.Image(m.ID), "encode manifest")
 	}
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
 	if err != nil {
 		return nil, errs.Wrap(err, errs.Internal, "", "zstd")
 	}

@@ -5,11 +5,13 @@
 package images
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io/fs"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -95,10 +97,15 @@ type Chunk struct {
 // MarshalJSON writes [size] for a zero chunk and [size,"digest"] otherwise:
 // a 1 GiB image has ~65,000 chunks, so the form matters.
 func (c Chunk) MarshalJSON() ([]byte, error) {
-	if c.Zero {
-		return fmt.Appendf(nil, "[%d]", c.Size), nil
+	b := make([]byte, 0, 2+20+3+64)
+	b = append(b, '[')
+	b = strconv.AppendInt(b, c.Size, 10)
+	if !c.Zero {
+		b = append(b, ',', '"')
+		b = hex.AppendEncode(b, c.Digest[:])
+		b = append(b, '"')
 	}
-	return fmt.Appendf(nil, `[%d,"%s"]`, c.Size, c.Digest), nil
+	return append(b, ']'), nil
 }
 
 // UnmarshalJSON reads the form MarshalJSON writes.
