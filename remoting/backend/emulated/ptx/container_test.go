@@ -278,3 +278,33 @@ func TestHostileSyntax(t *testing.T) {
 		})
 	}
 }
+
+// TestCorpusFullyImplemented compiles every module nvcc produced for the
+// kernel corpus and requires that no instruction on any path, taken by
+// the corpus's cases or not, is one the emulator lacks.
+func TestCorpusFullyImplemented(t *testing.T) {
+	files, _ := filepath.Glob("../../../../e2e/kernels/ptx/*.ptx")
+	local, _ := filepath.Glob("testdata/nvcc/*.ptx")
+	files = append(files, local...)
+	if len(files) == 0 {
+		t.Skip("no nvcc PTX present")
+	}
+	for _, name := range files {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := Load(src)
+		if err != nil {
+			t.Errorf("%s: %v", filepath.Base(name), err)
+			continue
+		}
+		for _, cf := range m.cfuncs {
+			for _, in := range cf.code {
+				if in.unsupported != "" {
+					t.Errorf("%s: %s line %d: `%s`: %s", filepath.Base(name), cf.name, in.src.line, in.src.text, in.unsupported)
+				}
+			}
+		}
+	}
+}

@@ -78,6 +78,9 @@ type inst struct {
 	target   int32
 	call     *callInfo
 	src      *instr
+	// unsupported says why the instruction cannot run, for one the
+	// emulator does not implement ("" otherwise).
+	unsupported string
 }
 
 type frame struct {

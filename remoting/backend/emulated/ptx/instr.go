@@ -19,7 +19,7 @@ func (c *fcomp) instr(in *instr) {
 				panic(r)
 			}
 			c.f.code = c.f.code[:start]
-			c.f.code = append(c.f.code, inst{fn: opUnsupported(u.what), guard: -1, d: -1, d2: -1, src: in})
+			c.f.code = append(c.f.code, inst{fn: opUnsupported(u.what), guard: -1, d: -1, d2: -1, src: in, unsupported: u.what})
 		}
 	}()
 	x := inst{guard: -1, guardNeg: in.guardNeg, d: -1, a: -1, b: -1, c: -1, e: -1, d2: -1, src: in}
