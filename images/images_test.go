@@ -3,6 +3,7 @@ package images
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -64,17 +65,27 @@ func dumpDir(t testing.TB, pages []byte) string {
 // sameTree fails unless a and b hold the same files, links, modes and bytes.
 func sameTree(t testing.TB, a, b string) {
 	t.Helper()
-	list := func(root string) map[string]string {
+	if err := treeDiff(a, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// treeDiff says how a and b differ, for use off the test goroutine.
+func treeDiff(a, b string) error {
+	list := func(root string) (map[string]string, error) {
 		out := map[string]string{}
-		_ = filepath.WalkDir(root, func(p string, de fs.DirEntry, err error) error {
+		err := filepath.WalkDir(root, func(p string, de fs.DirEntry, err error) error {
 			if err != nil {
-				t.Fatal(err)
+				return err
 			}
 			rel, _ := filepath.Rel(root, p)
 			if rel == "." {
 				return nil
 			}
-			fi, _ := os.Lstat(p)
+			fi, err := os.Lstat(p)
+			if err != nil {
+				return err
+			}
 			desc := fi.Mode().String()
 			switch {
 			case fi.Mode()&fs.ModeSymlink != 0:
@@ -87,17 +98,25 @@ func sameTree(t testing.TB, a, b string) {
 			out[rel] = desc
 			return nil
 		})
-		return out
+		return out, err
 	}
-	la, lb := list(a), list(b)
+	la, err := list(a)
+	if err != nil {
+		return err
+	}
+	lb, err := list(b)
+	if err != nil {
+		return err
+	}
 	for k, v := range la {
 		if lb[k] != v {
-			t.Fatalf("%s: %q in source, %q in checkout", k, v, lb[k])
+			return fmt.Errorf("%s: %q in source, %q in checkout", k, v, lb[k])
 		}
 	}
 	if len(la) != len(lb) {
-		t.Fatalf("%d entries in source, %d in checkout", len(la), len(lb))
+		return fmt.Errorf("%d entries in source, %d in checkout", len(la), len(lb))
 	}
+	return nil
 }
 
 func TestCommitCheckoutRoundTrip(t *testing.T) {
