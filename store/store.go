@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -244,5 +243,3 @@ func must(ok bool, format string, args ...any) error {
 	}
 	return errs.New(errs.DataLoss, "", "index corrupt: "+format, args...)
 }
-
-var _ = fmt.Sprintf
