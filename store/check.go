@@ -23,6 +23,8 @@ func (s *Store) Check(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	s.sweep.RLock()
+	defer s.sweep.RUnlock()
 	var probs []string
 	add := func(format string, args ...any) {
 		if len(probs) < 20 {

@@ -28,6 +28,8 @@ type GCStats struct {
 // less than half live, and deletes files no index entry points at: the
 // leftovers of crashed writes. Ingests block while it runs.
 func (s *Store) GC(ctx context.Context) (GCStats, error) {
+	s.sweep.Lock()
+	defer s.sweep.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var st GCStats

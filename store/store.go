@@ -73,6 +73,10 @@ type Store struct {
 	mu     sync.Mutex
 	leases map[Digest]int // chunks some in-flight ingest relies on
 
+	// sweep keeps Check from seeing a pack between gc dropping its record
+	// and its file: GC holds it for writing, Check for reading.
+	sweep sync.RWMutex
+
 	inflightMu sync.Mutex
 	inflight   map[string]bool // pack file names (tmp or sealed, not yet indexed)
 

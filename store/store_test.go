@@ -473,6 +473,10 @@ func TestConcurrentReadersWritersAndGC(t *testing.T) {
 				errc <- err
 				return
 			}
+		}
+	})
+	wg.Go(func() {
+		for range 10 {
 			if err := s.Check(ctx); err != nil {
 				errc <- err
 				return
