@@ -202,13 +202,19 @@ const (
 
 func (f *Function) maxThreads() int32 {
 	cf := f.cf
+	limit := MaxThreadsPerBlock
+	// A function with a huge register file fits fewer threads per block,
+	// as on the device.
+	if perWarp := len(cf.template) * 8; perWarp > 0 {
+		limit = min(limit, maxBlockRegisterBytes/perWarp*warpSize)
+	}
 	switch {
 	case cf.reqntid[0] > 0:
-		return int32(min(cf.reqntid[0]*cf.reqntid[1]*cf.reqntid[2], MaxThreadsPerBlock))
+		return int32(min(cf.reqntid[0]*cf.reqntid[1]*cf.reqntid[2], limit))
 	case cf.maxntid[0] > 0:
-		return int32(min(cf.maxntid[0]*cf.maxntid[1]*cf.maxntid[2], MaxThreadsPerBlock))
+		return int32(min(cf.maxntid[0]*cf.maxntid[1]*cf.maxntid[2], limit))
 	}
-	return MaxThreadsPerBlock
+	return int32(limit)
 }
 
 // Attribute answers cuFuncGetAttribute for a CUfunction_attribute value
@@ -254,6 +260,16 @@ func (f *Function) Run(ctx context.Context, l Launch, mem Memory, workers int) e
 	return err
 }
 
+// Validate checks a launch configuration without running it: the errors a
+// real cuLaunchKernel returns at once rather than at the next
+// synchronisation (CUDA_ERROR_INVALID_VALUE for bad dimensions, parameters
+// or shared memory; CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES for more threads
+// than the kernel allows). Run performs the same checks.
+func (f *Function) Validate(l Launch) error {
+	_, err := f.prepare(context.Background(), l, nil)
+	return err
+}
+
 // runStats describes one finished launch (for benchmarks).
 type runStats struct {
 	ThreadInstructions uint64 // instructions issued, counted per thread
@@ -279,8 +295,14 @@ func (f *Function) prepare(ctx context.Context, l Launch, mem Memory) (*launch, 
 		}
 	}
 	threads := uint64(b[0]) * uint64(b[1]) * uint64(b[2])
-	if b[0] > 1024 || b[1] > 1024 || b[2] > 64 || threads > uint64(f.maxThreads()) {
-		return nil, cu.Errorf(cu.ErrorInvalidValue, "kernel %s: block %v has %d threads; at most %d fit (x,y <= 1024, z <= 64)", name, b, threads, f.maxThreads())
+	if b[0] > 1024 || b[1] > 1024 || b[2] > 64 || threads > MaxThreadsPerBlock {
+		return nil, cu.Errorf(cu.ErrorInvalidValue, "kernel %s: block %v has %d threads; at most %d fit (x,y <= 1024, z <= 64)", name, b, threads, MaxThreadsPerBlock)
+	}
+	if threads > uint64(f.maxThreads()) {
+		// Over the kernel's own limit (.maxntid/.reqntid or its
+		// registers): the device's "too many resources requested".
+		return nil, cu.Errorf(cu.ErrorLaunchOutOfResources, "kernel %s: block %v has %d threads; this kernel allows at most %d (CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)",
+			name, b, threads, f.maxThreads())
 	}
 	if d := f.cf.reqntid; d[0] > 0 && (uint32(d[0]) != b[0] || uint32(d[1]) != b[1] || uint32(d[2]) != b[2]) {
 		return nil, cu.Errorf(cu.ErrorInvalidValue, "kernel %s requires a block of %v threads (.reqntid), launched with %v", name, d, b)

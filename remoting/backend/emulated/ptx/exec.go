@@ -438,7 +438,7 @@ func (w *warp) call(caller *frame, in *inst, em uint32) {
 		w.fail(cu.ErrorNotSupported, in, "call to %s, which has no body in this module (device-side library calls are not emulated)", ci.name)
 	}
 	if len(w.frames) >= maxCallDepth {
-		w.fail(cu.ErrorLaunchOutOfResources, in, "call depth exceeds %d (runaway recursion?)", maxCallDepth)
+		w.fail(cu.ErrorLaunchFailed, in, "stack overflow: call depth exceeds %d (runaway recursion?)", maxCallDepth)
 	}
 	fr := w.newFrame(callee, em, caller.localBase+alignUp32(caller.fn.localSize, 16))
 	fr.callIn = in
@@ -511,7 +511,7 @@ func (w *warp) newFrame(fn *cfunc, m uint32, localBase uint32) *frame {
 	if fn.localSize > 0 {
 		need := int(localBase) + int(alignUp32(fn.localSize, 16))
 		if need > maxLocalBytes {
-			w.fail(cu.ErrorLaunchOutOfResources, nil, "thread needs more than %d bytes of local memory", maxLocalBytes)
+			w.fail(cu.ErrorLaunchFailed, nil, "stack overflow: a thread needs more than %d bytes of local memory", maxLocalBytes)
 		}
 		for l := 0; l < warpSize; l++ {
 			if m&(1<<l) == 0 {
@@ -520,7 +520,7 @@ func (w *warp) newFrame(fn *cfunc, m uint32, localBase uint32) *frame {
 			if len(w.local[l]) < need {
 				grow := need - len(w.local[l])
 				if w.b.localBytes+grow > maxBlockLocalBytes {
-					w.fail(cu.ErrorLaunchOutOfResources, nil, "the block's threads need more than %d MiB of local memory", maxBlockLocalBytes>>20)
+					w.fail(cu.ErrorLaunchFailed, nil, "stack overflow: the block's threads need more than %d MiB of local memory", maxBlockLocalBytes>>20)
 				}
 				w.b.localBytes += grow
 				nl := make([]byte, need)

@@ -237,8 +237,11 @@ func TestModuleSurface(t *testing.T) {
 	if ps := f.Params(); len(ps) != 2 || ps[1].Offset != 8 || ps[1].Size != 8 {
 		t.Errorf("params = %+v", ps)
 	}
+	if err := f.Run(context.Background(), Launch{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{512, 1, 1}, Params: make([]byte, 16)}, mem, 1); codeOf(err) != "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES" {
+		t.Errorf("block above .maxntid: %v", err)
+	}
 	bad := []Launch{
-		{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{512, 1, 1}, Params: make([]byte, 16)}, // above .maxntid
+		{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{2048, 1, 1}, Params: make([]byte, 16)},
 		{Grid: [3]uint32{0, 1, 1}, Block: [3]uint32{32, 1, 1}, Params: make([]byte, 16)},
 		{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}, Params: make([]byte, 8)},
 		{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}, Params: make([]byte, 16), SharedBytes: 1 << 20},
@@ -247,6 +250,15 @@ func TestModuleSurface(t *testing.T) {
 		if err := f.Run(context.Background(), l, mem, 1); codeOf(err) != "CUDA_ERROR_INVALID_VALUE" {
 			t.Errorf("bad launch %d: %v", i, err)
 		}
+		if err := f.Validate(l); codeOf(err) != "CUDA_ERROR_INVALID_VALUE" {
+			t.Errorf("Validate of bad launch %d: %v", i, err)
+		}
+	}
+	if err := f.Validate(Launch{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{512, 1, 1}, Params: make([]byte, 16)}); codeOf(err) != "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES" {
+		t.Errorf("Validate above .maxntid: %v", err)
+	}
+	if err := f.Validate(Launch{Grid: [3]uint32{2, 1, 1}, Block: [3]uint32{256, 1, 1}, Params: make([]byte, 16)}); err != nil {
+		t.Errorf("Validate of a good launch: %v", err)
 	}
 }
 
@@ -383,8 +395,8 @@ func TestHostileKernels(t *testing.T) {
 		detail  string
 	}{
 		{"spin", 64, 200 * time.Millisecond, "CUDA_ERROR_LAUNCH_FAILED", "deadline"},
-		{"recurse", 32, 10 * time.Second, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "call depth"},
-		{"deep_stack", 1, 10 * time.Second, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "local memory"},
+		{"recurse", 32, 10 * time.Second, "CUDA_ERROR_LAUNCH_FAILED", "call depth"},
+		{"deep_stack", 1, 10 * time.Second, "CUDA_ERROR_LAUNCH_FAILED", "local memory"},
 		// Block 1 faults while block 0 is still running: the fault is
 		// reported, not the interruption of block 0.
 		{"fault_one", 32, 30 * time.Second, "CUDA_ERROR_ILLEGAL_ADDRESS", "block"},
@@ -528,5 +540,13 @@ func TestRegisterLimits(t *testing.T) {
 	}
 	if err := f.Run(context.Background(), Launch{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}}, newTestMem(), 1); err != nil {
 		t.Fatalf("60000 registers x 32 threads: %v", err)
+	}
+	// The attribute tells the program how many threads fit.
+	maxT, err := f.Attribute(attrMaxThreadsPerBlock)
+	if err != nil || maxT < 32 || maxT >= 1024 || maxT%32 != 0 {
+		t.Fatalf("max threads per block = %d, %v", maxT, err)
+	}
+	if err := f.Run(context.Background(), Launch{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{uint32(maxT), 1, 1}}, newTestMem(), 1); err != nil {
+		t.Fatalf("a block of the reported maximum (%d) must launch: %v", maxT, err)
 	}
 }
