@@ -51,8 +51,8 @@
 // # Why packs and BLAKE3
 //
 // A 1 GiB checkpoint is ~65,000 chunks. One file per chunk costs a create,
-// a write and an fsync each (measured ~130 µs per fsync here), which alone
-// would cap a put near 100 MB/s; packs need one fsync per pack. Hashing
+// a write, an fsync and a rename each: 54 MB/s measured here, against
+// 782 MB/s for the same chunks in one pack with one fsync. Hashing
 // every non-zero byte is most of the cost of checkpointing memory that
 // barely changed, and BLAKE3 (AVX-512) hashes 16 KiB chunks at 2.1 GB/s
 // per core against 1.3 GB/s for SHA-256 with the CPU's SHA extensions;
