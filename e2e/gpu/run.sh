@@ -63,7 +63,8 @@ declare -A R          # measurements, by key
 FAILS=0 PASSES=0
 PIDS=()               # processes to stop on exit
 pass() { PASSES=$((PASSES + 1)); echo "PASS  $*"; }
-fail() { FAILS=$((FAILS + 1)); echo "FAIL  $*"; }
+FAILED=()
+fail() { FAILS=$((FAILS + 1)); FAILED+=("$*"); echo "FAIL  $*"; }
 skip() { echo "SKIP  $*"; }
 step() { echo; echo "== $* ($(($(date +%s) - T_START)) s)"; }
 ms_now() { date +%s%3N; }
@@ -579,6 +580,7 @@ row() { printf '| %-44s | %14s | %14s | %-36s | %7s |\n' "$1" "$(fmt "$2")" "$(f
 		row "migrate: gpuctl migrate wall time (s)" "${R[migrate_s]:-}" "" "" ""
 	fi
 	echo "ratio: gpuctl/baseline for round trips, launch costs and rates (1.00 = native); baseline/gpuctl (the speed-up) for checkpoint, restore and downtime"
+	for f in "${FAILED[@]}"; do echo "failed: ${f:0:300}"; done
 	echo "checks: $PASSES passed, $FAILS failed; total $(($(date +%s) - T_START)) s; logs in $OUT"
 } | tee "$OUT/table.md"
 ((FAILS == 0))
