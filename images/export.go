@@ -279,7 +279,7 @@ func (rr *recordReader) full(b []byte) error {
 func (rr *recordReader) header(want byte) error {
 	b := make([]byte, len(exportMagic)+3)
 	if err := rr.full(b); err != nil {
-		return fmt.Errorf("not a gpuctl image export (%v)", err)
+		return fmt.Errorf("not a gpuctl image export (shorter than the %d-byte header)", len(b))
 	}
 	if string(b[:len(exportMagic)]) != exportMagic {
 		return fmt.Errorf("not a gpuctl image export (bad magic)")
