@@ -67,6 +67,15 @@ func Main(args []string) int {
 		if _, err := recvMsg(ctrl, &req); err == nil {
 			_ = w.send(reply{ID: req.ID, Err: "open backend: " + openErr.Error()}, -1)
 		}
+		// Exit only once gpud has read the answer and hung up (or after a
+		// bound): a worker gone first could leave gpud with "connection
+		// closed" instead of the reason.
+		_ = ctrl.SetReadDeadline(time.Now().Add(5 * time.Second))
+		for {
+			if _, err := recvMsg(ctrl, &req); err != nil {
+				break
+			}
+		}
 		return 4
 	}
 	w.sess = dispatch.NewSession(w.dev, w.log)
