@@ -826,6 +826,8 @@ func (c *fcomp) ld(in *instr, x *inst) {
 		x.fn = opLdGlobal32
 	case sp == spShared && x.n == 1 && t.size() == 4:
 		x.fn = opLdShared32
+	case sp == spGeneric && x.n == 1 && t.size() == 4:
+		x.fn = opLdGeneric32
 	default:
 		x.fn = opLd
 	}
@@ -869,6 +871,8 @@ func (c *fcomp) st(in *instr, x *inst) {
 		x.fn = opStGlobal32
 	case sp == spShared && x.n == 1 && t.size() == 4:
 		x.fn = opStShared32
+	case sp == spGeneric && x.n == 1 && t.size() == 4:
+		x.fn = opStGeneric32
 	default:
 		x.fn = opSt
 	}

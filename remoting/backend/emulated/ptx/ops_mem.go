@@ -113,6 +113,46 @@ func opLdGlobal32(w *warp, fr *frame, in *inst, m uint32) {
 	}
 }
 
+// opLdGeneric32 is a 4-byte load through a generic address: global
+// addresses take the cached fast path, the windows the general one.
+func opLdGeneric32(w *warp, fr *frame, in *inst, m uint32) {
+	r := fr.regs
+	a, d := int(in.a)*warpSize, int(in.d)*warpSize
+	for ; m != 0; m &= m - 1 {
+		l := bits.TrailingZeros32(m)
+		addr := r[a+l] + in.off
+		if addr&3 != 0 {
+			w.checkAlign(addr, 4, in)
+		}
+		var b []byte
+		if off := addr - w.spanBase; off < uint64(len(w.spanData)) && uint64(len(w.spanData))-off >= 4 {
+			b = w.spanData[off : off+4]
+		} else {
+			b = w.generic(l, addr, 4, in)
+		}
+		r[d+l] = loadShared(b, in.t)
+	}
+}
+
+func opStGeneric32(w *warp, fr *frame, in *inst, m uint32) {
+	r := fr.regs
+	a, s := int(in.a)*warpSize, int(in.b)*warpSize
+	for ; m != 0; m &= m - 1 {
+		l := bits.TrailingZeros32(m)
+		addr := r[a+l] + in.off
+		if addr&3 != 0 {
+			w.checkAlign(addr, 4, in)
+		}
+		var b []byte
+		if off := addr - w.spanBase; off < uint64(len(w.spanData)) && uint64(len(w.spanData))-off >= 4 {
+			b = w.spanData[off : off+4]
+		} else {
+			b = w.generic(l, addr, 4, in)
+		}
+		binary.LittleEndian.PutUint32(b, uint32(r[s+l]))
+	}
+}
+
 func opSt(w *warp, fr *frame, in *inst, m uint32) {
 	r := fr.regs
 	a := int(in.a) * warpSize
