@@ -896,7 +896,7 @@ func (c *fcomp) atom(in *instr, x *inst) {
 	if vecLen(in.mods) > 1 {
 		unsupported("vector atomics")
 	}
-	if t == tF16x2 || t == tBF16x2 || t == tB128 || (t == tF16 || t == tBF16) && op != atAdd {
+	if t == tB128 || (t == tF16 || t == tBF16 || t == tF16x2 || t == tBF16x2) && op != atAdd {
 		unsupported("atomics on .%s", t)
 	}
 	x.t, x.space, x.aux = t, sp, uint32(op)

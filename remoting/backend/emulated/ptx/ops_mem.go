@@ -286,6 +286,11 @@ func atomApply(op int, t ptype, old, b, c uint64) uint64 {
 			return b32(f32(old) + f32(b))
 		case tF64:
 			return b64(f64(old) + f64(b))
+		case tF16x2:
+			return addHalf2(old, b, f16ToF32, func(f float32) uint64 { return uint64(f32ToF16(f)) })
+		case tBF16x2:
+			return addHalf2(old, b, func(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) },
+				func(f float32) uint64 { return uint64(f32ToBF16(f)) })
 		}
 		return (old + b) & mask
 	case atMin, atMax:
@@ -334,6 +339,13 @@ func atomApply(op int, t ptype, old, b, c uint64) uint64 {
 	return old
 }
 
+// addHalf2 adds two packed pairs of 16-bit floats, each rounded once.
+func addHalf2(x, y uint64, dec func(uint16) float32, enc func(float32) uint64) uint64 {
+	lo := enc(dec(uint16(x)) + dec(uint16(y)))
+	hi := enc(dec(uint16(x>>16)) + dec(uint16(y>>16)))
+	return hi<<16 | lo
+}
+
 // atomic performs one atomic read-modify-write on b and returns the old
 // value.
 func (w *warp) atomic(b []byte, op int, t ptype, x, y uint64, in *inst) uint64 {
@@ -344,7 +356,7 @@ func (w *warp) atomic(b []byte, op int, t ptype, x, y uint64, in *inst) uint64 {
 			w.fail(cu.ErrorMisalignedAddress, in, "atomic on unaligned memory")
 		}
 		ptr := (*uint32)(p)
-		if op == atAdd && !t.float() {
+		if op == atAdd && !t.float() && t != tF16x2 && t != tBF16x2 {
 			return uint64(atomic.AddUint32(ptr, uint32(x)) - uint32(x))
 		}
 		if op == atExch {
