@@ -606,7 +606,7 @@ func TestWarpInstructions(t *testing.T) {
 		{"shared atom.add.f32", "mov.f32 %f4, 0f3F000000; atom.shared.add.f32 %f5, [sm+16], %f4; bar.sync 0; ld.shared.f32 %f3, [sm+16];", "f3", nil, nil, func(a, b uint64, l int) uint64 { return fb(16) }},
 		{"atom.inc", "atom.shared.inc.u32 %r4, [sm+20], 9; bar.sync 0; ld.shared.u32 %r3, [sm+20];", "r3", nil, nil, func(a, b uint64, l int) uint64 { return 32 % 10 }},
 		{"atom.add.f16x2", "mov.b32 %r4, 0x3c004000; atom.shared.add.noftz.f16x2 %r5, [sm+24], %r4; bar.sync 0; ld.shared.u32 %r3, [sm+24];", "r3", nil, nil,
-			func(a, b uint64, l int) uint64 { return 0x5000 | 0x5800<<16 }}, // 32 x (2.0, 1.0) = (64, 32)
+			func(a, b uint64, l int) uint64 { return 0x5400 | 0x5000<<16 }}, // 32 x (2.0, 1.0) = (64, 32)
 		{"atom.add.bf16", "mov.b16 %rs4, 0x3f80; atom.shared.add.noftz.bf16 %rs5, [sm+30], %rs4; bar.sync 0; ld.shared.u16 %rs3, [sm+30];", "rs3", nil, nil,
 			func(a, b uint64, l int) uint64 { return 0x4200 }}, // 32 x 1.0
 		{"bar.red.popc", "setp.lt.u32 %p1, %r1, 5; bar.red.popc.u32 %r3, 0, %p1;", "r3", nil, nil, func(a, b uint64, l int) uint64 { return 5 }},
