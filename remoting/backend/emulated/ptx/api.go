@@ -18,6 +18,7 @@ package ptx
 
 import (
 	"context"
+	"io"
 	"runtime/debug"
 	"sync"
 
@@ -54,6 +55,9 @@ type Launch struct {
 	Grid, Block [3]uint32
 	SharedBytes uint32 // dynamic shared memory (.extern .shared)
 	Params      []byte // flat, laid out per Function.Params
+	// Output receives the kernel's printf output, one Write per call;
+	// nil discards it. Writes are serialised.
+	Output io.Writer
 }
 
 // Module is a loaded PTX module.
@@ -350,6 +354,7 @@ func (f *Function) prepare(ctx context.Context, l Launch, mem Memory) (*launch, 
 		blk:      b,
 		shBytes:  uint32(sh),
 		dynBytes: l.SharedBytes,
+		out:      l.Output,
 		gaddr:    gaddr,
 	}
 	ln.start = timeNow()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/bits"
 	"runtime"
@@ -147,7 +148,9 @@ type launch struct {
 	blk      [3]uint32
 	shBytes  uint32 // total shared bytes per block
 	dynBytes uint32
-	gaddr    []uint64 // bound addresses of module variables
+	gaddr    []uint64  // bound addresses of module variables
+	out      io.Writer // printf output, or nil
+	outMu    sync.Mutex
 	start    time.Time
 	stop     atomic.Bool
 	tinsts   atomic.Uint64 // thread-instructions issued by all blocks

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -548,5 +549,87 @@ func TestRegisterLimits(t *testing.T) {
 	}
 	if err := f.Run(context.Background(), Launch{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{uint32(maxT), 1, 1}}, newTestMem(), 1); err != nil {
 		t.Fatalf("a block of the reported maximum (%d) must launch: %v", maxT, err)
+	}
+}
+
+func cBytes(s string) string {
+	var parts []string
+	for _, b := range []byte(s + "\x00") {
+		parts = append(parts, strconv.Itoa(int(b)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// TestPrintf runs nvcc's printf calling sequence: the arguments packed in
+// local memory, each aligned to its size, passed to vprintf.
+func TestPrintf(t *testing.T) {
+	format := "t=%d v=%.1f s=%s c=%c n=%lld x=%04x p=%% bad=%q\n"
+	src := fmt.Sprintf(`.version 8.4
+.target sm_90
+.address_size 64
+.extern .func (.param .b32 func_retval0) vprintf(.param .b64 vprintf_param_0, .param .b64 vprintf_param_1);
+.global .align 1 .b8 $str[%d] = {%s};
+.global .align 1 .b8 $str2[3] = {%s};
+.visible .entry pr()
+{
+	.local .align 8 .b8 __local_depot0[48];
+	.reg .b64 %%SP;
+	.reg .b64 %%SPL;
+	.reg .b32 %%r<5>;
+	.reg .f64 %%fd<2>;
+	.reg .b64 %%rd<10>;
+	mov.u64 %%SPL, __local_depot0;
+	cvta.local.u64 %%SP, %%SPL;
+	mov.u32 %%r1, %%tid.x;
+	add.u64 %%rd1, %%SP, 0;
+	add.u64 %%rd2, %%SPL, 0;
+	st.local.u32 [%%rd2], %%r1;
+	cvt.rn.f64.u32 %%fd1, %%r1;
+	st.local.f64 [%%rd2+8], %%fd1;
+	mov.u64 %%rd3, $str2;
+	cvta.global.u64 %%rd4, %%rd3;
+	st.local.u64 [%%rd2+16], %%rd4;
+	mov.u32 %%r2, 65;
+	st.local.u32 [%%rd2+24], %%r2;
+	mov.u64 %%rd5, -5;
+	st.local.u64 [%%rd2+32], %%rd5;
+	add.s32 %%r4, %%r1, 171;
+	st.local.u32 [%%rd2+40], %%r4;
+	mov.u64 %%rd6, $str;
+	cvta.global.u64 %%rd7, %%rd6;
+	{
+	.reg .b32 temp_param_reg;
+	.param .b64 param0;
+	st.param.b64 [param0+0], %%rd7;
+	.param .b64 param1;
+	st.param.b64 [param1+0], %%rd1;
+	.param .b32 retval0;
+	call.uni (retval0), vprintf, (param0, param1);
+	ld.param.b32 %%r3, [retval0+0];
+	}
+	ret;
+}
+`, len(format)+1, cBytes(format), cBytes("hi"))
+	mem := newTestMem()
+	m := mustLoad(t, src)
+	for _, g := range m.Globals() {
+		addr := mem.alloc(int(g.Size))
+		copy(mem.bytes(addr), g.Init)
+		if err := m.BindGlobal(g.Name, addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := mustFunc(t, m, "pr")
+	var out strings.Builder
+	if err := f.Run(context.Background(), Launch{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{2, 1, 1}, Output: &out}, mem, 1); err != nil {
+		t.Fatal(err)
+	}
+	want := "t=0 v=0.0 s=hi c=A n=-5 x=00ab p=% bad=%q\nt=1 v=1.0 s=hi c=A n=-5 x=00ac p=% bad=%q\n"
+	if out.String() != want {
+		t.Fatalf("printf output\n%q\nwant\n%q", out.String(), want)
+	}
+	// Without an Output the same launch runs and prints nothing.
+	if err := f.Run(context.Background(), Launch{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{2, 1, 1}}, mem, 1); err != nil {
+		t.Fatal(err)
 	}
 }

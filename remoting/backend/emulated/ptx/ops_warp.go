@@ -196,20 +196,8 @@ func opUnsupported(what string) execFn {
 
 // builtins are the device-runtime functions nvcc calls without a body.
 var builtins = map[string]func(w *warp, fr *frame, in *inst, em uint32){
-	// printf: output is discarded; it returns 0 as on success with nothing
-	// written.
-	"vprintf": func(w *warp, fr *frame, in *inst, em uint32) {
-		ci := in.call
-		if len(ci.rets) == 0 {
-			return
-		}
-		ps := uint32(fr.fn.paramSize)
-		r := ci.rets[0]
-		for x := em; x != 0; x &= x - 1 {
-			l := uint32(bits.TrailingZeros32(x))
-			clear(fr.params[l*ps+r.Offset : l*ps+r.Offset+r.Size])
-		}
-	},
+	// printf: formatted to the launch's Output (discarded without one).
+	"vprintf": printfBuiltin,
 	// assert(): fails the launch with the assertion's text.
 	"__assertfail": func(w *warp, fr *frame, in *inst, em uint32) {
 		ci := in.call
@@ -232,14 +220,17 @@ var builtins = map[string]func(w *warp, fr *frame, in *inst, em uint32){
 }
 
 // cstring reads a NUL-terminated string at a generic address, best effort.
-func (w *warp) cstring(lane int, addr uint64) (s string) {
+func (w *warp) cstring(lane int, addr uint64) string { return w.cstringN(lane, addr, 256) }
+
+// cstringN reads at most limit bytes of a NUL-terminated string.
+func (w *warp) cstringN(lane int, addr uint64, limit uint64) (s string) {
 	defer func() {
 		if recover() != nil {
 			s = fmt.Sprintf("<string at %#x>", addr)
 		}
 	}()
 	var out []byte
-	for i := uint64(0); i < 256; i++ {
+	for i := uint64(0); i < limit; i++ {
 		b := w.generic(lane, addr+i, 1, nil)[0]
 		if b == 0 {
 			break
