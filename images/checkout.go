@@ -22,6 +22,13 @@ func Checkout(ctx context.Context, st *store.Store, id, dstDir string) (*Manifes
 	if err != nil {
 		return nil, err
 	}
+	// Hold the chunks, then make sure the image still exists: from here on
+	// a concurrent `images rm` and gc cannot pull chunks from under us.
+	refs, _ := m.Refs()
+	defer st.Hold(refs)()
+	if _, err := Stat(ctx, st, id); err != nil {
+		return nil, err
+	}
 	subj := errs.Image(id)
 	if err := os.MkdirAll(dstDir, 0o700); err != nil {
 		return nil, errs.Wrap(err, errs.FailedPrecondition, subj, "create %s", dstDir)

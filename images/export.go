@@ -55,19 +55,26 @@ func Export(ctx context.Context, st *store.Store, id string, w io.Writer, progre
 // Content-Length and a progress bar with an end.
 func ExportSize(ctx context.Context, st *store.Store, id string) (int64, error) {
 	p, err := planExport(ctx, st, id, nil)
-	return p.size, err
+	if err != nil {
+		return 0, err
+	}
+	p.release()
+	return p.size, nil
 }
 
 // exportPlan is what an export will write: the encoded manifest and the
 // chunks, with the total size.
 type exportPlan struct {
-	body []byte
-	refs []store.Digest
-	size int64
+	body    []byte
+	refs    []store.Digest
+	size    int64
+	release func() // lets gc have the chunks again
 }
 
 // planExport plans id's export; only, when not nil, limits the chunk
-// records to the digests it holds.
+// records to the digests it holds. The plan holds the chunks against gc
+// (an `images rm` while the export streams must not cut it short) until
+// writeExport ends or release is called.
 func planExport(ctx context.Context, st *store.Store, id string, only map[store.Digest]bool) (exportPlan, error) {
 	m, err := Get(ctx, st, id)
 	if err != nil {
@@ -87,15 +94,17 @@ func planExport(ctx context.Context, st *store.Store, id string, only map[store.
 		}
 		refs = sel
 	}
+	release := st.Hold(refs)
 	size := int64(len(exportMagic)+3) + 5 + int64(len(body)) + 5 + 8 + sha256.Size
 	for _, d := range refs {
 		ci, err := st.Stat(ctx, d)
 		if err != nil {
+			release()
 			return exportPlan{}, errs.Wrap(err, errs.KindOf(err), errs.Image(id), "export")
 		}
 		size += 5 + chunkHeader + int64(ci.Stored)
 	}
-	return exportPlan{body: body, refs: refs, size: size}, nil
+	return exportPlan{body: body, refs: refs, size: size, release: release}, nil
 }
 
 func export(ctx context.Context, st *store.Store, id string, w io.Writer, only map[store.Digest]bool, progress store.Progress) (int64, error) {
@@ -108,6 +117,7 @@ func export(ctx context.Context, st *store.Store, id string, w io.Writer, only m
 
 func writeExport(ctx context.Context, st *store.Store, id string, p exportPlan, w io.Writer, progress store.Progress) (int64, error) {
 	refs := p.refs
+	defer p.release()
 	ew := newRecordWriter(w)
 	ew.header(kindImage)
 	ew.record(recManifest, p.body)

@@ -162,6 +162,19 @@ func (s *Store) lease(d Digest) {
 	s.mu.Unlock()
 }
 
+// Hold keeps ds from gc until the returned release is called, for readers
+// that must not lose chunks midway (a checkout, an export) even if the
+// image they read is deleted meanwhile.
+func (s *Store) Hold(ds []Digest) (release func()) {
+	s.mu.Lock()
+	for _, d := range ds {
+		s.leases[d]++
+	}
+	s.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { s.release(ds) }) }
+}
+
 func (s *Store) release(ds []Digest) {
 	s.mu.Lock()
 	for _, d := range ds {

@@ -535,3 +535,34 @@ func TestDigestIsBLAKE3(t *testing.T) {
 		}
 	}
 }
+
+// A reader's hold keeps chunks through a delete and a gc; releasing it
+// lets the next gc take them.
+func TestHoldKeepsChunksFromGC(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, Options{})
+	data := chunkData("random", 77, 8<<10)
+	refs := commitImage(t, s, "img-h", "s-h", data)
+	release := s.Hold(refs)
+	if err := s.DeleteImage(ctx, "img-h"); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name     string
+		before   func()
+		wantKept bool
+	}{
+		{"held", func() {}, true},
+		{"released", func() { release(); release() }, false}, // a second release is harmless
+	}
+	for _, st := range steps {
+		st.before()
+		if _, err := s.GC(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.ReadChunk(ctx, refs[0])
+		if kept := err == nil && bytes.Equal(got, data); kept != st.wantKept {
+			t.Fatalf("%s: kept=%v (%v), want %v", st.name, kept, err, st.wantKept)
+		}
+	}
+}
