@@ -137,6 +137,10 @@ func Verify(ctx context.Context, st *store.Store, id string, progress store.Prog
 	var all []store.Digest
 	for _, i := range ids {
 		refs, err := st.ImageRefs(ctx, i)
+		if errs.IsNotFound(err) && id == "" {
+			rep.Images-- // removed since the listing
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -151,12 +155,34 @@ func Verify(ctx context.Context, st *store.Store, id string, progress store.Prog
 	if all == nil {
 		all = []store.Digest{} // nil would mean every chunk
 	}
+	release := st.Hold(all)
+	defer release()
 	bad, err := st.Verify(ctx, all, progress)
 	if err != nil {
 		return nil, err
 	}
 	for _, b := range bad {
-		rep.Damaged = append(rep.Damaged, Damage{Chunk: b.Digest.String(), Images: users[b.Digest], Error: b.Err.Error()})
+		imgs := users[b.Digest]
+		if errs.IsNotFound(b.Err) {
+			// Gone from the index: damage only if an image that uses it
+			// still exists (it may have been removed and collected
+			// between the listing and the hold).
+			imgs = stillThere(ctx, st, imgs)
+			if len(imgs) == 0 {
+				continue
+			}
+		}
+		rep.Damaged = append(rep.Damaged, Damage{Chunk: b.Digest.String(), Images: imgs, Error: b.Err.Error()})
 	}
 	return rep, nil
+}
+
+func stillThere(ctx context.Context, st *store.Store, ids []string) []string {
+	var out []string
+	for _, id := range ids {
+		if _, _, err := st.GetImage(ctx, id); err == nil {
+			out = append(out, id)
+		}
+	}
+	return out
 }
