@@ -43,8 +43,8 @@
 //     zero references) is reclaimed by GC.
 //   - Every chunk read is decompressed with a size limit and its BLAKE3
 //     digest checked; a mismatch is an errs.DataLoss error naming the chunk.
-//   - GC never removes a chunk an in-flight ingest has seen (leases) nor a
-//     pack it is writing.
+//   - GC never removes a chunk an in-flight ingest has seen (leases) or a
+//     reader holds (Hold), nor a pack an ingest is writing.
 //   - Only one process opens a state dir: bbolt takes an exclusive file lock,
 //     and Open gives up after Options.LockTimeout with a clear error.
 //
