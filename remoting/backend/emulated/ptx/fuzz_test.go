@@ -131,3 +131,26 @@ func FuzzInstruction(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPrintf formats arbitrary format strings over a small argument
+// buffer: never a panic, whatever the format asks for.
+func FuzzPrintf(f *testing.F) {
+	for _, s := range []string{"%d %s\n", "%5.2f|%-8x|%lld|%hhd|%c|%p|%%|%q|%", "%s%s%s%s", "%.300f %0100d"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, format string) {
+		mem := newTestMem()
+		args := mem.alloc(64)
+		b := mem.bytes(args)
+		for i := range b {
+			b[i] = byte(i * 7)
+		}
+		l := &launch{mem: mem}
+		blk := &block{l: l}
+		w := &warp{b: blk}
+		s, n := w.formatPrintf(0, format, args)
+		if n < 0 || len(s) > 1<<20 {
+			t.Fatalf("%q gave %d arguments and %d bytes", format, n, len(s))
+		}
+	})
+}

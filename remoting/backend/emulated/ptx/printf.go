@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"strconv"
 	"strings"
 )
 
@@ -61,20 +62,36 @@ func (w *warp) formatPrintf(lane int, format string, args uint64) (s string, n i
 		n++
 		return loadVal(b, tU64)
 	}
-	for i := 0; i < len(format); i++ {
+	for i := 0; i < len(format) && sb.Len() <= maxPrintfLine; i++ {
 		c := format[i]
 		if c != '%' {
 			sb.WriteByte(c)
 			continue
 		}
+		start := i
 		j := i + 1
 		for j < len(format) && strings.IndexByte("-+ #0", format[j]) >= 0 {
 			j++
 		}
-		for j < len(format) && (format[j] >= '0' && format[j] <= '9' || format[j] == '.') {
-			j++
+		flags := format[i+1 : j]
+		num := func() string {
+			k := j
+			for j < len(format) && format[j] >= '0' && format[j] <= '9' {
+				j++
+			}
+			if j == k {
+				return ""
+			}
+			// Bound widths and precisions: a kernel must not make the
+			// worker build huge strings.
+			v, _ := strconv.Atoi(format[k:min(j, k+6)])
+			return strconv.Itoa(min(v, maxPrintfField))
 		}
-		spec := format[i+1 : j]
+		spec := flags + num()
+		if j < len(format) && format[j] == '.' {
+			j++
+			spec += "." + num()
+		}
 		long := false
 		half := 0
 		for j < len(format) && strings.IndexByte("hlLzjt", format[j]) >= 0 {
@@ -140,8 +157,17 @@ func (w *warp) formatPrintf(lane int, format string, args uint64) (s string, n i
 		case 'p':
 			fmt.Fprintf(&sb, "0x%x", next(8))
 		default:
-			sb.WriteString(format[i-len(spec)-1 : j+1])
+			sb.WriteString(format[start : j+1])
 		}
+	}
+	if sb.Len() > maxPrintfLine {
+		return sb.String()[:maxPrintfLine] + "<truncated>\n", n
 	}
 	return sb.String(), n
 }
+
+// Limits on one printf call's output.
+const (
+	maxPrintfField = 512
+	maxPrintfLine  = 64 << 10
+)
