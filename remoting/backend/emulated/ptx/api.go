@@ -92,7 +92,7 @@ const (
 	MaxSharedPerBlock  = 227 << 10 // opt-in maximum, as on sm_90
 	DefaultSharedLimit = 48 << 10
 	// maxBlockRegisterBytes bounds the register files of one block.
-	maxBlockRegisterBytes = 256 << 20
+	maxBlockRegisterBytes = 64 << 20
 )
 
 // Load parses image, which may be PTX text, a cubin (ELF) or a fatbin

@@ -43,7 +43,7 @@ const (
 	// maxBlockLocalBytes bounds the local memory of all threads of a
 	// block, so that deep recursion in a large block cannot exhaust the
 	// worker's memory.
-	maxBlockLocalBytes = 256 << 20
+	maxBlockLocalBytes = 64 << 20
 )
 
 type ctlKind uint8
