@@ -61,8 +61,8 @@ func (in *Ingest) holdLocked(d Digest) {
 
 // Put stores data as a chunk unless the store already has it, and returns
 // its digest and how many bytes it added (0 for a chunk already present).
-// The chunk is compressed, and the compressed form decoded and checked
-// against the digest before it is written.
+// A new chunk is compressed, and the compressed form decoded and compared
+// with the input before it is written.
 func (in *Ingest) Put(ctx context.Context, data []byte) (Digest, int64, error) {
 	d := Sum(data)
 	n, err := in.putData(ctx, d, data)
