@@ -15,8 +15,9 @@ for mib in ${BENCH_SIZES:-16 256 1024}; do
 	say "session of $mib MiB"
 	# Fill the memory, then hold it while we measure; the workload checks
 	# the buffer when it is stopped, which we do not wait for.
+	known=$(session_ids "$api_a")
 	start_workload "$listen_a" "$work/app-$mib.log" "$mib" 0 3600000
-	session=$(find_session "$api_a")
+	session=$(find_session "$api_a" "$known")
 	for i in $(seq 600); do # the fill is done when the session holds the memory
 		grep -q 'workload:' "$work/app-$mib.log" 2>/dev/null && break
 		sleep 0.1

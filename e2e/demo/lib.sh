@@ -118,11 +118,16 @@ start_workload() {
 	pids+=($app)
 }
 
-# find_session API: waits for a session on that host; prints its id.
+# session_ids API: the ids of the sessions that host lists now.
+session_ids() { { ctl --host "$1" sessions --json 2>/dev/null || true; } | { grep -o 's-[0-9a-f]\{12\}' || true; } | sort -u; }
+
+# find_session API [KNOWN_IDS]: waits for a session on that host that is
+# not among KNOWN_IDS (a host keeps listing released sessions as stopped
+# for a while); prints its id.
 find_session() {
 	local s=""
 	for i in $(seq 300); do
-		s=$({ ctl --host "$1" sessions --json 2>/dev/null || true; } | grep -o 's-[0-9a-f]\{12\}' | head -1)
+		s=$(session_ids "$1" | grep -vxF -e "${2:-none}" | head -1 || true)
 		[ -n "$s" ] && { echo "$s"; return 0; }
 		kill -0 "$app" 2>/dev/null || die "the workload ended before its session appeared"
 		sleep 0.1
