@@ -249,6 +249,10 @@ func Restore(ctx context.Context, dir string, o Options) (int, error) {
 
 	opts := baseOpts(o, dirs, RestoreLog)
 	opts.RstSibling = proto.Bool(!o.NoSibling)
+	if !o.HostMounts {
+		// A mount namespace is rebuilt under a root CRIU must be told.
+		opts.Root = proto.String("/")
+	}
 	resp, err := call(ctx, bin, &rpc.CriuReq{Type: rpc.CriuReqType_RESTORE.Enum(), Opts: opts})
 	if err != nil {
 		return 0, dirs.fail("restore", RestoreLog, err)
@@ -284,6 +288,11 @@ func baseOpts(o Options, d *dirs, logName string) *rpc.CriuOpts {
 	setTrue(&opts.ExtUnixSk, o.ExtUnixSockets)
 	setTrue(&opts.FileLocks, o.FileLocks)
 	setTrue(&opts.EvasiveDevices, o.EvasiveDevices)
+	if !o.HostMounts {
+		opts.AutoExtMnt = proto.Bool(true)
+		opts.ExtSharing = proto.Bool(true)
+		opts.ExtMasters = proto.Bool(true)
+	}
 	opts.External = append(opts.External, o.External...)
 	return opts
 }

@@ -3,9 +3,10 @@ package criu
 import "time"
 
 // Options are the CRIU settings of one dump or restore, as plain data. The
-// zero value suits a gpuctl worker: the init of its own PID namespace,
-// sharing the host's mount, network, UTS and IPC namespaces, holding no
-// sockets and no changing files.
+// zero value suits a gpuctl worker: the init of its own PID and mount
+// namespaces (a private /proc, which the NVIDIA driver needs inside a PID
+// namespace), sharing the host's network, UTS and IPC namespaces, holding
+// no sockets and no changing files.
 type Options struct {
 	// Binary is the criu executable. Empty means Find("").
 	Binary string
@@ -47,6 +48,13 @@ type Options struct {
 	// EvasiveDevices lets CRIU reopen device files by path when their
 	// device numbers differ on restore.
 	EvasiveDevices bool
+	// HostMounts is false for a worker: its mount namespace is a copy of
+	// the host's plus its own /proc. CRIU then treats every mount it did
+	// not create as external (--ext-mount-map auto, with external sharing
+	// and masters) and restores the namespace on top of the host's root
+	// (--root /). Set it for a task that shares the caller's mount
+	// namespace, where those options must stay off.
+	HostMounts bool
 
 	// NoSibling restores the root task as a child of CRIU instead of as
 	// a sibling. By default the restored root becomes a child of the

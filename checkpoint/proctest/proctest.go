@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/gpuctl/gpuctl/checkpoint/criu"
+	"github.com/gpuctl/gpuctl/remoting/worker"
 )
 
 const (
@@ -38,6 +39,11 @@ func MaybeChild() {
 	spec := os.Getenv(childEnv)
 	if spec == "" {
 		return
+	}
+	// Shaped like a worker, but keeping the host's /proc: /proc/self then
+	// names the host PID, which the harness tells copies apart by.
+	if err := worker.InitNamespace(false); err != nil {
+		os.Exit(5)
 	}
 	addr, tcp := strings.CutPrefix(spec, "tcp:")
 	if tcp {
@@ -148,9 +154,7 @@ func (h *Harness) start(tcp bool, mib int) *exec.Cmd {
 	if tcp {
 		spec = "tcp:" + h.addr + "," + h.tcp
 	}
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), childEnv+"="+spec, fmt.Sprintf("%s=%d", sizeEnv, mib))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Setsid: true}
+	cmd := worker.Command(os.Args[0], []string{childEnv + "=" + spec, fmt.Sprintf("%s=%d", sizeEnv, mib)})
 	if err := cmd.Start(); err != nil {
 		h.t.Fatal(err)
 	}

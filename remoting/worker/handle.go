@@ -99,22 +99,8 @@ func Start(ctx context.Context, opts Options) (*Handle, error) {
 	if opts.Seed != "" {
 		args = append(args, "--seed", opts.Seed)
 	}
-	// Descriptors gpud inherited without close-on-exec (from whatever
-	// started it) must not reach the worker either.
-	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
-	cmd := exec.Command(exe, args...)
+	cmd := Command(exe, nil, args...)
 	cmd.ExtraFiles = []*os.File{theirs}
-	cmd.Env = workerEnv()
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWPID,
-		// Its own session, not only its own process group: CRIU refuses to
-		// dump a pid-namespace init whose session leader is outside the
-		// namespace ("A session leader ... is outside of its pid namespace").
-		Setsid: true,
-		// A worker must not outlive gpud: its client socket would stay
-		// half-owned and the GPU held.
-		Pdeathsig: syscall.SIGKILL,
-	}
 	if err := opts.Spawner.start(cmd); err != nil {
 		fc.Close()
 		return nil, errs.Wrap(err, errs.Unavailable, subj, "start worker process")
@@ -136,20 +122,6 @@ func Start(ctx context.Context, opts Options) (*Handle, error) {
 }
 
 // workerEnv passes the worker only what it needs from gpud's environment.
-func workerEnv() []string {
-	var env []string
-	for _, k := range []string{"PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "GOTRACEBACK"} {
-		if v, ok := os.LookupEnv(k); ok {
-			env = append(env, k+"="+v)
-		}
-	}
-	// Without containermaxprocs=0 the Go runtime keeps the cgroup's CPU
-	// quota files open for the life of the process, to track limit
-	// changes; a worker must hold no files that CRIU would have to
-	// reopen on another host.
-	return append(env, "GODEBUG=containermaxprocs=0,updatemaxprocs=0")
-}
-
 func newHandle(pid int, ctrl *net.UnixConn, opts Options) *Handle {
 	log := opts.Log
 	if log == nil {

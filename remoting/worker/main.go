@@ -29,6 +29,12 @@ const ControlFD = 3
 // worker is PID 1 of its own PID namespace, serves one session, and is
 // driven entirely over the control socket on fd 3.
 func Main(args []string) int {
+	// Before anything opens a file: the driver needs this namespace's own
+	// /proc, and CRIU needs every descriptor to live in this namespace.
+	if err := InitNamespace(true); err != nil {
+		fmt.Fprintln(os.Stderr, "gpud worker:", err)
+		return 5
+	}
 	fs := flag.NewFlagSet("gpud worker", flag.ContinueOnError)
 	var o Options
 	fs.StringVar(&o.Backend, "backend", BackendEmulated, "device backend")
