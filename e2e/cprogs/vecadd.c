@@ -7,6 +7,8 @@
  */
 #include "common.h"
 
+#include <stddef.h>
+
 static void check(const float *a, const float *b, const float *c, int n, const char *how)
 {
     for (int i = 0; i < n; i++)
@@ -47,13 +49,13 @@ int main(int argc, char **argv)
     check(a, b, c, n, "kernelParams");
 
     /* The same launch through one packed parameter buffer. */
-    struct {
+    struct packed_args {
         CUdeviceptr a, b, c;
         int n;
     } packed = {da, db, dc2, n};
     /* The kernel's parameters end after n: the driver refuses a buffer
      * size that includes the struct's tail padding. */
-    size_t packed_size = offsetof(__typeof__(packed), n) + sizeof(int);
+    size_t packed_size = offsetof(struct packed_args, n) + sizeof(int);
     void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &packed_size,
                      CU_LAUNCH_PARAM_END};
     CK(cuLaunchKernel(f, grid, 1, 1, 256, 1, 1, 0, NULL, NULL, extra));
