@@ -50,6 +50,12 @@ GPUCTL=$ROOT/build/bin/gpuctl
 TOKEN=$WORK/token
 A_LISTEN=127.0.0.1:17400 A_API=127.0.0.1:17401
 B_LISTEN=127.0.0.1:17410 B_API=127.0.0.1:17411
+# gpud b runs in a network namespace of its own where `ip` allows: two
+# gpuds on one machine otherwise share one namespace of abstract unix socket
+# names, and the driver's sockets in a session restored on b collide with
+# those of the original, which a keeps frozen until b confirms. Real hosts
+# never share that namespace.
+B_NS=gpuctl-gpu-b B_EXEC=()
 T_START=$(date +%s)
 
 # Everything goes to the terminal and to suite.log; tee -p keeps writing the
@@ -88,6 +94,7 @@ cleanup() {
 	done
 	for p in "${PIDS[@]}"; do kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null; done
 	if [[ ${KEEP:-0} != 1 ]]; then rm -rf "$WORK"; fi
+	((${#B_EXEC[@]})) && ip netns del "$B_NS" 2>/dev/null
 	# Let tee write the last lines before the suite's exit status is final.
 	exec >&- 2>&-
 	for i in $(seq 50); do kill -0 "$TEE" 2>/dev/null && sleep 0.1 || break; done
@@ -163,13 +170,36 @@ new_session() {
 	return 1
 }
 
+# b_netns puts gpud b behind a veth pair in its own network namespace
+# (10.213.0.2), or leaves it on loopback when that cannot be done.
+b_netns() {
+	ip netns del "$B_NS" 2>/dev/null
+	ip link del gpuctl-b0 2>/dev/null
+	if ip netns add "$B_NS" 2>/dev/null &&
+		ip link add gpuctl-b0 type veth peer name gpuctl-b1 &&
+		ip link set gpuctl-b1 netns "$B_NS" &&
+		ip addr add 10.213.0.1/24 dev gpuctl-b0 && ip link set gpuctl-b0 up &&
+		ip -n "$B_NS" addr add 10.213.0.2/24 dev gpuctl-b1 &&
+		ip -n "$B_NS" link set gpuctl-b1 up && ip -n "$B_NS" link set lo up; then
+		B_EXEC=(ip netns exec "$B_NS")
+		B_LISTEN=10.213.0.2:17410 B_API=10.213.0.2:17411
+		echo "gpud b gets network namespace $B_NS"
+	else
+		ip netns del "$B_NS" 2>/dev/null
+		echo "no network namespace for gpud b (needs ip and root); it shares a's"
+	fi
+	return 0
+}
+
 # start_gpud NAME LISTEN API GPU: a gpud serving one GPU, logs in OUT.
 start_gpud() {
 	local name=$1 listen=$2 api=$3 gpu=$4 uuid
 	uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i "$gpu" | tr -d ' ')
 	mkdir -p "$WORK/$name"
+	local pre=()
+	[[ $name == b ]] && pre=("${B_EXEC[@]}")
 	# gpud must load NVIDIA's libcuda, never the interposer.
-	"${NATIVE[@]}" GPUCTL_CRIU="$CRIU" setsid "$GPUD" --listen "$listen" --api "$api" \
+	"${pre[@]}" "${NATIVE[@]}" GPUCTL_CRIU="$CRIU" setsid "$GPUD" --listen "$listen" --api "$api" \
 		--state-dir "$WORK/$name" --backend cuda --token-file "$TOKEN" --name "$name" ${GPU_FLAG:+$GPU_FLAG "$uuid"} \
 		>"$OUT/gpud-$name.log" 2>&1 &
 	PIDS+=($!)
@@ -507,7 +537,7 @@ BGPU=$((NGPU >= 2 ? 1 : 0))
 step "live migration GPU0 -> GPU$BGPU between two gpuds"
 if ! time_for $((30 + MIGRATE_MIB / 128)) "migration of $MIGRATE_MIB MiB"; then
 	:
-elif start_gpud b "$B_LISTEN" "$B_API" "$BGPU"; then
+elif b_netns && start_gpud b "$B_LISTEN" "$B_API" "$BGPU"; then
 	log=$WORK/holder.migrate.log
 	before=$(sessions "$A_API")
 	start_holder "$log" "$MIGRATE_MIB" remote
