@@ -270,6 +270,7 @@ func baseOpts(o Options, d *dirs, logName string) *rpc.CriuOpts {
 		ImagesDirFd: proto.Int32(int32(d.images.Fd())),
 		LogLevel:    proto.Int32(o.logLevel()),
 		LogFile:     proto.String(logName),
+		GhostLimit:  proto.Uint32(o.ghostLimit()),
 	}
 	if d.work != nil {
 		opts.WorkDirFd = proto.Int32(int32(d.work.Fd()))

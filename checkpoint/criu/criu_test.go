@@ -112,7 +112,12 @@ func (r *reports) next(t *testing.T, pid int, d time.Duration) uint64 {
 
 func startChild(t *testing.T, addr string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0])
+	return startChildFrom(t, os.Args[0], addr)
+}
+
+func startChildFrom(t *testing.T, exe, addr string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), childEnv+"="+addr)
 	// Like a worker: PID 1 of a fresh PID namespace, its own session.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Setsid: true}
@@ -236,6 +241,39 @@ func TestLeaveRunningThenRestore(t *testing.T) {
 	}
 	rep.next(t, p, 10*time.Second)
 	reap(t, p)
+}
+
+// TestReplacedExecutable dumps a process whose executable was deleted
+// after it started, as a gpud upgrade does to running workers: CRIU carries
+// the file in the image as a ghost, and the restore runs.
+func TestReplacedExecutable(t *testing.T) {
+	bin := needCRIU(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	exe := filepath.Join(t.TempDir(), "worker")
+	b, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rep, addr := listenReports(t)
+	child := startChildFrom(t, exe, addr)
+	rep.next(t, child.Process.Pid, 10*time.Second)
+	if err := os.Remove(exe); err != nil {
+		t.Fatal(err)
+	}
+	img := t.TempDir()
+	if err := Dump(ctx, child.Process.Pid, img, Options{Binary: bin}); err != nil {
+		t.Fatalf("dump with a deleted executable: %v", err)
+	}
+	pid, err := Restore(ctx, img, Options{Binary: bin})
+	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	rep.next(t, pid, 10*time.Second)
+	reap(t, pid)
 }
 
 func TestFailuresAreClear(t *testing.T) {

@@ -45,6 +45,11 @@ type Options struct {
 	// External names resources outside the dumped tree, in CRIU's
 	// --external syntax, e.g. "mnt[/dev/nvidia0]:nvidia0".
 	External []string
+	// GhostLimit is the largest deleted-but-open file CRIU copies into the
+	// image, in bytes. Zero means 64 MiB: enough to carry a worker's own
+	// executable when gpud was upgraded (its binary replaced) while the
+	// worker ran, so such sessions still checkpoint and restore.
+	GhostLimit uint32
 	// EvasiveDevices lets CRIU reopen device files by path when their
 	// device numbers differ on restore.
 	EvasiveDevices bool
@@ -62,6 +67,13 @@ type Options struct {
 	// directly; with NoSibling it is reparented to the nearest child
 	// subreaper when CRIU exits.
 	NoSibling bool
+}
+
+func (o Options) ghostLimit() uint32 {
+	if o.GhostLimit == 0 {
+		return 64 << 20
+	}
+	return o.GhostLimit
 }
 
 func (o Options) logLevel() int32 {
