@@ -18,10 +18,12 @@ import (
 	"log/slog"
 	"net"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/remoting/cu"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
 	"github.com/gpuctl/gpuctl/remoting/worker"
 )
@@ -345,7 +347,7 @@ func (m *Manager) create(ctx context.Context, conn *net.TCPConn) (string, error)
 	m.wg.Add(1) // shutdown waits for a worker being started
 	m.mu.Unlock()
 	defer m.wg.Done()
-	h, err := worker.Start(ctx, opts)
+	h, err := startWorker(ctx, opts)
 	if err != nil {
 		return "", err
 	}
@@ -587,5 +589,27 @@ func (m *Manager) Shutdown(ctx context.Context) {
 	select {
 	case <-done:
 	case <-ctx.Done():
+	}
+}
+
+// startWorker starts a session's worker, trying again for a while when the
+// NVIDIA driver refuses cuInit with CUDA_ERROR_OPERATING_SYSTEM. On the
+// H200 (driver 580) it does so for any new process while another process
+// on the host is CRIU-restored but not yet restored on the GPU, a window
+// every restore and migration opens; the driver caches a failed cuInit for
+// the life of a process, so only a new worker can succeed.
+func startWorker(ctx context.Context, opts worker.Options) (*worker.Handle, error) {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		h, err := worker.Start(ctx, opts)
+		if err == nil || !strings.Contains(err.Error(), cu.ErrorOperatingSystem.Name()) || time.Now().After(deadline) {
+			return h, err
+		}
+		opts.Log.Info("driver refused a new worker for now; trying again", "session", opts.SessionID, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
 }
