@@ -6,6 +6,11 @@
 //	          store; A's worker stays alive, frozen     (undo: resume on A)
 //	migrating the session is marked as being restored elsewhere
 //	push      the chunks of the image that B lacks go to B
+//	handover  only when A and B share one namespace of abstract unix
+//	          socket names (two gpuds in one network namespace, as in a
+//	          test on one machine): A's frozen worker is released, because
+//	          the driver's sockets restored on B would collide with its
+//	          (undo: restore the image on A)
 //	restore   B restores the image and adopts the session, which waits
 //	          for its client
 //	moved     A tells the client, on the socket A holds, that the session
@@ -20,8 +25,12 @@ package migrate
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gpuctl/gpuctl/checkpoint"
@@ -55,6 +64,12 @@ type Service struct {
 	// sessions (cuda: cuda.RestoreHook{Host: target}.Check on the
 	// manifest GPUs and driver); it runs before the session is touched.
 	CheckTarget func(target backend.HostInfo) error
+	// SocketNS names this host's namespace of abstract unix socket names
+	// (SocketNamespace); a target reporting the same one gets the handover
+	// step.
+	SocketNS string
+	// RestoreHere restores an image on this host; it undoes a handover.
+	RestoreHere func(ctx context.Context, image string) error
 	// PrecheckTimeout bounds the target's health check; zero means 3 s.
 	PrecheckTimeout time.Duration
 	Log             *slog.Logger
@@ -98,7 +113,8 @@ func (s *Service) Register(mux *http.ServeMux) {
 // hostInfo is the part of the target's GET /v1/host the precheck reads.
 type hostInfo struct {
 	backend.HostInfo
-	Listen string `json:"listen"`
+	Listen   string `json:"listen"`
+	SocketNS string `json:"socket_ns"`
 }
 
 // restoreResponse is the target's answer to POST /v1/images/{id}/restore.
@@ -120,15 +136,17 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*Result, error) {
 	host := errs.Host(to)
 	res := &Result{Session: id, To: to}
 	var (
-		fr     *checkpoint.Frozen
-		listen string
-		tq     time.Time // quiesce began: the client stalls from here
+		fr       *checkpoint.Frozen
+		listen   string
+		shared   bool      // A and B share abstract socket names
+		released bool      // A's frozen worker is gone (handover)
+		tq       time.Time // quiesce began: the client stalls from here
 	)
 	sess := s.Checkpoint.Sessions
 	steps := []checkpoint.Step{
 		{Name: "precheck", Do: func(ctx context.Context) error {
 			var err error
-			listen, err = s.precheck(ctx, target)
+			listen, shared, err = s.precheck(ctx, target)
 			return err
 		}},
 		{Name: "freeze",
@@ -143,6 +161,9 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*Result, error) {
 				return nil
 			},
 			Undo: func(ctx context.Context) error {
+				if released {
+					return nil // the handover's undo brought the session back
+				}
 				w, err := fr.Resume(ctx)
 				if w != nil {
 					if rerr := sess.Resumed(id, w); err == nil {
@@ -157,6 +178,23 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*Result, error) {
 			res.SentBytes, res.SentChunks = st.Bytes, st.Chunks
 			return errs.Wrap(err, errs.KindOf(err), host, "send image %s", fr.Image)
 		}},
+		{Name: "handover",
+			Do: func(ctx context.Context) error {
+				if !shared {
+					return nil
+				}
+				released = true
+				return fr.Release(ctx)
+			},
+			Undo: func(ctx context.Context) error {
+				if !released {
+					return nil
+				}
+				if s.RestoreHere == nil {
+					return errs.New(errs.FailedPrecondition, errs.Session(id), "released for a handover and cannot be restored here; restore image %s", fr.Image)
+				}
+				return s.RestoreHere(ctx, fr.Image)
+			}},
 		{Name: "restore", Do: func(ctx context.Context) error {
 			var rr restoreResponse
 			if err := target.Do(ctx, http.MethodPost, "/v1/images/"+fr.Image+"/restore", nil, &rr); err != nil {
@@ -186,8 +224,10 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*Result, error) {
 	res.Listen = listen
 	// The session lives on the target now; what is left here is a frozen
 	// copy that must not run again.
-	if err := fr.Release(ctx); err != nil {
-		s.log().Error("frozen worker not released after migration", "session", id, "err", err)
+	if !released {
+		if err := fr.Release(ctx); err != nil {
+			s.log().Error("frozen worker not released after migration", "session", id, "err", err)
+		}
 	}
 	if err := sess.Released(id); err != nil {
 		s.log().Warn("session record not updated after migration", "session", id, "err", err)
@@ -199,7 +239,7 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*Result, error) {
 
 // precheck fails fast on a target that is down, misconfigured or cannot
 // run the session, before the session is touched.
-func (s *Service) precheck(ctx context.Context, target *control.Client) (string, error) {
+func (s *Service) precheck(ctx context.Context, target *control.Client) (listen string, shared bool, err error) {
 	d := s.PrecheckTimeout
 	if d <= 0 {
 		d = 3 * time.Second
@@ -210,22 +250,22 @@ func (s *Service) precheck(ctx context.Context, target *control.Client) (string,
 	var hi hostInfo
 	if err := target.Do(ctx, http.MethodGet, "/v1/host", nil, &hi); err != nil {
 		if errs.KindOf(err) == errs.Unknown || ctx.Err() != nil {
-			return "", errs.Wrap(err, errs.Unavailable, host, "target did not answer within %v", d)
+			return "", false, errs.Wrap(err, errs.Unavailable, host, "target did not answer within %v", d)
 		}
-		return "", err
+		return "", false, err
 	}
 	if s.Backend != "" && hi.Backend != s.Backend {
-		return "", errs.New(errs.FailedPrecondition, host, "runs the %s backend, this host runs %s; migrate to a %s host", hi.Backend, s.Backend, s.Backend)
+		return "", false, errs.New(errs.FailedPrecondition, host, "runs the %s backend, this host runs %s; migrate to a %s host", hi.Backend, s.Backend, s.Backend)
 	}
 	if len(hi.GPUs) == 0 {
-		return "", errs.New(errs.ResourceExhausted, host, "reports no GPUs to run the session on")
+		return "", false, errs.New(errs.ResourceExhausted, host, "reports no GPUs to run the session on")
 	}
 	if s.CheckTarget != nil {
 		if err := s.CheckTarget(hi.HostInfo); err != nil {
-			return "", errs.Wrap(err, errs.KindOf(err), host, "cannot run the session")
+			return "", false, errs.Wrap(err, errs.KindOf(err), host, "cannot run the session")
 		}
 	}
-	return hi.Listen, nil
+	return hi.Listen, s.SocketNS != "" && hi.SocketNS == s.SocketNS, nil
 }
 
 func (s *Service) log() *slog.Logger {
@@ -233,4 +273,19 @@ func (s *Service) log() *slog.Logger {
 		return s.Log
 	}
 	return slog.Default()
+}
+
+// SocketNamespace names the namespace of abstract unix socket names this
+// process lives in: the machine and its network namespace. Two gpuds that
+// report the same name see each other's abstract sockets.
+func SocketNamespace() string {
+	id, err := os.ReadFile("/etc/machine-id")
+	if err != nil {
+		return ""
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/self/ns/net", &st); err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%s/net:%d", strings.TrimSpace(string(id)), st.Ino)
 }

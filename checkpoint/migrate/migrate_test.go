@@ -185,11 +185,11 @@ func (p *pusher) Push(_ context.Context, image string, _ *control.Client) (PushS
 }
 
 // hostB is a second gpud's API: GET /v1/host and the real restore route.
-func hostB(t *testing.T, store *dirStore, tab *table, reportBackend, restoreBackend string, ra checkpoint.Reattacher) string {
+func hostB(t *testing.T, store *dirStore, tab *table, reportBackend, restoreBackend, socketNS string, ra checkpoint.Reattacher) string {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/host", func(w http.ResponseWriter, r *http.Request) {
-		control.WriteJSON(w, map[string]any{"backend": reportBackend, "listen": "127.0.0.1:17070",
+		control.WriteJSON(w, map[string]any{"backend": reportBackend, "listen": "127.0.0.1:17070", "socket_ns": socketNS,
 			"gpus": []map[string]any{{"index": 0, "name": "emulated", "uuid": "GPU-b"}}})
 	})
 	svc := &restore.Service{
@@ -240,7 +240,7 @@ func TestMigrate(t *testing.T) {
 			to := c.to
 			if to == "" {
 				var bcalls []string // B's reattaches are its own
-				to = hostB(t, storeB, tabB, c.reportBackend, c.restoreBackend, procWorker{log: &bcalls, mu: &sync.Mutex{}})
+				to = hostB(t, storeB, tabB, c.reportBackend, c.restoreBackend, "", procWorker{log: &bcalls, mu: &sync.Mutex{}})
 			}
 			svc := &Service{
 				Checkpoint: &checkpoint.Service{
@@ -332,5 +332,73 @@ func TestMigrateBadInput(t *testing.T) {
 		if _, err := svc.Migrate(context.Background(), c.id, c.to); !errs.IsInvalidArgument(err) {
 			t.Errorf("Migrate(%q, %q) = %v, want invalid argument", c.id, c.to, err)
 		}
+	}
+}
+
+// TestMigrateHandover: when B shares A's abstract socket names, A releases
+// its frozen worker before B restores, and a failure on B restores the
+// image on A instead of resuming the released worker.
+func TestMigrateHandover(t *testing.T) {
+	h := proctest.New(t)
+	const id, ns = "s-0000000000c1", "machine/net:1"
+	for _, c := range []struct {
+		name, restoreBackend string
+		wantErr              bool
+	}{
+		{"moves", "emulated", false},
+		{"target cannot restore", "cuda", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			child := h.Start(false)
+			var calls, bcalls []string
+			w := procWorker{pid: child.Process.Pid, log: &calls, mu: &sync.Mutex{}}
+			tabA, tabB := newTable(), newTable()
+			tabA.state[id], tabA.workers[id] = "running", w
+			storeA, storeB := &dirStore{root: t.TempDir()}, &dirStore{root: t.TempDir()}
+			to := hostB(t, storeB, tabB, "emulated", c.restoreBackend, ns, procWorker{log: &bcalls, mu: &sync.Mutex{}})
+			var restoredHere []string
+			svc := &Service{
+				Checkpoint: &checkpoint.Service{
+					Pipeline: &checkpoint.Pipeline{WorkDir: t.TempDir(), Store: storeA, Reattach: w, Backend: "emulated"},
+					Sessions: tabA,
+				},
+				Push: &pusher{from: storeA, to: storeB}, Token: "tok", Backend: "emulated", SocketNS: ns,
+				RestoreHere: func(_ context.Context, image string) error {
+					restoredHere = append(restoredHere, image)
+					return nil
+				},
+			}
+			res, err := svc.Migrate(ctx, id, to)
+			if got := strings.Join(calls, " "); got != "quiesce detach" {
+				t.Errorf("A's worker saw %q; a handed-over worker is never resumed", got)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- child.Wait() }()
+			select {
+			case werr := <-exited:
+				if werr == nil {
+					t.Error("A's frozen worker exited by itself; it should have been killed")
+				}
+			case <-time.After(10 * time.Second):
+				t.Error("A's frozen worker was not released")
+			}
+			if !c.wantErr {
+				if err != nil || res.Session != id {
+					t.Fatalf("migrate: %+v, %v", res, err)
+				}
+				if len(restoredHere) != 0 {
+					t.Errorf("restored on A after a successful migration: %v", restoredHere)
+				}
+				return
+			}
+			if err == nil || checkpoint.FailedStep(err) != "restore" {
+				t.Fatalf("want a failure at restore, got %v", err)
+			}
+			if len(restoredHere) != 1 || restoredHere[0] == "" {
+				t.Errorf("the image was not restored on A after B failed: %v", restoredHere)
+			}
+		})
 	}
 }

@@ -45,6 +45,9 @@ type HostReply struct {
 	GoVersion string    `json:"go_version"`
 	Started   time.Time `json:"started"`
 	Sessions  int       `json:"sessions"`
+	// SocketNS names this gpud's namespace of abstract unix socket names;
+	// a migration between two gpuds that share one hands the worker over.
+	SocketNS string `json:"socket_ns"`
 }
 
 func (d *daemon) getHost(w http.ResponseWriter, r *http.Request) error {
@@ -58,6 +61,7 @@ func (d *daemon) getHost(w http.ResponseWriter, r *http.Request) error {
 		Name: d.cfg.name, HostInfo: d.host, Listen: advertised(d.cfg.listen, local), API: d.cfg.api,
 		Version: version, GoVersion: runtime.Version(), Started: d.started,
 		Sessions: len(d.manager.List(r.Context())),
+		SocketNS: d.socketNS,
 	})
 	return nil
 }

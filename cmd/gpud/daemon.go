@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/gpuctl/gpuctl/checkpoint/migrate"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/server"
@@ -38,6 +39,7 @@ type daemon struct {
 	reaper   *worker.Reaper
 	registry *prometheus.Registry
 	started  time.Time
+	socketNS string   // see migrate.SocketNamespace
 	routes   []router // the concept packages' control routes
 }
 
@@ -61,7 +63,7 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 	hopts := &slog.HandlerOptions{Level: cfg.logLevel}
 	log := slog.New(slog.NewMultiHandler(slog.NewTextHandler(logFile, hopts), slog.NewTextHandler(stderr, hopts)))
 
-	d := &daemon{cfg: cfg, log: log, started: time.Now().UTC()}
+	d := &daemon{cfg: cfg, log: log, started: time.Now().UTC(), socketNS: migrate.SocketNamespace()}
 	if d.token, err = loadToken(cfg); err != nil {
 		return err
 	}

@@ -67,7 +67,7 @@ func (d *daemon) routers() ([]router, error) {
 		Listen:   advertised(d.cfg.listen, ""),
 		Log:      d.log,
 	}
-	return append([]router{ckpt, rst}, d.transferRouters(ckpt, imgs)...), nil
+	return append([]router{ckpt, rst}, d.transferRouters(ckpt, rst, imgs)...), nil
 }
 
 // labelGPUs carries the full GPU records (memory, PCI bus) of

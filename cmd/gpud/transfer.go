@@ -8,14 +8,22 @@ import (
 	"github.com/gpuctl/gpuctl/checkpoint/migrate"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/images"
+	"github.com/gpuctl/gpuctl/restore"
 	"github.com/gpuctl/gpuctl/store"
 )
 
 // transferRouters adds migration (POST /v1/sessions/{id}/migrate) and the
 // image store's own routes: list, inspect, delete, export, import, verify,
 // gc and the chunk transfer a migration's target receives.
-func (d *daemon) transferRouters(ckpt *checkpoint.Service, imgs imageStore) []router {
-	mig := &migrate.Service{Checkpoint: ckpt, Push: imgs, Token: d.token, Backend: d.workerOp.Backend, Log: d.log}
+func (d *daemon) transferRouters(ckpt *checkpoint.Service, rst *restore.Service, imgs imageStore) []router {
+	mig := &migrate.Service{
+		Checkpoint: ckpt, Push: imgs, Token: d.token, Backend: d.workerOp.Backend, Log: d.log,
+		SocketNS: d.socketNS,
+		RestoreHere: func(ctx context.Context, image string) error {
+			_, err := rst.Restore(ctx, image)
+			return err
+		},
+	}
 	return []router{mig, imageRoutes{st: d.store, opts: images.RouteOptions{Logger: d.log}}}
 }
 
