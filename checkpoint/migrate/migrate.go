@@ -68,6 +68,9 @@ type Service struct {
 	// (SocketNamespace); a target reporting the same one gets the handover
 	// step.
 	SocketNS string
+	// SessionBytes reports the device memory a session holds, which the
+	// target must have free; nil skips that check.
+	SessionBytes func(ctx context.Context, id string) (uint64, error)
 	// RestoreHere restores an image on this host; it undoes a handover.
 	RestoreHere func(ctx context.Context, image string) error
 	// PrecheckTimeout bounds the target's health check; zero means 3 s.
@@ -113,8 +116,9 @@ func (s *Service) Register(mux *http.ServeMux) {
 // hostInfo is the part of the target's GET /v1/host the precheck reads.
 type hostInfo struct {
 	backend.HostInfo
-	Listen   string `json:"listen"`
-	SocketNS string `json:"socket_ns"`
+	Listen       string  `json:"listen"`
+	SocketNS     string  `json:"socket_ns"`
+	MemFreeBytes *uint64 `json:"mem_free_bytes"` // absent from older gpuds
 }
 
 // restoreResponse is the target's answer to POST /v1/images/{id}/restore.
@@ -146,7 +150,7 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*Result, error) {
 	steps := []checkpoint.Step{
 		{Name: "precheck", Do: func(ctx context.Context) error {
 			var err error
-			listen, shared, err = s.precheck(ctx, target)
+			listen, shared, err = s.precheck(ctx, id, target)
 			return err
 		}},
 		{Name: "freeze",
@@ -239,7 +243,7 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*Result, error) {
 
 // precheck fails fast on a target that is down, misconfigured or cannot
 // run the session, before the session is touched.
-func (s *Service) precheck(ctx context.Context, target *control.Client) (listen string, shared bool, err error) {
+func (s *Service) precheck(ctx context.Context, id string, target *control.Client) (listen string, shared bool, err error) {
 	d := s.PrecheckTimeout
 	if d <= 0 {
 		d = 3 * time.Second
@@ -259,6 +263,16 @@ func (s *Service) precheck(ctx context.Context, target *control.Client) (listen 
 	}
 	if len(hi.GPUs) == 0 {
 		return "", false, errs.New(errs.ResourceExhausted, host, "reports no GPUs to run the session on")
+	}
+	if s.SessionBytes != nil && hi.MemFreeBytes != nil {
+		need, err := s.SessionBytes(ctx, id)
+		if err != nil {
+			return "", false, err
+		}
+		if need > *hi.MemFreeBytes {
+			return "", false, errs.New(errs.ResourceExhausted, host, "has %d MiB of device memory free and session %s holds %d MiB; free memory there or pick another host",
+				*hi.MemFreeBytes>>20, id, need>>20)
+		}
 	}
 	if s.CheckTarget != nil {
 		if err := s.CheckTarget(hi.HostInfo); err != nil {

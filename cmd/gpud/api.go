@@ -4,12 +4,14 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/remoting/backend"
+	"github.com/gpuctl/gpuctl/remoting/server"
 )
 
 // router is what a concept package implements to add its routes to the
@@ -48,6 +50,10 @@ type HostReply struct {
 	// SocketNS names this gpud's namespace of abstract unix socket names;
 	// a migration between two gpuds that share one hands the worker over.
 	SocketNS string `json:"socket_ns"`
+	// MemFreeBytes is the served device's memory not held by this host's
+	// sessions; a migration target with less than a session holds is
+	// refused before the session is touched.
+	MemFreeBytes uint64 `json:"mem_free_bytes"`
 }
 
 func (d *daemon) getHost(w http.ResponseWriter, r *http.Request) error {
@@ -57,13 +63,40 @@ func (d *daemon) getHost(w http.ResponseWriter, r *http.Request) error {
 	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
 		local, _, _ = net.SplitHostPort(a.String())
 	}
+	sessions := d.manager.List(r.Context())
 	control.WriteJSON(w, HostReply{
 		Name: d.cfg.name, HostInfo: d.host, Listen: advertised(d.cfg.listen, local), API: d.cfg.api,
 		Version: version, GoVersion: runtime.Version(), Started: d.started,
-		Sessions: len(d.manager.List(r.Context())),
-		SocketNS: d.socketNS,
+		Sessions: len(sessions),
+		SocketNS: d.socketNS, MemFreeBytes: d.memFree(sessions),
 	})
 	return nil
+}
+
+// memFree is the served device's memory less what sessions hold.
+func (d *daemon) memFree(sessions []server.Info) uint64 {
+	total := servedGPU(d.host.GPUs, d.cfg.device).MemoryBytes
+	var held uint64
+	for _, s := range sessions {
+		held += s.MemBytes
+	}
+	if held >= total {
+		return 0
+	}
+	return total - held
+}
+
+// servedGPU is the GPU --device names (an index or a UUID), else the first.
+func servedGPU(gpus []backend.GPU, device string) backend.GPU {
+	for _, g := range gpus {
+		if g.UUID == device || strconv.Itoa(g.Index) == device {
+			return g
+		}
+	}
+	if len(gpus) == 0 {
+		return backend.GPU{}
+	}
+	return gpus[0]
 }
 
 func (d *daemon) listSessions(w http.ResponseWriter, r *http.Request) error {

@@ -7,6 +7,7 @@ import (
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/checkpoint/migrate"
 	"github.com/gpuctl/gpuctl/control"
+	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/restore"
 	"github.com/gpuctl/gpuctl/store"
@@ -19,6 +20,14 @@ func (d *daemon) transferRouters(ckpt *checkpoint.Service, rst *restore.Service,
 	mig := &migrate.Service{
 		Checkpoint: ckpt, Push: imgs, Token: d.token, Backend: d.workerOp.Backend, Log: d.log,
 		SocketNS: d.socketNS,
+		SessionBytes: func(ctx context.Context, id string) (uint64, error) {
+			for _, s := range d.manager.List(ctx) {
+				if s.ID == id {
+					return s.MemBytes, nil
+				}
+			}
+			return 0, errs.New(errs.NotFound, errs.Session(id), "no such session on this host")
+		},
 		RestoreHere: func(ctx context.Context, image string) error {
 			_, err := rst.Restore(ctx, image)
 			return err
