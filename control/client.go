@@ -3,11 +3,13 @@ package control
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gpuctl/gpuctl/errs"
@@ -17,16 +19,39 @@ import (
 type Client struct {
 	addr  string // HOST:PORT
 	token string
+	tls   *tls.Config // nil: plain HTTP
 	http  *http.Client
 }
 
+// Option adjusts a Client.
+type Option func(*Client)
+
+// WithTLS makes the client speak HTTPS, verifying gpud's certificate with
+// cfg (see ClientTLS). A nil cfg leaves the client on plain HTTP, so a
+// caller can pass its configuration through whether or not TLS is on.
+func WithTLS(cfg *tls.Config) Option {
+	return func(c *Client) { c.tls = cfg }
+}
+
 // NewClient returns a client for the gpud whose --api address is addr.
-func NewClient(addr, token string) *Client {
+func NewClient(addr, token string, opts ...Option) *Client {
+	c := &Client{addr: addr, token: token}
+	for _, o := range opts {
+		o(c)
+	}
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: 4,
+		TLSHandshakeTimeout: 5 * time.Second,
 	}
-	return &Client{addr: addr, token: token, http: &http.Client{Transport: tr}}
+	if c.tls != nil {
+		// The transport fills in ServerName from the address when the
+		// configuration leaves it empty; cloning keeps the caller's copy
+		// untouched.
+		tr.TLSClientConfig = c.tls.Clone()
+	}
+	c.http = &http.Client{Transport: tr}
+	return c
 }
 
 // Addr is the API address this client talks to.
@@ -63,7 +88,11 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 // caller to read and close; a non-2xx response is returned as an error.
 // It serves bulk transfers (image export and import, chunk pushes).
 func (c *Client) Stream(ctx context.Context, method, path string, body io.Reader, contentType string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+c.addr+path, body)
+	scheme := "http://"
+	if c.tls != nil {
+		scheme = "https://"
+	}
+	req, err := http.NewRequestWithContext(ctx, method, scheme+c.addr+path, body)
 	if err != nil {
 		return nil, errs.Wrap(err, errs.InvalidArgument, errs.Host(c.addr), "build request")
 	}
@@ -73,11 +102,15 @@ func (c *Client) Stream(ctx context.Context, method, path string, body io.Reader
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, errs.Wrap(err, errs.Unavailable, errs.Host(c.addr), "cannot reach gpud's API; is gpud running there with --api %s?", c.addr)
+		return nil, c.dialError(err)
 	}
 	if resp.StatusCode/100 != 2 {
 		defer resp.Body.Close()
-		return nil, decodeError(resp, errs.Host(c.addr))
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if c.tls == nil && resp.StatusCode == http.StatusBadRequest && strings.Contains(string(b), httpToHTTPS) {
+			return nil, errs.New(errs.Unavailable, errs.Host(c.addr), "serves its API over TLS; pass the CA that signed its certificate with --tls-ca")
+		}
+		return nil, decodeError(resp.Status, b, errs.Host(c.addr))
 	}
 	return resp, nil
 }

@@ -1,6 +1,8 @@
 // Package control is the plumbing of gpud's control API: HTTP with JSON
 // bodies and a bearer token, served on gpud's --api address and used by
-// gpuctl, by peer gpuds during migration, and by schedulers.
+// gpuctl, by peer gpuds during migration, and by schedulers. With a
+// certificate the API is HTTPS (ServerTLS); callers then verify it against
+// the CA they are given (ClientTLS, WithTLS).
 //
 // Each concept (sessions, images, migration) registers its own routes on
 // the mux that gpud builds; this package holds only what they share:
@@ -98,11 +100,12 @@ func RequireToken(token string, next http.Handler) http.Handler {
 	})
 }
 
-// decodeError turns an error response back into an *errs.Error.
-func decodeError(resp *http.Response, subject string) error {
+// decodeError turns the body of an error response back into an
+// *errs.Error.
+func decodeError(status string, b []byte, subject string) error {
 	var body ErrorBody
-	if err := json.NewDecoder(http.MaxBytesReader(nil, resp.Body, 1<<20)).Decode(&body); err != nil || body.Error == "" {
-		return errs.New(errs.Unknown, subject, "HTTP %s", resp.Status)
+	if err := json.Unmarshal(b, &body); err != nil || body.Error == "" {
+		return errs.New(errs.Unknown, subject, "HTTP %s", status)
 	}
 	return &errs.Error{Kind: body.Kind, Err: errors.New(body.Error)}
 }
