@@ -25,6 +25,7 @@ package migrate
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -58,6 +59,9 @@ type Service struct {
 	// Token is presented to the target; hosts that migrate to each other
 	// share one token file.
 	Token string
+	// TLS, when set, is how the target's API is reached: over HTTPS,
+	// verifying its certificate (gpud --tls-ca). Nil is plain HTTP.
+	TLS *tls.Config
 	// Backend is this host's backend; the target must run the same.
 	Backend string
 	// CheckTarget, when set, refuses a target that cannot run this host's
@@ -136,7 +140,7 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*Result, error) {
 	if to == "" {
 		return nil, errs.New(errs.InvalidArgument, errs.Session(id), "no target: pass --to HOST:PORT, the target gpud's --api address")
 	}
-	target := control.NewClient(to, s.Token)
+	target := control.NewClient(to, s.Token, control.WithTLS(s.TLS))
 	host := errs.Host(to)
 	res := &Result{Session: id, To: to}
 	var (

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/gpuctl/gpuctl/checkpoint/migrate"
+	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/server"
@@ -39,8 +41,10 @@ type daemon struct {
 	reaper   *worker.Reaper
 	registry *prometheus.Registry
 	started  time.Time
-	socketNS string   // see migrate.SocketNamespace
-	routes   []router // the concept packages' control routes
+	socketNS string      // see migrate.SocketNamespace
+	routes   []router    // the concept packages' control routes
+	apiTLS   *tls.Config // --tls-cert/--tls-key; nil serves plain HTTP
+	peerTLS  *tls.Config // --tls-ca; nil calls peers over plain HTTP
 }
 
 // run starts gpud and blocks until ctx ends (SIGTERM), then shuts down:
@@ -66,6 +70,18 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 	d := &daemon{cfg: cfg, log: log, started: time.Now().UTC(), socketNS: migrate.SocketNamespace()}
 	if d.token, err = loadToken(cfg); err != nil {
 		return err
+	}
+	// TLS files are read once, here, so that a bad one stops gpud at
+	// startup instead of failing each caller's handshake.
+	if cfg.tlsCert != "" {
+		if d.apiTLS, err = control.ServerTLS(cfg.tlsCert, cfg.tlsKey, time.Now()); err != nil {
+			return err
+		}
+	}
+	if cfg.tlsCA != "" {
+		if d.peerTLS, err = control.ClientTLS(cfg.tlsCA, ""); err != nil {
+			return err
+		}
 	}
 	// Workers restored by CRIU are reparented to us; we must be able to
 	// reap them.
@@ -119,13 +135,21 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 		clientLn.Close()
 		return errs.Wrap(err, errs.Unavailable, "", "listen for the control API on --api %s", cfg.api)
 	}
-	api := &http.Server{Handler: d.apiHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	api := &http.Server{Handler: d.apiHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		TLSConfig: d.apiTLS}
 	apiDone := make(chan error, 1)
-	go func() { apiDone <- api.Serve(apiLn) }()
+	go func() {
+		if d.apiTLS != nil {
+			// The certificate is in TLSConfig already.
+			apiDone <- api.ServeTLS(apiLn, "", "")
+			return
+		}
+		apiDone <- api.Serve(apiLn)
+	}()
 	listener := &server.Listener{Manager: d.manager, Token: d.token, HandshakeTimeout: cfg.handshakeTimeout, Log: log}
 	clientDone := make(chan error, 1)
 	go func() { clientDone <- listener.Serve(ctx, clientLn) }()
-	log.Info("gpud ready", "listen", clientLn.Addr().String(), "api", apiLn.Addr().String(), "backend", name,
+	log.Info("gpud ready", "listen", clientLn.Addr().String(), "api", apiLn.Addr().String(), "api_tls", d.apiTLS != nil, "peer_tls", d.peerTLS != nil, "backend", name,
 		"gpus", len(d.host.GPUs), "state_dir", cfg.stateDir, "name", cfg.name)
 
 	var runErr error

@@ -22,6 +22,8 @@ func TestParseFlags(t *testing.T) {
 		{"bad grace", append(base, "--grace", "-1s"), "must be positive"},
 		{"stray argument", append(base, "extra"), `unexpected argument "extra"`},
 		{"bad level", append(base, "--log-level", "loud"), "log-level"},
+		{"tls", append(base, "--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-ca", "ca.pem"), ""},
+		{"tls cert without key", append(base, "--tls-cert", "c.pem"), "--tls-cert and --tls-key go together"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parseFlags(tc.args, io.Discard)

@@ -18,7 +18,7 @@ import (
 // gc and the chunk transfer a migration's target receives.
 func (d *daemon) transferRouters(ckpt *checkpoint.Service, rst *restore.Service, imgs imageStore) []router {
 	mig := &migrate.Service{
-		Checkpoint: ckpt, Push: imgs, Token: d.token, Backend: d.workerOp.Backend, Log: d.log,
+		Checkpoint: ckpt, Push: imgs, Token: d.token, TLS: d.peerTLS, Backend: d.workerOp.Backend, Log: d.log,
 		SocketNS: d.socketNS,
 		SessionBytes: func(ctx context.Context, id string) (uint64, error) {
 			for _, s := range d.manager.List(ctx) {
