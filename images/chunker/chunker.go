@@ -155,3 +155,50 @@ func splitFixed(data []byte, base int64, p Params, emit func(Chunk) error) error
 	}
 	return nil
 }
+
+// Cuts returns offsets, starting with 0 and rising, at which Split is
+// certain to end a chunk, about one per segment bytes. Splitting each
+// piece between two consecutive cuts (and the last cut and the end) on its
+// own, with base set to the piece's offset, gives exactly the chunks Split
+// gives for the whole of data; so the pieces can be chunked in parallel
+// without changing a single boundary, and dedup against images chunked in
+// one piece is unaffected.
+//
+// A cut is certain where the state Split carries from page to page is
+// reset whatever came before: after a non-zero page whose fingerprint
+// ends a chunk (with MinPages 1 any chunk may end there), and where a zero
+// run starts or ends. Each segment takes the first such place in it;
+// a segment without one (a long zero run) joins the one before. Fixed
+// chunking cuts at multiples of the chunk size. Parameters under which no
+// place is certain (MinPages above 1) give just 0: one piece.
+func Cuts(data []byte, p Params, segment int) []int64 {
+	cuts := []int64{0}
+	if p.Validate() != nil || segment <= 0 || len(data) <= segment {
+		return cuts
+	}
+	if p.Fixed {
+		size := p.AvgPages * PageSize
+		step := max(segment/size, 1) * size
+		for off := step; off < len(data); off += step {
+			cuts = append(cuts, int64(off))
+		}
+		return cuts
+	}
+	if p.MinPages != 1 {
+		return cuts
+	}
+	mask := uint64(p.AvgPages - 1)
+	segment = max(segment&^(PageSize-1), PageSize)
+	for s := segment; s < len(data); s += segment {
+		end := min(s+segment, len(data))
+		for off := s; off < end; off += PageSize {
+			prev := data[off-PageSize : off]
+			prevZero := isZero(prev)
+			if (!prevZero && fingerprint(prev)&mask == 0) || prevZero != isZero(data[off:min(off+PageSize, len(data))]) {
+				cuts = append(cuts, int64(off))
+				break
+			}
+		}
+	}
+	return cuts
+}

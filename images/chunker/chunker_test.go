@@ -182,3 +182,58 @@ func TestChunkingOnRealDumps(t *testing.T) {
 		t.Logf("| %s | %d chunks | %.1f%% new |", p, n, 100*share)
 	}
 }
+
+func TestCutsGiveTheSameChunksAsOnePiece(t *testing.T) {
+	gen := imagegen.Pages(3, 16<<20, imagegen.Realistic)
+	zeroMiddle := bytes.Clone(gen)
+	clear(zeroMiddle[2<<20 : 11<<20])
+	grown := imagegen.Grow(4, bytes.Clone(gen), 100, 7)
+	tests := []struct {
+		name    string
+		data    []byte
+		p       Params
+		segment int
+		pieces  int // at least this many
+	}{
+		{"realistic, 1 MiB segments", gen, Default, 1 << 20, 16},
+		{"realistic, odd segment size", gen, Default, 1<<20 + 123, 10},
+		{"realistic, partial tail page", gen[:len(gen)-100], Default, 1 << 20, 16},
+		{"grown by pages", grown, Default, 1 << 20, 16},
+		{"long zero run spans segments", zeroMiddle, Default, 1 << 20, 7},
+		{"all zero", make([]byte, 4<<20), Default, 1 << 20, 1},
+		{"segment of one page", gen[:1<<20], Default, PageSize, 20},
+		{"fixed", gen, Params{AvgPages: 16, Fixed: true}, 1 << 20, 16},
+		{"min pages above 1: one piece", gen, Params{MinPages: 2, AvgPages: 4, MaxPages: 32}, 1 << 20, 1},
+		{"shorter than a segment", gen[:5000], Default, 1 << 20, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want := split(t, tt.data, tt.p)
+			cuts := Cuts(tt.data, tt.p, tt.segment)
+			if len(cuts) < tt.pieces || cuts[0] != 0 {
+				t.Fatalf("cuts %v: want %d or more starting at 0", cuts, tt.pieces)
+			}
+			var got []Chunk
+			for i, a := range cuts {
+				b := int64(len(tt.data))
+				if i+1 < len(cuts) {
+					b = cuts[i+1]
+				}
+				if b <= a || a%PageSize != 0 {
+					t.Fatalf("cut %d at %d is not a rising page offset (next %d)", i, a, b)
+				}
+				if err := Split(tt.data[a:b], a, tt.p, func(c Chunk) error { got = append(got, c); return nil }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(got) != len(want) {
+				t.Fatalf("%d chunks in pieces, %d in one piece", len(got), len(want))
+			}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("chunk %d: %+v in pieces, %+v in one piece", i, got[i], want[i])
+				}
+			}
+		})
+	}
+}
