@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,6 +16,28 @@ import (
 // jsonFlag is the --json flag every listing and creating command takes.
 var jsonFlag = &cli.BoolFlag{Name: "json", Usage: "print machine-readable JSON"}
 
+// tlsFlags are the global flags that put the control API on HTTPS.
+func tlsFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "tls-ca", Usage: "talk HTTPS to --host, verifying gpud's certificate against the CA bundle in `FILE` (PEM); " +
+			"the certificate must hold the host part of --host", EnvVars: []string{"GPUCTL_TLS_CA"}},
+		&cli.StringFlag{Name: "tls-server-name", Usage: "with --tls-ca, the `NAME` gpud's certificate must hold instead of the host part of --host",
+			EnvVars: []string{"GPUCTL_TLS_SERVER_NAME"}},
+	}
+}
+
+// clientTLS reads the global TLS flags: nil (plain HTTP) without --tls-ca.
+func clientTLS(c *cli.Context) (*tls.Config, error) {
+	ca, name := c.String("tls-ca"), c.String("tls-server-name")
+	if ca == "" {
+		if name != "" {
+			return nil, errs.New(errs.InvalidArgument, "", "--tls-server-name needs --tls-ca (or GPUCTL_TLS_CA): the CA that signed gpud's certificate")
+		}
+		return nil, nil
+	}
+	return control.ClientTLS(ca, name)
+}
+
 // apiClient builds a control-API client from the global flags.
 func apiClient(c *cli.Context) (*control.Client, error) {
 	host := c.String("host")
@@ -22,7 +45,11 @@ func apiClient(c *cli.Context) (*control.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return control.NewClient(host, tok), nil
+	cfg, err := clientTLS(c)
+	if err != nil {
+		return nil, err
+	}
+	return control.NewClient(host, tok, control.WithTLS(cfg)), nil
 }
 
 // readToken reads a token file; an empty path falls back to GPUCTL_TOKEN.

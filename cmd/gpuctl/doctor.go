@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"os/exec"
@@ -24,8 +25,9 @@ type doctorArgs struct {
 	hostSet   bool   // the user named the host, so not reaching it is a problem
 	token     string
 	tokenErr  error
-	criu      string // explicit criu binary, or ""
-	stateDir  string // a local gpud state dir to inspect, or ""
+	tls       *tls.Config // --tls-ca; nil is plain HTTP
+	criu      string      // explicit criu binary, or ""
+	stateDir  string      // a local gpud state dir to inspect, or ""
 	asJSON    bool
 	nvidiaSMI string // nvidia-smi binary name or path
 }
@@ -102,6 +104,10 @@ func doctorCommand(e *env) *cli.Command {
 				}
 			}
 			a.token, a.tokenErr = readToken(tf)
+			var err error
+			if a.tls, err = clientTLS(c); err != nil {
+				return err
+			}
 			return runDoctor(c.Context, e, a)
 		},
 	}
@@ -173,7 +179,7 @@ func diagnose(ctx context.Context, a doctorArgs) *doctorReport {
 				r.Notes = append(r.Notes, fmt.Sprintf("host %s not checked: no token (pass --host and --token-file to check one)", a.host))
 			}
 		default:
-			cl := control.NewClient(a.host, a.token)
+			cl := control.NewClient(a.host, a.token, control.WithTLS(a.tls))
 			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			var info backend.HostInfo
 			err := cl.Do(hctx, "GET", "/v1/host", nil, &info)

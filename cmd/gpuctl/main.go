@@ -50,10 +50,10 @@ func newApp(e *env) *cli.App {
 		Writer:          e.stdout,
 		ErrWriter:       e.stderr,
 		HideHelpCommand: true,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "host", Usage: "gpud control API address `HOST:PORT`", EnvVars: []string{"GPUCTL_HOST"}, Value: "127.0.0.1:7071"},
 			&cli.StringFlag{Name: "token-file", Usage: "file holding the host's token", EnvVars: []string{"GPUCTL_TOKEN_FILE"}},
-		},
+		}, tlsFlags()...),
 		Commands: []*cli.Command{
 			sessionsCommand(e),
 			runCommand(e),
