@@ -59,52 +59,50 @@ func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Ma
 	in := st.NewIngest()
 	defer in.Abort()
 
-	// Workers take chunks in batches, which the store looks up in one
-	// read transaction.
-	type job struct {
-		data [][]byte
-		out  []*Chunk
+	// A large file is cut into segments at offsets where the chunker is
+	// certain to end a chunk anyway (chunker.Cuts), and the workers chunk,
+	// hash and compress whole segments: the chunking, like the rest, runs
+	// on every core, and the chunks are exactly those of one sequential
+	// pass. Each worker hands the store its segment's chunks in batches,
+	// which the store looks up in one read transaction.
+	type segment struct {
+		data  []byte // the file's mapping
+		start int64
+		end   int64
+		out   *segResult
 	}
-	jobs := make(chan job, 2*st.Workers())
+	segs := make(chan segment, 2*st.Workers())
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
 		newCount int
+		chunks   int
+		zeroB    int64
 	)
 	for range st.Workers() {
 		wg.Go(func() {
-			for j := range jobs {
+			for sg := range segs {
 				if ctx.Err() != nil {
 					continue
 				}
-				var ds []store.Digest
-				var fresh int
-				err := faultSafe(subj, func() (err error) {
-					ds, _, fresh, err = in.PutBatch(ctx, j.data)
-					return err
-				})
+				var res segResult
+				err := faultSafe(subj, func() error { return chunkSegment(ctx, in, sg.data, sg.start, sg.end, &res) })
 				if err != nil {
 					cancel(err)
 					continue
 				}
-				for i, d := range ds {
-					j.out[i].Digest = d
-				}
+				*sg.out = res
 				mu.Lock()
-				newCount += fresh
+				newCount += res.fresh
+				chunks += res.chunks
+				zeroB += res.zero
 				mu.Unlock()
 			}
 		})
 	}
-	const batch = 32
-	var cur job
-	flush := func() error {
-		if len(cur.data) == 0 {
-			return nil
-		}
+	send := func(sg segment) error {
 		select {
-		case jobs <- cur:
-			cur = job{}
+		case segs <- sg:
 			return nil
 		case <-ctx.Done():
 			return context.Cause(ctx)
@@ -119,7 +117,7 @@ func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Ma
 	var stats Stats
 	type pendingFile struct {
 		index int
-		slots []*Chunk
+		segs  []*segResult
 	}
 	var pending []pendingFile
 	walkErr := filepath.WalkDir(srcDir, func(p string, de fs.DirEntry, err error) error {
@@ -161,40 +159,36 @@ func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Ma
 				maps = append(maps, data)
 			}
 			f.Size = int64(len(data))
-			// Chunks go to the workers as the chunker finds them, so
-			// hashing overlaps the walk through the file. Each gets its
-			// own slot; the file's list is assembled once all are done.
-			var slots []*Chunk
+			var cuts []int64
 			if err := faultSafe(subj, func() error {
-				return chunker.Split(data, 0, chunker.Default, func(c chunker.Chunk) error {
-					slot := &Chunk{Size: int64(c.Len), Zero: c.Zero}
-					slots = append(slots, slot)
-					if c.Zero {
-						stats.ZeroBytes += int64(c.Len)
-						return nil
-					}
-					stats.Chunks++
-					cur.data = append(cur.data, data[c.Off:c.Off+int64(c.Len)])
-					cur.out = append(cur.out, slot)
-					if len(cur.data) == batch {
-						return flush()
-					}
-					return nil
-				})
+				cuts = chunker.Cuts(data, chunker.Default, commitSegment)
+				return nil
 			}); err != nil {
 				return errs.Wrap(err, errs.KindOf(err), subj, "chunk %s", p)
 			}
-			pending = append(pending, pendingFile{index: len(m.Files), slots: slots})
+			pf := pendingFile{index: len(m.Files)}
+			for i, a := range cuts {
+				b := int64(len(data))
+				if i+1 < len(cuts) {
+					b = cuts[i+1]
+				}
+				if a == b {
+					break // an empty file
+				}
+				res := &segResult{}
+				pf.segs = append(pf.segs, res)
+				if err := send(segment{data: data, start: a, end: b, out: res}); err != nil {
+					return err
+				}
+			}
+			pending = append(pending, pf)
 		default:
 			return errs.New(errs.InvalidArgument, subj, "%s is a %v; an image holds only files, directories and symlinks", p, fi.Mode().Type())
 		}
 		m.Files = append(m.Files, f)
 		return nil
 	})
-	if walkErr == nil {
-		walkErr = flush()
-	}
-	close(jobs)
+	close(segs)
 	wg.Wait()
 	if walkErr != nil {
 		return nil, Stats{}, walkErr
@@ -204,11 +198,17 @@ func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Ma
 	}
 	for _, pf := range pending {
 		f := &m.Files[pf.index]
-		f.Chunks = make([]Chunk, len(pf.slots))
-		for i, c := range pf.slots {
-			f.Chunks[i] = *c
+		n := 0
+		for _, res := range pf.segs {
+			n += len(res.chunkList)
+		}
+		f.Chunks = make([]Chunk, 0, n)
+		for _, res := range pf.segs {
+			f.Chunks = append(f.Chunks, res.chunkList...)
 		}
 	}
+	stats.Chunks = chunks
+	stats.ZeroBytes = zeroB
 	if err := m.Validate(); err != nil {
 		return nil, Stats{}, errs.Wrap(err, errs.Internal, "", "the manifest Commit built is invalid")
 	}
@@ -224,6 +224,63 @@ func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Ma
 	}
 	stats.Duration = time.Since(start)
 	return m, stats, nil
+}
+
+// commitSegment is how much of a file one worker chunks at a time: small
+// enough that a many-core host has work for every core in a
+// few-gigabyte pages file, large enough that the per-segment cost (one
+// cut search) is noise.
+const commitSegment = 32 << 20
+
+// segResult is what chunking one segment of a file gave.
+type segResult struct {
+	chunkList []Chunk
+	chunks    int   // non-zero chunks
+	zero      int64 // bytes in zero chunks
+	fresh     int   // chunks the store did not have
+}
+
+// chunkSegment chunks data[start:end] and puts its non-zero chunks through
+// in, in batches.
+func chunkSegment(ctx context.Context, in *store.Ingest, data []byte, start, end int64, res *segResult) error {
+	const batch = 32
+	var (
+		pend  [][]byte
+		slots []int
+	)
+	flush := func() error {
+		if len(pend) == 0 {
+			return nil
+		}
+		ds, _, fresh, err := in.PutBatch(ctx, pend)
+		if err != nil {
+			return err
+		}
+		for i, d := range ds {
+			res.chunkList[slots[i]].Digest = d
+		}
+		res.fresh += fresh
+		pend, slots = pend[:0], slots[:0]
+		return nil
+	}
+	err := chunker.Split(data[start:end], start, chunker.Default, func(c chunker.Chunk) error {
+		res.chunkList = append(res.chunkList, Chunk{Size: int64(c.Len), Zero: c.Zero})
+		if c.Zero {
+			res.zero += int64(c.Len)
+			return nil
+		}
+		res.chunks++
+		pend = append(pend, data[c.Off:c.Off+int64(c.Len)])
+		slots = append(slots, len(res.chunkList)-1)
+		if len(pend) == batch {
+			return flush()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return flush()
 }
 
 // record is the store's view of an image.
