@@ -16,29 +16,43 @@ import (
 // Ingest is one in-flight write: it appends new chunks to packs and, on
 // Commit, indexes them (and an image) in one transaction. Put is safe for
 // concurrent use; Commit and Abort end the ingest.
+//
+// Chunks go to one of a few open packs (one per eight workers), each with
+// its own lock, so that many cores compressing at once do not queue on a
+// single file. A full pack is sealed (flushed, fsynced, re-read, renamed)
+// in the background while the workers fill the next; Commit waits for
+// every seal before it indexes anything, so the order that makes a crash
+// safe is the same for each pack: write temp, fsync, verify, rename, fsync
+// dir, then index in one transaction.
 type Ingest struct {
 	s *Store
 
 	mu      sync.Mutex
-	cur     *packWriter
-	sealed  []sealedPack
-	written map[Digest]newChunk // chunks this ingest wrote
+	open    []*packWriter // open packs, by stripe; nil until first used
+	next    int           // stripe the next chunk goes to
+	sealed  []sealedPack  // every pack this ingest started, by index
+	written map[Digest]newChunk
 	leased  []Digest
 	held    map[Digest]bool
 	stored  int64 // payload bytes written
 	done    bool
+	failed  error // the first write or seal that failed
+
+	active  sync.WaitGroup // appends between reserving a pack and recording the offset
+	sealing sync.WaitGroup // background seals
 }
 
+// sealedPack is a pack's name and size once sealed; ok is false until then
+// (and stays false if the seal failed).
 type sealedPack struct {
 	id   Digest
 	size int64
+	ok   bool
 }
 
-// newChunk is where this ingest put a chunk. pack indexes sealed once the
-// pack is sealed; until then it is -1 and the chunk is in cur.
+// newChunk is where this ingest put a chunk: pack indexes sealed.
 type newChunk struct {
 	pack   int
-	cur    *packWriter
 	offset int64
 	stored uint32
 	raw    uint32
@@ -47,7 +61,7 @@ type newChunk struct {
 
 // NewIngest starts a write.
 func (s *Store) NewIngest() *Ingest {
-	return &Ingest{s: s, written: map[Digest]newChunk{}, held: map[Digest]bool{}}
+	return &Ingest{s: s, written: map[Digest]newChunk{}, held: map[Digest]bool{}, open: make([]*packWriter, s.packStripes())}
 }
 
 // holdLocked leases d once per ingest. Callers hold in.mu.
@@ -169,36 +183,93 @@ func (in *Ingest) put(ctx context.Context, d Digest, raw int, enc uint8, payload
 	return in.appendChunk(d, raw, enc, payload)
 }
 
-// appendChunk writes a leased, looked-up chunk to the current pack unless
-// another worker of this ingest wrote it meanwhile.
+// appendChunk writes a leased, looked-up chunk to an open pack unless
+// another worker of this ingest wrote it meanwhile. The chunk is claimed
+// and its pack chosen under in.mu; the write itself holds only the pack's
+// own lock.
 func (in *Ingest) appendChunk(d Digest, raw int, enc uint8, payload []byte) (int64, error) {
 	in.mu.Lock()
-	defer in.mu.Unlock()
 	if in.done {
+		in.mu.Unlock()
 		return 0, errs.New(errs.FailedPrecondition, "", "ingest already committed or aborted")
 	}
+	if in.failed != nil {
+		in.mu.Unlock()
+		return 0, in.failed
+	}
 	if _, ok := in.written[d]; ok {
+		in.mu.Unlock()
 		return 0, nil
 	}
-	if in.cur == nil {
-		pw, err := in.s.newPackWriter()
-		if err != nil {
+	stripe := in.next
+	in.next = (in.next + 1) % len(in.open)
+	pw := in.open[stripe]
+	if pw == nil {
+		var err error
+		if pw, err = in.s.newPackWriter(); err != nil {
+			in.failed = err
+			in.mu.Unlock()
 			return 0, err
 		}
-		in.cur = pw
+		pw.index = len(in.sealed)
+		in.sealed = append(in.sealed, sealedPack{})
+		in.open[stripe] = pw
 	}
-	off, err := in.cur.append(d, enc, raw, payload)
+	// Claim d now so that no other worker writes it too; the offset is
+	// filled in below, before Commit can look at it (it waits on active).
+	in.written[d] = newChunk{pack: pw.index, stored: uint32(len(payload)), raw: uint32(raw), enc: enc}
+	in.stored += int64(len(payload))
+	pw.users++
+	in.active.Add(1)
+	in.mu.Unlock()
+	defer in.active.Done()
+
+	pw.mu.Lock()
+	off, err := pw.append(d, enc, raw, payload)
+	full := pw.off >= in.s.opts.PackSize
+	pw.mu.Unlock()
+
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	pw.users--
 	if err != nil {
+		if in.failed == nil {
+			in.failed = err
+		}
 		return 0, err
 	}
-	in.written[d] = newChunk{pack: -1, cur: in.cur, offset: off, stored: uint32(len(payload)), raw: uint32(raw), enc: enc}
-	in.stored += int64(len(payload))
-	if in.cur.off >= in.s.opts.PackSize {
-		if err := in.sealLocked(); err != nil {
-			return 0, err
-		}
+	c := in.written[d]
+	c.offset = off
+	in.written[d] = c
+	if full && in.open[stripe] == pw {
+		in.open[stripe] = nil // the next chunk for this stripe starts a new pack
+		pw.full = true
+	}
+	if pw.full && pw.users == 0 {
+		in.sealAsyncLocked(pw)
 	}
 	return int64(len(payload)), nil
+}
+
+// sealAsyncLocked seals a detached pack on its own goroutine, so that the
+// fsync and the re-read overlap the writes to the next pack. Callers hold
+// in.mu and have made sure no one else writes to pw.
+func (in *Ingest) sealAsyncLocked(pw *packWriter) {
+	pw.full = false // seal once
+	in.sealing.Add(1)
+	go func() {
+		defer in.sealing.Done()
+		id, size, err := in.s.seal(pw)
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		if err != nil {
+			if in.failed == nil {
+				in.failed = err
+			}
+			return
+		}
+		in.sealed[pw.index] = sealedPack{id: id, size: size, ok: true}
+	}()
 }
 
 // Require leases ds for this ingest and returns those the store lacks and
@@ -232,22 +303,23 @@ func (in *Ingest) StoredBytes() int64 {
 	return in.stored
 }
 
-func (in *Ingest) sealLocked() error {
-	pw := in.cur
-	in.cur = nil
-	id, size, err := in.s.seal(pw)
-	if err != nil {
-		return err
-	}
-	idx := len(in.sealed)
-	in.sealed = append(in.sealed, sealedPack{id: id, size: size})
-	for d, c := range in.written {
-		if c.pack == -1 && c.cur == pw {
-			c.pack, c.cur = idx, nil
-			in.written[d] = c
+// finish ends the ingest for writers: it waits for appends in flight,
+// seals the open packs and waits for every seal. It returns the first
+// write or seal error. Callers must not hold in.mu.
+func (in *Ingest) finish() error {
+	in.active.Wait()
+	in.mu.Lock()
+	for i, pw := range in.open {
+		if pw != nil {
+			in.open[i] = nil
+			in.sealAsyncLocked(pw)
 		}
 	}
-	return nil
+	in.mu.Unlock()
+	in.sealing.Wait()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.failed
 }
 
 // ImageRecord is what an image commit indexes. Info and Manifest are
@@ -266,25 +338,29 @@ type ImageRecord struct {
 // that will use them.
 func (in *Ingest) Commit(ctx context.Context, img *ImageRecord) error {
 	in.mu.Lock()
-	defer in.mu.Unlock()
 	if in.done {
+		in.mu.Unlock()
 		return errs.New(errs.FailedPrecondition, "", "ingest already committed or aborted")
 	}
 	in.done = true
-	defer in.cleanupLocked()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
+	in.mu.Unlock()
 	t0 := time.Now()
-	if in.cur != nil {
-		if err := in.sealLocked(); err != nil {
-			return err
-		}
-	}
+	ferr := in.finish()
 	sealed := time.Since(t0)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	defer in.cleanupLocked()
+	if ferr == nil {
+		ferr = ctx.Err()
+	}
+	if ferr != nil {
+		in.dropPacksLocked()
+		return ferr
+	}
 	var refs []Digest
 	if img != nil {
 		if img.ID == "" {
+			in.dropPacksLocked()
 			return errs.New(errs.InvalidArgument, "", "image id is empty")
 		}
 		refs = slices.Clone(img.Refs)
@@ -292,6 +368,7 @@ func (in *Ingest) Commit(ctx context.Context, img *ImageRecord) error {
 		refs = slices.Compact(refs)
 		for _, d := range refs {
 			if !in.held[d] {
+				in.dropPacksLocked()
 				return errs.New(errs.Internal, errs.Image(img.ID), "%s was neither put nor required by this ingest", chunkSubject(d))
 			}
 		}
@@ -394,32 +471,32 @@ func putImage(tx *bolt.Tx, img *ImageRecord, refs []Digest) error {
 // it does nothing) and may be deferred.
 func (in *Ingest) Abort() {
 	in.mu.Lock()
-	defer in.mu.Unlock()
 	if in.done {
+		in.mu.Unlock()
 		return
 	}
 	in.done = true
+	in.mu.Unlock()
+	_ = in.finish() // a pack being sealed must land before it can be removed
+	in.mu.Lock()
+	defer in.mu.Unlock()
 	in.dropPacksLocked()
 	in.cleanupLocked()
 }
 
+// dropPacksLocked removes this ingest's packs. Only after finish: no pack
+// is open or being sealed.
 func (in *Ingest) dropPacksLocked() {
-	if in.cur != nil {
-		in.cur.discard(in.s)
-		in.cur = nil
-	}
 	for _, p := range in.sealed {
-		_ = os.Remove(in.s.packPath(p.id))
-		in.s.setInflight(p.id.String()+".pack", false)
+		if p.ok {
+			_ = os.Remove(in.s.packPath(p.id))
+			in.s.setInflight(p.id.String()+".pack", false)
+		}
 	}
 	in.sealed = nil
 }
 
 func (in *Ingest) cleanupLocked() {
-	if in.cur != nil {
-		in.cur.discard(in.s)
-		in.cur = nil
-	}
 	in.s.release(in.leased)
 	in.leased = nil
 	in.held = map[Digest]bool{}

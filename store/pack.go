@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 
 	"github.com/gpuctl/gpuctl/errs"
 )
@@ -29,8 +30,15 @@ var packMagic = []byte("GPUPACK1")
 
 const packEntryHeader = 32 + 1 + 4 + 4
 
-// packWriter appends entries to a temporary file while hashing it.
+// packWriter appends entries to a temporary file while hashing it. mu
+// serializes appends; index, users and full belong to the ingest and are
+// guarded by its lock.
 type packWriter struct {
+	mu    sync.Mutex
+	index int  // in the ingest's list of packs
+	users int  // appends that chose this pack and have not finished
+	full  bool // reached the pack size; seal once users is 0
+
 	f    *os.File
 	name string // base name in blobs/tmp
 	w    *bufio.Writer

@@ -126,6 +126,11 @@ func Open(ctx context.Context, stateDir string, opts Options) (*Store, error) {
 // Dir is the state dir the store lives in.
 func (s *Store) Dir() string { return s.dir }
 
+// packStripes is how many packs an ingest fills at once: one per eight
+// workers, so that appends (a copy, a checksum and a write to the page
+// cache under the pack's lock) keep up with the workers compressing.
+func (s *Store) packStripes() int { return max(1, (s.opts.Workers+7)/8) }
+
 // Workers is the parallelism callers should use for chunk work.
 func (s *Store) Workers() int { return s.opts.Workers }
 
