@@ -83,7 +83,7 @@ func (c *Client) dialError(err error) error {
 	case errors.As(err, &unknown):
 		return errs.New(errs.Unavailable, host, "TLS handshake failed: certificate signed by unknown authority; pass the CA that signed gpud's certificate with --tls-ca")
 	case errors.As(err, &hostname):
-		return errs.New(errs.Unavailable, host, "TLS handshake failed: the certificate is not valid for %q (%s); reach gpud by a name or IP its certificate holds, set --tls-server-name, or reissue the certificate", hostname.Host, certNames(hostname.Certificate))
+		return errs.New(errs.Unavailable, host, "TLS handshake failed: the certificate is not valid for %q (%s); reach gpud by a name or IP its certificate holds (gpuctl also takes --tls-server-name), or reissue the certificate", hostname.Host, certNames(hostname.Certificate))
 	case errors.As(err, &invalid) && invalid.Reason == x509.Expired:
 		return errs.New(errs.Unavailable, host, "TLS handshake failed: gpud's certificate is expired or not yet valid (valid %s to %s); renew it and check both hosts' clocks",
 			invalid.Cert.NotBefore.UTC().Format(time.RFC3339), invalid.Cert.NotAfter.UTC().Format(time.RFC3339))

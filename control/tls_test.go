@@ -102,6 +102,7 @@ func TestTLSClient(t *testing.T) {
 				t.Fatalf("got %v (kind %q), want unavailable", err, errs.KindOf(err))
 			}
 			msg := err.Error()
+			t.Log(msg)
 			if !strings.Contains(msg, tt.wantErr) || !strings.Contains(msg, errs.Host(tt.addr)) || strings.Contains(msg, "\n") {
 				t.Fatalf("got %q, want one line naming %s and containing %q", msg, errs.Host(tt.addr), tt.wantErr)
 			}
