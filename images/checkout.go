@@ -53,30 +53,60 @@ func Checkout(ctx context.Context, st *store.Store, id, dstDir string) (*Manifes
 	return m, nil
 }
 
+// checkoutRun bounds how many bytes of consecutive chunks one worker
+// reads, verifies and writes with a single pwrite. Buffered writes to one
+// file serialize on its inode lock, so many workers each writing a 16 KiB
+// chunk spend their time queueing in the kernel; a few large writes, one
+// at a time per file, keep the lock cheap while the reads, decompression
+// and hashing of other runs go on in parallel. Each worker keeps one
+// buffer of this size.
+const checkoutRun = 2 << 20
+
+// outFile is a file being checked out; mu lets one write at a time reach
+// the kernel, where they would serialize anyway.
+type outFile struct {
+	f  *os.File
+	mu sync.Mutex
+}
+
 func checkout(ctx context.Context, st *store.Store, m *Manifest, root *os.Root) error {
 	subj := errs.Image(m.ID)
-	type job struct {
-		f   *os.File
-		off int64
-		c   Chunk
+	// A run is consecutive non-zero chunks of one file, written at off.
+	type run struct {
+		out    *outFile
+		off    int64
+		size   int64
+		chunks []Chunk
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	jobs := make(chan job, 4*st.Workers())
+	runs := make(chan run, 2*st.Workers())
 	var wg sync.WaitGroup
 	for range st.Workers() {
 		wg.Go(func() {
-			for j := range jobs {
+			var buf []byte
+			for r := range runs {
 				if ctx.Err() != nil {
 					continue
 				}
-				b, err := st.ReadChunk(ctx, j.c.Digest)
-				if err == nil && int64(len(b)) != j.c.Size {
-					err = errs.New(errs.DataLoss, "", "chunk %s is %d bytes, the manifest says %d", j.c.Digest, len(b), j.c.Size)
+				if int64(cap(buf)) < r.size {
+					buf = make([]byte, r.size)
+				}
+				b := buf[:r.size]
+				var err error
+				pos := int64(0)
+				for _, c := range r.chunks {
+					if err = st.ReadChunkTo(ctx, c.Digest, b[pos:pos+c.Size]); err != nil {
+						break
+					}
+					pos += c.Size
 				}
 				if err == nil {
-					if _, werr := j.f.WriteAt(b, j.off); werr != nil {
-						err = errs.Wrap(werr, errs.ResourceExhausted, "", "write %s", j.f.Name())
+					r.out.mu.Lock()
+					_, werr := r.out.f.WriteAt(b, r.off)
+					r.out.mu.Unlock()
+					if werr != nil {
+						err = errs.Wrap(werr, errs.ResourceExhausted, "", "write %s", r.out.f.Name())
 					}
 				}
 				if err != nil {
@@ -84,6 +114,12 @@ func checkout(ctx context.Context, st *store.Store, m *Manifest, root *os.Root) 
 				}
 			}
 		})
+	}
+	send := func(r run) {
+		select {
+		case runs <- r:
+		case <-ctx.Done():
+		}
 	}
 	var files []*os.File
 	var feedErr error
@@ -106,22 +142,33 @@ func checkout(ctx context.Context, st *store.Store, m *Manifest, root *os.Root) 
 			if feedErr = f.Truncate(mf.Size); feedErr != nil {
 				break
 			}
+			// Zero chunks end a run and stay holes.
+			out := &outFile{f: f}
+			cur := run{out: out}
 			var off int64
-			for _, c := range mf.Chunks {
+			for i, c := range mf.Chunks {
+				if cur.size > 0 && (c.Zero || cur.size+c.Size > checkoutRun) {
+					send(cur)
+					cur = run{out: out}
+				}
 				if !c.Zero {
-					select {
-					case jobs <- job{f: f, off: off, c: c}:
-					case <-ctx.Done():
+					if cur.size == 0 {
+						cur.off, cur.chunks = off, mf.Chunks[i:i]
 					}
+					cur.chunks = cur.chunks[:len(cur.chunks)+1]
+					cur.size += c.Size
 				}
 				off += c.Size
+			}
+			if cur.size > 0 {
+				send(cur)
 			}
 		}
 		if feedErr != nil {
 			feedErr = errs.Wrap(feedErr, errs.FailedPrecondition, subj, "check out %s", mf.Path)
 		}
 	}
-	close(jobs)
+	close(runs)
 	wg.Wait()
 	var closeErr error
 	for _, f := range files {

@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+
+	"github.com/gpuctl/gpuctl/errs"
 )
 
 // Many workers putting at once fill several packs at a time and seal full
@@ -94,6 +97,53 @@ func TestParallelPutsAcrossStripesAndSeals(t *testing.T) {
 			packs, _ := os.ReadDir(filepath.Join(dir, "blobs", "packs"))
 			if (tt.packs > 0 && len(packs) != tt.packs) || (tt.packs == 0 && len(packs) <= s.packStripes()) {
 				t.Fatalf("%d packs for %d stripes (want %d)", len(packs), s.packStripes(), tt.packs)
+			}
+		})
+	}
+}
+
+func TestReadChunkTo(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, Options{})
+	raw := chunkData("random", 5, 12<<10)       // stored as is
+	packed := chunkData("text", 6, 40<<10)      // stored compressed
+	damaged := chunkData("text", 7, 20<<10)     // compressed, then a byte flipped
+	damagedRaw := chunkData("random", 8, 8<<10) // raw, then a byte flipped
+	refs := commitImage(t, s, "img-to", "", raw, packed, damaged, damagedRaw)
+	for _, d := range refs[2:] {
+		r, err := s.lookup(ctx, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flipByte(t, s.packPath(r.Pack), int64(r.Offset)+int64(r.Stored)/2)
+	}
+	tests := []struct {
+		name    string
+		d       Digest
+		size    int
+		want    []byte
+		errKind errs.Kind
+	}{
+		{"raw", refs[0], len(raw), raw, errs.Unknown},
+		{"compressed", refs[1], len(packed), packed, errs.Unknown},
+		{"buffer too short", refs[1], len(packed) - 1, nil, errs.DataLoss},
+		{"buffer too long", refs[0], len(raw) + 4096, nil, errs.DataLoss},
+		{"damaged compressed", refs[2], len(damaged), nil, errs.DataLoss},
+		{"damaged raw", refs[3], len(damagedRaw), nil, errs.DataLoss},
+		{"not stored", Sum([]byte("absent")), 6, nil, errs.NotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dst := make([]byte, tt.size)
+			err := s.ReadChunkTo(ctx, tt.d, dst)
+			if tt.want != nil {
+				if err != nil || !bytes.Equal(dst, tt.want) {
+					t.Fatalf("read back wrong (%v)", err)
+				}
+				return
+			}
+			if !errs.Is(err, tt.errKind) || !strings.Contains(err.Error(), tt.d.String()) {
+				t.Fatalf("want a %v error naming the chunk, got %v", tt.errKind, err)
 			}
 		})
 	}
