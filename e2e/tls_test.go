@@ -2,16 +2,24 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/control/tlstest"
 	"github.com/gpuctl/gpuctl/e2e/harness"
 )
@@ -79,6 +87,9 @@ func TestMigrateOverTLS(t *testing.T) {
 	}
 	t.Logf("migration from a gpud without --tls-ca: %v", err)
 
+	// /metrics shares the API's listener, so it is HTTPS too.
+	checkMetricsOverTLS(t, w.a, ca.CertFile)
+
 	want := w.reference()
 	old := w.sessions(w.a)
 	run := w.start(w.a, w.stateful, wlMiB, wlSteps, wlSleep)
@@ -122,4 +133,61 @@ func ctlWithoutCA(t *testing.T, gpuctl string, h *harness.Host, args ...string) 
 		t.Fatalf("run gpuctl: %v", err)
 	}
 	return cmd.ProcessState.ExitCode(), stderr.String()
+}
+
+// checkMetricsOverTLS scrapes h's /metrics from inside its namespace: over
+// HTTPS with the CA it must answer; over plain HTTP it must not.
+func checkMetricsOverTLS(t *testing.T, h *harness.Host, caFile string) {
+	t.Helper()
+	cfg, err := control.ClientTLS(caFile, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(url string, tlsCfg *tls.Config) (int, string, error) {
+		cl := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: dialInNS(h.NS), TLSClientConfig: tlsCfg}}
+		resp, err := cl.Get(url)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), err
+	}
+	code, body, err := get("https://"+h.API()+"/metrics", cfg)
+	if err != nil || code != http.StatusOK || !strings.Contains(body, "go_goroutines") {
+		t.Errorf("GET https://%s/metrics: %d, %v, %.200q", h.API(), code, err, body)
+	}
+	if code, _, err := get("http://"+h.API()+"/metrics", nil); err == nil && code == http.StatusOK {
+		t.Errorf("GET http://%s/metrics answered 200 on a TLS listener", h.API())
+	}
+}
+
+// dialInNS dials from inside network namespace ns: a thread of its own
+// enters the namespace, makes the connection and is then thrown away
+// (a goroutine that exits locked to its thread ends the thread).
+func dialInNS(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		type result struct {
+			c   net.Conn
+			err error
+		}
+		ch := make(chan result, 1)
+		go func() {
+			runtime.LockOSThread()
+			f, err := os.Open(filepath.Join("/run/netns", ns))
+			if err != nil {
+				ch <- result{err: err}
+				return
+			}
+			defer f.Close()
+			if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+				ch <- result{err: fmt.Errorf("enter %s: %w", ns, err)}
+				return
+			}
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			ch <- result{c, err}
+		}()
+		r := <-ch
+		return r.c, r.err
+	}
 }
