@@ -265,17 +265,29 @@ func orderedMap[T any](ctx context.Context, n, workers int, fn func(int) (T, err
 	return err
 }
 
-// recordReader reads the format strictly, hashing as it goes.
+// recordReader reads the format strictly, hashing as it goes (on its own
+// goroutine: close it when done).
 type recordReader struct {
 	r    *bufio.Reader
-	h    hash.Hash
+	h    *streamHash
 	n    int64 // bytes consumed
 	prog func(int64)
 }
 
+// close stops the hashing goroutine.
+func (rr *recordReader) close() { rr.h.close() }
+
 func (rr *recordReader) full(b []byte) error {
+	return rr.fullHash(b, true)
+}
+
+// fullHash reads exactly len(b) bytes, adding them to the stream hash if
+// hash is set.
+func (rr *recordReader) fullHash(b []byte, hash bool) error {
 	_, err := io.ReadFull(rr.r, b)
-	rr.h.Write(b)
+	if hash {
+		rr.h.write(b)
+	}
 	rr.n += int64(len(b))
 	if rr.prog != nil {
 		rr.prog(rr.n)
@@ -306,16 +318,16 @@ func (rr *recordReader) header(want byte) error {
 // next reads one record's type and body, refusing bodies over limit. The
 // end record is returned with the stream's digest as it stood before it.
 func (rr *recordReader) next(limit func(typ byte) int) (typ byte, body []byte, before []byte, err error) {
-	mark := rr.h.Sum(nil) // the trailer covers everything before its own header
-	var hdr [5]byte
-	if err := rr.full(hdr[:]); err != nil {
+	hdr := make([]byte, 5)
+	if err := rr.fullHash(hdr, false); err != nil {
 		return 0, nil, nil, err
 	}
 	typ = hdr[0]
 	n := binary.BigEndian.Uint32(hdr[1:])
 	if typ == recEnd {
-		before = mark
+		before = rr.h.sum() // the trailer covers everything before its own header
 	}
+	rr.h.write(hdr)
 	max := limit(typ)
 	if max < 0 {
 		return typ, nil, nil, fmt.Errorf("unknown record type %q at byte %d", typ, rr.n-5)
@@ -334,7 +346,8 @@ func (rr *recordReader) next(limit func(typ byte) int) (typ byte, body []byte, b
 	}
 	var buf bytes.Buffer
 	buf.Grow(1 << 20)
-	got, err := io.CopyN(&buf, io.TeeReader(rr.r, rr.h), int64(n))
+	got, err := io.CopyN(&buf, rr.r, int64(n))
+	rr.h.write(buf.Bytes())
 	rr.n += got
 	if err != nil {
 		return typ, nil, nil, fmt.Errorf("the stream ends early, at byte %d: the file is truncated", rr.n)

@@ -41,7 +41,7 @@ func Import(ctx context.Context, st *store.Store, r io.Reader, progress store.Pr
 }
 
 func newRecordReader(r io.Reader, progress store.Progress) *recordReader {
-	rr := &recordReader{r: bufio.NewReaderSize(r, 1<<20), h: sha256.New()}
+	rr := &recordReader{r: bufio.NewReaderSize(r, 1<<20), h: newStreamHash()}
 	if progress != nil {
 		var last int64
 		rr.prog = func(n int64) {
@@ -61,6 +61,7 @@ func newRecordReader(r io.Reader, progress store.Progress) *recordReader {
 func importImage(ctx context.Context, st *store.Store, r io.Reader, progress store.Progress) (*Manifest, Stats, error) {
 	var stats Stats
 	rr := newRecordReader(r, progress)
+	defer rr.close()
 	if err := rr.header(kindImage); err != nil {
 		return nil, stats, err
 	}
@@ -225,6 +226,7 @@ func readChunkRecords(ctx context.Context, rr *recordReader, want map[store.Dige
 // bytes they added.
 func PutChunks(ctx context.Context, st *store.Store, r io.Reader) (int, int64, error) {
 	rr := newRecordReader(r, nil)
+	defer rr.close()
 	in := st.NewIngest()
 	defer in.Abort()
 	fail := func(err error) (int, int64, error) {
