@@ -8,7 +8,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"sync"
 
@@ -119,6 +118,7 @@ func writeExport(ctx context.Context, st *store.Store, id string, p exportPlan, 
 	refs := p.refs
 	defer p.release()
 	ew := newRecordWriter(w)
+	defer ew.close()
 	ew.header(kindImage)
 	ew.record(recManifest, p.body)
 	err := orderedMap(ctx, len(refs), st.Workers(),
@@ -143,26 +143,29 @@ func writeExport(ctx context.Context, st *store.Store, id string, p exportPlan, 
 	return ew.n, nil
 }
 
-// recordWriter writes the format, hashing as it goes; the first error
-// sticks.
+// recordWriter writes the format, hashing as it goes (on its own
+// goroutine: close it when done); the first error sticks.
 type recordWriter struct {
 	w      *bufio.Writer
-	h      hash.Hash
+	h      *streamHash
 	n      int64
 	chunks uint64
 	err    error
 }
 
 func newRecordWriter(w io.Writer) *recordWriter {
-	return &recordWriter{w: bufio.NewWriterSize(w, 1<<20), h: sha256.New()}
+	return &recordWriter{w: bufio.NewWriterSize(w, 1<<20), h: newStreamHash()}
 }
+
+// close stops the hashing goroutine.
+func (rw *recordWriter) close() { rw.h.close() }
 
 func (rw *recordWriter) write(b []byte) {
 	if rw.err != nil {
 		return
 	}
 	_, rw.err = rw.w.Write(b)
-	rw.h.Write(b)
+	rw.h.write(b)
 	rw.n += int64(len(b))
 }
 
@@ -196,7 +199,7 @@ func (rw *recordWriter) chunk(f store.Frame) {
 }
 
 func (rw *recordWriter) end() {
-	sum := rw.h.Sum(nil)
+	sum := rw.h.sum()
 	rw.record(recEnd, binary.BigEndian.AppendUint64(nil, rw.chunks), sum)
 	if rw.err == nil {
 		rw.err = rw.w.Flush()

@@ -73,6 +73,7 @@ func (s stream) bytes(t testing.TB) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	rw := newRecordWriter(&buf)
+	defer rw.close()
 	hdr := binary.BigEndian.AppendUint16([]byte(exportMagic), s.version)
 	rw.write(append(hdr, s.kind))
 	if s.rawM != nil {
@@ -88,7 +89,7 @@ func (s stream) bytes(t testing.TB) []byte {
 		rw.chunk(f)
 	}
 	rw.chunks += uint64(s.count)
-	sum := rw.h.Sum(nil)
+	sum := rw.h.sum()
 	if s.badSum {
 		sum[0] ^= 1
 	}

@@ -253,6 +253,7 @@ func PutChunks(ctx context.Context, st *store.Store, r io.Reader) (int, int64, e
 // WriteChunks writes ds from st as a chunk stream for PutChunks.
 func WriteChunks(ctx context.Context, st *store.Store, ds []store.Digest, w io.Writer) (int64, error) {
 	ew := newRecordWriter(w)
+	defer ew.close()
 	ew.header(kindChunks)
 	err := orderedMap(ctx, len(ds), st.Workers(),
 		func(i int) (store.Frame, error) { return st.ReadFrame(ctx, ds[i]) },
