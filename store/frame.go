@@ -18,20 +18,12 @@ type Frame struct {
 // ReadFrame returns d in its stored form after checking that it decodes to
 // d.
 func (s *Store) ReadFrame(ctx context.Context, d Digest) (Frame, error) {
-	raw, r, err := s.readChunk(ctx, d)
+	_, r, payload, err := s.readChunk(ctx, d)
 	if err != nil {
 		return Frame{}, err
 	}
-	f := Frame{Digest: d, Raw: int(r.Raw), Zstd: r.Enc == encZstd}
-	if f.Zstd {
-		f.Payload, err = s.readPayload(r)
-		if err != nil {
-			return Frame{}, errs.Wrap(err, errs.DataLoss, chunkSubject(d), "read")
-		}
-	} else {
-		f.Payload = raw
-	}
-	return f, nil
+	// The payload that was just checked, not a second read of it.
+	return Frame{Digest: d, Raw: int(r.Raw), Zstd: r.Enc == encZstd, Payload: payload}, nil
 }
 
 // DecodeFrame checks a frame from outside (an import, a peer) and returns

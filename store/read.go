@@ -80,30 +80,30 @@ func (s *Store) lookup(ctx context.Context, d Digest) (chunkRecord, error) {
 // ReadChunk returns d's content, decompressed and checked against d. A
 // chunk whose bytes do not match is an errs.DataLoss error naming it.
 func (s *Store) ReadChunk(ctx context.Context, d Digest) ([]byte, error) {
-	raw, _, err := s.readChunk(ctx, d)
+	raw, _, _, err := s.readChunk(ctx, d)
 	return raw, err
 }
 
-// ReadChunkFrame returns d's content and its stored form (encoding and
-// payload), for senders that pass chunks on without recompressing.
-func (s *Store) readChunk(ctx context.Context, d Digest) (raw []byte, r chunkRecord, err error) {
+// readChunk returns d's content, its record and its stored payload, for
+// senders that pass chunks on without recompressing.
+func (s *Store) readChunk(ctx context.Context, d Digest) (raw []byte, r chunkRecord, payload []byte, err error) {
 	r, err = s.lookup(ctx, d)
 	if err != nil {
-		return nil, r, err
+		return nil, r, nil, err
 	}
-	payload, err := s.readPayload(r)
+	payload, err = s.readPayload(r)
 	if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrClosed) {
 		// gc rewrote the pack between the look-up and the read.
 		if r, err = s.lookup(ctx, d); err != nil {
-			return nil, r, err
+			return nil, r, nil, err
 		}
 		payload, err = s.readPayload(r)
 	}
 	if err != nil {
-		return nil, r, errs.Wrap(err, errs.DataLoss, chunkSubject(d), "read")
+		return nil, r, nil, errs.Wrap(err, errs.DataLoss, chunkSubject(d), "read")
 	}
 	raw, err = s.decode(d, r.Enc, r.Raw, payload)
-	return raw, r, err
+	return raw, r, payload, err
 }
 
 // ReadChunkTo reads d's content into dst, which must be exactly as long
