@@ -14,6 +14,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -62,8 +63,8 @@ func run(size int, scratch string) error {
 	}
 	defer os.RemoveAll(scratch)
 	size &^= imagegen.PageSize - 1
-	fmt.Printf("generating %d MiB of page data (%.0f%% zero, %.0f%% incompressible, %.0f%% repetitive; runs of ~%d pages) on %d CPUs\n",
-		size>>20, 100*imagegen.Realistic.Zero, 100*imagegen.Realistic.Random, 100*imagegen.Realistic.Repetitive, imagegen.Realistic.RunPages, runtime.NumCPU())
+	fmt.Printf("generating %d MiB of page data (%.0f%% zero, %.0f%% incompressible, %.0f%% repetitive; runs of ~%d pages) on %d CPUs, GOMAXPROCS %d\n",
+		size>>20, 100*imagegen.Realistic.Zero, 100*imagegen.Realistic.Random, 100*imagegen.Realistic.Repetitive, imagegen.Realistic.RunPages, runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	pages := imagegen.Pages(1, size, imagegen.Realistic)
 	dump := func(name string, p []byte) (string, error) {
 		d := filepath.Join(scratch, name)
@@ -131,6 +132,29 @@ func run(size int, scratch string) error {
 	}
 	_ = os.RemoveAll(filepath.Join(scratch, "out1"))
 
+	// Push without the network: the first image exported into a pipe and
+	// imported, every chunk checked, into a second store (what a
+	// migration's push does on the sending and the receiving gpud).
+	st2, err := store.Open(ctx, filepath.Join(scratch, "state2"), store.Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		return err
+	}
+	defer st2.Close()
+	settle()
+	xfer, err := timeSelf(func() error {
+		pr, pw := io.Pipe()
+		go func() {
+			_, err := images.Export(ctx, st, m1.ID, pw, nil)
+			pw.CloseWithError(err)
+		}()
+		_, _, err := images.Import(ctx, st2, pr, nil)
+		_ = pr.CloseWithError(io.ErrClosedPipe)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+
 	type second struct {
 		name  string
 		stats images.Stats
@@ -173,6 +197,8 @@ func run(size int, scratch string) error {
 	row("put, per CPU second", mb(put.cpu), mb(zPut.cpu), "MB/s", "")
 	row("get, wall clock (verified)", mb(get.wall), mb(zGet.wall), "MB/s", "")
 	row("get, per CPU second", mb(get.cpu), mb(zGet.cpu), "MB/s", "")
+	fmt.Fprintf(tw, "export+import, wall clock (fsync'd)\t%.0f MB/s\t-\t\t\t\n", mb(xfer.wall))
+	fmt.Fprintf(tw, "export+import, per CPU second\t%.0f MB/s\t-\t\t\t\n", mb(xfer.cpu))
 	fmt.Fprintf(tw, "stored / logical bytes\t%.3f\t%.3f\t%.2fx\t\t\n", float64(s1.StoredBytes)/float64(logical), float64(zBytes)/float64(logical), float64(s1.StoredBytes)/float64(zBytes))
 	if err := tw.Flush(); err != nil {
 		return err
@@ -192,6 +218,7 @@ func run(size int, scratch string) error {
 	fmt.Printf("\nlogical %d MiB; first put %v wall, %v CPU (%d MiB stored, %d chunks, %d MiB zero); get %v; zstd put %v, get %v\n",
 		logical>>20, put.wall.Round(time.Millisecond), put.cpu.Round(time.Millisecond), s1.StoredBytes>>20, s1.Chunks, s1.ZeroBytes>>20,
 		get.wall.Round(time.Millisecond), zPut.wall.Round(time.Millisecond), zGet.wall.Round(time.Millisecond))
+	fmt.Printf("export+import %v wall, %v CPU\n", xfer.wall.Round(time.Millisecond), xfer.cpu.Round(time.Millisecond))
 	for _, s := range seconds {
 		fmt.Printf("second put (%s): %v wall, %v CPU, %d KiB stored, %d of %d chunks new\n", s.name, s.cost.wall.Round(time.Millisecond),
 			s.cost.cpu.Round(time.Millisecond), s.stats.StoredBytes>>10, s.stats.NewChunks, s.stats.Chunks)
