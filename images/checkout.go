@@ -54,12 +54,12 @@ func Checkout(ctx context.Context, st *store.Store, id, dstDir string) (*Manifes
 }
 
 // checkoutRun bounds how many bytes of consecutive chunks one worker
-// reads, verifies and writes with a single pwrite. Buffered writes to one
-// file serialize on its inode lock, so many workers each writing a 16 KiB
-// chunk spend their time queueing in the kernel; a few large writes, one
-// at a time per file, keep the lock cheap while the reads, decompression
-// and hashing of other runs go on in parallel. Each worker keeps one
-// buffer of this size.
+// looks up in one transaction, reads, verifies and writes with a single
+// pwrite. Buffered writes to one file serialize on its inode lock, so
+// many workers each writing a 16 KiB chunk spend their time queueing in
+// the kernel; a few large writes, one at a time per file, keep the lock
+// cheap while the reads, decompression and hashing of other runs go on in
+// parallel. Each worker keeps one buffer of this size.
 const checkoutRun = 2 << 20
 
 // outFile is a file being checked out; mu lets one write at a time reach
@@ -84,7 +84,11 @@ func checkout(ctx context.Context, st *store.Store, m *Manifest, root *os.Root) 
 	var wg sync.WaitGroup
 	for range st.Workers() {
 		wg.Go(func() {
-			var buf []byte
+			var (
+				buf  []byte
+				ds   []store.Digest
+				dsts [][]byte
+			)
 			for r := range runs {
 				if ctx.Err() != nil {
 					continue
@@ -93,14 +97,14 @@ func checkout(ctx context.Context, st *store.Store, m *Manifest, root *os.Root) 
 					buf = make([]byte, r.size)
 				}
 				b := buf[:r.size]
-				var err error
+				ds, dsts = ds[:0], dsts[:0]
 				pos := int64(0)
 				for _, c := range r.chunks {
-					if err = st.ReadChunkTo(ctx, c.Digest, b[pos:pos+c.Size]); err != nil {
-						break
-					}
+					ds = append(ds, c.Digest)
+					dsts = append(dsts, b[pos:pos+c.Size])
 					pos += c.Size
 				}
+				err := st.ReadChunksTo(ctx, ds, dsts)
 				if err == nil {
 					r.out.mu.Lock()
 					_, werr := r.out.f.WriteAt(b, r.off)

@@ -148,3 +148,48 @@ func TestReadChunkTo(t *testing.T) {
 		})
 	}
 }
+
+func TestReadChunksTo(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, Options{})
+	a, b, c := chunkData("random", 9, 12<<10), chunkData("text", 10, 40<<10), chunkData("text", 11, 4<<10)
+	refs := commitImage(t, s, "img-many", "", a, b, c)
+	absent := Sum([]byte("absent"))
+	tests := []struct {
+		name    string
+		ds      []Digest
+		sizes   []int
+		errKind errs.Kind // Unknown: must succeed
+	}{
+		{"three", refs, []int{len(a), len(b), len(c)}, errs.Unknown},
+		{"repeated", []Digest{refs[1], refs[1]}, []int{len(b), len(b)}, errs.Unknown},
+		{"none", nil, nil, errs.Unknown},
+		{"one absent", []Digest{refs[0], absent, refs[2]}, []int{len(a), 6, len(c)}, errs.NotFound},
+		{"wrong size", []Digest{refs[0], refs[1]}, []int{len(a), len(b) - 1}, errs.DataLoss},
+		{"fewer buffers", refs, []int{len(a)}, errs.Internal},
+	}
+	want := map[Digest][]byte{refs[0]: a, refs[1]: b, refs[2]: c}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dsts := make([][]byte, len(tt.sizes))
+			for i, n := range tt.sizes {
+				dsts[i] = make([]byte, n)
+			}
+			err := s.ReadChunksTo(ctx, tt.ds, dsts)
+			if tt.errKind != errs.Unknown {
+				if !errs.Is(err, tt.errKind) {
+					t.Fatalf("want a %v error, got %v", tt.errKind, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, d := range tt.ds {
+				if !bytes.Equal(dsts[i], want[d]) {
+					t.Fatalf("buffer %d holds the wrong bytes", i)
+				}
+			}
+		})
+	}
+}

@@ -134,6 +134,52 @@ func (s *Store) ReadChunkTo(ctx context.Context, d Digest, dst []byte) error {
 	return nil
 }
 
+// ReadChunksTo is ReadChunkTo for several chunks, looked up in one read
+// transaction: dsts[i] receives ds[i]. Readers of many small chunks at
+// once (a checkout on many cores) would otherwise open a transaction per
+// chunk, and every one takes the database's lock twice.
+func (s *Store) ReadChunksTo(ctx context.Context, ds []Digest, dsts [][]byte) error {
+	if len(ds) != len(dsts) {
+		return errs.New(errs.Internal, "", "%d digests for %d buffers", len(ds), len(dsts))
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	rs := make([]chunkRecord, len(ds))
+	err := s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketChunks)
+		for i, d := range ds {
+			v := b.Get(d[:])
+			if v == nil {
+				return errs.New(errs.NotFound, chunkSubject(d), "not in the store")
+			}
+			var ok bool
+			if rs[i], ok = decodeChunkRecord(v); !ok {
+				return must(false, "%s has a bad record", chunkSubject(d))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return dbErr(err, "look up chunks")
+	}
+	for i, d := range ds {
+		err := s.readInto(rs[i], d, dsts[i])
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrClosed) {
+			// gc rewrote the pack since the look-up: look it up again.
+			err = s.ReadChunkTo(ctx, d, dsts[i])
+		}
+		if err != nil {
+			var e *errs.Error
+			if errors.As(err, &e) {
+				return err
+			}
+			return errs.Wrap(err, errs.DataLoss, chunkSubject(d), "read")
+		}
+	}
+	return nil
+}
+
 func (s *Store) readInto(r chunkRecord, d Digest, dst []byte) error {
 	if int(r.Raw) != len(dst) {
 		return errs.New(errs.DataLoss, chunkSubject(d), "the index says %d bytes, the image %d", r.Raw, len(dst))
