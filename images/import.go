@@ -120,11 +120,28 @@ func receiveChunks(ctx context.Context, st *store.Store, in *store.Ingest, rr *r
 	var wg sync.WaitGroup
 	for range st.Workers() {
 		wg.Go(func() {
+			// Each worker takes what has queued up, up to a batch, so
+			// that the look-up costs one transaction per batch.
+			const batch = 16
+			var fs []store.Frame
 			for f := range frames {
+				fs = append(fs[:0], f)
+			more:
+				for len(fs) < batch {
+					select {
+					case f, ok := <-frames:
+						if !ok {
+							break more
+						}
+						fs = append(fs, f)
+					default:
+						break more
+					}
+				}
 				if ctx.Err() != nil {
 					continue
 				}
-				if _, err := in.PutFrame(ctx, f); err != nil {
+				if _, err := in.PutFrames(ctx, fs); err != nil {
 					cancel(err)
 				}
 			}

@@ -57,3 +57,42 @@ func (in *Ingest) PutFrame(ctx context.Context, f Frame) (int64, error) {
 	}
 	return in.put(ctx, f.Digest, f.Raw, enc, f.Payload)
 }
+
+// PutFrames is PutFrame for several frames: each is checked, then all are
+// looked up in one read transaction and only the missing ones written. A
+// receiver handling a stream of small chunks on many cores would
+// otherwise open a transaction per chunk. It returns the bytes added.
+func (in *Ingest) PutFrames(ctx context.Context, fs []Frame) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	ds := make([]Digest, len(fs))
+	for i, f := range fs {
+		if _, err := in.s.DecodeFrame(f); err != nil {
+			return 0, err
+		}
+		ds[i] = f.Digest
+	}
+	skip, err := in.present(ds)
+	if err != nil {
+		return 0, err
+	}
+	var added int64
+	for i, f := range fs {
+		if skip[i] {
+			continue
+		}
+		enc := uint8(encRaw)
+		if f.Zstd {
+			enc = encZstd
+		}
+		// appendChunk skips a digest written meanwhile, including a
+		// repeat earlier in fs.
+		n, err := in.appendChunk(f.Digest, f.Raw, enc, f.Payload)
+		if err != nil {
+			return 0, err
+		}
+		added += n
+	}
+	return added, nil
+}

@@ -109,28 +109,9 @@ func (in *Ingest) putBatch(ctx context.Context, data [][]byte, ds []Digest) ([]D
 			return nil, 0, 0, errs.New(errs.InvalidArgument, chunkSubject(ds[i]), "size %d is outside 1..%d", len(b), MaxChunkSize)
 		}
 	}
-	// Lease first: once held, gc cannot take a chunk between the look-up
-	// and the commit.
-	skip := make([]bool, len(ds))
-	in.mu.Lock()
-	if in.done {
-		in.mu.Unlock()
-		return nil, 0, 0, errs.New(errs.FailedPrecondition, "", "ingest already committed or aborted")
-	}
-	for i, d := range ds {
-		in.holdLocked(d)
-		_, skip[i] = in.written[d]
-	}
-	in.mu.Unlock()
-	err := in.s.view(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketChunks)
-		for i, d := range ds {
-			skip[i] = skip[i] || b.Get(d[:]) != nil
-		}
-		return nil
-	})
+	skip, err := in.present(ds)
 	if err != nil {
-		return nil, 0, 0, dbErr(err, "look up chunks")
+		return nil, 0, 0, err
 	}
 	var added int64
 	var fresh int
@@ -159,6 +140,34 @@ func (in *Ingest) putBatch(ctx context.Context, data [][]byte, ds []Digest) ([]D
 		}
 	}
 	return ds, added, fresh, nil
+}
+
+// present leases ds and reports which of them the store or this ingest
+// already has, looked up in one read transaction. Leasing comes first:
+// once held, gc cannot take a chunk between the look-up and the commit.
+func (in *Ingest) present(ds []Digest) ([]bool, error) {
+	skip := make([]bool, len(ds))
+	in.mu.Lock()
+	if in.done {
+		in.mu.Unlock()
+		return nil, errs.New(errs.FailedPrecondition, "", "ingest already committed or aborted")
+	}
+	for i, d := range ds {
+		in.holdLocked(d)
+		_, skip[i] = in.written[d]
+	}
+	in.mu.Unlock()
+	err := in.s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketChunks)
+		for i, d := range ds {
+			skip[i] = skip[i] || b.Get(d[:]) != nil
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, dbErr(err, "look up chunks")
+	}
+	return skip, nil
 }
 
 // put appends a checked payload unless the store or this ingest has d.

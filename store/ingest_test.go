@@ -193,3 +193,55 @@ func TestReadChunksTo(t *testing.T) {
 		})
 	}
 }
+
+func TestPutFrames(t *testing.T) {
+	ctx := context.Background()
+	src := openTest(t, Options{})
+	a, b := chunkData("random", 12, 12<<10), chunkData("text", 13, 40<<10)
+	refs := commitImage(t, src, "img-src", "", a, b)
+	fa, err := src.ReadFrame(ctx, refs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb, err := src.ReadFrame(ctx, refs[1])
+	if err != nil || !fb.Zstd {
+		t.Fatalf("want a compressed frame for text: %+v, %v", fb.Zstd, err)
+	}
+	bad := fb
+	bad.Payload = append([]byte(nil), fb.Payload...)
+	bad.Payload[len(bad.Payload)/2] ^= 1
+	tests := []struct {
+		name    string
+		frames  []Frame
+		errKind errs.Kind // Unknown: must succeed
+	}{
+		{"raw and compressed", []Frame{fa, fb}, errs.Unknown},
+		{"repeats stored once", []Frame{fb, fa, fb, fa}, errs.Unknown},
+		{"damaged frame refuses the batch", []Frame{fa, bad}, errs.InvalidArgument},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dst := openTest(t, Options{})
+			in := dst.NewIngest()
+			defer in.Abort()
+			n, err := in.PutFrames(ctx, tt.frames)
+			if tt.errKind != errs.Unknown {
+				if !errs.Is(err, tt.errKind) || n != 0 || in.StoredBytes() != 0 {
+					t.Fatalf("want a %v error and nothing stored, got %v (%d bytes)", tt.errKind, err, in.StoredBytes())
+				}
+				return
+			}
+			if err != nil || n != int64(len(fa.Payload)+len(fb.Payload)) {
+				t.Fatalf("added %d bytes, want %d (%v)", n, len(fa.Payload)+len(fb.Payload), err)
+			}
+			if err := in.Commit(ctx, &ImageRecord{ID: "img-dst", Info: []byte(`{"session":""}`), Manifest: []byte("m"), Refs: refs}); err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range [][]byte{a, b} {
+				if got, err := dst.ReadChunk(ctx, refs[i]); err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("chunk %d reads back wrong (%v)", i, err)
+				}
+			}
+		})
+	}
+}
