@@ -73,6 +73,20 @@ func (in *Ingest) holdLocked(d Digest) {
 	}
 }
 
+// holdAllLocked is holdLocked for many digests, taking the store's lease
+// lock once: with every core putting chunks, that lock is shared by all.
+// Callers hold in.mu.
+func (in *Ingest) holdAllLocked(ds []Digest) {
+	first := len(in.leased)
+	for _, d := range ds {
+		if !in.held[d] {
+			in.held[d] = true
+			in.leased = append(in.leased, d)
+		}
+	}
+	in.s.leaseAll(in.leased[first:])
+}
+
 // Put stores data as a chunk unless the store already has it, and returns
 // its digest and how many bytes it added (0 for a chunk already present).
 // A new chunk is compressed, and the compressed form decoded and compared
@@ -152,8 +166,8 @@ func (in *Ingest) present(ds []Digest) ([]bool, error) {
 		in.mu.Unlock()
 		return nil, errs.New(errs.FailedPrecondition, "", "ingest already committed or aborted")
 	}
+	in.holdAllLocked(ds)
 	for i, d := range ds {
-		in.holdLocked(d)
 		_, skip[i] = in.written[d]
 	}
 	in.mu.Unlock()
@@ -286,9 +300,7 @@ func (in *Ingest) sealAsyncLocked(pw *packWriter) {
 // Put must Require them first.
 func (in *Ingest) Require(ctx context.Context, ds []Digest) ([]Digest, error) {
 	in.mu.Lock()
-	for _, d := range ds {
-		in.holdLocked(d)
-	}
+	in.holdAllLocked(ds)
 	in.mu.Unlock()
 	missing, err := in.s.Missing(ctx, ds)
 	if err != nil {

@@ -167,6 +167,18 @@ func (s *Store) lease(d Digest) {
 	s.mu.Unlock()
 }
 
+// leaseAll is lease for each of ds, under one lock.
+func (s *Store) leaseAll(ds []Digest) {
+	if len(ds) == 0 {
+		return
+	}
+	s.mu.Lock()
+	for _, d := range ds {
+		s.leases[d]++
+	}
+	s.mu.Unlock()
+}
+
 // Hold keeps ds from gc until the returned release is called, for readers
 // that must not lose chunks midway (a checkout, an export) even if the
 // image they read is deleted meanwhile.
