@@ -129,15 +129,22 @@ func (in *Ingest) putBatch(ctx context.Context, data [][]byte, ds []Digest) ([]D
 	}
 	var added int64
 	var fresh int
+	// The compressed form and its check are copied into the pack, so two
+	// scratch buffers serve the whole batch: a gigabyte committed is
+	// otherwise a gigabyte of garbage for the collector.
+	cbuf, dbuf := in.s.scratch.Get().(*[]byte), in.s.scratch.Get().(*[]byte)
+	defer in.s.scratch.Put(cbuf)
+	defer in.s.scratch.Put(dbuf)
 	for i, d := range ds {
 		if skip[i] {
 			continue
 		}
 		raw := data[i]
-		enc, payload := uint8(encZstd), in.s.enc.EncodeAll(raw, make([]byte, 0, len(raw)/2))
+		enc, payload := uint8(encZstd), in.s.enc.EncodeAll(raw, (*cbuf)[:0])
+		*cbuf = payload[:0]
 		if len(payload) >= len(raw)-len(raw)/32 {
 			enc, payload = encRaw, raw
-		} else if err := in.s.roundTrip(d, raw, payload); err != nil {
+		} else if err := in.s.roundTrip(d, raw, payload, dbuf); err != nil {
 			return nil, 0, 0, err
 		}
 		n, err := in.appendChunk(d, len(raw), enc, payload)

@@ -275,8 +275,10 @@ func (s *Store) decode(d Digest, enc uint8, raw uint32, payload []byte) ([]byte,
 
 // roundTrip checks that payload decodes to exactly data, whose digest the
 // caller computed: comparing bytes proves the same as re-hashing, for less.
-func (s *Store) roundTrip(d Digest, data, payload []byte) error {
-	out, err := s.dec.DecodeAll(payload, make([]byte, 0, len(data)))
+// The decoded copy goes into *scratch, which is grown as needed.
+func (s *Store) roundTrip(d Digest, data, payload []byte, scratch *[]byte) error {
+	out, err := s.dec.DecodeAll(payload, (*scratch)[:0])
+	*scratch = out[:0]
 	if err != nil || !bytes.Equal(out, data) {
 		return errs.New(errs.Internal, chunkSubject(d), "compression round trip does not give the content back (%v)", err)
 	}

@@ -83,6 +83,8 @@ type Store struct {
 	packsMu sync.RWMutex        // GC takes it to delete pack files
 	files   map[Digest]*os.File // open sealed packs, for reads
 
+	scratch sync.Pool // *[]byte buffers for compressing and checking chunks
+
 	enc *zstd.Encoder // EncodeAll is safe for concurrent use
 	dec *zstd.Decoder // DecodeAll is safe for concurrent use
 }
@@ -111,6 +113,7 @@ func Open(ctx context.Context, stateDir string, opts Options) (*Store, error) {
 		db: db, dir: stateDir, opts: opts, log: opts.Logger,
 		leases: map[Digest]int{}, inflight: map[string]bool{}, files: map[Digest]*os.File{},
 	}
+	s.scratch.New = func() any { b := make([]byte, 0, 256<<10); return &b }
 	s.enc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(opts.Workers), zstd.WithLowerEncoderMem(true),
 		// Every chunk is checked against its BLAKE3 digest; zstd's own checksum
 		// would be a second, weaker one.
