@@ -174,3 +174,24 @@ func (d *Device) CtxSynchronize(_ context.Context, h backend.Ctx) error {
 	}
 	return d.drv.check(C.gc_ctx_synchronize(d.drv.api, c.raw), "cuCtxSynchronize")
 }
+
+// ctxStream resolves a context and one of its streams, the lookup most
+// stream-ordered calls start with.
+func (d *Device) ctxStream(h backend.Ctx, s backend.Stream) (*cuCtx, C.CUstream, error) {
+	c, err := d.ctx(h)
+	if err != nil {
+		return nil, nil, err
+	}
+	raw, err := d.stream(c, s)
+	return c, raw, err
+}
+
+// ctxEvent resolves a context and one of its events.
+func (d *Device) ctxEvent(h backend.Ctx, e backend.Event) (*cuCtx, C.CUevent, error) {
+	c, err := d.ctx(h)
+	if err != nil {
+		return nil, nil, err
+	}
+	raw, err := d.event(c, e)
+	return c, raw, err
+}

@@ -257,11 +257,7 @@ func (d *Device) MemcpyDtoH(_ context.Context, h backend.Ctx, dst io.Writer, src
 // copySetup validates a host copy's context, range and stream, and gets
 // the context's staging buffers.
 func (d *Device) copySetup(h backend.Ctx, p backend.DevPtr, n uint64, s backend.Stream) (*cuCtx, *staging, C.CUstream, error) {
-	c, err := d.ctx(h)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	raw, err := d.stream(c, s)
+	c, raw, err := d.ctxStream(h, s)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -286,11 +282,7 @@ func drain(src io.Reader, n uint64, err error) error {
 }
 
 func (d *Device) MemcpyDtoD(_ context.Context, h backend.Ctx, dst, src backend.DevPtr, n uint64, s backend.Stream) error {
-	c, err := d.ctx(h)
-	if err != nil {
-		return err
-	}
-	raw, err := d.stream(c, s)
+	c, raw, err := d.ctxStream(h, s)
 	if err != nil {
 		return err
 	}
@@ -307,11 +299,7 @@ func (d *Device) MemcpyDtoD(_ context.Context, h backend.Ctx, dst, src backend.D
 }
 
 func (d *Device) Memset(_ context.Context, h backend.Ctx, dst backend.DevPtr, value uint32, elemSize int, count uint64, s backend.Stream) error {
-	c, err := d.ctx(h)
-	if err != nil {
-		return err
-	}
-	raw, err := d.stream(c, s)
+	c, raw, err := d.ctxStream(h, s)
 	if err != nil {
 		return err
 	}

@@ -50,11 +50,7 @@ func (d *Device) StreamDestroy(_ context.Context, h backend.Ctx, s backend.Strea
 }
 
 func (d *Device) StreamQuery(_ context.Context, h backend.Ctx, s backend.Stream) error {
-	c, err := d.ctx(h)
-	if err != nil {
-		return err
-	}
-	raw, err := d.stream(c, s)
+	c, raw, err := d.ctxStream(h, s)
 	if err != nil {
 		return err
 	}
@@ -62,11 +58,7 @@ func (d *Device) StreamQuery(_ context.Context, h backend.Ctx, s backend.Stream)
 }
 
 func (d *Device) StreamSynchronize(_ context.Context, h backend.Ctx, s backend.Stream) error {
-	c, err := d.ctx(h)
-	if err != nil {
-		return err
-	}
-	raw, err := d.stream(c, s)
+	c, raw, err := d.ctxStream(h, s)
 	if err != nil {
 		return err
 	}
@@ -74,11 +66,7 @@ func (d *Device) StreamSynchronize(_ context.Context, h backend.Ctx, s backend.S
 }
 
 func (d *Device) StreamWaitEvent(_ context.Context, h backend.Ctx, s backend.Stream, e backend.Event, flags uint32) error {
-	c, err := d.ctx(h)
-	if err != nil {
-		return err
-	}
-	raw, err := d.stream(c, s)
+	c, raw, err := d.ctxStream(h, s)
 	if err != nil {
 		return err
 	}
@@ -119,11 +107,7 @@ func (d *Device) EventCreate(_ context.Context, h backend.Ctx, flags uint32) (ba
 }
 
 func (d *Device) EventDestroy(_ context.Context, h backend.Ctx, e backend.Event) error {
-	c, err := d.ctx(h)
-	if err != nil {
-		return err
-	}
-	raw, err := d.event(c, e)
+	c, raw, err := d.ctxEvent(h, e)
 	if err != nil {
 		return err
 	}
@@ -135,11 +119,7 @@ func (d *Device) EventDestroy(_ context.Context, h backend.Ctx, e backend.Event)
 }
 
 func (d *Device) EventRecord(_ context.Context, h backend.Ctx, e backend.Event, s backend.Stream) error {
-	c, err := d.ctx(h)
-	if err != nil {
-		return err
-	}
-	raw, err := d.event(c, e)
+	c, raw, err := d.ctxEvent(h, e)
 	if err != nil {
 		return err
 	}
@@ -151,11 +131,7 @@ func (d *Device) EventRecord(_ context.Context, h backend.Ctx, e backend.Event, 
 }
 
 func (d *Device) EventQuery(_ context.Context, h backend.Ctx, e backend.Event) error {
-	c, err := d.ctx(h)
-	if err != nil {
-		return err
-	}
-	raw, err := d.event(c, e)
+	c, raw, err := d.ctxEvent(h, e)
 	if err != nil {
 		return err
 	}
@@ -163,11 +139,7 @@ func (d *Device) EventQuery(_ context.Context, h backend.Ctx, e backend.Event) e
 }
 
 func (d *Device) EventSynchronize(_ context.Context, h backend.Ctx, e backend.Event) error {
-	c, err := d.ctx(h)
-	if err != nil {
-		return err
-	}
-	raw, err := d.event(c, e)
+	c, raw, err := d.ctxEvent(h, e)
 	if err != nil {
 		return err
 	}
