@@ -5,8 +5,9 @@
 // The data: SIZE bytes of memory-like pages (zero, incompressible and
 // repetitive, in runs like buffers and mappings) as a CRIU pages file plus
 // small metadata files. Puts go through images.Commit with fsync on, gets
-// through images.Checkout; zstd runs with -T0 -1, as the fastest setting
-// a person would pick by hand.
+// through images.Checkout, and a transfer through images.Export into
+// images.Import on a second store; zstd runs with -T0 -1, as the fastest
+// setting a person would pick by hand.
 package main
 
 import (
