@@ -66,6 +66,7 @@ func ExportSize(ctx context.Context, st *store.Store, id string) (int64, error) 
 type exportPlan struct {
 	body    []byte
 	refs    []store.Digest
+	stored  []int64 // each ref's payload size
 	size    int64
 	release func() // lets gc have the chunks again
 }
@@ -95,15 +96,49 @@ func planExport(ctx context.Context, st *store.Store, id string, only map[store.
 	}
 	release := st.Hold(refs)
 	size := int64(len(exportMagic)+3) + 5 + int64(len(body)) + 5 + 8 + sha256.Size
-	for _, d := range refs {
-		ci, err := st.Stat(ctx, d)
-		if err != nil {
-			release()
-			return exportPlan{}, errs.Wrap(err, errs.KindOf(err), errs.Image(id), "export")
-		}
-		size += 5 + chunkHeader + int64(ci.Stored)
+	infos, err := st.StatAll(ctx, refs)
+	if err != nil {
+		release()
+		return exportPlan{}, errs.Wrap(err, errs.KindOf(err), errs.Image(id), "export")
 	}
-	return exportPlan{body: body, refs: refs, size: size, release: release}, nil
+	stored := make([]int64, len(infos))
+	for i, ci := range infos {
+		stored[i] = int64(ci.Stored)
+		size += 5 + chunkHeader + stored[i]
+	}
+	return exportPlan{body: body, refs: refs, stored: stored, size: size, release: release}, nil
+}
+
+// writeFrames reads refs (stored[i] bytes each in the store) on the
+// workers, in batches that are looked up in one read transaction each,
+// and writes them in order. Batches stop at frameBatchBytes, so that the
+// window of batches in flight stays small whatever the chunk sizes.
+func writeFrames(ctx context.Context, st *store.Store, ew *recordWriter, refs []store.Digest, stored []int64, progress store.Progress) error {
+	const (
+		frameBatchBytes  = 1 << 20
+		frameBatchChunks = 64
+	)
+	var cuts []int // batch b is refs[cuts[b]:cuts[b+1]]
+	var n int64    // bytes in the batch so far
+	for i := range refs {
+		if i == 0 || n >= frameBatchBytes || i-cuts[len(cuts)-1] >= frameBatchChunks {
+			cuts = append(cuts, i)
+			n = 0
+		}
+		n += stored[i]
+	}
+	cuts = append(cuts, len(refs))
+	return orderedMap(ctx, len(cuts)-1, st.Workers(),
+		func(b int) ([]store.Frame, error) { return st.ReadFrames(ctx, refs[cuts[b]:cuts[b+1]]) },
+		func(b int, fs []store.Frame) error {
+			for j, f := range fs {
+				ew.chunk(f)
+				if progress != nil {
+					progress(int64(cuts[b]+j+1), int64(len(refs)))
+				}
+			}
+			return ew.err
+		})
 }
 
 func export(ctx context.Context, st *store.Store, id string, w io.Writer, only map[store.Digest]bool, progress store.Progress) (int64, error) {
@@ -121,16 +156,7 @@ func writeExport(ctx context.Context, st *store.Store, id string, p exportPlan, 
 	defer ew.close()
 	ew.header(kindImage)
 	ew.record(recManifest, p.body)
-	err := orderedMap(ctx, len(refs), st.Workers(),
-		func(i int) (store.Frame, error) { return st.ReadFrame(ctx, refs[i]) },
-		func(i int, f store.Frame) error {
-			ew.chunk(f)
-			if progress != nil {
-				progress(int64(i+1), int64(len(refs)))
-			}
-			return ew.err
-		})
-	if err != nil {
+	if err := writeFrames(ctx, st, ew, refs, p.stored, progress); err != nil {
 		return ew.n, errs.Wrap(err, errs.KindOf(err), errs.Image(id), "export")
 	}
 	ew.end()

@@ -272,10 +272,15 @@ func WriteChunks(ctx context.Context, st *store.Store, ds []store.Digest, w io.W
 	ew := newRecordWriter(w)
 	defer ew.close()
 	ew.header(kindChunks)
-	err := orderedMap(ctx, len(ds), st.Workers(),
-		func(i int) (store.Frame, error) { return st.ReadFrame(ctx, ds[i]) },
-		func(_ int, f store.Frame) error { ew.chunk(f); return ew.err })
+	infos, err := st.StatAll(ctx, ds)
 	if err != nil {
+		return ew.n, err
+	}
+	stored := make([]int64, len(infos))
+	for i, ci := range infos {
+		stored[i] = int64(ci.Stored)
+	}
+	if err := writeFrames(ctx, st, ew, ds, stored, nil); err != nil {
 		return ew.n, err
 	}
 	ew.end()

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"errors"
+	"os"
 
 	"github.com/gpuctl/gpuctl/errs"
 )
@@ -24,6 +26,37 @@ func (s *Store) ReadFrame(ctx context.Context, d Digest) (Frame, error) {
 	}
 	// The payload that was just checked, not a second read of it.
 	return Frame{Digest: d, Raw: int(r.Raw), Zstd: r.Enc == encZstd, Payload: payload}, nil
+}
+
+// ReadFrames is ReadFrame for several chunks, looked up in one read
+// transaction, for senders streaming many small chunks on many cores.
+func (s *Store) ReadFrames(ctx context.Context, ds []Digest) ([]Frame, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	rs, err := s.lookupAll(ds)
+	if err != nil {
+		return nil, err
+	}
+	fs := make([]Frame, len(ds))
+	for i, d := range ds {
+		payload, err := s.readPayload(rs[i])
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrClosed) {
+			// gc rewrote the pack since the look-up: look it up again.
+			if fs[i], err = s.ReadFrame(ctx, d); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, errs.Wrap(err, errs.DataLoss, chunkSubject(d), "read")
+		}
+		if _, err := s.decode(d, rs[i].Enc, rs[i].Raw, payload); err != nil {
+			return nil, err
+		}
+		fs[i] = Frame{Digest: d, Raw: int(rs[i].Raw), Zstd: rs[i].Enc == encZstd, Payload: payload}
+	}
+	return fs, nil
 }
 
 // DecodeFrame checks a frame from outside (an import, a peer) and returns

@@ -245,3 +245,48 @@ func TestPutFrames(t *testing.T) {
 		})
 	}
 }
+
+func TestReadFramesAndStatAll(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, Options{})
+	a, b := chunkData("random", 14, 12<<10), chunkData("text", 15, 40<<10)
+	refs := commitImage(t, s, "img-frames", "", a, b)
+	absent := Sum([]byte("absent"))
+	tests := []struct {
+		name    string
+		ds      []Digest
+		errKind errs.Kind // Unknown: must succeed
+	}{
+		{"two", refs, errs.Unknown},
+		{"repeated", []Digest{refs[1], refs[0], refs[1]}, errs.Unknown},
+		{"none", nil, errs.Unknown},
+		{"one absent", []Digest{refs[0], absent}, errs.NotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs, ferr := s.ReadFrames(ctx, tt.ds)
+			infos, serr := s.StatAll(ctx, tt.ds)
+			if tt.errKind != errs.Unknown {
+				if !errs.Is(ferr, tt.errKind) || !errs.Is(serr, tt.errKind) {
+					t.Fatalf("want %v errors, got %v and %v", tt.errKind, ferr, serr)
+				}
+				return
+			}
+			if ferr != nil || serr != nil || len(fs) != len(tt.ds) || len(infos) != len(tt.ds) {
+				t.Fatalf("%d frames (%v), %d infos (%v) for %d digests", len(fs), ferr, len(infos), serr, len(tt.ds))
+			}
+			for i, d := range tt.ds {
+				one, err := s.ReadFrame(ctx, d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fs[i].Digest != d || fs[i].Raw != one.Raw || fs[i].Zstd != one.Zstd || !bytes.Equal(fs[i].Payload, one.Payload) {
+					t.Fatalf("frame %d differs from ReadFrame's", i)
+				}
+				if infos[i].Digest != d || infos[i].Stored != len(one.Payload) || infos[i].Raw != one.Raw {
+					t.Fatalf("info %d: %+v, frame has %d stored of %d", i, infos[i], len(one.Payload), one.Raw)
+				}
+			}
+		})
+	}
+}

@@ -60,6 +60,22 @@ func (s *Store) Stat(ctx context.Context, d Digest) (ChunkInfo, error) {
 	return ChunkInfo{Digest: d, Raw: int(r.Raw), Stored: int(r.Stored), Refs: int(r.Refs), Encoded: r.Enc == encZstd}, nil
 }
 
+// StatAll is Stat for several chunks, in one read transaction.
+func (s *Store) StatAll(ctx context.Context, ds []Digest) ([]ChunkInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	rs, err := s.lookupAll(ds)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ChunkInfo, len(ds))
+	for i, r := range rs {
+		out[i] = ChunkInfo{Digest: ds[i], Raw: int(r.Raw), Stored: int(r.Stored), Refs: int(r.Refs), Encoded: r.Enc == encZstd}
+	}
+	return out, nil
+}
+
 func (s *Store) lookup(ctx context.Context, d Digest) (chunkRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return chunkRecord{}, err
@@ -145,23 +161,9 @@ func (s *Store) ReadChunksTo(ctx context.Context, ds []Digest, dsts [][]byte) er
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	rs := make([]chunkRecord, len(ds))
-	err := s.view(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketChunks)
-		for i, d := range ds {
-			v := b.Get(d[:])
-			if v == nil {
-				return errs.New(errs.NotFound, chunkSubject(d), "not in the store")
-			}
-			var ok bool
-			if rs[i], ok = decodeChunkRecord(v); !ok {
-				return must(false, "%s has a bad record", chunkSubject(d))
-			}
-		}
-		return nil
-	})
+	rs, err := s.lookupAll(ds)
 	if err != nil {
-		return dbErr(err, "look up chunks")
+		return err
 	}
 	for i, d := range ds {
 		err := s.readInto(rs[i], d, dsts[i])
@@ -178,6 +180,26 @@ func (s *Store) ReadChunksTo(ctx context.Context, ds []Digest, dsts [][]byte) er
 		}
 	}
 	return nil
+}
+
+// lookupAll is lookup for several digests in one read transaction.
+func (s *Store) lookupAll(ds []Digest) ([]chunkRecord, error) {
+	rs := make([]chunkRecord, len(ds))
+	err := s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketChunks)
+		for i, d := range ds {
+			v := b.Get(d[:])
+			if v == nil {
+				return errs.New(errs.NotFound, chunkSubject(d), "not in the store")
+			}
+			var ok bool
+			if rs[i], ok = decodeChunkRecord(v); !ok {
+				return must(false, "%s has a bad record", chunkSubject(d))
+			}
+		}
+		return nil
+	})
+	return rs, dbErr(err, "look up chunks")
 }
 
 func (s *Store) readInto(r chunkRecord, d Digest, dst []byte) error {
