@@ -678,6 +678,24 @@ static void reconnect_locked(const char *why, const char *moved)
 		struct welcome w;
 		int fd = dial(g.server);
 		if (fd >= 0 && handshake(fd, 1, atomic_load(&g.head), &w) == 0) {
+			pthread_mutex_lock(&g.rx_mu);
+			uint64_t seen = g.executed;
+			pthread_mutex_unlock(&g.rx_mu);
+			if (w.status == GC_STATUS_OK && w.last_executed < seen) {
+				/* The session went back in time: it was restored
+				 * from a state older than what the server already
+				 * acknowledged, and the requests in between were
+				 * freed here. Continuing would hang or compute on
+				 * stale device memory; fail every call instead. */
+				char m[GC_MAX_MESSAGE + 192];
+				snprintf(m, sizeof m,
+					 "%s resumed the session at request %llu, but requests up to %llu had been acknowledged; "
+					 "device state was lost, restart the program",
+					 g.server, (unsigned long long)w.last_executed, (unsigned long long)seen);
+				close(fd);
+				set_dead(CUDA_ERROR_DEVICE_UNAVAILABLE, m);
+				return;
+			}
 			if (w.status == GC_STATUS_OK) {
 				atomic_store(&g.fd, fd);
 				g.max_frame = w.max_frame;
