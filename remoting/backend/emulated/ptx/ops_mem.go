@@ -97,15 +97,7 @@ func opLdGlobal32(w *warp, fr *frame, in *inst, m uint32) {
 	for ; m != 0; m &= m - 1 {
 		l := bits.TrailingZeros32(m)
 		addr := r[a+l] + in.off
-		if addr&3 != 0 {
-			w.checkAlign(addr, 4, in)
-		}
-		var b []byte
-		if off := addr - w.spanBase; off < uint64(len(w.spanData)) && uint64(len(w.spanData))-off >= 4 {
-			b = w.spanData[off : off+4]
-		} else {
-			b = w.global(addr, 4, in)
-		}
+		b := w.global4(addr, in)
 		// An atomic load costs a plain move on amd64 and orders this
 		// load after other blocks' atomics, as the PTX memory model does
 		// for volatile and relaxed loads.
@@ -180,15 +172,7 @@ func opStGlobal32(w *warp, fr *frame, in *inst, m uint32) {
 	for ; m != 0; m &= m - 1 {
 		l := bits.TrailingZeros32(m)
 		addr := r[a+l] + in.off
-		if addr&3 != 0 {
-			w.checkAlign(addr, 4, in)
-		}
-		var b []byte
-		if off := addr - w.spanBase; off < uint64(len(w.spanData)) && uint64(len(w.spanData))-off >= 4 {
-			b = w.spanData[off : off+4]
-		} else {
-			b = w.global(addr, 4, in)
-		}
+		b := w.global4(addr, in)
 		binary.LittleEndian.PutUint32(b, uint32(r[s+l]))
 	}
 }
@@ -516,4 +500,16 @@ func opStShared32(w *warp, fr *frame, in *inst, m uint32) {
 		}
 		binary.LittleEndian.PutUint32(sh[addr:], uint32(r[s+l]))
 	}
+}
+
+// global4 resolves a 4-byte global access: the allocation the warp touched
+// last, else a lookup. Both the load and the store fast paths use it.
+func (w *warp) global4(addr uint64, in *inst) []byte {
+	if addr&3 != 0 {
+		w.checkAlign(addr, 4, in)
+	}
+	if off := addr - w.spanBase; off < uint64(len(w.spanData)) && uint64(len(w.spanData))-off >= 4 {
+		return w.spanData[off : off+4]
+	}
+	return w.global(addr, 4, in)
 }
