@@ -14,3 +14,10 @@ gpu-tools: $(BUILD)/bin/kernelcheck
 $(BUILD)/bin/kernelcheck: FORCE
 	@mkdir -p $(BUILD)/bin
 	$(GO) build -o $@ ./e2e/kernels/cmd/kernelcheck
+
+# gpu-apps: real applications (NVIDIA's samples, Thrust, PyTorch) natively and
+# through gpuctl, and a PyTorch training run migrated mid-run
+# (e2e/gpu/apps.sh). NVIDIA's samples are read from .samples/ (see there).
+.PHONY: gpu-apps
+gpu-apps:
+	bash e2e/gpu/apps.sh
