@@ -4,7 +4,9 @@
 #     when no good one is on PATH this builds a private bundle under
 #     .deps/criu/ from Debian 13's packages, with its own libc and loader,
 #     and leaves the system's libraries and apt sources alone;
-#   - iproute2, gcc and zstd, from the system's own apt sources.
+#   - iproute2, gcc and zstd, from the system's own apt sources;
+#   - nvcc (CUDA 12.4, a private bundle under .deps/nvcc/ from Debian 13's
+#     non-free archive) for the runtime-API end-to-end tests: scripts/nvcc.sh.
 # It is idempotent and prints one line per thing it found or installed.
 #
 # Environment:
@@ -50,6 +52,9 @@ command -v gcc >/dev/null || need+=(gcc libc6-dev)
 command -v zstd >/dev/null || need+=(zstd)
 command -v dpkg-deb >/dev/null || need+=(dpkg)
 [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
+
+# nvcc for the runtime-API end-to-end tests (GPUCTL_NVCC_DIR moves it).
+bash "$root/scripts/nvcc.sh"
 
 # A criu the user chose, or one already on PATH, or a bundle built earlier.
 if [ -n "${GPUCTL_CRIU:-}" ]; then

@@ -16,8 +16,13 @@ const (
 	Local
 	// Unsupported: exported so that programs link and cuGetProcAddress
 	// finds it; it logs its name once and returns
-	// CUDA_ERROR_NOT_SUPPORTED.
+	// CUDA_ERROR_NOT_SUPPORTED. An entry of another kind that exports the
+	// same symbol replaces it (see Entries).
 	Unsupported
+	// LookupOnly: not exported; cuGetProcAddress hands out a stub that
+	// logs the name once and returns CUDA_ERROR_NOT_SUPPORTED, so that a
+	// runtime resolving every name it knows gets a function for each.
+	LookupOnly
 )
 
 // Symbol is one exported symbol of an entry and the CUDA version
@@ -26,6 +31,10 @@ const (
 type Symbol struct {
 	Name    string
 	Version int
+	// PerThread: the form cuGetProcAddress hands out when asked with
+	// CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (the _ptsz and _ptds
+	// symbols, whose NULL stream is the per-thread default stream).
+	PerThread bool
 }
 
 // Entry is one driver API call as programs see it.
@@ -43,7 +52,10 @@ type Entry struct {
 	Outs []string
 }
 
-func sym(name string, v int) Symbol { return Symbol{name, v} }
+func sym(name string, v int) Symbol { return Symbol{Name: name, Version: v} }
+
+// ptsym is a per-thread-default-stream symbol (see Symbol.PerThread).
+func ptsym(name string, v int) Symbol { return Symbol{Name: name, Version: v, PerThread: true} }
 
 func remote(name, proto, op string, args, outs []string, syms ...Symbol) Entry {
 	if len(syms) == 0 {
@@ -76,11 +88,17 @@ func unsupported(names ...string) []Entry {
 // a is shorthand for a list of C expressions or parameter names.
 func a(s ...string) []string { return s }
 
-// Entries is every C entry point of libcuda.so.1. The C helpers used in
+// Entries is every C entry point of libcuda.so.1: the core calls below,
+// the runtime-API surface (entries_runtime.go) and the unsupported and
+// lookup-only stubs, minus any stub whose name an implemented entry
+// already serves.
+var Entries = resolveEntries(coreEntries, runtimeEntries)
+
+// coreEntries are the driver calls of driver-API programs. The C helpers used in
 // Args: GC_H(handle) passes an opaque handle, GC_S(stream) also maps the
 // legacy and per-thread default streams to the context's default stream,
 // GC_F(function) passes a function's server handle.
-var Entries = append([]Entry{
+var coreEntries = append([]Entry{
 	// Errors, version, lookup: local.
 	local("cuGetErrorString"),
 	local("cuGetErrorName"),

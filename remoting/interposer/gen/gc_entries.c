@@ -51,39 +51,6 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
 	return r;
 }
 
-CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
-{
-	CUresult r;
-	if (pctx == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
-	if ((r = gc_ready()) != CUDA_SUCCESS)
-		return r;
-	uint64_t o0;
-	r = gc_rpc_PrimaryCtxRetain((int32_t)(dev), &o0);
-	if (r == CUDA_SUCCESS) {
-		*pctx = (__typeof__(*pctx))(uintptr_t)o0;
-	}
-	return r;
-}
-
-CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
-{
-	CUresult r;
-	if ((r = gc_ready()) != CUDA_SUCCESS)
-		return r;
-	r = gc_rpc_PrimaryCtxRelease((int32_t)(dev));
-	return r;
-}
-
-CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
-{
-	CUresult r;
-	if ((r = gc_ready()) != CUDA_SUCCESS)
-		return r;
-	r = gc_rpc_PrimaryCtxReset((int32_t)(dev));
-	return r;
-}
-
 CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
 	CUresult r;
@@ -185,32 +152,6 @@ CUresult CUDAAPI cuModuleUnload(CUmodule hmod)
 	if ((r = gc_current_ctx(&ctx)) != CUDA_SUCCESS)
 		return r;
 	r = gc_rpc_ModuleUnload(ctx, (uint64_t)(GC_H(hmod)));
-	return r;
-}
-
-CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
-{
-	CUresult r;
-	if (pi == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
-	uint64_t ctx;
-	if ((r = gc_current_ctx(&ctx)) != CUDA_SUCCESS)
-		return r;
-	int32_t o0;
-	r = gc_rpc_FuncGetAttribute(ctx, (uint64_t)(GC_F(hfunc)), (int32_t)((int32_t)attrib), &o0);
-	if (r == CUDA_SUCCESS) {
-		*pi = (__typeof__(*pi))o0;
-	}
-	return r;
-}
-
-CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
-{
-	CUresult r;
-	uint64_t ctx;
-	if ((r = gc_current_ctx(&ctx)) != CUDA_SUCCESS)
-		return r;
-	r = gc_rpc_FuncSetAttribute(ctx, (uint64_t)(GC_F(hfunc)), (int32_t)((int32_t)attrib), (int32_t)(value));
 	return r;
 }
 

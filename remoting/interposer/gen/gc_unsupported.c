@@ -7,12 +7,6 @@
 
 #include "../src/gc_proc.h"
 
-int cuGetExportTable(void)
-{
-	static int once;
-	return gc_unsupported("cuGetExportTable", &once);
-}
-
 int cuDeviceGetProperties(void)
 {
 	static int once;
@@ -43,40 +37,10 @@ int cuDeviceGetP2PAttribute(void)
 	return gc_unsupported("cuDeviceGetP2PAttribute", &once);
 }
 
-int cuCtxGetFlags(void)
-{
-	static int once;
-	return gc_unsupported("cuCtxGetFlags", &once);
-}
-
 int cuCtxSetFlags(void)
 {
 	static int once;
 	return gc_unsupported("cuCtxSetFlags", &once);
-}
-
-int cuCtxGetLimit(void)
-{
-	static int once;
-	return gc_unsupported("cuCtxGetLimit", &once);
-}
-
-int cuCtxSetLimit(void)
-{
-	static int once;
-	return gc_unsupported("cuCtxSetLimit", &once);
-}
-
-int cuCtxGetCacheConfig(void)
-{
-	static int once;
-	return gc_unsupported("cuCtxGetCacheConfig", &once);
-}
-
-int cuCtxSetCacheConfig(void)
-{
-	static int once;
-	return gc_unsupported("cuCtxSetCacheConfig", &once);
 }
 
 int cuCtxGetSharedMemConfig(void)
@@ -103,12 +67,6 @@ int cuCtxDisablePeerAccess(void)
 	return gc_unsupported("cuCtxDisablePeerAccess", &once);
 }
 
-int cuCtxGetId(void)
-{
-	static int once;
-	return gc_unsupported("cuCtxGetId", &once);
-}
-
 int cuCtxGetExecAffinity(void)
 {
 	static int once;
@@ -131,12 +89,6 @@ int cuMemAllocPitch_v2(void)
 {
 	static int once;
 	return gc_unsupported("cuMemAllocPitch_v2", &once);
-}
-
-int cuMemHostGetDevicePointer_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuMemHostGetDevicePointer_v2", &once);
 }
 
 int cuMemAllocAsync(void)
@@ -301,12 +253,6 @@ int cuMemsetD2D32_v2(void)
 	return gc_unsupported("cuMemsetD2D32_v2", &once);
 }
 
-int cuPointerGetAttributes(void)
-{
-	static int once;
-	return gc_unsupported("cuPointerGetAttributes", &once);
-}
-
 int cuPointerSetAttribute(void)
 {
 	static int once;
@@ -325,130 +271,16 @@ int cuModuleGetSurfRef(void)
 	return gc_unsupported("cuModuleGetSurfRef", &once);
 }
 
-int cuModuleGetLoadingMode(void)
-{
-	static int once;
-	return gc_unsupported("cuModuleGetLoadingMode", &once);
-}
-
 int cuModuleGetFunctionCount(void)
 {
 	static int once;
 	return gc_unsupported("cuModuleGetFunctionCount", &once);
 }
 
-int cuLinkCreate_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuLinkCreate_v2", &once);
-}
-
-int cuLinkAddData_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuLinkAddData_v2", &once);
-}
-
-int cuLinkAddFile_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuLinkAddFile_v2", &once);
-}
-
-int cuLinkComplete(void)
-{
-	static int once;
-	return gc_unsupported("cuLinkComplete", &once);
-}
-
-int cuLinkDestroy(void)
-{
-	static int once;
-	return gc_unsupported("cuLinkDestroy", &once);
-}
-
-int cuLibraryLoadData(void)
-{
-	static int once;
-	return gc_unsupported("cuLibraryLoadData", &once);
-}
-
-int cuLibraryLoadFromFile(void)
-{
-	static int once;
-	return gc_unsupported("cuLibraryLoadFromFile", &once);
-}
-
-int cuLibraryUnload(void)
-{
-	static int once;
-	return gc_unsupported("cuLibraryUnload", &once);
-}
-
-int cuLibraryGetKernel(void)
-{
-	static int once;
-	return gc_unsupported("cuLibraryGetKernel", &once);
-}
-
-int cuLibraryGetModule(void)
-{
-	static int once;
-	return gc_unsupported("cuLibraryGetModule", &once);
-}
-
-int cuLibraryGetGlobal(void)
-{
-	static int once;
-	return gc_unsupported("cuLibraryGetGlobal", &once);
-}
-
-int cuKernelGetFunction(void)
-{
-	static int once;
-	return gc_unsupported("cuKernelGetFunction", &once);
-}
-
-int cuKernelGetAttribute(void)
-{
-	static int once;
-	return gc_unsupported("cuKernelGetAttribute", &once);
-}
-
-int cuKernelSetAttribute(void)
-{
-	static int once;
-	return gc_unsupported("cuKernelSetAttribute", &once);
-}
-
-int cuFuncSetCacheConfig(void)
-{
-	static int once;
-	return gc_unsupported("cuFuncSetCacheConfig", &once);
-}
-
 int cuFuncSetSharedMemConfig(void)
 {
 	static int once;
 	return gc_unsupported("cuFuncSetSharedMemConfig", &once);
-}
-
-int cuFuncGetModule(void)
-{
-	static int once;
-	return gc_unsupported("cuFuncGetModule", &once);
-}
-
-int cuFuncGetName(void)
-{
-	static int once;
-	return gc_unsupported("cuFuncGetName", &once);
-}
-
-int cuLaunchKernelEx(void)
-{
-	static int once;
-	return gc_unsupported("cuLaunchKernelEx", &once);
 }
 
 int cuLaunchCooperativeKernel(void)
@@ -461,30 +293,6 @@ int cuLaunchHostFunc(void)
 {
 	static int once;
 	return gc_unsupported("cuLaunchHostFunc", &once);
-}
-
-int cuOccupancyMaxActiveBlocksPerMultiprocessor(void)
-{
-	static int once;
-	return gc_unsupported("cuOccupancyMaxActiveBlocksPerMultiprocessor", &once);
-}
-
-int cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(void)
-{
-	static int once;
-	return gc_unsupported("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", &once);
-}
-
-int cuOccupancyMaxPotentialBlockSize(void)
-{
-	static int once;
-	return gc_unsupported("cuOccupancyMaxPotentialBlockSize", &once);
-}
-
-int cuOccupancyAvailableDynamicSMemPerBlock(void)
-{
-	static int once;
-	return gc_unsupported("cuOccupancyAvailableDynamicSMemPerBlock", &once);
 }
 
 int cuStreamGetPriority(void)
@@ -671,5 +479,1249 @@ int cuCheckpointProcessUnlock(void)
 {
 	static int once;
 	return gc_unsupported("cuCheckpointProcessUnlock", &once);
+}
+
+/* Names cuGetProcAddress resolves without an exported symbol. */
+
+int gc_lookup_0(void)
+{
+	static int once;
+	return gc_unsupported("0", &once);
+}
+
+int gc_lookup_cuArray3DCreate(void)
+{
+	static int once;
+	return gc_unsupported("cuArray3DCreate", &once);
+}
+
+int gc_lookup_cuArray3DGetDescriptor(void)
+{
+	static int once;
+	return gc_unsupported("cuArray3DGetDescriptor", &once);
+}
+
+int gc_lookup_cuArrayCreate(void)
+{
+	static int once;
+	return gc_unsupported("cuArrayCreate", &once);
+}
+
+int gc_lookup_cuArrayDestroy(void)
+{
+	static int once;
+	return gc_unsupported("cuArrayDestroy", &once);
+}
+
+int gc_lookup_cuArrayGetDescriptor(void)
+{
+	static int once;
+	return gc_unsupported("cuArrayGetDescriptor", &once);
+}
+
+int gc_lookup_cuArrayGetMemoryRequirements(void)
+{
+	static int once;
+	return gc_unsupported("cuArrayGetMemoryRequirements", &once);
+}
+
+int gc_lookup_cuArrayGetPlane(void)
+{
+	static int once;
+	return gc_unsupported("cuArrayGetPlane", &once);
+}
+
+int gc_lookup_cuArrayGetSparseProperties(void)
+{
+	static int once;
+	return gc_unsupported("cuArrayGetSparseProperties", &once);
+}
+
+int gc_lookup_cuCtxDetach(void)
+{
+	static int once;
+	return gc_unsupported("cuCtxDetach", &once);
+}
+
+int gc_lookup_cuCtxFromGreenCtx(void)
+{
+	static int once;
+	return gc_unsupported("cuCtxFromGreenCtx", &once);
+}
+
+int gc_lookup_cuCtxGetDevResource(void)
+{
+	static int once;
+	return gc_unsupported("cuCtxGetDevResource", &once);
+}
+
+int gc_lookup_cuCtxRecordEvent(void)
+{
+	static int once;
+	return gc_unsupported("cuCtxRecordEvent", &once);
+}
+
+int gc_lookup_cuCtxWaitEvent(void)
+{
+	static int once;
+	return gc_unsupported("cuCtxWaitEvent", &once);
+}
+
+int gc_lookup_cuDestroyExternalMemory(void)
+{
+	static int once;
+	return gc_unsupported("cuDestroyExternalMemory", &once);
+}
+
+int gc_lookup_cuDestroyExternalSemaphore(void)
+{
+	static int once;
+	return gc_unsupported("cuDestroyExternalSemaphore", &once);
+}
+
+int gc_lookup_cuDevResourceGenerateDesc(void)
+{
+	static int once;
+	return gc_unsupported("cuDevResourceGenerateDesc", &once);
+}
+
+int gc_lookup_cuDevSmResourceSplitByCount(void)
+{
+	static int once;
+	return gc_unsupported("cuDevSmResourceSplitByCount", &once);
+}
+
+int gc_lookup_cuDeviceGetDevResource(void)
+{
+	static int once;
+	return gc_unsupported("cuDeviceGetDevResource", &once);
+}
+
+int gc_lookup_cuDeviceGetGraphMemAttribute(void)
+{
+	static int once;
+	return gc_unsupported("cuDeviceGetGraphMemAttribute", &once);
+}
+
+int gc_lookup_cuDeviceGetHostAtomicCapabilities(void)
+{
+	static int once;
+	return gc_unsupported("cuDeviceGetHostAtomicCapabilities", &once);
+}
+
+int gc_lookup_cuDeviceGetMemPool(void)
+{
+	static int once;
+	return gc_unsupported("cuDeviceGetMemPool", &once);
+}
+
+int gc_lookup_cuDeviceGetNvSciSyncAttributes(void)
+{
+	static int once;
+	return gc_unsupported("cuDeviceGetNvSciSyncAttributes", &once);
+}
+
+int gc_lookup_cuDeviceGetP2PAtomicCapabilities(void)
+{
+	static int once;
+	return gc_unsupported("cuDeviceGetP2PAtomicCapabilities", &once);
+}
+
+int gc_lookup_cuDeviceGetTexture1DLinearMaxWidth(void)
+{
+	static int once;
+	return gc_unsupported("cuDeviceGetTexture1DLinearMaxWidth", &once);
+}
+
+int gc_lookup_cuDeviceGraphMemTrim(void)
+{
+	static int once;
+	return gc_unsupported("cuDeviceGraphMemTrim", &once);
+}
+
+int gc_lookup_cuDeviceRegisterAsyncNotification(void)
+{
+	static int once;
+	return gc_unsupported("cuDeviceRegisterAsyncNotification", &once);
+}
+
+int gc_lookup_cuDeviceSetGraphMemAttribute(void)
+{
+	static int once;
+	return gc_unsupported("cuDeviceSetGraphMemAttribute", &once);
+}
+
+int gc_lookup_cuDeviceSetMemPool(void)
+{
+	static int once;
+	return gc_unsupported("cuDeviceSetMemPool", &once);
+}
+
+int gc_lookup_cuDeviceUnregisterAsyncNotification(void)
+{
+	static int once;
+	return gc_unsupported("cuDeviceUnregisterAsyncNotification", &once);
+}
+
+int gc_lookup_cuEGLStreamConsumerAcquireFrame(void)
+{
+	static int once;
+	return gc_unsupported("cuEGLStreamConsumerAcquireFrame", &once);
+}
+
+int gc_lookup_cuEGLStreamConsumerConnect(void)
+{
+	static int once;
+	return gc_unsupported("cuEGLStreamConsumerConnect", &once);
+}
+
+int gc_lookup_cuEGLStreamConsumerConnectWithFlags(void)
+{
+	static int once;
+	return gc_unsupported("cuEGLStreamConsumerConnectWithFlags", &once);
+}
+
+int gc_lookup_cuEGLStreamConsumerDisconnect(void)
+{
+	static int once;
+	return gc_unsupported("cuEGLStreamConsumerDisconnect", &once);
+}
+
+int gc_lookup_cuEGLStreamConsumerReleaseFrame(void)
+{
+	static int once;
+	return gc_unsupported("cuEGLStreamConsumerReleaseFrame", &once);
+}
+
+int gc_lookup_cuEGLStreamProducerConnect(void)
+{
+	static int once;
+	return gc_unsupported("cuEGLStreamProducerConnect", &once);
+}
+
+int gc_lookup_cuEGLStreamProducerDisconnect(void)
+{
+	static int once;
+	return gc_unsupported("cuEGLStreamProducerDisconnect", &once);
+}
+
+int gc_lookup_cuEGLStreamProducerPresentFrame(void)
+{
+	static int once;
+	return gc_unsupported("cuEGLStreamProducerPresentFrame", &once);
+}
+
+int gc_lookup_cuEGLStreamProducerReturnFrame(void)
+{
+	static int once;
+	return gc_unsupported("cuEGLStreamProducerReturnFrame", &once);
+}
+
+int gc_lookup_cuExternalMemoryGetMappedBuffer(void)
+{
+	static int once;
+	return gc_unsupported("cuExternalMemoryGetMappedBuffer", &once);
+}
+
+int gc_lookup_cuExternalMemoryGetMappedMipmappedArray(void)
+{
+	static int once;
+	return gc_unsupported("cuExternalMemoryGetMappedMipmappedArray", &once);
+}
+
+int gc_lookup_cuFlushGPUDirectRDMAWrites(void)
+{
+	static int once;
+	return gc_unsupported("cuFlushGPUDirectRDMAWrites", &once);
+}
+
+int gc_lookup_cuFuncGetParamInfo(void)
+{
+	static int once;
+	return gc_unsupported("cuFuncGetParamInfo", &once);
+}
+
+int gc_lookup_cuGLCtxCreate(void)
+{
+	static int once;
+	return gc_unsupported("cuGLCtxCreate", &once);
+}
+
+int gc_lookup_cuGLGetDevices(void)
+{
+	static int once;
+	return gc_unsupported("cuGLGetDevices", &once);
+}
+
+int gc_lookup_cuGLInit(void)
+{
+	static int once;
+	return gc_unsupported("cuGLInit", &once);
+}
+
+int gc_lookup_cuGLMapBufferObject(void)
+{
+	static int once;
+	return gc_unsupported("cuGLMapBufferObject", &once);
+}
+
+int gc_lookup_cuGLMapBufferObjectAsync(void)
+{
+	static int once;
+	return gc_unsupported("cuGLMapBufferObjectAsync", &once);
+}
+
+int gc_lookup_cuGLRegisterBufferObject(void)
+{
+	static int once;
+	return gc_unsupported("cuGLRegisterBufferObject", &once);
+}
+
+int gc_lookup_cuGLSetBufferObjectMapFlags(void)
+{
+	static int once;
+	return gc_unsupported("cuGLSetBufferObjectMapFlags", &once);
+}
+
+int gc_lookup_cuGLUnmapBufferObject(void)
+{
+	static int once;
+	return gc_unsupported("cuGLUnmapBufferObject", &once);
+}
+
+int gc_lookup_cuGLUnmapBufferObjectAsync(void)
+{
+	static int once;
+	return gc_unsupported("cuGLUnmapBufferObjectAsync", &once);
+}
+
+int gc_lookup_cuGLUnregisterBufferObject(void)
+{
+	static int once;
+	return gc_unsupported("cuGLUnregisterBufferObject", &once);
+}
+
+int gc_lookup_cuGraphAddChildGraphNode(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphAddChildGraphNode", &once);
+}
+
+int gc_lookup_cuGraphAddDependencies(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphAddDependencies", &once);
+}
+
+int gc_lookup_cuGraphAddEmptyNode(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphAddEmptyNode", &once);
+}
+
+int gc_lookup_cuGraphAddEventRecordNode(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphAddEventRecordNode", &once);
+}
+
+int gc_lookup_cuGraphAddEventWaitNode(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphAddEventWaitNode", &once);
+}
+
+int gc_lookup_cuGraphAddExternalSemaphoresSignalNode(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphAddExternalSemaphoresSignalNode", &once);
+}
+
+int gc_lookup_cuGraphAddExternalSemaphoresWaitNode(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphAddExternalSemaphoresWaitNode", &once);
+}
+
+int gc_lookup_cuGraphAddHostNode(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphAddHostNode", &once);
+}
+
+int gc_lookup_cuGraphAddKernelNode(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphAddKernelNode", &once);
+}
+
+int gc_lookup_cuGraphAddMemAllocNode(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphAddMemAllocNode", &once);
+}
+
+int gc_lookup_cuGraphAddMemFreeNode(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphAddMemFreeNode", &once);
+}
+
+int gc_lookup_cuGraphAddMemcpyNode(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphAddMemcpyNode", &once);
+}
+
+int gc_lookup_cuGraphAddMemsetNode(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphAddMemsetNode", &once);
+}
+
+int gc_lookup_cuGraphAddNode(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphAddNode", &once);
+}
+
+int gc_lookup_cuGraphChildGraphNodeGetGraph(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphChildGraphNodeGetGraph", &once);
+}
+
+int gc_lookup_cuGraphClone(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphClone", &once);
+}
+
+int gc_lookup_cuGraphConditionalHandleCreate(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphConditionalHandleCreate", &once);
+}
+
+int gc_lookup_cuGraphDebugDotPrint(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphDebugDotPrint", &once);
+}
+
+int gc_lookup_cuGraphDestroyNode(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphDestroyNode", &once);
+}
+
+int gc_lookup_cuGraphEventRecordNodeGetEvent(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphEventRecordNodeGetEvent", &once);
+}
+
+int gc_lookup_cuGraphEventRecordNodeSetEvent(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphEventRecordNodeSetEvent", &once);
+}
+
+int gc_lookup_cuGraphEventWaitNodeGetEvent(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphEventWaitNodeGetEvent", &once);
+}
+
+int gc_lookup_cuGraphEventWaitNodeSetEvent(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphEventWaitNodeSetEvent", &once);
+}
+
+int gc_lookup_cuGraphExecChildGraphNodeSetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphExecChildGraphNodeSetParams", &once);
+}
+
+int gc_lookup_cuGraphExecEventRecordNodeSetEvent(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphExecEventRecordNodeSetEvent", &once);
+}
+
+int gc_lookup_cuGraphExecEventWaitNodeSetEvent(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphExecEventWaitNodeSetEvent", &once);
+}
+
+int gc_lookup_cuGraphExecExternalSemaphoresSignalNodeSetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphExecExternalSemaphoresSignalNodeSetParams", &once);
+}
+
+int gc_lookup_cuGraphExecExternalSemaphoresWaitNodeSetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphExecExternalSemaphoresWaitNodeSetParams", &once);
+}
+
+int gc_lookup_cuGraphExecGetFlags(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphExecGetFlags", &once);
+}
+
+int gc_lookup_cuGraphExecHostNodeSetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphExecHostNodeSetParams", &once);
+}
+
+int gc_lookup_cuGraphExecKernelNodeSetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphExecKernelNodeSetParams", &once);
+}
+
+int gc_lookup_cuGraphExecMemcpyNodeSetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphExecMemcpyNodeSetParams", &once);
+}
+
+int gc_lookup_cuGraphExecMemsetNodeSetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphExecMemsetNodeSetParams", &once);
+}
+
+int gc_lookup_cuGraphExecNodeSetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphExecNodeSetParams", &once);
+}
+
+int gc_lookup_cuGraphExecUpdate(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphExecUpdate", &once);
+}
+
+int gc_lookup_cuGraphExternalSemaphoresSignalNodeGetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphExternalSemaphoresSignalNodeGetParams", &once);
+}
+
+int gc_lookup_cuGraphExternalSemaphoresSignalNodeSetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphExternalSemaphoresSignalNodeSetParams", &once);
+}
+
+int gc_lookup_cuGraphExternalSemaphoresWaitNodeGetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphExternalSemaphoresWaitNodeGetParams", &once);
+}
+
+int gc_lookup_cuGraphExternalSemaphoresWaitNodeSetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphExternalSemaphoresWaitNodeSetParams", &once);
+}
+
+int gc_lookup_cuGraphGetEdges(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphGetEdges", &once);
+}
+
+int gc_lookup_cuGraphGetNodes(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphGetNodes", &once);
+}
+
+int gc_lookup_cuGraphGetRootNodes(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphGetRootNodes", &once);
+}
+
+int gc_lookup_cuGraphHostNodeGetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphHostNodeGetParams", &once);
+}
+
+int gc_lookup_cuGraphHostNodeSetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphHostNodeSetParams", &once);
+}
+
+int gc_lookup_cuGraphInstantiate(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphInstantiate", &once);
+}
+
+int gc_lookup_cuGraphInstantiateWithParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphInstantiateWithParams", &once);
+}
+
+int gc_lookup_cuGraphKernelNodeCopyAttributes(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphKernelNodeCopyAttributes", &once);
+}
+
+int gc_lookup_cuGraphKernelNodeGetAttribute(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphKernelNodeGetAttribute", &once);
+}
+
+int gc_lookup_cuGraphKernelNodeGetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphKernelNodeGetParams", &once);
+}
+
+int gc_lookup_cuGraphKernelNodeSetAttribute(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphKernelNodeSetAttribute", &once);
+}
+
+int gc_lookup_cuGraphKernelNodeSetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphKernelNodeSetParams", &once);
+}
+
+int gc_lookup_cuGraphMemAllocNodeGetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphMemAllocNodeGetParams", &once);
+}
+
+int gc_lookup_cuGraphMemFreeNodeGetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphMemFreeNodeGetParams", &once);
+}
+
+int gc_lookup_cuGraphMemcpyNodeGetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphMemcpyNodeGetParams", &once);
+}
+
+int gc_lookup_cuGraphMemcpyNodeSetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphMemcpyNodeSetParams", &once);
+}
+
+int gc_lookup_cuGraphMemsetNodeGetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphMemsetNodeGetParams", &once);
+}
+
+int gc_lookup_cuGraphMemsetNodeSetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphMemsetNodeSetParams", &once);
+}
+
+int gc_lookup_cuGraphNodeFindInClone(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphNodeFindInClone", &once);
+}
+
+int gc_lookup_cuGraphNodeGetDependencies(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphNodeGetDependencies", &once);
+}
+
+int gc_lookup_cuGraphNodeGetDependentNodes(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphNodeGetDependentNodes", &once);
+}
+
+int gc_lookup_cuGraphNodeGetEnabled(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphNodeGetEnabled", &once);
+}
+
+int gc_lookup_cuGraphNodeGetType(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphNodeGetType", &once);
+}
+
+int gc_lookup_cuGraphNodeSetEnabled(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphNodeSetEnabled", &once);
+}
+
+int gc_lookup_cuGraphNodeSetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphNodeSetParams", &once);
+}
+
+int gc_lookup_cuGraphReleaseUserObject(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphReleaseUserObject", &once);
+}
+
+int gc_lookup_cuGraphRemoveDependencies(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphRemoveDependencies", &once);
+}
+
+int gc_lookup_cuGraphRetainUserObject(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphRetainUserObject", &once);
+}
+
+int gc_lookup_cuGraphUpload(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphUpload", &once);
+}
+
+int gc_lookup_cuGraphicsEGLRegisterImage(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphicsEGLRegisterImage", &once);
+}
+
+int gc_lookup_cuGraphicsGLRegisterBuffer(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphicsGLRegisterBuffer", &once);
+}
+
+int gc_lookup_cuGraphicsGLRegisterImage(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphicsGLRegisterImage", &once);
+}
+
+int gc_lookup_cuGraphicsMapResources(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphicsMapResources", &once);
+}
+
+int gc_lookup_cuGraphicsResourceGetMappedEglFrame(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphicsResourceGetMappedEglFrame", &once);
+}
+
+int gc_lookup_cuGraphicsResourceGetMappedMipmappedArray(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphicsResourceGetMappedMipmappedArray", &once);
+}
+
+int gc_lookup_cuGraphicsResourceGetMappedPointer(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphicsResourceGetMappedPointer", &once);
+}
+
+int gc_lookup_cuGraphicsResourceSetMapFlags(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphicsResourceSetMapFlags", &once);
+}
+
+int gc_lookup_cuGraphicsSubResourceGetMappedArray(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphicsSubResourceGetMappedArray", &once);
+}
+
+int gc_lookup_cuGraphicsUnmapResources(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphicsUnmapResources", &once);
+}
+
+int gc_lookup_cuGraphicsUnregisterResource(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphicsUnregisterResource", &once);
+}
+
+int gc_lookup_cuGraphicsVDPAURegisterOutputSurface(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphicsVDPAURegisterOutputSurface", &once);
+}
+
+int gc_lookup_cuGraphicsVDPAURegisterVideoSurface(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphicsVDPAURegisterVideoSurface", &once);
+}
+
+int gc_lookup_cuGreenCtxCreate(void)
+{
+	static int once;
+	return gc_unsupported("cuGreenCtxCreate", &once);
+}
+
+int gc_lookup_cuGreenCtxDestroy(void)
+{
+	static int once;
+	return gc_unsupported("cuGreenCtxDestroy", &once);
+}
+
+int gc_lookup_cuGreenCtxGetDevResource(void)
+{
+	static int once;
+	return gc_unsupported("cuGreenCtxGetDevResource", &once);
+}
+
+int gc_lookup_cuGreenCtxGetId(void)
+{
+	static int once;
+	return gc_unsupported("cuGreenCtxGetId", &once);
+}
+
+int gc_lookup_cuGreenCtxRecordEvent(void)
+{
+	static int once;
+	return gc_unsupported("cuGreenCtxRecordEvent", &once);
+}
+
+int gc_lookup_cuGreenCtxStreamCreate(void)
+{
+	static int once;
+	return gc_unsupported("cuGreenCtxStreamCreate", &once);
+}
+
+int gc_lookup_cuGreenCtxWaitEvent(void)
+{
+	static int once;
+	return gc_unsupported("cuGreenCtxWaitEvent", &once);
+}
+
+int gc_lookup_cuImportExternalMemory(void)
+{
+	static int once;
+	return gc_unsupported("cuImportExternalMemory", &once);
+}
+
+int gc_lookup_cuImportExternalSemaphore(void)
+{
+	static int once;
+	return gc_unsupported("cuImportExternalSemaphore", &once);
+}
+
+int gc_lookup_cuKernelGetParamInfo(void)
+{
+	static int once;
+	return gc_unsupported("cuKernelGetParamInfo", &once);
+}
+
+int gc_lookup_cuLibraryEnumerateKernels(void)
+{
+	static int once;
+	return gc_unsupported("cuLibraryEnumerateKernels", &once);
+}
+
+int gc_lookup_cuLibraryGetKernelCount(void)
+{
+	static int once;
+	return gc_unsupported("cuLibraryGetKernelCount", &once);
+}
+
+int gc_lookup_cuLibraryGetManaged(void)
+{
+	static int once;
+	return gc_unsupported("cuLibraryGetManaged", &once);
+}
+
+int gc_lookup_cuLibraryGetUnifiedFunction(void)
+{
+	static int once;
+	return gc_unsupported("cuLibraryGetUnifiedFunction", &once);
+}
+
+int gc_lookup_cuLogsCurrent(void)
+{
+	static int once;
+	return gc_unsupported("cuLogsCurrent", &once);
+}
+
+int gc_lookup_cuLogsDumpToFile(void)
+{
+	static int once;
+	return gc_unsupported("cuLogsDumpToFile", &once);
+}
+
+int gc_lookup_cuLogsDumpToMemory(void)
+{
+	static int once;
+	return gc_unsupported("cuLogsDumpToMemory", &once);
+}
+
+int gc_lookup_cuLogsRegisterCallback(void)
+{
+	static int once;
+	return gc_unsupported("cuLogsRegisterCallback", &once);
+}
+
+int gc_lookup_cuLogsUnregisterCallback(void)
+{
+	static int once;
+	return gc_unsupported("cuLogsUnregisterCallback", &once);
+}
+
+int gc_lookup_cuMemDiscardAndPrefetchBatchAsync(void)
+{
+	static int once;
+	return gc_unsupported("cuMemDiscardAndPrefetchBatchAsync", &once);
+}
+
+int gc_lookup_cuMemDiscardBatchAsync(void)
+{
+	static int once;
+	return gc_unsupported("cuMemDiscardBatchAsync", &once);
+}
+
+int gc_lookup_cuMemGetDefaultMemPool(void)
+{
+	static int once;
+	return gc_unsupported("cuMemGetDefaultMemPool", &once);
+}
+
+int gc_lookup_cuMemGetMemPool(void)
+{
+	static int once;
+	return gc_unsupported("cuMemGetMemPool", &once);
+}
+
+int gc_lookup_cuMemPoolExportPointer(void)
+{
+	static int once;
+	return gc_unsupported("cuMemPoolExportPointer", &once);
+}
+
+int gc_lookup_cuMemPoolExportToShareableHandle(void)
+{
+	static int once;
+	return gc_unsupported("cuMemPoolExportToShareableHandle", &once);
+}
+
+int gc_lookup_cuMemPoolGetAccess(void)
+{
+	static int once;
+	return gc_unsupported("cuMemPoolGetAccess", &once);
+}
+
+int gc_lookup_cuMemPoolGetAttribute(void)
+{
+	static int once;
+	return gc_unsupported("cuMemPoolGetAttribute", &once);
+}
+
+int gc_lookup_cuMemPoolImportFromShareableHandle(void)
+{
+	static int once;
+	return gc_unsupported("cuMemPoolImportFromShareableHandle", &once);
+}
+
+int gc_lookup_cuMemPoolImportPointer(void)
+{
+	static int once;
+	return gc_unsupported("cuMemPoolImportPointer", &once);
+}
+
+int gc_lookup_cuMemPoolSetAccess(void)
+{
+	static int once;
+	return gc_unsupported("cuMemPoolSetAccess", &once);
+}
+
+int gc_lookup_cuMemPoolSetAttribute(void)
+{
+	static int once;
+	return gc_unsupported("cuMemPoolSetAttribute", &once);
+}
+
+int gc_lookup_cuMemPoolTrimTo(void)
+{
+	static int once;
+	return gc_unsupported("cuMemPoolTrimTo", &once);
+}
+
+int gc_lookup_cuMemPrefetchBatchAsync(void)
+{
+	static int once;
+	return gc_unsupported("cuMemPrefetchBatchAsync", &once);
+}
+
+int gc_lookup_cuMemRangeGetAttribute(void)
+{
+	static int once;
+	return gc_unsupported("cuMemRangeGetAttribute", &once);
+}
+
+int gc_lookup_cuMemRangeGetAttributes(void)
+{
+	static int once;
+	return gc_unsupported("cuMemRangeGetAttributes", &once);
+}
+
+int gc_lookup_cuMemSetMemPool(void)
+{
+	static int once;
+	return gc_unsupported("cuMemSetMemPool", &once);
+}
+
+int gc_lookup_cuMemcpy3DBatchAsync(void)
+{
+	static int once;
+	return gc_unsupported("cuMemcpy3DBatchAsync", &once);
+}
+
+int gc_lookup_cuMemcpy3DPeer(void)
+{
+	static int once;
+	return gc_unsupported("cuMemcpy3DPeer", &once);
+}
+
+int gc_lookup_cuMemcpy3DPeerAsync(void)
+{
+	static int once;
+	return gc_unsupported("cuMemcpy3DPeerAsync", &once);
+}
+
+int gc_lookup_cuMemcpyBatchAsync(void)
+{
+	static int once;
+	return gc_unsupported("cuMemcpyBatchAsync", &once);
+}
+
+int gc_lookup_cuMemsetD2D8Async(void)
+{
+	static int once;
+	return gc_unsupported("cuMemsetD2D8Async", &once);
+}
+
+int gc_lookup_cuMipmappedArrayCreate(void)
+{
+	static int once;
+	return gc_unsupported("cuMipmappedArrayCreate", &once);
+}
+
+int gc_lookup_cuMipmappedArrayDestroy(void)
+{
+	static int once;
+	return gc_unsupported("cuMipmappedArrayDestroy", &once);
+}
+
+int gc_lookup_cuMipmappedArrayGetLevel(void)
+{
+	static int once;
+	return gc_unsupported("cuMipmappedArrayGetLevel", &once);
+}
+
+int gc_lookup_cuMipmappedArrayGetMemoryRequirements(void)
+{
+	static int once;
+	return gc_unsupported("cuMipmappedArrayGetMemoryRequirements", &once);
+}
+
+int gc_lookup_cuMipmappedArrayGetSparseProperties(void)
+{
+	static int once;
+	return gc_unsupported("cuMipmappedArrayGetSparseProperties", &once);
+}
+
+int gc_lookup_cuProfilerInitialize(void)
+{
+	static int once;
+	return gc_unsupported("cuProfilerInitialize", &once);
+}
+
+int gc_lookup_cuSignalExternalSemaphoresAsync(void)
+{
+	static int once;
+	return gc_unsupported("cuSignalExternalSemaphoresAsync", &once);
+}
+
+int gc_lookup_cuStreamBatchMemOp(void)
+{
+	static int once;
+	return gc_unsupported("cuStreamBatchMemOp", &once);
+}
+
+int gc_lookup_cuStreamBeginCaptureToGraph(void)
+{
+	static int once;
+	return gc_unsupported("cuStreamBeginCaptureToGraph", &once);
+}
+
+int gc_lookup_cuStreamCopyAttributes(void)
+{
+	static int once;
+	return gc_unsupported("cuStreamCopyAttributes", &once);
+}
+
+int gc_lookup_cuStreamGetAttribute(void)
+{
+	static int once;
+	return gc_unsupported("cuStreamGetAttribute", &once);
+}
+
+int gc_lookup_cuStreamGetDevice(void)
+{
+	static int once;
+	return gc_unsupported("cuStreamGetDevice", &once);
+}
+
+int gc_lookup_cuStreamSetAttribute(void)
+{
+	static int once;
+	return gc_unsupported("cuStreamSetAttribute", &once);
+}
+
+int gc_lookup_cuStreamUpdateCaptureDependencies(void)
+{
+	static int once;
+	return gc_unsupported("cuStreamUpdateCaptureDependencies", &once);
+}
+
+int gc_lookup_cuStreamWaitValue64(void)
+{
+	static int once;
+	return gc_unsupported("cuStreamWaitValue64", &once);
+}
+
+int gc_lookup_cuStreamWriteValue64(void)
+{
+	static int once;
+	return gc_unsupported("cuStreamWriteValue64", &once);
+}
+
+int gc_lookup_cuSurfObjectCreate(void)
+{
+	static int once;
+	return gc_unsupported("cuSurfObjectCreate", &once);
+}
+
+int gc_lookup_cuSurfObjectDestroy(void)
+{
+	static int once;
+	return gc_unsupported("cuSurfObjectDestroy", &once);
+}
+
+int gc_lookup_cuSurfObjectGetResourceDesc(void)
+{
+	static int once;
+	return gc_unsupported("cuSurfObjectGetResourceDesc", &once);
+}
+
+int gc_lookup_cuTensorMapEncodeTiled(void)
+{
+	static int once;
+	return gc_unsupported("cuTensorMapEncodeTiled", &once);
+}
+
+int gc_lookup_cuTexObjectCreate(void)
+{
+	static int once;
+	return gc_unsupported("cuTexObjectCreate", &once);
+}
+
+int gc_lookup_cuTexObjectDestroy(void)
+{
+	static int once;
+	return gc_unsupported("cuTexObjectDestroy", &once);
+}
+
+int gc_lookup_cuTexObjectGetResourceDesc(void)
+{
+	static int once;
+	return gc_unsupported("cuTexObjectGetResourceDesc", &once);
+}
+
+int gc_lookup_cuTexObjectGetResourceViewDesc(void)
+{
+	static int once;
+	return gc_unsupported("cuTexObjectGetResourceViewDesc", &once);
+}
+
+int gc_lookup_cuTexObjectGetTextureDesc(void)
+{
+	static int once;
+	return gc_unsupported("cuTexObjectGetTextureDesc", &once);
+}
+
+int gc_lookup_cuThreadExchangeStreamCaptureMode(void)
+{
+	static int once;
+	return gc_unsupported("cuThreadExchangeStreamCaptureMode", &once);
+}
+
+int gc_lookup_cuUserObjectCreate(void)
+{
+	static int once;
+	return gc_unsupported("cuUserObjectCreate", &once);
+}
+
+int gc_lookup_cuUserObjectRelease(void)
+{
+	static int once;
+	return gc_unsupported("cuUserObjectRelease", &once);
+}
+
+int gc_lookup_cuUserObjectRetain(void)
+{
+	static int once;
+	return gc_unsupported("cuUserObjectRetain", &once);
+}
+
+int gc_lookup_cuVDPAUCtxCreate(void)
+{
+	static int once;
+	return gc_unsupported("cuVDPAUCtxCreate", &once);
+}
+
+int gc_lookup_cuVDPAUGetDevice(void)
+{
+	static int once;
+	return gc_unsupported("cuVDPAUGetDevice", &once);
+}
+
+int gc_lookup_cuWaitExternalSemaphoresAsync(void)
+{
+	static int once;
+	return gc_unsupported("cuWaitExternalSemaphoresAsync", &once);
 }
 

@@ -23,6 +23,7 @@
 #else
 #define CUDAAPI
 #endif
+#define CUDA_CB CUDAAPI
 
 #ifdef __cplusplus
 extern "C" {
@@ -597,6 +598,75 @@ typedef enum CUdriverProcAddressQueryResult_enum {
     CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT = 2
 } CUdriverProcAddressQueryResult;
 
+/* ---- runtime-API surface: libraries, launch configs, occupancy --------- */
+typedef enum CUlibraryOption_enum {
+    CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE = 0,
+    CU_LIBRARY_BINARY_IS_PRESERVED = 1,
+    CU_LIBRARY_NUM_OPTIONS
+} CUlibraryOption;
+
+typedef enum CUmoduleLoadingMode_enum {
+    CU_MODULE_EAGER_LOADING = 0x1,
+    CU_MODULE_LAZY_LOADING  = 0x2
+} CUmoduleLoadingMode;
+
+typedef enum CUoccupancy_flags_enum {
+    CU_OCCUPANCY_DEFAULT                  = 0x0,
+    CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE = 0x1
+} CUoccupancy_flags;
+
+typedef size_t (CUDA_CB *CUoccupancyB2DSize)(int blockSize);
+
+typedef enum CUlaunchAttributeID_enum {
+    CU_LAUNCH_ATTRIBUTE_IGNORE = 0,
+    CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW = 1,
+    CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2,
+    CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY = 3,
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 5,
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT = 7,
+    CU_LAUNCH_ATTRIBUTE_PRIORITY = 8,
+    CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP = 9,
+    CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN = 10,
+    CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION = 11,
+    CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT = 12,
+    CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE = 13,
+    CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 14
+} CUlaunchAttributeID;
+
+/* The value union is 64 bytes; only the members gpuctl reads are named. */
+typedef union CUlaunchAttributeValue_union {
+    char pad[64];
+    int cooperative;
+    struct {
+        unsigned int x;
+        unsigned int y;
+        unsigned int z;
+    } clusterDim;
+    int priority;
+    unsigned int sharedMemCarveout;
+} CUlaunchAttributeValue;
+
+typedef struct CUlaunchAttribute_st {
+    CUlaunchAttributeID id;
+    char pad[8 - sizeof(CUlaunchAttributeID)];
+    CUlaunchAttributeValue value;
+} CUlaunchAttribute;
+
+typedef struct CUlaunchConfig_st {
+    unsigned int gridDimX;
+    unsigned int gridDimY;
+    unsigned int gridDimZ;
+    unsigned int blockDimX;
+    unsigned int blockDimY;
+    unsigned int blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    CUlaunchAttribute *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+
 /* ---- checkpoint API (CUDA 12.8+) --------------------------------------- */
 typedef enum CUprocessState_enum {
     CU_PROCESS_STATE_RUNNING = 0,
@@ -739,6 +809,62 @@ CUresult CUDAAPI cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUe
 /* Entry points */
 CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                                      CUdriverProcAddressQueryResult *symbolStatus);
+
+/* Runtime-API surface: export tables, CUDA 13 context-taking forms,
+ * context state, libraries and kernels, linking, launches, occupancy */
+CUresult CUDAAPI cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId);
+CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx);
+CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx);
+CUresult CUDAAPI cuCtxGetFlags(unsigned int *flags);
+CUresult CUDAAPI cuCtxGetLimit(size_t *pvalue, CUlimit limit);
+CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value);
+CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long *ctxId);
+CUresult CUDAAPI cuCtxGetCacheConfig(CUfunc_cache *pconfig);
+CUresult CUDAAPI cuCtxSetCacheConfig(CUfunc_cache config);
+CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr);
+CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags);
+CUresult CUDAAPI cuModuleGetLoadingMode(CUmoduleLoadingMode *mode);
+CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues,
+                                   unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                                   unsigned int numLibraryOptions);
+CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions, void **jitOptionsValues,
+                                       unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                                       unsigned int numLibraryOptions);
+CUresult CUDAAPI cuLibraryUnload(CUlibrary library);
+CUresult CUDAAPI cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name);
+CUresult CUDAAPI cuLibraryGetModule(CUmodule *pMod, CUlibrary library);
+CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
+CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
+CUresult CUDAAPI cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev);
+CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev);
+CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev);
+CUresult CUDAAPI cuKernelGetName(const char **name, CUkernel hfunc);
+CUresult CUDAAPI cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel);
+CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc);
+CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
+CUresult CUDAAPI cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config);
+CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc);
+CUresult CUDAAPI cuFuncGetModule(CUmodule *hmod, CUfunction hfunc);
+CUresult CUDAAPI cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut);
+CUresult CUDAAPI cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name,
+                                  unsigned int numOptions, CUjit_option *options, void **optionValues);
+CUresult CUDAAPI cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions,
+                                  CUjit_option *options, void **optionValues);
+CUresult CUDAAPI cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut);
+CUresult CUDAAPI cuLinkDestroy(CUlinkState state);
+CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize);
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize,
+                                                                      size_t dynamicSMemSize, unsigned int flags);
+CUresult CUDAAPI cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func,
+                                                  CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize,
+                                                  int blockSizeLimit);
+CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func,
+                                                           CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize,
+                                                           int blockSizeLimit, unsigned int flags);
+CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
+CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
+CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config);
 
 /* Checkpoint (served by NVIDIA's driver on a GPU host; gpuctl's client
  * library answers CUDA_ERROR_NOT_SUPPORTED) */

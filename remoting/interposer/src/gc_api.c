@@ -14,6 +14,7 @@
 
 #include "cuda.h"
 #include "gc_core.h"
+#include "gc_runtime.h"
 #include "../gen/gc_ops.h"
 #include "../gen/gc_undef.h"
 
@@ -98,39 +99,54 @@ CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
 
 /* ---- lookup -------------------------------------------------------------- */
 
-static CUresult proc_lookup(const char *symbol, void **pfn, int cudaVersion, CUdriverProcAddressQueryResult *st)
+/* proc_lookup finds symbol's newest form allowed at cudaVersion. With
+ * CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM it prefers the _ptsz/_ptds
+ * form where one exists; otherwise (and for calls that take no stream)
+ * the ordinary form. */
+static CUresult proc_lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+			    CUdriverProcAddressQueryResult *st)
 {
 	if (symbol == NULL || pfn == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	*pfn = NULL;
-	int found = 0;
+	int want_pt = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+	int found = 0, best_pt = -1;
 	for (size_t i = 0; i < gc_nprocs; i++) {
 		if (strcmp(gc_procs[i].name, symbol) != 0)
 			continue;
 		found = 1;
-		/* Rows are sorted by version: keep the newest one allowed. */
-		if (gc_procs[i].version <= cudaVersion)
-			*pfn = gc_procs[i].fn;
+		if (gc_procs[i].version > cudaVersion)
+			continue;
+		int pt = gc_procs[i].per_thread;
+		if (pt && !want_pt)
+			continue;
+		/* Rows are sorted by version: a later row is newer. A
+		 * per-thread form, when asked for, beats any ordinary one. */
+		if (best_pt == 1 && !pt)
+			continue;
+		*pfn = gc_procs[i].fn;
+		best_pt = pt;
 	}
 	if (st != NULL)
 		*st = *pfn ? CU_GET_PROC_ADDRESS_SUCCESS
 			   : found ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+	if (*pfn == NULL && getenv("GPUCTL_DEBUG") != NULL)
+		gc_log("cuGetProcAddress(%s, %d, %llu): %s", symbol, cudaVersion, (unsigned long long)flags,
+		       found ? "no form that old" : "unknown name");
 	return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
-/* Both versions answer the per-thread-default-stream flag with the same
- * functions: the server has one default stream per context. */
+/* The v1 ABI (CUDA 11.3) has no status out-parameter; v2 (CUDA 12.0)
+ * reports whether the name or only the version failed. */
 CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
 {
-	(void)flags;
-	return proc_lookup(symbol, pfn, cudaVersion, NULL);
+	return proc_lookup(symbol, pfn, cudaVersion, flags, NULL);
 }
 
 CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
 				     CUdriverProcAddressQueryResult *symbolStatus)
 {
-	(void)flags;
-	return proc_lookup(symbol, pfn, cudaVersion, symbolStatus);
+	return proc_lookup(symbol, pfn, cudaVersion, flags, symbolStatus);
 }
 
 /* ---- init and devices ------------------------------------------------------ */
@@ -270,6 +286,7 @@ static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
 	if (r != CUDA_SUCCESS)
 		return r;
 	*pctx = (CUcontext)(uintptr_t)c;
+	gc_ctx_created(*pctx, dev, flags, 0);
 	return ctx_push(*pctx);
 }
 
@@ -301,6 +318,7 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
 		r = gc_rpc_CtxDestroy(GC_H(ctx));
 	if (r != CUDA_SUCCESS)
 		return r;
+	gc_ctx_gone(ctx);
 	/* Other threads find out from the server's INVALID_CONTEXT. */
 	int j = 0;
 	for (int i = 0; i < ctx_depth; i++)
@@ -752,10 +770,10 @@ CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstr
 #define FATBIN_WRAPPER_MAGIC 0x466243b1u
 #define FATBIN_MAGIC 0xBA55ED50u
 
-/* image_size finds the length of an in-memory module image, which the
+/* gc_image_size finds the length of an in-memory module image, which the
  * API passes without one: a fatbin states its size in its header, an ELF
  * cubin's extent follows from its headers, PTX is NUL-terminated text. */
-static size_t image_size(const void **image)
+size_t gc_image_size(const void **image)
 {
 	const uint8_t *p = *image;
 	uint32_t magic = gc_ld_u32(p);
@@ -810,7 +828,7 @@ CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
 {
 	if (module == NULL || image == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	size_t n = image_size(&image);
+	size_t n = gc_image_size(&image);
 	return module_load(module, image, n);
 }
 
@@ -885,12 +903,19 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const cha
 		free(pairs);
 		return r;
 	}
-	struct CUfunc_st *f = malloc(sizeof *f + 2 * sizeof(uint32_t) * count);
-	if (f == NULL) {
+	struct CUfunc_st *f = calloc(1, sizeof *f + 2 * sizeof(uint32_t) * count);
+	char *fname = strdup(name);
+	if (f == NULL || fname == NULL) {
 		free(pairs);
+		free(f);
+		free(fname);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
+	f->magic = GC_FUNC_MAGIC;
 	f->h = fh;
+	f->ctx = ctx;
+	f->mod = hmod;
+	f->name = fname;
 	f->nparams = count;
 	f->argbytes = 0;
 	for (uint32_t i = 0; i < count; i++) {
@@ -900,6 +925,7 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const cha
 		if (end > 32764) {
 			free(pairs);
 			free(f);
+			free(fname);
 			gc_log("kernel %s: parameter layout from the server is out of range", name);
 			return CUDA_ERROR_UNKNOWN;
 		}
@@ -937,14 +963,17 @@ CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule
 
 /* cuLaunchKernel queues the launch without waiting: no lock and no
  * allocation, the parameters are packed straight into the ring. */
-CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+CUresult CUDAAPI cuLaunchKernel(CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
 				unsigned int by, unsigned int bz, unsigned int shared, CUstream s, void **kernelParams,
 				void **extra)
 {
-	if (f == NULL)
+	if (fn == NULL)
 		return CUDA_ERROR_INVALID_HANDLE;
 	uint64_t ctx;
+	struct CUfunc_st *f;
 	CUresult r = gc_current_ctx(&ctx);
+	if (r == CUDA_SUCCESS)
+		r = gc_func_resolve(fn, ctx, &f);
 	if (r != CUDA_SUCCESS)
 		return r;
 	const void *buf = NULL;

@@ -49,13 +49,31 @@ CUresult gc_rd_check(struct gc_rd *d, const char *op);
 void gc_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Function handles are client objects: the server handle plus the
- * parameter layout, which cuLaunchKernel packs kernelParams with. */
+ * parameter layout, which cuLaunchKernel packs kernelParams with, and a
+ * cache of the function's attributes. A CUkernel (gc_runtime.c) starts
+ * with a different magic; every call that takes a CUfunction accepts one
+ * and resolves it to the function of the current context. */
+#define GC_FUNC_MAGIC 0x676346u /* "Fcg" */
+#define GC_KERN_MAGIC 0x67634bu /* "Kcg" */
+#define GC_FUNC_ATTRS 16
 struct CUfunc_st {
-	uint64_t h;
+	uint32_t magic;
 	uint32_t nparams;
+	uint64_t h;
+	uint64_t ctx;     /* the context the function was loaded in */
+	CUmodule mod;
+	char *name;
 	uint32_t argbytes;
+	_Atomic uint32_t attr_known; /* bit i: attrs[i] holds attribute i */
+	int32_t attrs[GC_FUNC_ATTRS];
 	uint32_t pairs[]; /* offset, size per parameter */
 };
+
+/* gc_func_resolve turns a CUfunction or a CUkernel passed as one into the
+ * function of context ctx (loading the kernel's library there on first
+ * use). The common case, a function or an already-resolved kernel, takes
+ * no lock. */
+CUresult gc_func_resolve(CUfunction f, uint64_t ctx, struct CUfunc_st **out);
 
 static inline uint64_t gc_stream_handle(CUstream s)
 {
@@ -66,7 +84,7 @@ static inline uint64_t gc_stream_handle(CUstream s)
 	return (uint64_t)(uintptr_t)s;
 }
 
-static inline uint64_t gc_func_handle(CUfunction f) { return f ? f->h : 0; }
+static inline uint64_t gc_func_handle(CUfunction f) { return f && f->magic == GC_FUNC_MAGIC ? f->h : 0; }
 
 #define GC_H(x) ((uint64_t)(uintptr_t)(x))
 #define GC_S(s) gc_stream_handle(s)

@@ -9,6 +9,7 @@
 struct gc_proc {
 	const char *name; /* base name, as cuGetProcAddress is asked for it */
 	int version;      /* CUDA version from which this symbol is handed out */
+	int per_thread;   /* the _ptsz/_ptds form: handed out for the per-thread default stream flag */
 	void *fn;
 };
 extern const struct gc_proc gc_procs[];

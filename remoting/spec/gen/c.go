@@ -411,12 +411,25 @@ func cUnsupported() []byte {
 			fmt.Fprintf(&w, "int %s(void)\n{\n\tstatic int once;\n\treturn gc_unsupported(\"%s\", &once);\n}\n\n", s.Name, s.Name)
 		}
 	}
+	w.WriteString("/* Names cuGetProcAddress resolves without an exported symbol. */\n\n")
+	for _, e := range spec.Entries {
+		if e.Kind != spec.LookupOnly {
+			continue
+		}
+		fmt.Fprintf(&w, "int %s(void)\n{\n\tstatic int once;\n\treturn gc_unsupported(\"%s\", &once);\n}\n\n", lookupStub(e.Name), e.Name)
+	}
 	return w.Bytes()
 }
+
+// lookupStub names the hidden stub of a lookup-only entry.
+func lookupStub(name string) string { return "gc_lookup_" + name }
 
 func allSymbols() []string {
 	var names []string
 	for _, e := range spec.Entries {
+		if e.Kind == spec.LookupOnly {
+			continue
+		}
 		for _, s := range e.Symbols {
 			names = append(names, s.Name)
 		}
@@ -433,23 +446,32 @@ func allSymbols() []string {
 func cProcAddr() []byte {
 	var w bytes.Buffer
 	header(&w, "//")
-	w.WriteString("/* cuGetProcAddress's table: base name, the CUDA version from which a\n * symbol is handed out, and the symbol. Sorted by name, then version. */\n\n")
+	w.WriteString("/* cuGetProcAddress's table: base name, the CUDA version from which a\n * symbol is handed out, whether it is the per-thread-default-stream form,\n * and the symbol. Sorted by name, then version. */\n\n")
 	w.WriteString("#include <stddef.h>\n#include \"../src/gc_proc.h\"\n\n")
 	for _, n := range allSymbols() {
 		fmt.Fprintf(&w, "extern void %s(void);\n", n)
 	}
+	for _, e := range spec.Entries {
+		if e.Kind == spec.LookupOnly {
+			fmt.Fprintf(&w, "extern void %s(void);\n", lookupStub(e.Name))
+		}
+	}
 	type row struct {
 		base, sym string
 		ver       int
+		pt        bool
 	}
 	var rows []row
 	for _, e := range spec.Entries {
 		for _, s := range e.Symbols {
-			base := e.Name
-			if e.Kind == spec.Unsupported {
+			base, fn := e.Name, s.Name
+			switch e.Kind {
+			case spec.Unsupported:
 				base = strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(s.Name, "_v2"), "_v3"), "_v4")
+			case spec.LookupOnly:
+				fn = lookupStub(e.Name)
 			}
-			rows = append(rows, row{base, s.Name, s.Version})
+			rows = append(rows, row{base, fn, s.Version, s.PerThread})
 		}
 	}
 	slices.SortFunc(rows, func(a, b row) int {
@@ -460,7 +482,11 @@ func cProcAddr() []byte {
 	})
 	w.WriteString("\nconst struct gc_proc gc_procs[] = {\n")
 	for _, r := range rows {
-		fmt.Fprintf(&w, "\t{ \"%s\", %d, (void *)%s },\n", r.base, r.ver, r.sym)
+		pt := 0
+		if r.pt {
+			pt = 1
+		}
+		fmt.Fprintf(&w, "\t{ \"%s\", %d, %d, (void *)%s },\n", r.base, r.ver, pt, r.sym)
 	}
 	fmt.Fprintf(&w, "};\n\nconst size_t gc_nprocs = %d;\n", len(rows))
 	return w.Bytes()

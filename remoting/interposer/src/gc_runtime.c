@@ -1,0 +1,1265 @@
+/* The driver surface the CUDA runtime uses beyond the core calls:
+ * libraries and kernels with lazy loading, function attributes cached in
+ * the client, occupancy computed in the client, cuLaunchKernelEx, a
+ * single-input cuLink*, context state, the CUDA 13 context-taking forms
+ * and the per-thread-default-stream (_ptsz/_ptds) forms. Entries are
+ * listed in remoting/spec/entries_runtime.go. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cuda.h"
+#include "gc_core.h"
+#include "gc_runtime.h"
+#include "../gen/gc_ops.h"
+#include "../gen/gc_undef.h"
+
+/* ---- contexts this process knows -------------------------------------- */
+
+#define MAX_DEVICES 64
+
+struct ctxinfo {
+	CUcontext c;
+	CUdevice dev;
+	unsigned int flags;
+	int primary;
+};
+static struct {
+	pthread_mutex_t mu;
+	struct ctxinfo *e;
+	size_t n, cap;
+	CUcontext primary[MAX_DEVICES]; /* retained primary context per device */
+	int prefs[MAX_DEVICES];         /* this process's retains minus releases */
+} ctxs = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+void gc_ctx_created(CUcontext c, CUdevice dev, unsigned int flags, int primary)
+{
+	pthread_mutex_lock(&ctxs.mu);
+	for (size_t i = 0; i < ctxs.n; i++) {
+		if (ctxs.e[i].c == c) {
+			pthread_mutex_unlock(&ctxs.mu);
+			return;
+		}
+	}
+	if (ctxs.n == ctxs.cap) {
+		size_t nc = ctxs.cap ? 2 * ctxs.cap : 8;
+		struct ctxinfo *ne = realloc(ctxs.e, nc * sizeof *ne);
+		if (ne == NULL) {
+			pthread_mutex_unlock(&ctxs.mu);
+			return; /* cuCtxGetFlags then asks the server */
+		}
+		ctxs.e = ne;
+		ctxs.cap = nc;
+	}
+	ctxs.e[ctxs.n++] = (struct ctxinfo){ c, dev, flags, primary };
+	pthread_mutex_unlock(&ctxs.mu);
+}
+
+static int ctx_lookup(CUcontext c, struct ctxinfo *out)
+{
+	int hit = 0;
+	pthread_mutex_lock(&ctxs.mu);
+	for (size_t i = 0; i < ctxs.n && !hit; i++) {
+		if (ctxs.e[i].c == c) {
+			*out = ctxs.e[i];
+			hit = 1;
+		}
+	}
+	pthread_mutex_unlock(&ctxs.mu);
+	return hit;
+}
+
+void gc_ctx_gone(CUcontext c)
+{
+	if (c == NULL)
+		return;
+	gc_cls_context_gone(c);
+	pthread_mutex_lock(&ctxs.mu);
+	for (size_t i = 0; i < ctxs.n; i++) {
+		if (ctxs.e[i].c == c) {
+			ctxs.e[i] = ctxs.e[--ctxs.n];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&ctxs.mu);
+}
+
+static int dev_ok(CUdevice dev) { return dev >= 0 && dev < MAX_DEVICES; }
+
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	if (pctx == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!dev_ok(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	uint64_t c;
+	CUresult r = gc_ready();
+	if (r == CUDA_SUCCESS)
+		r = gc_rpc_PrimaryCtxRetain(dev, &c);
+	if (r != CUDA_SUCCESS)
+		return r;
+	*pctx = (CUcontext)(uintptr_t)c;
+	pthread_mutex_lock(&ctxs.mu);
+	ctxs.primary[dev] = *pctx;
+	ctxs.prefs[dev]++;
+	pthread_mutex_unlock(&ctxs.mu);
+	gc_ctx_created(*pctx, dev, 0, 1);
+	return CUDA_SUCCESS;
+}
+
+/* primary_gone forgets the device's primary context after its last
+ * release or a reset, running its context-local-storage destructors. */
+static void primary_gone(CUdevice dev)
+{
+	pthread_mutex_lock(&ctxs.mu);
+	CUcontext c = ctxs.primary[dev];
+	ctxs.primary[dev] = NULL;
+	ctxs.prefs[dev] = 0;
+	pthread_mutex_unlock(&ctxs.mu);
+	gc_ctx_gone(c);
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	if (!dev_ok(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	CUresult r = gc_ready();
+	if (r == CUDA_SUCCESS)
+		r = gc_rpc_PrimaryCtxRelease(dev);
+	if (r != CUDA_SUCCESS)
+		return r;
+	pthread_mutex_lock(&ctxs.mu);
+	int last = ctxs.prefs[dev] > 0 && --ctxs.prefs[dev] == 0;
+	pthread_mutex_unlock(&ctxs.mu);
+	if (last)
+		primary_gone(dev);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+
+CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+	if (!dev_ok(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	CUresult r = gc_ready();
+	if (r == CUDA_SUCCESS)
+		r = gc_rpc_PrimaryCtxReset(dev);
+	if (r == CUDA_SUCCESS)
+		primary_gone(dev);
+	return r;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_v2(dev); }
+
+CUresult gc_primary_ctx_peek(CUdevice dev, CUcontext *pctx)
+{
+	if (!dev_ok(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&ctxs.mu);
+	CUcontext c = ctxs.primary[dev];
+	pthread_mutex_unlock(&ctxs.mu);
+	if (c != NULL) {
+		*pctx = c;
+		return CUDA_SUCCESS;
+	}
+	/* The server names a primary context only once it is retained, so
+	 * a process that has not retained it yet retains it here. */
+	return cuDevicePrimaryCtxRetain(pctx, dev);
+}
+
+/* current_or: the context c, or the calling thread's current one. */
+static CUresult current_or(CUcontext c, uint64_t *out)
+{
+	if (c != NULL) {
+		CUresult r = gc_ready();
+		*out = GC_H(c);
+		return r;
+	}
+	return gc_current_ctx(out);
+}
+
+CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
+{
+	if (device == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t c;
+	int32_t d;
+	CUresult r = current_or(ctx, &c);
+	if (r == CUDA_SUCCESS)
+		r = gc_rpc_CtxDevice(c, &d);
+	if (r == CUDA_SUCCESS)
+		*device = d;
+	return r;
+}
+
+CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
+{
+	uint64_t c;
+	CUresult r = current_or(ctx, &c);
+	return r != CUDA_SUCCESS ? r : gc_rpc_CtxSynchronize(c);
+}
+
+CUresult CUDAAPI cuCtxGetFlags(unsigned int *flags)
+{
+	if (flags == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t c;
+	CUresult r = gc_current_ctx(&c);
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct ctxinfo ci;
+	if (ctx_lookup((CUcontext)(uintptr_t)c, &ci) && !ci.primary) {
+		*flags = ci.flags;
+		return CUDA_SUCCESS;
+	}
+	/* A primary context's flags can change (cuDevicePrimaryCtxSetFlags)
+	 * and belong to the server. */
+	int32_t dev;
+	uint32_t f;
+	int active;
+	r = gc_rpc_CtxDevice(c, &dev);
+	if (r == CUDA_SUCCESS)
+		r = gc_rpc_PrimaryCtxState(dev, &f, &active);
+	if (r == CUDA_SUCCESS)
+		*flags = f;
+	return r;
+}
+
+CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
+{
+	if (ctxId == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t c;
+	CUresult r = current_or(ctx, &c);
+	if (r == CUDA_SUCCESS)
+		*ctxId = c; /* the server never reuses a handle within a session */
+	return r;
+}
+
+/* Limits and the cache preference are kept per process in the client:
+ * the server's kernels run with the device's defaults, which are the
+ * values reported until a program sets its own. */
+static struct {
+	pthread_mutex_t mu;
+	size_t v[CU_LIMIT_MAX];
+	int cache;
+} limits = {
+	.mu = PTHREAD_MUTEX_INITIALIZER,
+	.v = {
+		[CU_LIMIT_STACK_SIZE] = 1024,
+		[CU_LIMIT_PRINTF_FIFO_SIZE] = 1 << 20,
+		[CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20,
+		[CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2,
+		[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048,
+		[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64,
+		[CU_LIMIT_PERSISTING_L2_CACHE_SIZE] = 0,
+	},
+};
+
+CUresult CUDAAPI cuCtxGetLimit(size_t *pvalue, CUlimit limit)
+{
+	uint64_t c;
+	CUresult r = gc_current_ctx(&c);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (pvalue == NULL || (int)limit < 0 || limit > CU_LIMIT_PERSISTING_L2_CACHE_SIZE)
+		return CUDA_ERROR_UNSUPPORTED_LIMIT;
+	pthread_mutex_lock(&limits.mu);
+	*pvalue = limits.v[limit];
+	pthread_mutex_unlock(&limits.mu);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value)
+{
+	uint64_t c;
+	CUresult r = gc_current_ctx(&c);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if ((int)limit < 0 || limit > CU_LIMIT_PERSISTING_L2_CACHE_SIZE)
+		return CUDA_ERROR_UNSUPPORTED_LIMIT;
+	pthread_mutex_lock(&limits.mu);
+	limits.v[limit] = value;
+	pthread_mutex_unlock(&limits.mu);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetCacheConfig(CUfunc_cache *pconfig)
+{
+	uint64_t c;
+	CUresult r = gc_current_ctx(&c);
+	if (r == CUDA_SUCCESS && pconfig == NULL)
+		r = CUDA_ERROR_INVALID_VALUE;
+	if (r == CUDA_SUCCESS)
+		*pconfig = (CUfunc_cache)__atomic_load_n(&limits.cache, __ATOMIC_RELAXED);
+	return r;
+}
+
+CUresult CUDAAPI cuCtxSetCacheConfig(CUfunc_cache config)
+{
+	uint64_t c;
+	CUresult r = gc_current_ctx(&c);
+	if (r == CUDA_SUCCESS && (unsigned)config > CU_FUNC_CACHE_PREFER_EQUAL)
+		r = CUDA_ERROR_INVALID_VALUE;
+	if (r == CUDA_SUCCESS)
+		__atomic_store_n(&limits.cache, (int)config, __ATOMIC_RELAXED);
+	return r;
+}
+
+/* ---- pointers ------------------------------------------------------------ */
+
+CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data,
+					CUdeviceptr ptr)
+{
+	if (numAttributes == 0 || attributes == NULL || data == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* Unlike the single query, an attribute that does not apply to ptr
+	 * is reported as its "none" value, not as an error. */
+	for (unsigned int i = 0; i < numAttributes; i++) {
+		if (data[i] == NULL)
+			continue;
+		CUresult r = cuPointerGetAttribute(data[i], attributes[i], ptr);
+		if (r == CUDA_ERROR_NOT_INITIALIZED || r == CUDA_ERROR_DEVICE_UNAVAILABLE)
+			return r;
+		if (r != CUDA_SUCCESS) {
+			switch (attributes[i]) {
+			case CU_POINTER_ATTRIBUTE_CONTEXT:
+				*(CUcontext *)data[i] = NULL;
+				break;
+			case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+			case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+				*(CUdeviceptr *)data[i] = 0;
+				break;
+			case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+				*(void **)data[i] = NULL;
+				break;
+			case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+				*(size_t *)data[i] = 0;
+				break;
+			case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+				*(int *)data[i] = -2;
+				break;
+			default:
+				*(unsigned int *)data[i] = 0; /* memory type 0: unregistered */
+			}
+		}
+	}
+	return CUDA_SUCCESS;
+}
+
+/* Host memory is never mapped into the remote device. As with unified
+ * addressing on a local GPU, the device address of a host allocation is
+ * its host address: the runtime records it, and a kernel that dereferences
+ * it fails with an illegal address instead of reading stale data. */
+CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+	if (pdptr == NULL || p == NULL || Flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	unsigned int t;
+	CUresult r = cuPointerGetAttribute(&t, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)p);
+	if (r != CUDA_SUCCESS || t != CU_MEMORYTYPE_HOST)
+		return r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_VALUE;
+	*pdptr = (CUdeviceptr)(uintptr_t)p;
+	return CUDA_SUCCESS;
+}
+
+/* ---- libraries and kernels ----------------------------------------------- */
+
+/* A library keeps its image in the client and is loaded into a context
+ * as a module only when something of it is first used there (a kernel
+ * resolved, a global looked up): CUDA's lazy loading, and the reason a
+ * program that registers many kernels pays only for those it runs. */
+#define LIB_MAGIC 0x67634cu /* "Lcg" */
+#define LIB_CTXS 8
+struct CUlib_st {
+	uint32_t magic;
+	void *image;
+	size_t n;
+	pthread_mutex_t mu;
+	int nmods;
+	struct {
+		uint64_t ctx;
+		CUmodule mod;
+	} mods[LIB_CTXS];
+};
+
+struct CUkern_st {
+	uint32_t magic;
+	struct CUlib_st *lib;
+	char *name;
+	pthread_mutex_t mu;
+	_Atomic(struct CUfunc_st *) fn; /* the function in the last context used */
+	/* Attributes set through cuKernelSetAttribute, replayed onto the
+	 * function of every context the kernel is resolved in. */
+	uint32_t set_mask;
+	int32_t set_val[GC_FUNC_ATTRS];
+};
+
+size_t gc_image_size(const void **image); /* gc_api.c */
+
+static CUresult lib_module(struct CUlib_st *lib, uint64_t ctx, CUmodule *out)
+{
+	pthread_mutex_lock(&lib->mu);
+	for (int i = 0; i < lib->nmods; i++) {
+		if (lib->mods[i].ctx == ctx) {
+			*out = lib->mods[i].mod;
+			pthread_mutex_unlock(&lib->mu);
+			return CUDA_SUCCESS;
+		}
+	}
+	CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (lib->nmods < LIB_CTXS) {
+		/* The module is loaded in ctx, which may differ from the
+		 * current context when a kernel is resolved for another. */
+		CUcontext cur;
+		r = cuCtxGetCurrent(&cur);
+		if (r == CUDA_SUCCESS && GC_H(cur) != ctx)
+			r = cuCtxPushCurrent_v2((CUcontext)(uintptr_t)ctx);
+		if (r == CUDA_SUCCESS) {
+			r = cuModuleLoadData(out, lib->image);
+			if (GC_H(cur) != ctx)
+				cuCtxPopCurrent_v2(NULL);
+		}
+		if (r == CUDA_SUCCESS) {
+			lib->mods[lib->nmods].ctx = ctx;
+			lib->mods[lib->nmods].mod = *out;
+			lib->nmods++;
+		}
+	} else {
+		gc_log("a library was used in more than %d contexts", LIB_CTXS);
+	}
+	pthread_mutex_unlock(&lib->mu);
+	return r;
+}
+
+static CUresult library_load(CUlibrary *library, const void *code, size_t n)
+{
+	if (n == 0 || n > GC_MAX_IMAGE)
+		return CUDA_ERROR_INVALID_IMAGE;
+	struct CUlib_st *lib = calloc(1, sizeof *lib);
+	void *img = malloc(n + 1);
+	if (lib == NULL || img == NULL) {
+		free(lib);
+		free(img);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	memcpy(img, code, n);
+	((char *)img)[n] = 0; /* PTX text stays NUL-terminated */
+	lib->magic = LIB_MAGIC;
+	lib->image = img;
+	lib->n = n;
+	pthread_mutex_init(&lib->mu, NULL);
+	*library = lib;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues,
+				   unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues,
+				   unsigned int numLibraryOptions)
+{
+	/* JIT options tune the server's compiler and library options say
+	 * whether the caller keeps its copy of the image; a copy is kept
+	 * here either way, so both are accepted and not forwarded. */
+	(void)jitOptions, (void)jitOptionsValues, (void)libraryOptions, (void)libraryOptionValues;
+	if (library == NULL || code == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if ((numJitOptions > 0 && jitOptions == NULL) || (numLibraryOptions > 0 && libraryOptions == NULL))
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = gc_ready();
+	if (r != CUDA_SUCCESS)
+		return r;
+	size_t n = gc_image_size(&code);
+	if (n == 0) {
+		gc_log("cuLibraryLoadData: the image is neither a fatbin, an ELF cubin nor PTX text");
+		return CUDA_ERROR_INVALID_IMAGE;
+	}
+	return library_load(library, code, n);
+}
+
+CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions,
+				       void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions,
+				       void **libraryOptionValues, unsigned int numLibraryOptions)
+{
+	(void)jitOptions, (void)jitOptionsValues, (void)numJitOptions;
+	(void)libraryOptions, (void)libraryOptionValues, (void)numLibraryOptions;
+	if (library == NULL || fileName == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = gc_ready();
+	if (r != CUDA_SUCCESS)
+		return r;
+	int fd = open(fileName, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return CUDA_ERROR_FILE_NOT_FOUND;
+	struct stat st;
+	if (fstat(fd, &st) < 0 || st.st_size <= 0 || (uint64_t)st.st_size > GC_MAX_IMAGE) {
+		close(fd);
+		return CUDA_ERROR_INVALID_IMAGE;
+	}
+	size_t n = (size_t)st.st_size, got = 0;
+	uint8_t *buf = malloc(n);
+	while (buf != NULL && got < n) {
+		ssize_t m = read(fd, buf + got, n - got);
+		if (m < 0 && errno == EINTR)
+			continue;
+		if (m <= 0)
+			break;
+		got += (size_t)m;
+	}
+	close(fd);
+	if (buf == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	r = got == n ? library_load(library, buf, n) : CUDA_ERROR_FILE_NOT_FOUND;
+	free(buf);
+	return r;
+}
+
+static struct CUlib_st *lib_of(CUlibrary l) { return l != NULL && l->magic == LIB_MAGIC ? l : NULL; }
+static struct CUkern_st *kern_of(CUkernel k) { return k != NULL && k->magic == GC_KERN_MAGIC ? k : NULL; }
+
+CUresult CUDAAPI cuLibraryUnload(CUlibrary library)
+{
+	struct CUlib_st *lib = lib_of(library);
+	if (lib == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUresult r = gc_ready();
+	for (int i = 0; r == CUDA_SUCCESS && i < lib->nmods; i++) {
+		CUresult u = cuModuleUnload(lib->mods[i].mod);
+		/* A context destroyed before its library was unloaded took the
+		 * module with it. */
+		if (u != CUDA_SUCCESS && u != CUDA_ERROR_INVALID_CONTEXT && u != CUDA_ERROR_INVALID_HANDLE)
+			r = u;
+	}
+	/* Kernel handles stay allocated: CUDA leaves using one after its
+	 * library is gone undefined, and failing cleanly beats a crash. */
+	lib->magic = 0;
+	free(lib->image);
+	lib->image = NULL;
+	return r;
+}
+
+CUresult CUDAAPI cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
+{
+	struct CUlib_st *lib = lib_of(library);
+	if (pKernel == NULL || name == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (lib == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUresult r = gc_ready();
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct CUkern_st *k = calloc(1, sizeof *k);
+	char *nm = strdup(name);
+	if (k == NULL || nm == NULL) {
+		free(k);
+		free(nm);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	k->magic = GC_KERN_MAGIC;
+	k->lib = lib;
+	k->name = nm;
+	pthread_mutex_init(&k->mu, NULL);
+	*pKernel = k;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
+{
+	struct CUlib_st *lib = lib_of(library);
+	if (pMod == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (lib == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	uint64_t ctx;
+	CUresult r = gc_current_ctx(&ctx);
+	return r != CUDA_SUCCESS ? r : lib_module(lib, ctx, pMod);
+}
+
+CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
+{
+	CUmodule m;
+	CUresult r = cuLibraryGetModule(&m, library);
+	return r != CUDA_SUCCESS ? r : cuModuleGetGlobal_v2(dptr, bytes, m, name);
+}
+
+static CUresult func_set_attr(struct CUfunc_st *f, CUfunction_attribute attrib, int value);
+
+CUresult gc_func_resolve(CUfunction fn, uint64_t ctx, struct CUfunc_st **out)
+{
+	if (fn == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (fn->magic == GC_FUNC_MAGIC) {
+		*out = fn;
+		return CUDA_SUCCESS;
+	}
+	struct CUkern_st *k = kern_of((CUkernel)(void *)fn);
+	if (k == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct CUfunc_st *f = atomic_load_explicit(&k->fn, memory_order_acquire);
+	if (f != NULL && f->ctx == ctx) {
+		*out = f;
+		return CUDA_SUCCESS;
+	}
+	pthread_mutex_lock(&k->mu);
+	f = atomic_load_explicit(&k->fn, memory_order_acquire);
+	CUresult r = CUDA_SUCCESS;
+	if (f == NULL || f->ctx != ctx) {
+		CUmodule m;
+		if (k->lib->magic != LIB_MAGIC)
+			r = CUDA_ERROR_INVALID_HANDLE; /* its library was unloaded */
+		if (r == CUDA_SUCCESS)
+			r = lib_module(k->lib, ctx, &m);
+		CUfunction nf = NULL;
+		if (r == CUDA_SUCCESS) {
+			CUcontext cur;
+			r = cuCtxGetCurrent(&cur);
+			int push = r == CUDA_SUCCESS && GC_H(cur) != ctx;
+			if (push)
+				r = cuCtxPushCurrent_v2((CUcontext)(uintptr_t)ctx);
+			if (r == CUDA_SUCCESS)
+				r = cuModuleGetFunction(&nf, m, k->name);
+			if (push)
+				cuCtxPopCurrent_v2(NULL);
+		}
+		for (int i = 0; r == CUDA_SUCCESS && i < GC_FUNC_ATTRS; i++)
+			if (k->set_mask & (1u << i))
+				r = func_set_attr(nf, (CUfunction_attribute)i, k->set_val[i]);
+		if (r == CUDA_SUCCESS) {
+			/* The previous context's function stays allocated: a
+			 * launch on another thread may still hold it. */
+			atomic_store_explicit(&k->fn, nf, memory_order_release);
+			f = nf;
+		}
+	}
+	pthread_mutex_unlock(&k->mu);
+	if (r == CUDA_SUCCESS)
+		*out = f;
+	return r;
+}
+
+CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
+{
+	if (pFunc == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t ctx;
+	struct CUfunc_st *f;
+	CUresult r = gc_current_ctx(&ctx);
+	if (r == CUDA_SUCCESS)
+		r = kern_of(kernel) ? gc_func_resolve((CUfunction)(void *)kernel, ctx, &f) : CUDA_ERROR_INVALID_HANDLE;
+	if (r == CUDA_SUCCESS)
+		*pFunc = f;
+	return r;
+}
+
+CUresult CUDAAPI cuKernelGetName(const char **name, CUkernel hfunc)
+{
+	struct CUkern_st *k = kern_of(hfunc);
+	if (name == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (k == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*name = k->name;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
+{
+	struct CUkern_st *k = kern_of(kernel);
+	if (pLib == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (k == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*pLib = k->lib;
+	return CUDA_SUCCESS;
+}
+
+/* ---- function attributes (cached) ------------------------------------------- */
+
+/* Attributes fixed at load time are asked of the server once per
+ * function; the two a program may set are cached when set. */
+static CUresult func_get_attr(struct CUfunc_st *f, CUfunction_attribute attrib, int *pi)
+{
+	if ((unsigned)attrib >= GC_FUNC_ATTRS)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint32_t bit = 1u << attrib;
+	if (atomic_load_explicit(&f->attr_known, memory_order_acquire) & bit) {
+		*pi = __atomic_load_n(&f->attrs[attrib], __ATOMIC_RELAXED);
+		return CUDA_SUCCESS;
+	}
+	int32_t v;
+	CUresult r = gc_ready();
+	if (r == CUDA_SUCCESS)
+		r = gc_rpc_FuncGetAttribute(f->ctx, f->h, (int32_t)attrib, &v);
+	if (r != CUDA_SUCCESS)
+		return r;
+	__atomic_store_n(&f->attrs[attrib], v, __ATOMIC_RELAXED);
+	atomic_fetch_or_explicit(&f->attr_known, bit, memory_order_release);
+	*pi = v;
+	return CUDA_SUCCESS;
+}
+
+static CUresult func_set_attr(struct CUfunc_st *f, CUfunction_attribute attrib, int value)
+{
+	if ((unsigned)attrib >= GC_FUNC_ATTRS)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = gc_ready();
+	if (r == CUDA_SUCCESS)
+		r = gc_rpc_FuncSetAttribute(f->ctx, f->h, (int32_t)attrib, value);
+	if (r != CUDA_SUCCESS)
+		return r;
+	__atomic_store_n(&f->attrs[attrib], value, __ATOMIC_RELAXED);
+	atomic_fetch_or_explicit(&f->attr_known, 1u << attrib, memory_order_release);
+	return CUDA_SUCCESS;
+}
+
+/* resolve_current: the function fn names in the calling thread's context. */
+static CUresult resolve_current(CUfunction fn, struct CUfunc_st **f)
+{
+	uint64_t ctx;
+	CUresult r = gc_current_ctx(&ctx);
+	return r != CUDA_SUCCESS ? r : gc_func_resolve(fn, ctx, f);
+}
+
+CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
+{
+	if (pi == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUfunc_st *f;
+	CUresult r = resolve_current(hfunc, &f);
+	return r != CUDA_SUCCESS ? r : func_get_attr(f, attrib, pi);
+}
+
+CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
+{
+	struct CUfunc_st *f;
+	CUresult r = resolve_current(hfunc, &f);
+	return r != CUDA_SUCCESS ? r : func_set_attr(f, attrib, value);
+}
+
+CUresult CUDAAPI cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
+{
+	/* A preference the hardware may ignore; the server's devices do. */
+	struct CUfunc_st *f;
+	CUresult r = resolve_current(hfunc, &f);
+	if (r == CUDA_SUCCESS && (unsigned)config > CU_FUNC_CACHE_PREFER_EQUAL)
+		r = CUDA_ERROR_INVALID_VALUE;
+	return r;
+}
+
+CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
+{
+	if (name == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (hfunc != NULL && hfunc->magic == GC_KERN_MAGIC)
+		return cuKernelGetName(name, (CUkernel)(void *)hfunc);
+	if (hfunc == NULL || hfunc->magic != GC_FUNC_MAGIC)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*name = hfunc->name;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
+{
+	if (hmod == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUfunc_st *f;
+	CUresult r = resolve_current(hfunc, &f);
+	if (r == CUDA_SUCCESS)
+		*hmod = f->mod;
+	return r;
+}
+
+/* Kernel attributes are per device; the kernel is resolved in the
+ * calling thread's context, whose device must be dev. */
+static CUresult kernel_func(CUkernel kernel, CUdevice dev, struct CUfunc_st **f)
+{
+	if (kern_of(kernel) == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUdevice cur;
+	CUresult r = cuCtxGetDevice_v2(&cur, NULL);
+	if (r == CUDA_SUCCESS && cur != dev)
+		r = CUDA_ERROR_INVALID_DEVICE;
+	return r != CUDA_SUCCESS ? r : resolve_current((CUfunction)(void *)kernel, f);
+}
+
+CUresult CUDAAPI cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
+{
+	if (pi == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUfunc_st *f;
+	CUresult r = kernel_func(kernel, dev, &f);
+	return r != CUDA_SUCCESS ? r : func_get_attr(f, attrib, pi);
+}
+
+CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
+{
+	struct CUkern_st *k = kern_of(kernel);
+	struct CUfunc_st *f;
+	CUresult r = kernel_func(kernel, dev, &f);
+	if (r == CUDA_SUCCESS)
+		r = func_set_attr(f, attrib, val);
+	if (r == CUDA_SUCCESS) {
+		pthread_mutex_lock(&k->mu);
+		k->set_mask |= 1u << attrib;
+		k->set_val[attrib] = val;
+		pthread_mutex_unlock(&k->mu);
+	}
+	return r;
+}
+
+CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev)
+{
+	struct CUfunc_st *f;
+	CUresult r = kernel_func(kernel, dev, &f);
+	if (r == CUDA_SUCCESS && (unsigned)config > CU_FUNC_CACHE_PREFER_EQUAL)
+		r = CUDA_ERROR_INVALID_VALUE;
+	return r;
+}
+
+CUresult CUDAAPI cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
+{
+	if (mode == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*mode = CU_MODULE_LAZY_LOADING; /* libraries load on first use (above) */
+	return CUDA_SUCCESS;
+}
+
+/* ---- linking ----------------------------------------------------------------- */
+
+/* cuLink* as cuBLASLt and cuDNN use it: one image in, the same image out,
+ * which the server then JIT-compiles or loads. Linking several objects
+ * together needs nvJitLink on the server and is refused with a logged
+ * line. */
+struct CUlinkState_st {
+	uint32_t magic;
+	void *image;
+	size_t n;
+	int inputs;
+};
+#define LINK_MAGIC 0x67634cffu
+
+CUresult CUDAAPI cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut)
+{
+	if (stateOut == NULL || (numOptions > 0 && (options == NULL || optionValues == NULL)))
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = gc_ready();
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct CUlinkState_st *s = calloc(1, sizeof *s);
+	if (s == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	s->magic = LINK_MAGIC;
+	*stateOut = s;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name,
+				  unsigned int numOptions, CUjit_option *options, void **optionValues)
+{
+	(void)name, (void)numOptions, (void)options, (void)optionValues;
+	if (state == NULL || state->magic != LINK_MAGIC)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (data == NULL || size == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (type != CU_JIT_INPUT_CUBIN && type != CU_JIT_INPUT_PTX && type != CU_JIT_INPUT_FATBINARY) {
+		gc_log("cuLinkAddData: input type %d needs the server's linker, which gpuctl does not drive", (int)type);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	if (state->inputs > 0) {
+		gc_log("cuLinkAddData: linking more than one input needs the server's linker, which gpuctl does not drive");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	if (size > GC_MAX_IMAGE)
+		return CUDA_ERROR_INVALID_IMAGE;
+	state->image = malloc(size + 1);
+	if (state->image == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	memcpy(state->image, data, size);
+	((char *)state->image)[size] = 0;
+	state->n = size;
+	state->inputs++;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions,
+				  CUjit_option *options, void **optionValues)
+{
+	if (state == NULL || state->magic != LINK_MAGIC)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (path == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUlibrary lib;
+	CUresult r = cuLibraryLoadFromFile(&lib, path, NULL, NULL, 0, NULL, NULL, 0);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = cuLinkAddData_v2(state, type, lib->image, lib->n, path, numOptions, options, optionValues);
+	free(lib->image);
+	free(lib);
+	return r;
+}
+
+CUresult CUDAAPI cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
+{
+	if (state == NULL || state->magic != LINK_MAGIC)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (cubinOut == NULL || sizeOut == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (state->inputs == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	*cubinOut = state->image; /* owned by the state until cuLinkDestroy */
+	*sizeOut = state->n;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuLinkDestroy(CUlinkState state)
+{
+	if (state == NULL || state->magic != LINK_MAGIC)
+		return CUDA_ERROR_INVALID_HANDLE;
+	state->magic = 0;
+	free(state->image);
+	free(state);
+	return CUDA_SUCCESS;
+}
+
+/* ---- cuLaunchKernelEx -------------------------------------------------------- */
+
+CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
+{
+	if (config == NULL || (config->numAttrs > 0 && config->attrs == NULL))
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned int i = 0; i < config->numAttrs; i++) {
+		const CUlaunchAttribute *a = &config->attrs[i];
+		switch (a->id) {
+		case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+			if (a->value.cooperative == 0)
+				break;
+			gc_log("cuLaunchKernelEx: cooperative launches are not supported");
+			return CUDA_ERROR_NOT_SUPPORTED;
+		case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+			if ((uint64_t)a->value.clusterDim.x * a->value.clusterDim.y * a->value.clusterDim.z <= 1)
+				break;
+			gc_log("cuLaunchKernelEx: thread-block clusters are not supported");
+			return CUDA_ERROR_NOT_SUPPORTED;
+		case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:
+		case CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT:
+		case CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE:
+			gc_log("cuLaunchKernelEx: launch attribute %d is not supported", (int)a->id);
+			return CUDA_ERROR_NOT_SUPPORTED;
+		default:
+			/* Hints that never change a result: priority, cache and
+			 * memory-sync policies, preferred cluster shapes and
+			 * carveouts, and programmatic serialization (which only
+			 * relaxes the stream order the server keeps anyway). */
+			break;
+		}
+	}
+	return cuLaunchKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
+			      config->blockDimZ, config->sharedMemBytes, config->hStream, kernelParams, extra);
+}
+
+/* ---- occupancy ------------------------------------------------------------------ */
+
+/* The per-SM limits of a device, asked of the server once per device:
+ * they never change. */
+struct smlimits {
+	int sms, warp, threads_sm, blocks_sm, regs_sm, regs_block, smem_sm, smem_optin, smem_reserved, cc_major;
+};
+static struct {
+	pthread_mutex_t mu;
+	int known[MAX_DEVICES];
+	struct smlimits l[MAX_DEVICES];
+} devlim = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static CUresult sm_limits(CUdevice dev, struct smlimits *out)
+{
+	if (!dev_ok(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&devlim.mu);
+	int known = devlim.known[dev];
+	if (known)
+		*out = devlim.l[dev];
+	pthread_mutex_unlock(&devlim.mu);
+	if (known)
+		return CUDA_SUCCESS;
+	static const CUdevice_attribute attrs[] = {
+		CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,          CU_DEVICE_ATTRIBUTE_WARP_SIZE,
+		CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR,
+		CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK,
+		CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+		CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+	};
+	int v[sizeof attrs / sizeof attrs[0]];
+	for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
+		CUresult r = cuDeviceGetAttribute(&v[i], attrs[i], dev);
+		if (r != CUDA_SUCCESS)
+			return r;
+	}
+	struct smlimits l = { v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9] };
+	if (l.warp <= 0 || l.threads_sm <= 0 || l.blocks_sm <= 0 || l.sms <= 0)
+		return CUDA_ERROR_UNKNOWN;
+	pthread_mutex_lock(&devlim.mu);
+	devlim.l[dev] = l;
+	devlim.known[dev] = 1;
+	pthread_mutex_unlock(&devlim.mu);
+	*out = l;
+	return CUDA_SUCCESS;
+}
+
+/* What a function needs per block, from its (cached) attributes. */
+struct fneeds {
+	int max_threads, regs, smem_static, max_dyn;
+};
+
+static CUresult occ_inputs(CUfunction fn, struct fneeds *need, struct smlimits *lim)
+{
+	struct CUfunc_st *f;
+	CUresult r = resolve_current(fn, &f);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if ((r = func_get_attr(f, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &need->max_threads)) != CUDA_SUCCESS ||
+	    (r = func_get_attr(f, CU_FUNC_ATTRIBUTE_NUM_REGS, &need->regs)) != CUDA_SUCCESS ||
+	    (r = func_get_attr(f, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, &need->smem_static)) != CUDA_SUCCESS ||
+	    (r = func_get_attr(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, &need->max_dyn)) != CUDA_SUCCESS)
+		return r;
+	CUdevice dev;
+	r = cuCtxGetDevice_v2(&dev, (CUcontext)(uintptr_t)f->ctx);
+	return r != CUDA_SUCCESS ? r : sm_limits(dev, lim);
+}
+
+static int ceil_to(int v, int g) { return g > 0 ? (v + g - 1) / g * g : v; }
+
+/* active_blocks is the occupancy calculator's answer: the blocks of
+ * block_size threads and dyn bytes of dynamic shared memory that fit on
+ * one SM at once, limited by warps, blocks, registers and shared memory.
+ * Registers are allocated per warp in units of 256, shared memory per
+ * block in units of 128 bytes plus the driver's reserve. */
+static int active_blocks(const struct fneeds *n, const struct smlimits *l, int block_size, size_t dyn)
+{
+	if (block_size <= 0 || block_size > n->max_threads)
+		return 0;
+	if ((int64_t)dyn > n->max_dyn || (int64_t)dyn + n->smem_static > l->smem_optin)
+		return 0;
+	int warps = (block_size + l->warp - 1) / l->warp;
+	int lim = l->blocks_sm;
+	int by_warps = (l->threads_sm / l->warp) / warps;
+	if (by_warps < lim)
+		lim = by_warps;
+	if (n->regs > 0) {
+		int per_warp = ceil_to(n->regs * l->warp, 256);
+		if ((int64_t)n->regs * block_size > l->regs_block)
+			return 0;
+		int by_regs = (l->regs_sm / per_warp) / warps;
+		if (by_regs < lim)
+			lim = by_regs;
+	}
+	int64_t smem = (int64_t)n->smem_static + (int64_t)dyn;
+	if (smem > 0) {
+		int64_t per_block = ceil_to((int)smem, 128) + l->smem_reserved;
+		int by_smem = (int)((l->smem_sm) / per_block);
+		if (by_smem < lim)
+			lim = by_smem;
+	}
+	return lim < 0 ? 0 : lim;
+}
+
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize,
+								      size_t dynamicSMemSize, unsigned int flags)
+{
+	if (numBlocks == NULL || (flags & ~1u) != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct fneeds n;
+	struct smlimits l;
+	CUresult r = occ_inputs(func, &n, &l);
+	if (r == CUDA_SUCCESS)
+		*numBlocks = active_blocks(&n, &l, blockSize, dynamicSMemSize);
+	return r;
+}
+
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize,
+							     size_t dynamicSMemSize)
+{
+	return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, 0);
+}
+
+/* The block size with the most resident threads per SM, the largest
+ * such when several tie, and the grid that fills the device with it. The
+ * callback, when given, says how much dynamic shared memory a block of
+ * each size needs. */
+CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func,
+							   CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize,
+							   int blockSizeLimit, unsigned int flags)
+{
+	if (minGridSize == NULL || blockSize == NULL || (flags & ~1u) != 0 || blockSizeLimit < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct fneeds n;
+	struct smlimits l;
+	CUresult r = occ_inputs(func, &n, &l);
+	if (r != CUDA_SUCCESS)
+		return r;
+	int top = n.max_threads;
+	if (blockSizeLimit > 0 && blockSizeLimit < top)
+		top = blockSizeLimit;
+	int best = 0, best_blocks = 0, best_threads = 0;
+	for (int bs = ceil_to(top, l.warp); bs > 0; bs -= l.warp) {
+		int size = bs > top ? top : bs;
+		size_t dyn = blockSizeToDynamicSMemSize ? blockSizeToDynamicSMemSize(size) : dynamicSMemSize;
+		int blocks = active_blocks(&n, &l, size, dyn);
+		if (blocks * size > best_threads) {
+			best = size;
+			best_blocks = blocks;
+			best_threads = blocks * size;
+		}
+		if (best_threads == l.threads_sm)
+			break; /* the SM is full; smaller blocks cannot beat it */
+	}
+	*blockSize = best;
+	*minGridSize = best_blocks * l.sms;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func,
+						  CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize,
+						  int blockSizeLimit)
+{
+	return cuOccupancyMaxPotentialBlockSizeWithFlags(minGridSize, blockSize, func, blockSizeToDynamicSMemSize,
+							 dynamicSMemSize, blockSizeLimit, 0);
+}
+
+CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize)
+{
+	if (dynamicSmemSize == NULL || numBlocks <= 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct fneeds n;
+	struct smlimits l;
+	CUresult r = occ_inputs(func, &n, &l);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (active_blocks(&n, &l, blockSize, 0) < numBlocks) {
+		*dynamicSmemSize = 0;
+		return CUDA_SUCCESS;
+	}
+	int64_t per_block = l.smem_sm / numBlocks - l.smem_reserved;
+	per_block = per_block / 128 * 128 - n.smem_static;
+	if (per_block > l.smem_optin - n.smem_static)
+		per_block = l.smem_optin - n.smem_static;
+	*dynamicSmemSize = per_block > 0 ? (size_t)per_block : 0;
+	return CUDA_SUCCESS;
+}
+
+static int cluster_size(const CUlaunchConfig *c)
+{
+	for (unsigned int i = 0; i < c->numAttrs; i++)
+		if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+			return (int)(c->attrs[i].value.clusterDim.x * c->attrs[i].value.clusterDim.y *
+				     c->attrs[i].value.clusterDim.z);
+	return 1;
+}
+
+/* Clusters are placed within one GPC, which the driver does not
+ * describe; the answer here assumes the device's SMs can be grouped
+ * freely, an upper bound. */
+CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
+{
+	if (numClusters == NULL || config == NULL || (config->numAttrs > 0 && config->attrs == NULL))
+		return CUDA_ERROR_INVALID_VALUE;
+	struct fneeds n;
+	struct smlimits l;
+	CUresult r = occ_inputs(func, &n, &l);
+	if (r != CUDA_SUCCESS)
+		return r;
+	int cs = cluster_size(config);
+	if (cs <= 0 || cs > 16 || (l.cc_major < 9 && cs > 1))
+		return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+	int block = (int)(config->blockDimX * config->blockDimY * config->blockDimZ);
+	int per_sm = active_blocks(&n, &l, block, config->sharedMemBytes);
+	*numClusters = per_sm * l.sms / cs;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config)
+{
+	if (clusterSize == NULL || config == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct fneeds n;
+	struct smlimits l;
+	CUresult r = occ_inputs(func, &n, &l);
+	if (r != CUDA_SUCCESS)
+		return r;
+	/* 8 is the portable cluster size of compute capability 9.0 and later. */
+	*clusterSize = l.cc_major >= 9 ? 8 : 1;
+	return CUDA_SUCCESS;
+}
+
+/* ---- per-thread default stream forms ---------------------------------------------- */
+
+/* The _ptsz/_ptds forms read a NULL stream as the calling thread's
+ * default stream. The server runs the legacy and per-thread default
+ * streams of a context as one stream, which orders more strictly than
+ * CUDA does and so keeps every program correct. */
+#define PT(s) ((s) == NULL ? CU_STREAM_PER_THREAD : (s))
+
+CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+				     unsigned int by, unsigned int bz, unsigned int shared, CUstream s, void **kernelParams,
+				     void **extra)
+{
+	return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, PT(s), kernelParams, extra);
+}
+
+CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
+{
+	if (config == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUlaunchConfig c = *config;
+	c.hStream = PT(c.hStream);
+	return cuLaunchKernelEx(&c, f, kernelParams, extra);
+}
+
+CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) { return cuMemcpy(dst, src, n); }
+CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	return cuMemcpyAsync(dst, src, n, PT(s));
+}
+CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr d, const void *h, size_t n) { return cuMemcpyHtoD_v2(d, h, n); }
+CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *h, CUdeviceptr d, size_t n) { return cuMemcpyDtoH_v2(h, d, n); }
+CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { return cuMemcpyDtoD_v2(d, s, n); }
+CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr d, const void *h, size_t n, CUstream s)
+{
+	return cuMemcpyHtoDAsync_v2(d, h, n, PT(s));
+}
+CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void *h, CUdeviceptr d, size_t n, CUstream s)
+{
+	return cuMemcpyDtoHAsync_v2(h, d, n, PT(s));
+}
+CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr d, CUdeviceptr src, size_t n, CUstream s)
+{
+	return cuMemcpyDtoDAsync_v2(d, src, n, PT(s));
+}
+CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr d, unsigned char v, size_t n) { return cuMemsetD8_v2(d, v, n); }
+CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr d, unsigned short v, size_t n) { return cuMemsetD16_v2(d, v, n); }
+CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr d, unsigned int v, size_t n) { return cuMemsetD32_v2(d, v, n); }
+CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char v, size_t n, CUstream s)
+{
+	return cuMemsetD8Async(d, v, n, PT(s));
+}
+CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr d, unsigned short v, size_t n, CUstream s)
+{
+	return cuMemsetD16Async(d, v, n, PT(s));
+}
+CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, size_t n, CUstream s)
+{
+	return cuMemsetD32Async(d, v, n, PT(s));
+}
+CUresult CUDAAPI cuStreamQuery_ptsz(CUstream s) { return cuStreamQuery(PT(s)); }
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream s) { return cuStreamSynchronize(PT(s)); }
+CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int flags) { return cuStreamWaitEvent(PT(s), e, flags); }
+CUresult CUDAAPI cuEventRecord_ptsz(CUevent e, CUstream s) { return cuEventRecord(e, PT(s)); }
+CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigned int flags)
+{
+	return cuEventRecordWithFlags(e, PT(s), flags);
+}

@@ -1,0 +1,406 @@
+/* Client-level test of the runtime-API surface of libcuda.so.1: export
+ * tables, cuGetProcAddress versions and flags, libraries and kernels,
+ * cached attributes, occupancy, cuLaunchKernelEx and bad input.
+ * Usage: rtest surface | integrity | badinput */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int failures;
+
+#define CHECK(call, want)                                                                                 \
+	do {                                                                                              \
+		CUresult r_ = (call);                                                                     \
+		if (r_ != (want)) {                                                                       \
+			fprintf(stderr, "FAIL %s:%d: %s = %d, want %d\n", __FILE__, __LINE__, #call, (int)r_, \
+				(int)(want));                                                             \
+			failures++;                                                                       \
+		}                                                                                         \
+	} while (0)
+#define OK(call) CHECK(call, CUDA_SUCCESS)
+#define EXPECT(cond)                                                                    \
+	do {                                                                            \
+		if (!(cond)) {                                                          \
+			fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+			failures++;                                                     \
+		}                                                                       \
+	} while (0)
+
+/* twice(p, n): p[i] *= 2 for i < n. */
+static const char *ptx =
+	".version 7.0\n.target sm_52\n.address_size 64\n"
+	".visible .entry twice(.param .u64 p, .param .u32 n)\n{\n"
+	"  .reg .pred %p<2>;\n  .reg .b32 %r<8>;\n  .reg .b64 %rd<5>;\n"
+	"  ld.param.u64 %rd1, [p];\n  ld.param.u32 %r2, [n];\n"
+	"  mov.u32 %r3, %ctaid.x;\n  mov.u32 %r4, %ntid.x;\n  mov.u32 %r5, %tid.x;\n"
+	"  mad.lo.s32 %r1, %r3, %r4, %r5;\n  setp.ge.u32 %p1, %r1, %r2;\n  @%p1 bra DONE;\n"
+	"  cvta.to.global.u64 %rd2, %rd1;\n  mul.wide.u32 %rd3, %r1, 4;\n  add.s64 %rd4, %rd2, %rd3;\n"
+	"  ld.global.u32 %r6, [%rd4];\n  add.s32 %r7, %r6, %r6;\n  st.global.u32 [%rd4], %r7;\n"
+	"DONE:\n  ret;\n}\n";
+
+static CUuuid uuid(const char *hex)
+{
+	CUuuid u;
+	for (int i = 0; i < 16; i++) {
+		unsigned v;
+		sscanf(hex + 2 * i, "%2x", &v);
+		u.bytes[i] = (char)v;
+	}
+	return u;
+}
+
+static const void *table(const char *hex, CUresult want)
+{
+	const void *t = NULL;
+	CUuuid u = uuid(hex);
+	CHECK(cuGetExportTable(&t, &u), want);
+	return t;
+}
+
+static CUcontext setup(void)
+{
+	CUdevice dev;
+	CUcontext ctx = NULL;
+	OK(cuInit(0));
+	OK(cuDeviceGet(&dev, 0));
+	OK(cuCtxCreate(&ctx, NULL, 0, dev));
+	return ctx;
+}
+
+/* Context-local storage destructor calls, checked after cuCtxDestroy. */
+static CUcontext dtor_ctx;
+static void *dtor_key, *dtor_val;
+static int dtor_calls;
+static void cls_dtor(CUcontext c, void *key, void *val)
+{
+	dtor_ctx = c, dtor_key = key, dtor_val = val;
+	dtor_calls++;
+}
+
+static size_t smem_for(int block) { return (size_t)block * 8; }
+
+static void test_tables(void)
+{
+	static const struct {
+		const char *uuid;
+		uintptr_t size;
+	} sized[] = {
+		{ "f8cff95121468b4eb9e2fb469e7c0dd9", 0x18 }, { "6bd5fb6c5bf4e74a8987d93912fd9df9", 0x68 },
+		{ "a094798c2e742e7493f20800200c0a66", 0x38 }, { "42d85a8123f6cb478298f6e78a3aecdc", 0x18 },
+		{ "263e88607cd2614392f6bbd5006dfa7e", 0x78 }, { "d4082055bde6704b8d34ba123c66e1f2", 0x18 },
+		{ "21318c60971432488ca641ff7324c8f2", 0x2e8 },
+	};
+	for (size_t i = 0; i < sizeof sized / sizeof sized[0]; i++) {
+		const uintptr_t *t = table(sized[i].uuid, CUDA_SUCCESS);
+		EXPECT(t != NULL && t[0] == sized[i].size);
+		/* The same address every time: cudart's copies compare them. */
+		EXPECT(table(sized[i].uuid, CUDA_SUCCESS) == (const void *)t);
+		for (uintptr_t s = 1; t != NULL && s < sized[i].size / 8; s++)
+			EXPECT(t[s] != 0);
+	}
+	/* CONTEXT_LOCAL_STORAGE has no size word: three functions, then NULL. */
+	void *const *cls = table("c693336e1121df11a8c368f355d89593", CUDA_SUCCESS);
+	EXPECT(cls[0] != NULL && cls[1] != NULL && cls[2] != NULL && cls[3] == NULL);
+
+	/* An unknown table: an error, and a stub table that answers errors. */
+	const uintptr_t *unk = table("00112233445566778899aabbccddeeff", CUDA_ERROR_NOT_SUPPORTED);
+	EXPECT(unk != NULL && unk[0] == 65 * 8);
+	if (unk != NULL)
+		CHECK(((CUresult(*)(void))unk[5])(), CUDA_ERROR_NOT_SUPPORTED);
+	EXPECT(table("00112233445566778899aabbccddeeff", CUDA_ERROR_NOT_SUPPORTED) == (const void *)unk);
+	CUuuid u = uuid("6bd5fb6c5bf4e74a8987d93912fd9df9");
+	CHECK(cuGetExportTable(NULL, &u), CUDA_ERROR_INVALID_VALUE);
+	/* A slot no one implements: an error, not a crash. */
+	const uintptr_t *cudart = table("6bd5fb6c5bf4e74a8987d93912fd9df9", CUDA_SUCCESS);
+	CHECK(((CUresult(*)(void))cudart[4])(), CUDA_ERROR_NOT_SUPPORTED);
+
+	/* Tools hooks hand out zeroed buffers: no callback enabled. */
+	const uintptr_t *hooks = table("a094798c2e742e7493f20800200c0a66", CUDA_SUCCESS);
+	void *buf = NULL;
+	size_t n = 0;
+	((void (*)(void **, size_t *))hooks[2])(&buf, &n);
+	EXPECT(buf != NULL && n == 1024 && ((uint32_t *)buf)[0] == 0);
+
+	/* CUDART_INTERFACE slot 1 loads a module from an image. */
+	CUcontext ctx = setup();
+	CUmodule m = NULL;
+	OK(((CUresult(*)(CUmodule *, const void *))cudart[1])(&m, ptx));
+	CUfunction f;
+	OK(cuModuleGetFunction(&f, m, "twice"));
+	/* Slot 2: the primary context. */
+	CUcontext pctx = NULL, pctx2 = NULL;
+	OK(((CUresult(*)(CUcontext *, CUdevice))cudart[2])(&pctx, 0));
+	OK(cuDevicePrimaryCtxRetain(&pctx2, 0));
+	EXPECT(pctx != NULL && pctx == pctx2);
+
+	/* Context-local storage: put, get, delete, and the destructor on
+	 * context destruction. */
+	CUresult (*put)(CUcontext, void *, void *, void (*)(CUcontext, void *, void *)) = cls[0];
+	CUresult (*del)(CUcontext, void *) = cls[1];
+	CUresult (*get)(void **, CUcontext, void *) = cls[2];
+	int key1, key2, val1, val2;
+	void *v = NULL;
+	OK(put(NULL, &key1, &val1, cls_dtor));
+	OK(get(&v, ctx, &key1));
+	EXPECT(v == &val1);
+	CHECK(get(&v, ctx, &key2), CUDA_ERROR_INVALID_HANDLE);
+	OK(del(ctx, &key1));
+	CHECK(get(&v, ctx, &key1), CUDA_ERROR_INVALID_HANDLE);
+	OK(put(ctx, &key2, &val2, cls_dtor));
+	OK(cuCtxDestroy(ctx));
+	EXPECT(dtor_calls == 1 && dtor_ctx == ctx && dtor_key == &key2 && dtor_val == &val2);
+	/* And on the primary context's reset. */
+	OK(put(pctx, &key1, &val1, cls_dtor));
+	OK(cuDevicePrimaryCtxReset(0));
+	EXPECT(dtor_calls == 2 && dtor_ctx == pctx && dtor_val == &val1);
+
+	/* CONTEXT_CHECKS: an ordinary context. */
+	const uintptr_t *checks = table("263e88607cd2614392f6bbd5006dfa7e", CUDA_SUCCESS);
+	uint32_t flags = 7;
+	const void *extra = &flags;
+	OK(((CUresult(*)(CUcontext, uint32_t *, const void **))checks[2])(NULL, &flags, &extra));
+	EXPECT(flags == 0 && extra == NULL);
+}
+
+static void test_procaddr(void)
+{
+	void *fn = NULL, *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	CUdriverProcAddressQueryResult st;
+	EXPECT(h != NULL);
+	OK(cuGetProcAddress_v2("cuLaunchKernel", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &st));
+	EXPECT(fn == dlsym(h, "cuLaunchKernel") && st == CU_GET_PROC_ADDRESS_SUCCESS);
+	OK(cuGetProcAddress_v2("cuLaunchKernel", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
+	EXPECT(fn == dlsym(h, "cuLaunchKernel_ptsz"));
+	OK(cuGetProcAddress_v2("cuMemcpyHtoD", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
+	EXPECT(fn == dlsym(h, "cuMemcpyHtoD_v2_ptds"));
+	/* A call that takes no stream has one form for both flags. */
+	OK(cuGetProcAddress_v2("cuMemAlloc", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
+	EXPECT(fn == dlsym(h, "cuMemAlloc_v2"));
+	OK(cuGetProcAddress_v2("cuCtxGetDevice", &fn, 13000, 0, &st));
+	EXPECT(fn == dlsym(h, "cuCtxGetDevice_v2"));
+	OK(cuGetProcAddress_v2("cuCtxGetDevice", &fn, 12080, 0, &st));
+	EXPECT(fn == dlsym(h, "cuCtxGetDevice"));
+	CHECK(cuGetProcAddress_v2("cuLibraryLoadData", &fn, 11080, 0, &st), CUDA_ERROR_NOT_FOUND);
+	EXPECT(fn == NULL && st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+	CHECK(cuGetProcAddress_v2("cuNoSuchCall", &fn, 13000, 0, &st), CUDA_ERROR_NOT_FOUND);
+	EXPECT(st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+	/* The v1 ABI: no status argument. */
+	CUresult (*v1)(const char *, void **, int, cuuint64_t) = dlsym(h, "cuGetProcAddress");
+	OK(v1("cuEventRecord", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM));
+	EXPECT(fn == dlsym(h, "cuEventRecord_ptsz"));
+	/* A name gpuctl does not serve resolves to a stub that says so. */
+	OK(cuGetProcAddress_v2("cuGraphAddKernelNode", &fn, 12000, 0, &st));
+	EXPECT(fn != NULL && dlsym(h, "cuGraphAddKernelNode") == NULL);
+	if (fn != NULL)
+		CHECK(((CUresult(*)(void))fn)(), CUDA_ERROR_NOT_SUPPORTED);
+}
+
+static void test_library(void)
+{
+	CUcontext ctx = setup();
+	CUlibrary lib;
+	CUkernel k;
+	OK(cuLibraryLoadData(&lib, ptx, NULL, NULL, 0, NULL, NULL, 0));
+	OK(cuLibraryGetKernel(&k, lib, "twice"));
+	const char *name = NULL;
+	OK(cuKernelGetName(&name, k));
+	EXPECT(name != NULL && strcmp(name, "twice") == 0);
+	enum { N = 1000 };
+	unsigned int h[N];
+	for (int i = 0; i < N; i++)
+		h[i] = (unsigned)i;
+	CUdeviceptr d;
+	OK(cuMemAlloc(&d, sizeof h));
+	OK(cuMemcpyHtoD(d, h, sizeof h));
+	unsigned int n = N;
+	void *args[] = { &d, &n };
+	/* A CUkernel passed where a CUfunction goes. */
+	OK(cuLaunchKernel((CUfunction)(void *)k, (N + 127) / 128, 1, 1, 128, 1, 1, 0, NULL, args, NULL));
+	CUfunction f;
+	OK(cuKernelGetFunction(&f, k));
+	CUlaunchAttribute attrs[2];
+	memset(attrs, 0, sizeof attrs);
+	attrs[0].id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
+	attrs[0].value.priority = -1;
+	CUlaunchConfig cfg = { (N + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, attrs, 1 };
+	OK(cuLaunchKernelEx(&cfg, f, args, NULL));
+	OK(cuMemcpyDtoH(h, d, sizeof h));
+	for (int i = 0; i < N; i++)
+		EXPECT(h[i] == 4u * (unsigned)i);
+	attrs[1].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+	attrs[1].value.clusterDim.x = 2, attrs[1].value.clusterDim.y = 1, attrs[1].value.clusterDim.z = 1;
+	cfg.numAttrs = 2;
+	CHECK(cuLaunchKernelEx(&cfg, f, args, NULL), CUDA_ERROR_NOT_SUPPORTED);
+
+	/* Attributes, for the kernel and its function alike. */
+	int maxt = 0, maxt2 = 0, regs = -1;
+	OK(cuKernelGetAttribute(&maxt, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, k, 0));
+	OK(cuFuncGetAttribute(&maxt2, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f));
+	OK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, (CUfunction)(void *)k));
+	EXPECT(maxt > 0 && maxt == maxt2 && regs >= 0);
+	OK(cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 4096, k, 0));
+	int dyn = 0;
+	OK(cuFuncGetAttribute(&dyn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f));
+	EXPECT(dyn == 4096);
+	CHECK(cuKernelGetAttribute(&dyn, CU_FUNC_ATTRIBUTE_NUM_REGS, k, 7), CUDA_ERROR_INVALID_DEVICE);
+
+	/* Occupancy, computed in the client. */
+	int blocks = 0, minGrid = 0, block = 0, sms = 0, tpsm = 0;
+	OK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0));
+	OK(cuDeviceGetAttribute(&tpsm, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, 0));
+	OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 128, 0));
+	EXPECT(blocks >= 1 && blocks * 128 <= tpsm);
+	OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, maxt + 32, 0));
+	EXPECT(blocks == 0);
+	OK(cuOccupancyMaxPotentialBlockSize(&minGrid, &block, f, NULL, 0, 0));
+	EXPECT(block > 0 && block <= maxt && block % 32 == 0 && minGrid > 0 && minGrid % sms == 0);
+	OK(cuOccupancyMaxPotentialBlockSize(&minGrid, &block, f, smem_for, 0, 96));
+	EXPECT(block > 0 && block <= 96);
+	size_t avail = 0;
+	OK(cuOccupancyAvailableDynamicSMemPerBlock(&avail, f, 1, 128));
+	EXPECT(avail > 0);
+	int clusters = 0;
+	cfg.numAttrs = 0;
+	OK(cuOccupancyMaxActiveClusters(&clusters, f, &cfg));
+	EXPECT(clusters >= sms);
+
+	CUmodule m;
+	OK(cuLibraryGetModule(&m, lib));
+	CUmodule fm;
+	OK(cuFuncGetModule(&fm, f));
+	EXPECT(fm == m);
+	OK(cuFuncGetName(&name, f));
+	EXPECT(strcmp(name, "twice") == 0);
+	OK(cuLibraryUnload(lib));
+	/* The kernel's library is gone: an error, not a crash. */
+	CUcontext c2;
+	OK(cuCtxCreate(&c2, NULL, 0, 0));
+	CHECK(cuKernelGetFunction(&f, k), CUDA_ERROR_INVALID_HANDLE);
+	OK(cuCtxDestroy(c2));
+
+	/* Context state kept in the client. */
+	size_t stack = 0;
+	OK(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE));
+	OK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 4096));
+	OK(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE));
+	EXPECT(stack == 4096);
+	unsigned int flags = 99;
+	OK(cuCtxGetFlags(&flags));
+	EXPECT(flags == 0);
+	unsigned long long id1 = 0, id2 = 0;
+	OK(cuCtxGetId(NULL, &id1));
+	OK(cuCtxGetId(ctx, &id2));
+	EXPECT(id1 != 0 && id1 == id2);
+	CUdevice dev = -1;
+	OK(cuCtxGetDevice_v2(&dev, ctx));
+	EXPECT(dev == 0);
+	OK(cuCtxSynchronize_v2(NULL));
+	/* Pointers. */
+	CUmemorytype type = 0;
+	CUcontext pc = NULL;
+	CUpointer_attribute pa[] = { CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_CONTEXT };
+	void *pd[] = { &type, &pc };
+	OK(cuPointerGetAttributes(2, pa, pd, d));
+	EXPECT(type == CU_MEMORYTYPE_DEVICE && pc == ctx);
+	void *host;
+	CUdeviceptr mapped = 0;
+	OK(cuMemHostAlloc(&host, 4096, CU_MEMHOSTALLOC_DEVICEMAP));
+	OK(cuMemHostGetDevicePointer(&mapped, host, 0));
+	EXPECT(mapped == (CUdeviceptr)(uintptr_t)host);
+	int stackvar;
+	CHECK(cuMemHostGetDevicePointer(&mapped, &stackvar, 0), CUDA_ERROR_INVALID_VALUE);
+	OK(cuMemFreeHost(host));
+	OK(cuMemFree(d));
+	OK(cuCtxDestroy(ctx));
+}
+
+/* integrity prints INTEGRITY_CHECK's inputs and its answer, for the Go
+ * test to recompute the keyed hash independently. */
+static void test_integrity(void)
+{
+	setup();
+	const uintptr_t *it = table("d4082055bde6704b8d34ba123c66e1f2", CUDA_SUCCESS);
+	const void *cudart = table("6bd5fb6c5bf4e74a8987d93912fd9df9", CUDA_SUCCESS);
+	CUresult (*check)(uint32_t, uint64_t, uint64_t *) = (void *)it[1];
+	uint64_t out[2] = { 0 }, again[2] = { 0 };
+	OK(check(12044, 0x682b9cee, out));
+	OK(check(12044, 0x682b9cee, again));
+	EXPECT(out[0] == again[0] && out[1] == again[1]);
+	OK(check(12030, 0x682b9cee, again)); /* versions ending in 0 are constant */
+	EXPECT(again[0] == 0x3341181c03cb675cull && again[1] == 0x8ed383aa1f4cd1e8ull);
+	int drv = 0, n = 0;
+	OK(cuDriverGetVersion(&drv));
+	OK(cuDeviceGetCount(&n));
+	printf("inputs %d %u %u %llx %llx %llx %d\n", drv, (unsigned)getpid(), (unsigned)(uintptr_t)pthread_self(),
+	       (unsigned long long)(uintptr_t)cudart, (unsigned long long)(uintptr_t)it, (unsigned long long)it[1], n);
+	for (int d = 0; d < n; d++) {
+		CUuuid u;
+		int dom, bus, dv;
+		OK(cuDeviceGetUuid(&u, d));
+		OK(cuDeviceGetAttribute(&dom, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, d));
+		OK(cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, d));
+		OK(cuDeviceGetAttribute(&dv, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, d));
+		printf("device ");
+		for (int i = 0; i < 16; i++)
+			printf("%02x", (unsigned char)u.bytes[i]);
+		printf(" %d %d %d\n", dom, bus, dv);
+	}
+	printf("hash %016llx %016llx\n", (unsigned long long)out[0], (unsigned long long)out[1]);
+}
+
+/* Images the interposer cannot make sense of fail with a CUDA error. */
+static void test_badinput(void)
+{
+	CUcontext ctx = setup();
+	CUmodule m;
+	CUlibrary lib;
+	/* nvcc's fatbin wrapper around a fatbin with a broken header. */
+	static uint8_t inner[64];
+	memset(inner, 0xab, sizeof inner - 1); /* NUL-terminated: read as text */
+	struct {
+		uint32_t magic, version;
+		const void *data;
+		void *unused;
+	} wrapper = { 0x466243b1u, 1, inner, NULL };
+	EXPECT(cuModuleLoadData(&m, &wrapper) != CUDA_SUCCESS);
+	EXPECT(cuLibraryLoadData(&lib, &wrapper, NULL, NULL, 0, NULL, NULL, 0) == CUDA_SUCCESS);
+	CUkernel k;
+	OK(cuLibraryGetKernel(&k, lib, "twice"));
+	CUfunction f;
+	EXPECT(cuKernelGetFunction(&f, k) != CUDA_SUCCESS); /* loaded lazily: fails here */
+	/* A fatbin whose header claims more than the process holds. */
+	static uint8_t fb[16] = { 0x50, 0xed, 0x55, 0xba, 1, 0, 16, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0 };
+	CHECK(cuModuleLoadData(&m, fb), CUDA_ERROR_INVALID_IMAGE);
+	wrapper.data = NULL;
+	CHECK(cuModuleLoadData(&m, &wrapper), CUDA_ERROR_INVALID_IMAGE);
+	OK(cuCtxDestroy(ctx));
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "surface";
+	if (strcmp(mode, "surface") == 0) {
+		test_tables();
+		test_procaddr();
+		test_library();
+	} else if (strcmp(mode, "integrity") == 0) {
+		test_integrity();
+	} else if (strcmp(mode, "badinput") == 0) {
+		test_badinput();
+	} else {
+		fprintf(stderr, "usage: rtest surface | integrity | badinput\n");
+		return 2;
+	}
+	if (failures > 0) {
+		fprintf(stderr, "%d failures\n", failures);
+		return 1;
+	}
+	printf("PASS %s\n", mode);
+	return 0;
+}
