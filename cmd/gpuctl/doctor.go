@@ -14,7 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuctl/gpuctl/checkpoint/criu"
+	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 )
@@ -143,20 +143,20 @@ func diagnose(ctx context.Context, a doctorArgs) *doctorReport {
 	// CRIU, found the way gpud finds it.
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if bin, err := criu.Find(a.criu); err != nil {
+	if bin, err := criubin.Find(a.criu); err != nil {
 		problem("%v", err)
 	} else {
 		r.CRIU.Path = bin
-		v, err := criu.GetVersion(cctx, bin)
+		v, err := criubin.VersionOf(cctx, bin)
 		switch {
 		case err != nil:
 			problem("criu at %s does not run: %v; run `make deps` for a working bundle", bin, err)
-		case !v.AtLeast(criu.MinVersion):
+		case !v.AtLeast(criubin.MinVersion):
 			r.CRIU.Version = v.String()
-			problem("criu %s at %s is older than %s and fails on kernels >= 6.13; run `make deps` and point gpud at .deps/criu/criu (--criu or GPUCTL_CRIU)", v, bin, criu.MinVersion)
+			problem("criu %s at %s is older than %s and fails on kernels >= 6.13; run `make deps` and point gpud at .deps/criu/criu (--criu or GPUCTL_CRIU)", v, bin, criubin.MinVersion)
 		default:
 			r.CRIU.Version = v.String()
-			out, err := criu.Check(cctx, bin)
+			out, err := criubin.Check(cctx, bin)
 			r.CRIU.Check = lastLine(out)
 			if err != nil {
 				problem("`criu check` fails: %s; the kernel lacks a feature CRIU needs", lastLine(out))

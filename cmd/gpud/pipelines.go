@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/checkpoint/criu"
+	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/remoting/backend"
@@ -23,7 +24,7 @@ import (
 // reattacher, the host store holds the images.
 func (d *daemon) routers() ([]router, error) {
 	crOpts := criu.Options{LogDir: filepath.Join(d.cfg.stateDir, "work")}
-	if bin, err := criu.Find(d.cfg.criu); err == nil {
+	if bin, err := criubin.Find(d.cfg.criu); err == nil {
 		crOpts.Binary = bin
 	} else {
 		// Sessions run without CRIU; checkpoints and restores then fail
