@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/images/imagegen"
@@ -174,5 +175,35 @@ func TestExportSizeIsExact(t *testing.T) {
 	b, err := io.ReadAll(resp.Body)
 	if err != nil || int64(len(b)) != want || resp.ContentLength != want {
 		t.Fatalf("export: %d bytes, Content-Length %d, planned %d (%v)", len(b), resp.ContentLength, want, err)
+	}
+}
+
+// The streamed verify a terminal gets: progress lines, then the report or
+// the error, through the client.
+func TestVerifyWithProgress(t *testing.T) {
+	ctx := context.Background()
+	st, c := host(t)
+	src := dumpDir(t, imagegen.Pages(12, 1<<20, imagegen.Realistic))
+	if _, _, err := Commit(ctx, st, src, Meta{ID: "img-p", Session: "s-p"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		id      string
+		wantErr errs.Kind
+	}{{"img-p", ""}, {"", ""}, {"img-gone", errs.NotFound}, {"../x", errs.InvalidArgument}} {
+		var last, total int64
+		rep, err := c.Verify(ctx, api.VerifyRequest{ID: tt.id}, func(done, t int64) { last, total = done, t })
+		if tt.wantErr != "" {
+			if errs.KindOf(err) != tt.wantErr {
+				t.Fatalf("%q: got %v, want %s", tt.id, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || !rep.OK() || rep.Chunks == 0 || rep.Images != 1 {
+			t.Fatalf("%q: %+v %v", tt.id, rep, err)
+		}
+		if last > total {
+			t.Fatalf("%q: progress %d of %d", tt.id, last, total)
+		}
 	}
 }
