@@ -23,7 +23,7 @@ type Progress func(done, total int64)
 // Host is GET /v1/host: the host's name, backend, GPUs and addresses.
 func (c *Client) Host(ctx context.Context) (*api.Host, error) {
 	var h api.Host
-	if err := c.Do(ctx, http.MethodGet, api.HostPath, nil, &h); err != nil {
+	if err := c.do(ctx, http.MethodGet, api.HostPath, nil, &h); err != nil {
 		return nil, err
 	}
 	return &h, nil
@@ -32,7 +32,7 @@ func (c *Client) Host(ctx context.Context) (*api.Host, error) {
 // Sessions is GET /v1/sessions, oldest first; never nil.
 func (c *Client) Sessions(ctx context.Context) ([]api.Session, error) {
 	var list []api.Session
-	if err := c.Do(ctx, http.MethodGet, api.SessionsPath, nil, &list); err != nil {
+	if err := c.do(ctx, http.MethodGet, api.SessionsPath, nil, &list); err != nil {
 		return nil, err
 	}
 	if list == nil {
@@ -47,7 +47,7 @@ func (c *Client) Session(ctx context.Context, id string) (*api.Session, error) {
 		return nil, err
 	}
 	var s api.Session
-	if err := c.Do(ctx, http.MethodGet, api.SessionPath(id), nil, &s); err != nil {
+	if err := c.do(ctx, http.MethodGet, api.SessionPath(id), nil, &s); err != nil {
 		return nil, err
 	}
 	return &s, nil
@@ -60,7 +60,7 @@ func (c *Client) Checkpoint(ctx context.Context, id string, req api.CheckpointRe
 		return nil, err
 	}
 	var res api.CheckpointReply
-	if err := c.Do(ctx, http.MethodPost, api.SessionCheckpointPath(id), req, &res); err != nil {
+	if err := c.do(ctx, http.MethodPost, api.SessionCheckpointPath(id), req, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil
@@ -73,7 +73,7 @@ func (c *Client) Restore(ctx context.Context, image string) (*api.RestoreReply, 
 		return nil, err
 	}
 	var res api.RestoreReply
-	if err := c.Do(ctx, http.MethodPost, api.ImageRestorePath(image), nil, &res); err != nil {
+	if err := c.do(ctx, http.MethodPost, api.ImageRestorePath(image), nil, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil
@@ -86,7 +86,7 @@ func (c *Client) Migrate(ctx context.Context, id string, req api.MigrateRequest)
 		return nil, err
 	}
 	var res api.MigrateReply
-	if err := c.Do(ctx, http.MethodPost, api.SessionMigratePath(id), req, &res); err != nil {
+	if err := c.do(ctx, http.MethodPost, api.SessionMigratePath(id), req, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil
@@ -95,7 +95,7 @@ func (c *Client) Migrate(ctx context.Context, id string, req api.MigrateRequest)
 // Images is GET /v1/images, oldest first; never nil.
 func (c *Client) Images(ctx context.Context) ([]api.Image, error) {
 	var list []api.Image
-	if err := c.Do(ctx, http.MethodGet, api.ImagesPath, nil, &list); err != nil {
+	if err := c.do(ctx, http.MethodGet, api.ImagesPath, nil, &list); err != nil {
 		return nil, err
 	}
 	if list == nil {
@@ -110,7 +110,7 @@ func (c *Client) Image(ctx context.Context, id string) (*api.ImageDetail, error)
 		return nil, err
 	}
 	var d api.ImageDetail
-	if err := c.Do(ctx, http.MethodGet, api.ImagePath(id), nil, &d); err != nil {
+	if err := c.do(ctx, http.MethodGet, api.ImagePath(id), nil, &d); err != nil {
 		return nil, err
 	}
 	return &d, nil
@@ -122,7 +122,7 @@ func (c *Client) RemoveImage(ctx context.Context, id string) (*api.RemoveImageRe
 		return nil, err
 	}
 	var res api.RemoveImageReply
-	if err := c.Do(ctx, http.MethodDelete, api.ImagePath(id), nil, &res); err != nil {
+	if err := c.do(ctx, http.MethodDelete, api.ImagePath(id), nil, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil
@@ -136,7 +136,7 @@ func (c *Client) Export(ctx context.Context, id string, w io.Writer, progress Pr
 	if err := need("image", id); err != nil {
 		return 0, err
 	}
-	resp, err := c.Stream(ctx, http.MethodGet, api.ImageExportPath(id), nil, "")
+	resp, err := c.stream(ctx, http.MethodGet, api.ImageExportPath(id), nil, "")
 	if err != nil {
 		return 0, err
 	}
@@ -152,7 +152,7 @@ func (c *Client) Export(ctx context.Context, id string, w io.Writer, progress Pr
 // host's store, which verifies it and commits the image, all or nothing.
 // size (-1 when unknown) and progress (may be nil) only report progress.
 func (c *Client) Import(ctx context.Context, r io.Reader, size int64, progress Progress) (*api.ImportReply, error) {
-	resp, err := c.Stream(ctx, http.MethodPost, api.ImportPath, counting(r, size, progress), "application/octet-stream")
+	resp, err := c.stream(ctx, http.MethodPost, api.ImportPath, counting(r, size, progress), "application/octet-stream")
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +171,7 @@ func (c *Client) Import(ctx context.Context, r io.Reader, size int64, progress P
 func (c *Client) Verify(ctx context.Context, req api.VerifyRequest, progress Progress) (*api.VerifyReport, error) {
 	if progress == nil {
 		var rep api.VerifyReport
-		if err := c.Do(ctx, http.MethodPost, api.VerifyPath, req, &rep); err != nil {
+		if err := c.do(ctx, http.MethodPost, api.VerifyPath, req, &rep); err != nil {
 			return nil, err
 		}
 		return &rep, nil
@@ -180,7 +180,7 @@ func (c *Client) Verify(ctx context.Context, req api.VerifyRequest, progress Pro
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.Stream(ctx, http.MethodPost, api.VerifyProgressPath, bytes.NewReader(body), "application/json")
+	resp, err := c.stream(ctx, http.MethodPost, api.VerifyProgressPath, bytes.NewReader(body), "application/json")
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +206,7 @@ func (c *Client) Verify(ctx context.Context, req api.VerifyRequest, progress Pro
 // leftovers of failed writes.
 func (c *Client) GC(ctx context.Context) (*api.GCReply, error) {
 	var res api.GCReply
-	if err := c.Do(ctx, http.MethodPost, api.GCPath, nil, &res); err != nil {
+	if err := c.do(ctx, http.MethodPost, api.GCPath, nil, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil
@@ -219,7 +219,7 @@ func (c *Client) MissingChunks(ctx context.Context, ds []api.Digest) ([]api.Dige
 		ds = []api.Digest{}
 	}
 	var res api.MissingChunksReply
-	if err := c.Do(ctx, http.MethodPost, api.MissingChunksPath, api.MissingChunksRequest{Digests: ds}, &res); err != nil {
+	if err := c.do(ctx, http.MethodPost, api.MissingChunksPath, api.MissingChunksRequest{Digests: ds}, &res); err != nil {
 		return nil, err
 	}
 	return res.Missing, nil
@@ -228,7 +228,7 @@ func (c *Client) MissingChunks(ctx context.Context, ds []api.Digest) ([]api.Dige
 // PutChunks is PUT /v1/chunks: a chunk stream from r, stored ahead of the
 // manifest that will use it.
 func (c *Client) PutChunks(ctx context.Context, r io.Reader) (*api.PutChunksReply, error) {
-	resp, err := c.Stream(ctx, http.MethodPut, api.ChunksPath, r, "application/octet-stream")
+	resp, err := c.stream(ctx, http.MethodPut, api.ChunksPath, r, "application/octet-stream")
 	if err != nil {
 		return nil, err
 	}

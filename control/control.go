@@ -105,6 +105,3 @@ func decodeError(status string, b []byte, subject string) error {
 	}
 	return body.Err()
 }
-
-// ErrorBody is the error envelope, now api.ErrorBody.
-type ErrorBody = api.ErrorBody

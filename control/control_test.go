@@ -59,7 +59,7 @@ func TestRoundTripAndErrors(t *testing.T) {
 	// A body the route cannot decode is a bad request that says so.
 	var reply map[string]any
 	cl := NewClient(addr, "secret")
-	if err := cl.Do(ctx, http.MethodPost, api.SessionCheckpointPath("s-1"), map[string]bool{"leave": true}, &reply); !errs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "request body") {
+	if err := cl.do(ctx, http.MethodPost, api.SessionCheckpointPath("s-1"), map[string]bool{"leave": true}, &reply); !errs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "request body") {
 		t.Fatalf("unknown field: %v", err)
 	}
 }

@@ -5,10 +5,10 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/server"
@@ -25,35 +25,16 @@ type router interface {
 // host token except /metrics, which Prometheus scrapes.
 func (d *daemon) apiHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /v1/host", control.Handle(d.getHost))
-	mux.Handle("GET /v1/sessions", control.Handle(d.listSessions))
-	mux.Handle("GET /v1/sessions/{id}", control.Handle(d.getSession))
+	mux.Handle(api.RouteHost, control.Handle(d.getHost))
+	mux.Handle(api.RouteSessions, control.Handle(d.listSessions))
+	mux.Handle(api.RouteSession, control.Handle(d.getSession))
 	for _, r := range d.routes {
 		r.Register(mux)
 	}
 	root := http.NewServeMux()
-	root.Handle("GET /metrics", promhttp.HandlerFor(d.registry, promhttp.HandlerOpts{ErrorLog: nil}))
+	root.Handle(api.RouteMetrics, promhttp.HandlerFor(d.registry, promhttp.HandlerOpts{ErrorLog: nil}))
 	root.Handle("/", control.RequireToken(d.token, mux))
 	return root
-}
-
-// HostReply is GET /v1/host.
-type HostReply struct {
-	Name string `json:"name"`
-	backend.HostInfo
-	Listen    string    `json:"listen"`
-	API       string    `json:"api"`
-	Version   string    `json:"version"`
-	GoVersion string    `json:"go_version"`
-	Started   time.Time `json:"started"`
-	Sessions  int       `json:"sessions"`
-	// SocketNS names this gpud's namespace of abstract unix socket names;
-	// a migration between two gpuds that share one hands the worker over.
-	SocketNS string `json:"socket_ns"`
-	// MemFreeBytes is the served device's memory not held by this host's
-	// sessions; a migration target with less than a session holds is
-	// refused before the session is touched.
-	MemFreeBytes uint64 `json:"mem_free_bytes"`
 }
 
 func (d *daemon) getHost(w http.ResponseWriter, r *http.Request) error {
@@ -64,11 +45,12 @@ func (d *daemon) getHost(w http.ResponseWriter, r *http.Request) error {
 		local, _, _ = net.SplitHostPort(a.String())
 	}
 	sessions := d.manager.List(r.Context())
-	control.WriteJSON(w, HostReply{
+	free := d.memFree(sessions)
+	control.WriteJSON(w, api.Host{
 		Name: d.cfg.name, HostInfo: d.host, Listen: advertised(d.cfg.listen, local), API: d.cfg.api,
 		Version: version, GoVersion: runtime.Version(), Started: d.started,
 		Sessions: len(sessions),
-		SocketNS: d.socketNS, MemFreeBytes: d.memFree(sessions),
+		SocketNS: d.socketNS, MemFreeBytes: &free,
 	})
 	return nil
 }
@@ -100,17 +82,27 @@ func servedGPU(gpus []backend.GPU, device string) backend.GPU {
 }
 
 func (d *daemon) listSessions(w http.ResponseWriter, r *http.Request) error {
-	control.WriteJSON(w, d.manager.List(r.Context()))
+	list := d.manager.List(r.Context())
+	out := make([]api.Session, len(list))
+	for i, s := range list {
+		out[i] = apiSession(s)
+	}
+	control.WriteJSON(w, out)
 	return nil
 }
 
 func (d *daemon) getSession(w http.ResponseWriter, r *http.Request) error {
-	info, err := d.manager.Get(r.PathValue("id"))
+	info, err := d.manager.Get(api.PathID(r))
 	if err != nil {
 		return err
 	}
-	control.WriteJSON(w, info)
+	control.WriteJSON(w, apiSession(info))
 	return nil
+}
+
+func apiSession(s server.Info) api.Session {
+	return api.Session{ID: s.ID, State: string(s.State), Host: s.Host, Client: s.Client, Created: s.Created,
+		MemBytes: s.MemBytes, Device: s.Device, Backend: s.Backend, WorkerPID: s.WorkerPID}
 }
 
 // version is gpud's version, set at link time with -X main.version=...
