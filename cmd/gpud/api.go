@@ -11,12 +11,12 @@ import (
 	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/remoting/backend"
-	"github.com/gpuctl/gpuctl/remoting/server"
+	"github.com/gpuctl/gpuctl/session"
 )
 
 // router is what a concept package implements to add its routes to the
-// control API: checkpoint, restore, migration and images each register
-// their own.
+// control API: sessions, checkpoint, restore, migration and images each
+// register their own.
 type router interface {
 	Register(mux *http.ServeMux)
 }
@@ -26,8 +26,6 @@ type router interface {
 func (d *daemon) apiHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(api.RouteHost, control.Handle(d.getHost))
-	mux.Handle(api.RouteSessions, control.Handle(d.listSessions))
-	mux.Handle(api.RouteSession, control.Handle(d.getSession))
 	for _, r := range d.routes {
 		r.Register(mux)
 	}
@@ -56,7 +54,7 @@ func (d *daemon) getHost(w http.ResponseWriter, r *http.Request) error {
 }
 
 // memFree is the served device's memory less what sessions hold.
-func (d *daemon) memFree(sessions []server.Info) uint64 {
+func (d *daemon) memFree(sessions []session.Info) uint64 {
 	total := servedGPU(d.host.GPUs, d.cfg.device).MemoryBytes
 	var held uint64
 	for _, s := range sessions {
@@ -79,30 +77,6 @@ func servedGPU(gpus []backend.GPU, device string) backend.GPU {
 		return backend.GPU{}
 	}
 	return gpus[0]
-}
-
-func (d *daemon) listSessions(w http.ResponseWriter, r *http.Request) error {
-	list := d.manager.List(r.Context())
-	out := make([]api.Session, len(list))
-	for i, s := range list {
-		out[i] = apiSession(s)
-	}
-	control.WriteJSON(w, out)
-	return nil
-}
-
-func (d *daemon) getSession(w http.ResponseWriter, r *http.Request) error {
-	info, err := d.manager.Get(api.PathID(r))
-	if err != nil {
-		return err
-	}
-	control.WriteJSON(w, apiSession(info))
-	return nil
-}
-
-func apiSession(s server.Info) api.Session {
-	return api.Session{ID: s.ID, State: string(s.State), Host: s.Host, Client: s.Client, Created: s.Created,
-		MemBytes: s.MemBytes, Device: s.Device, Backend: s.Backend, WorkerPID: s.WorkerPID}
 }
 
 // version is gpud's version, set at link time with -X main.version=...

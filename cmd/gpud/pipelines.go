@@ -19,9 +19,10 @@ import (
 	"github.com/gpuctl/gpuctl/store"
 )
 
-// routers builds the checkpoint, restore, migration and image services
-// from the daemon's parts: the session manager is their session table and
-// reattacher, the host store holds the images.
+// routers builds the session listing and the checkpoint, restore,
+// migration and image services from the daemon's parts: the session
+// manager is their session table and reattacher, the host store holds the
+// images.
 func (d *daemon) routers() ([]router, error) {
 	crOpts := criu.Options{LogDir: filepath.Join(d.cfg.stateDir, "work")}
 	if bin, err := criubin.Find(d.cfg.criu); err == nil {
@@ -68,7 +69,7 @@ func (d *daemon) routers() ([]router, error) {
 		Listen:   advertised(d.cfg.listen, ""),
 		Log:      d.log,
 	}
-	return append([]router{ckpt, rst}, d.transferRouters(ckpt, rst, imgs)...), nil
+	return append([]router{d.manager, ckpt, rst}, d.transferRouters(ckpt, rst, imgs)...), nil
 }
 
 // labelGPUs carries the full GPU records (memory, PCI bus) of
