@@ -19,9 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/gpuctl/gpuctl/checkpoint/migrate"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/migrate"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/server"
 	"github.com/gpuctl/gpuctl/remoting/worker"
