@@ -1,7 +1,6 @@
 package api
 
 import (
-	"net/http"
 	"net/url"
 	"strings"
 )
@@ -26,36 +25,50 @@ const (
 	MetricsPath = "/metrics"
 	// VerifyProgressPath asks POST /v1/images/verify to stream its
 	// progress (see VerifyEvent).
-	VerifyProgressPath = VerifyPath + "?" + progressParam + "=1"
+	VerifyProgressPath = VerifyPath + "?" + ProgressParam + "=1"
 )
 
-// id is the one wildcard of the routes: a session or an image id.
 const (
-	id            = "id"
-	idSegment     = "/{" + id + "}"
-	progressParam = "progress"
+	// IDWildcard is the one wildcard of the routes, a session or an image
+	// id: a server reads it with the request's PathValue.
+	IDWildcard = "id"
+	// ProgressParam is the query parameter that asks for streamed
+	// progress, with the value "1".
+	ProgressParam = "progress"
+
+	idSegment = "/{" + IDWildcard + "}"
+)
+
+// HTTP methods, as net/http spells them; the package does not import
+// net/http, so that a backend describing its GPUs in the API's terms does
+// not link an HTTP stack.
+const (
+	methodGet    = "GET"
+	methodPost   = "POST"
+	methodPut    = "PUT"
+	methodDelete = "DELETE"
 )
 
 // Routes in net/http.ServeMux pattern syntax (METHOD PATH, with {id}
 // wildcards): gpud registers exactly these, each served by the package
 // docs/architecture.md names for it.
 const (
-	RouteHost          = http.MethodGet + " " + HostPath
-	RouteSessions      = http.MethodGet + " " + SessionsPath
-	RouteSession       = http.MethodGet + " " + SessionsPath + idSegment
-	RouteCheckpoint    = http.MethodPost + " " + SessionsPath + idSegment + "/checkpoint"
-	RouteMigrate       = http.MethodPost + " " + SessionsPath + idSegment + "/migrate"
-	RouteImages        = http.MethodGet + " " + ImagesPath
-	RouteImage         = http.MethodGet + " " + ImagesPath + idSegment
-	RouteRemoveImage   = http.MethodDelete + " " + ImagesPath + idSegment
-	RouteRestore       = http.MethodPost + " " + ImagesPath + idSegment + "/restore"
-	RouteExport        = http.MethodGet + " " + ImagesPath + idSegment + "/export"
-	RouteImport        = http.MethodPost + " " + ImportPath
-	RouteVerify        = http.MethodPost + " " + VerifyPath
-	RouteGC            = http.MethodPost + " " + GCPath
-	RouteMissingChunks = http.MethodPost + " " + MissingChunksPath
-	RoutePutChunks     = http.MethodPut + " " + ChunksPath
-	RouteMetrics       = http.MethodGet + " " + MetricsPath
+	RouteHost          = methodGet + " " + HostPath
+	RouteSessions      = methodGet + " " + SessionsPath
+	RouteSession       = methodGet + " " + SessionsPath + idSegment
+	RouteCheckpoint    = methodPost + " " + SessionsPath + idSegment + "/checkpoint"
+	RouteMigrate       = methodPost + " " + SessionsPath + idSegment + "/migrate"
+	RouteImages        = methodGet + " " + ImagesPath
+	RouteImage         = methodGet + " " + ImagesPath + idSegment
+	RouteRemoveImage   = methodDelete + " " + ImagesPath + idSegment
+	RouteRestore       = methodPost + " " + ImagesPath + idSegment + "/restore"
+	RouteExport        = methodGet + " " + ImagesPath + idSegment + "/export"
+	RouteImport        = methodPost + " " + ImportPath
+	RouteVerify        = methodPost + " " + VerifyPath
+	RouteGC            = methodPost + " " + GCPath
+	RouteMissingChunks = methodPost + " " + MissingChunksPath
+	RoutePutChunks     = methodPut + " " + ChunksPath
+	RouteMetrics       = methodGet + " " + MetricsPath
 )
 
 // SessionPath is the path of GET /v1/sessions/{id}.
@@ -75,13 +88,6 @@ func ImageRestorePath(image string) string { return ImagePath(image) + "/restore
 
 // ImageExportPath is the path of GET /v1/images/{id}/export.
 func ImageExportPath(image string) string { return ImagePath(image) + "/export" }
-
-// PathID is the {id} a request's route matched, unescaped.
-func PathID(r *http.Request) string { return r.PathValue(id) }
-
-// WantsProgress reports whether a verify request asked for streamed
-// progress (VerifyProgressPath).
-func WantsProgress(r *http.Request) bool { return r.URL.Query().Get(progressParam) == "1" }
 
 // segment escapes an id as one path segment. Escaping keeps '/', '?' and
 // '%' inside the segment; "." and ".." are escaped too, since a server

@@ -43,8 +43,8 @@ func TestPathsReachTheirRoutes(t *testing.T) {
 	mux := http.NewServeMux()
 	for _, p := range all {
 		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
-			io.WriteString(w, r.Pattern+"|"+PathID(r))
-			if WantsProgress(r) {
+			io.WriteString(w, r.Pattern+"|"+r.PathValue(IDWildcard))
+			if r.URL.Query().Get(ProgressParam) == "1" {
 				io.WriteString(w, "|progress")
 			}
 		})

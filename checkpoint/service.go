@@ -72,7 +72,7 @@ func (s *Service) Register(mux *http.ServeMux) {
 				return err
 			}
 		}
-		res, err := s.Checkpoint(r.Context(), api.PathID(r), req)
+		res, err := s.Checkpoint(r.Context(), control.PathID(r), req)
 		if err != nil {
 			return err
 		}

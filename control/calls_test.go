@@ -67,9 +67,9 @@ func fakeHost(t *testing.T) (*Client, func() []hit) {
 		mux.Handle(route, Handle(func(w http.ResponseWriter, r *http.Request) error {
 			b, _ := io.ReadAll(r.Body)
 			mu.Lock()
-			hits = append(hits, hit{route, api.PathID(r), string(b)})
+			hits = append(hits, hit{route, PathID(r), string(b)})
 			mu.Unlock()
-			if route == api.RouteVerify && api.WantsProgress(r) {
+			if route == api.RouteVerify && WantsProgress(r) {
 				enc := json.NewEncoder(w)
 				_ = enc.Encode(api.VerifyEvent{Done: 1, Total: 3})
 				_ = enc.Encode(api.VerifyEvent{Done: 3, Total: 3})
@@ -80,13 +80,13 @@ func fakeHost(t *testing.T) (*Client, func() []hit) {
 				_ = enc.Encode(api.VerifyEvent{Report: &api.VerifyReport{Images: 1, Chunks: 3}})
 				return nil
 			}
-			WriteJSON(w, fn(api.PathID(r), b))
+			WriteJSON(w, fn(PathID(r), b))
 			return nil
 		}))
 	}
 	mux.Handle(api.RouteExport, Handle(func(w http.ResponseWriter, r *http.Request) error {
 		mu.Lock()
-		hits = append(hits, hit{api.RouteExport, api.PathID(r), ""})
+		hits = append(hits, hit{api.RouteExport, PathID(r), ""})
 		mu.Unlock()
 		w.Header().Set("Content-Length", "100000")
 		_, _ = w.Write(export[:len(export)/2]) // and then the stream breaks off

@@ -70,6 +70,14 @@ func DecodeJSON(r *http.Request, v any) error {
 	return nil
 }
 
+// PathID is the {id} (api.IDWildcard) a request's route matched,
+// unescaped.
+func PathID(r *http.Request) string { return r.PathValue(api.IDWildcard) }
+
+// WantsProgress reports whether a request asked for streamed progress
+// (api.ProgressParam, as api.VerifyProgressPath sets it).
+func WantsProgress(r *http.Request) bool { return r.URL.Query().Get(api.ProgressParam) == "1" }
+
 // HandlerFunc is a handler that returns its error instead of writing it.
 type HandlerFunc func(w http.ResponseWriter, r *http.Request) error
 

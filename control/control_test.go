@@ -14,7 +14,7 @@ import (
 func TestRoundTripAndErrors(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.Handle(api.RouteSession, Handle(func(w http.ResponseWriter, r *http.Request) error {
-		if id := api.PathID(r); id != "s-1" {
+		if id := PathID(r); id != "s-1" {
 			return errs.New(errs.NotFound, errs.Session(id), "no such session")
 		}
 		WriteJSON(w, api.Session{ID: "s-1", State: "running"})

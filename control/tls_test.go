@@ -34,7 +34,7 @@ func tlsServer(t *testing.T, cert tlstest.Cert) string {
 func okMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle(api.RouteSession, Handle(func(w http.ResponseWriter, r *http.Request) error {
-		WriteJSON(w, api.Session{ID: api.PathID(r)})
+		WriteJSON(w, api.Session{ID: PathID(r)})
 		return nil
 	}))
 	return mux

@@ -106,7 +106,7 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 		return nil
 	})
 	h(api.RouteImage, func(w http.ResponseWriter, r *http.Request) error {
-		id := api.PathID(r)
+		id := control.PathID(r)
 		m, err := Get(r.Context(), st, id)
 		if err != nil {
 			return err
@@ -119,7 +119,7 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 		return nil
 	})
 	h(api.RouteRemoveImage, func(w http.ResponseWriter, r *http.Request) error {
-		id := api.PathID(r)
+		id := control.PathID(r)
 		info, err := Stat(r.Context(), st, id)
 		if err != nil {
 			return err
@@ -132,7 +132,7 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 		return nil
 	})
 	h(api.RouteExport, func(w http.ResponseWriter, r *http.Request) error {
-		id := api.PathID(r)
+		id := control.PathID(r)
 		// Fail before the 200 goes out if the image is not there.
 		plan, err := planExport(r.Context(), st, id, nil)
 		if err != nil {
@@ -170,7 +170,7 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 				return err
 			}
 		}
-		if api.WantsProgress(r) {
+		if control.WantsProgress(r) {
 			return verifyStreaming(w, r, st, req.ID, log)
 		}
 		rep, err := Verify(r.Context(), st, req.ID, nil)

@@ -90,7 +90,7 @@ func (s *Service) Register(mux *http.ServeMux) {
 		if err := control.DecodeJSON(r, &req); err != nil {
 			return err
 		}
-		res, err := s.Migrate(r.Context(), api.PathID(r), req.To)
+		res, err := s.Migrate(r.Context(), control.PathID(r), req.To)
 		if err != nil {
 			return err
 		}

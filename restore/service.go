@@ -37,7 +37,7 @@ var imageID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 // Register adds POST /v1/images/{id}/restore to mux.
 func (s *Service) Register(mux *http.ServeMux) {
 	mux.Handle(api.RouteRestore, control.Handle(func(w http.ResponseWriter, r *http.Request) error {
-		res, err := s.Restore(r.Context(), api.PathID(r))
+		res, err := s.Restore(r.Context(), control.PathID(r))
 		if err != nil {
 			return err
 		}

@@ -22,7 +22,7 @@ func (m *Manager) Register(mux *http.ServeMux) {
 		return nil
 	}))
 	mux.Handle(api.RouteSession, control.Handle(func(w http.ResponseWriter, r *http.Request) error {
-		info, err := m.Get(api.PathID(r))
+		info, err := m.Get(control.PathID(r))
 		if err != nil {
 			return err
 		}
