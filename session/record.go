@@ -31,7 +31,7 @@ type Record struct {
 // Records is where session records persist: one opaque value per session
 // id, which only this package reads. gpud keeps them in the sessions
 // bucket of its host store (store.Store), in the same bbolt file as the
-// images, so that one fsync'd transaction at a time covers either.
+// images (STATE_DIR/gpud.db); each write is one bbolt transaction.
 type Records interface {
 	PutSession(ctx context.Context, id string, rec []byte) error
 	// DeleteSession removes id's record; a missing one is not an error.
