@@ -4,10 +4,11 @@
 // migration, schedulers); package control serves it and holds the typed
 // client that calls it.
 //
-// The package is data and names only. It imports the standard library and
-// package errs and nothing else, so that a client links neither the store,
-// the pipelines, CRIU nor a device backend just to decode a reply;
-// cmd/gpuctl's deps_test.go holds gpuctl to that.
+// The package is data and names only. It imports the standard library
+// (not even net/http, since device backends describe their GPUs in its
+// terms) and package errs, and nothing else, so that a client links
+// neither the store, the pipelines, CRIU nor a device backend just to
+// decode a reply; deps_test.go here and in cmd/gpuctl hold that.
 //
 // Within v1, fields are only ever added: none is renamed, retyped or
 // removed, because gpuctl prints these bodies as its --json output and
