@@ -1,4 +1,5 @@
-# gpuctl build. `make` builds everything CONTRACT.md promises under build/.
+# gpuctl build. `make` builds everything README.md's "Build outputs" lists
+# under build/: gpud, gpuctl, libcuda.so.1 and cuda.h.
 # Each part of the tree keeps its own rules in mk/*.mk; this file only
 # names the top-level targets.
 

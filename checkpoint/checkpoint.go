@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/gpuctl/gpuctl/checkpoint/criu"
+	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 )
@@ -272,8 +273,8 @@ func (p *Pipeline) meta(ctx context.Context, req Request, nonce string) (Meta, e
 	if err != nil {
 		return Meta{}, errs.Wrap(err, errs.FailedPrecondition, errs.Session(req.Session), "checkpoint")
 	}
-	if !v.AtLeast(criu.MinVersion) {
-		return Meta{}, errs.New(errs.FailedPrecondition, errs.Session(req.Session), "criu %s is older than %s; run `make deps` and start gpud with --criu .deps/criu/criu", v, criu.MinVersion)
+	if !v.AtLeast(criubin.MinVersion) {
+		return Meta{}, errs.New(errs.FailedPrecondition, errs.Session(req.Session), "criu %s is older than %s; run `make deps` and start gpud with --criu .deps/criu/criu", v, criubin.MinVersion)
 	}
 	var uts syscall.Utsname
 	_ = syscall.Uname(&uts)

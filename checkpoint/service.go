@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
 )
@@ -62,21 +63,16 @@ type Service struct {
 	busy map[string]bool // sessions with a checkpoint or migration in progress
 }
 
-// CheckpointRequest is the body of POST /v1/sessions/{id}/checkpoint.
-type CheckpointRequest struct {
-	LeaveRunning bool `json:"leave_running"`
-}
-
 // Register adds POST /v1/sessions/{id}/checkpoint to mux.
 func (s *Service) Register(mux *http.ServeMux) {
-	mux.Handle("POST /v1/sessions/{id}/checkpoint", control.Handle(func(w http.ResponseWriter, r *http.Request) error {
-		var req CheckpointRequest
+	mux.Handle(api.RouteCheckpoint, control.Handle(func(w http.ResponseWriter, r *http.Request) error {
+		var req api.CheckpointRequest
 		if r.ContentLength != 0 {
 			if err := control.DecodeJSON(r, &req); err != nil {
 				return err
 			}
 		}
-		res, err := s.Checkpoint(r.Context(), r.PathValue("id"), req.LeaveRunning)
+		res, err := s.Checkpoint(r.Context(), control.PathID(r), req)
 		if err != nil {
 			return err
 		}
@@ -104,14 +100,14 @@ func (s *Service) Claim(id string) (func(), error) {
 	}, nil
 }
 
-// Checkpoint stores the session in an image; with leaveRunning the session
-// goes on running here, otherwise its worker is released.
-func (s *Service) Checkpoint(ctx context.Context, id string, leaveRunning bool) (*Result, error) {
+// Checkpoint stores the session in an image; with req.LeaveRunning the
+// session goes on running here, otherwise its worker is released.
+func (s *Service) Checkpoint(ctx context.Context, id string, req api.CheckpointRequest) (*api.CheckpointReply, error) {
 	fr, err := s.Freeze(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if leaveRunning {
+	if req.LeaveRunning {
 		w, err := fr.Resume(ctx)
 		if w != nil {
 			if rerr := s.Sessions.Resumed(id, w); err == nil {
@@ -121,7 +117,7 @@ func (s *Service) Checkpoint(ctx context.Context, id string, leaveRunning bool) 
 		if err != nil {
 			return nil, errs.Wrap(err, errs.KindOf(err), "", "image %s is stored, but the session did not resume", fr.Image)
 		}
-		return &fr.Result, nil
+		return fr.Result.reply(), nil
 	}
 	if err := fr.Release(ctx); err != nil {
 		return nil, err
@@ -129,7 +125,13 @@ func (s *Service) Checkpoint(ctx context.Context, id string, leaveRunning bool) 
 	if err := s.Sessions.Released(id); err != nil {
 		s.log().Warn("session record not updated after release", "session", id, "err", err)
 	}
-	return &fr.Result, nil
+	return fr.Result.reply(), nil
+}
+
+// reply is the result as the API reports it.
+func (r *Result) reply() *api.CheckpointReply {
+	return &api.CheckpointReply{Image: r.Image, Session: r.Session, Bytes: r.Bytes, StoredBytes: r.StoredBytes,
+		DurationMS: r.DurationMS, Steps: StepTimings(r.Steps), Nonce: r.Nonce}
 }
 
 // Freeze claims the session, runs the pipeline and records the session as

@@ -1,7 +1,11 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/checkpoint/proctest"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
@@ -58,11 +63,11 @@ func TestCheckpointRoute(t *testing.T) {
 		wantState string
 		wantAlive bool
 	}{
-		{name: "leave running", body: CheckpointRequest{LeaveRunning: true}, id: id, wantState: "running", wantAlive: true},
-		{name: "release", body: CheckpointRequest{}, id: id, wantState: "stopped"},
+		{name: "leave running", body: api.CheckpointRequest{LeaveRunning: true}, id: id, wantState: "running", wantAlive: true},
+		{name: "release", body: api.CheckpointRequest{}, id: id, wantState: "stopped"},
 		{name: "no body releases", body: nil, id: id, wantState: "stopped"},
 		{name: "unknown field", body: map[string]any{"leave": true}, id: id, wantKind: errs.InvalidArgument, wantState: "running", wantAlive: true},
-		{name: "bad session id", body: CheckpointRequest{}, id: "s-1", wantKind: errs.InvalidArgument, wantState: "running", wantAlive: true},
+		{name: "bad session id", body: api.CheckpointRequest{}, id: "s-1", wantKind: errs.InvalidArgument, wantState: "running", wantAlive: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -80,8 +85,17 @@ func TestCheckpointRoute(t *testing.T) {
 			defer srv.Close()
 			cl := control.NewClient(strings.TrimPrefix(srv.URL, "http://"), "tok")
 
-			var res Result
-			err := cl.Do(ctx, http.MethodPost, "/v1/sessions/"+c.id+"/checkpoint", c.body, &res)
+			var res api.CheckpointReply
+			var err error
+			if req, ok := c.body.(api.CheckpointRequest); ok {
+				var r *api.CheckpointReply
+				if r, err = cl.Checkpoint(ctx, c.id, req); r != nil {
+					res = *r
+				}
+			} else {
+				// Bodies the typed client never sends.
+				err = rawPost(ctx, srv.URL+api.SessionCheckpointPath(c.id), c.body, &res)
+			}
 			if c.wantKind != "" {
 				if errs.KindOf(err) != c.wantKind {
 					t.Fatalf("err %v, want kind %s", err, c.wantKind)
@@ -107,6 +121,37 @@ func TestCheckpointRoute(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rawPost posts body as JSON (nothing when nil) with the test token and
+// decodes the reply or the error envelope.
+func rawPost(ctx context.Context, url string, body, out any) error {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, r)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer tok")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var eb api.ErrorBody
+		if err := json.NewDecoder(resp.Body).Decode(&eb); err != nil {
+			return fmt.Errorf("%s: %w", resp.Status, err)
+		}
+		return eb.Err()
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
 }
 
 func TestClaimIsExclusive(t *testing.T) {

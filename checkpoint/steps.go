@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/errs"
 )
 
@@ -21,8 +22,20 @@ type Step struct {
 
 // Timing is how long one step took.
 type Timing struct {
-	Step     string        `json:"step"`
-	Duration time.Duration `json:"duration_ns"`
+	Step     string
+	Duration time.Duration
+}
+
+// StepTimings are timings as the API reports them; nil stays nil.
+func StepTimings(ts []Timing) []api.StepTiming {
+	if ts == nil {
+		return nil
+	}
+	out := make([]api.StepTiming, len(ts))
+	for i, t := range ts {
+		out[i] = api.StepTiming{Step: t.Step, Duration: t.Duration}
+	}
+	return out
 }
 
 // StepError is a pipeline that failed at one step. The steps before it

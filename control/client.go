@@ -57,10 +57,10 @@ func NewClient(addr, token string, opts ...Option) *Client {
 // Addr is the API address this client talks to.
 func (c *Client) Addr() string { return c.addr }
 
-// Do sends a JSON request (in may be nil) and decodes a JSON reply into out
+// do sends a JSON request (in may be nil) and decodes a JSON reply into out
 // (which may be nil). A failure to reach the host is errs.Unavailable and
 // names the host.
-func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -69,7 +69,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 		}
 		body = bytes.NewReader(b)
 	}
-	resp, err := c.Stream(ctx, method, path, body, "application/json")
+	resp, err := c.stream(ctx, method, path, body, "application/json")
 	if err != nil {
 		return err
 	}
@@ -84,10 +84,10 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	return nil
 }
 
-// Stream sends body as is and returns the successful response for the
+// stream sends body as is and returns the successful response for the
 // caller to read and close; a non-2xx response is returned as an error.
 // It serves bulk transfers (image export and import, chunk pushes).
-func (c *Client) Stream(ctx context.Context, method, path string, body io.Reader, contentType string) (*http.Response, error) {
+func (c *Client) stream(ctx context.Context, method, path string, body io.Reader, contentType string) (*http.Response, error) {
 	scheme := "http://"
 	if c.tls != nil {
 		scheme = "https://"

@@ -1,33 +1,29 @@
-// Package control is the plumbing of gpud's control API: HTTP with JSON
-// bodies and a bearer token, served on gpud's --api address and used by
-// gpuctl, by peer gpuds during migration, and by schedulers. With a
-// certificate the API is HTTPS (ServerTLS); callers then verify it against
-// the CA they are given (ClientTLS, WithTLS).
+// Package control is the plumbing of gpud's control API (package api):
+// HTTP with JSON bodies and a bearer token, served on gpud's --api address
+// and used by gpuctl, by peer gpuds during migration, and by schedulers.
+// With a certificate the API is HTTPS (ServerTLS); callers then verify it
+// against the CA they are given (ClientTLS, WithTLS).
 //
-// Each concept (sessions, images, migration) registers its own routes on
-// the mux that gpud builds; this package holds only what they share:
-// authentication, the error envelope and the client.
+// Each concept (sessions, images, checkpoint, restore, migration)
+// registers its own routes on the mux that gpud builds; this package holds
+// what they share (authentication, the error envelope) and Client, the
+// typed client every caller goes through: one method per route, so that no
+// caller builds a path or picks a method itself.
 //
-// Errors travel as {"kind": "...", "error": "..."} with an HTTP status
-// derived from the kind, and come back out of Client as *errs.Error with
-// the same kind, so a caller on the far side can still ask errs.IsNotFound.
+// Errors travel as api.ErrorBody with an HTTP status derived from the
+// kind, and come back out of Client as *errs.Error with the same kind, so
+// a caller on the far side can still ask errs.IsNotFound.
 package control
 
 import (
 	"crypto/subtle"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strings"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/errs"
 )
-
-// ErrorBody is the JSON envelope of a failed request.
-type ErrorBody struct {
-	Kind  errs.Kind `json:"kind"`
-	Error string    `json:"error"`
-}
 
 var kindStatus = map[errs.Kind]int{
 	errs.NotFound:           http.StatusNotFound,
@@ -60,7 +56,7 @@ func WriteError(w http.ResponseWriter, err error) {
 	k := errs.KindOf(err)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(StatusOf(k))
-	_ = json.NewEncoder(w).Encode(ErrorBody{Kind: k, Error: err.Error()})
+	_ = json.NewEncoder(w).Encode(api.ErrorBody{Kind: k, Error: err.Error()})
 }
 
 // DecodeJSON reads a request body into v, limited to 1 MiB, and returns
@@ -73,6 +69,14 @@ func DecodeJSON(r *http.Request, v any) error {
 	}
 	return nil
 }
+
+// PathID is the {id} (api.IDWildcard) a request's route matched,
+// unescaped.
+func PathID(r *http.Request) string { return r.PathValue(api.IDWildcard) }
+
+// WantsProgress reports whether a request asked for streamed progress
+// (api.ProgressParam, as api.VerifyProgressPath sets it).
+func WantsProgress(r *http.Request) bool { return r.URL.Query().Get(api.ProgressParam) == "1" }
 
 // HandlerFunc is a handler that returns its error instead of writing it.
 type HandlerFunc func(w http.ResponseWriter, r *http.Request) error
@@ -103,9 +107,9 @@ func RequireToken(token string, next http.Handler) http.Handler {
 // decodeError turns the body of an error response back into an
 // *errs.Error.
 func decodeError(status string, b []byte, subject string) error {
-	var body ErrorBody
+	var body api.ErrorBody
 	if err := json.Unmarshal(b, &body); err != nil || body.Error == "" {
 		return errs.New(errs.Unknown, subject, "HTTP %s", status)
 	}
-	return &errs.Error{Kind: body.Kind, Err: errors.New(body.Error)}
+	return body.Err()
 }

@@ -7,17 +7,22 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/errs"
 )
 
 func TestRoundTripAndErrors(t *testing.T) {
 	mux := http.NewServeMux()
-	mux.Handle("GET /ok", Handle(func(w http.ResponseWriter, r *http.Request) error {
-		WriteJSON(w, map[string]string{"id": "s-1"})
+	mux.Handle(api.RouteSession, Handle(func(w http.ResponseWriter, r *http.Request) error {
+		if id := PathID(r); id != "s-1" {
+			return errs.New(errs.NotFound, errs.Session(id), "no such session")
+		}
+		WriteJSON(w, api.Session{ID: "s-1", State: "running"})
 		return nil
 	}))
-	mux.Handle("GET /missing", Handle(func(w http.ResponseWriter, r *http.Request) error {
-		return errs.New(errs.NotFound, errs.Session("s-9"), "no such session")
+	mux.Handle(api.RouteCheckpoint, Handle(func(w http.ResponseWriter, r *http.Request) error {
+		var req api.CheckpointRequest
+		return DecodeJSON(r, &req)
 	}))
 	srv := httptest.NewServer(RequireToken("secret", mux))
 	defer srv.Close()
@@ -25,21 +30,21 @@ func TestRoundTripAndErrors(t *testing.T) {
 	ctx := context.Background()
 
 	tests := []struct {
-		name, token, path string
-		wantKind          errs.Kind
-		wantMsg           string
+		name, token, id string
+		wantKind        errs.Kind
+		wantMsg         string
 	}{
-		{"ok", "secret", "/ok", "", ""},
-		{"kind survives the wire", "secret", "/missing", errs.NotFound, `session "s-9": no such session`},
-		{"wrong token", "nope", "/ok", errs.Unauthenticated, "wrong token"},
+		{"ok", "secret", "s-1", "", ""},
+		{"kind survives the wire", "secret", "s-9", errs.NotFound, `session "s-9": no such session`},
+		{"wrong token", "nope", "s-1", errs.Unauthenticated, "wrong token"},
+		{"no id", "secret", "", errs.InvalidArgument, "no session id given"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var out map[string]string
-			err := NewClient(addr, tt.token).Do(ctx, "GET", tt.path, nil, &out)
+			out, err := NewClient(addr, tt.token).Session(ctx, tt.id)
 			if tt.wantKind == "" {
-				if err != nil || out["id"] != "s-1" {
-					t.Fatalf("got %v, %v", out, err)
+				if err != nil || out.ID != "s-1" || out.State != "running" {
+					t.Fatalf("got %+v, %v", out, err)
 				}
 				return
 			}
@@ -48,7 +53,13 @@ func TestRoundTripAndErrors(t *testing.T) {
 			}
 		})
 	}
-	if err := NewClient("127.0.0.1:1", "x").Do(ctx, "GET", "/ok", nil, nil); !errs.IsUnavailable(err) || !strings.Contains(err.Error(), "127.0.0.1:1") {
+	if _, err := NewClient("127.0.0.1:1", "x").Host(ctx); !errs.IsUnavailable(err) || !strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Fatalf("unreachable host: %v", err)
+	}
+	// A body the route cannot decode is a bad request that says so.
+	var reply map[string]any
+	cl := NewClient(addr, "secret")
+	if err := cl.do(ctx, http.MethodPost, api.SessionCheckpointPath("s-1"), map[string]bool{"leave": true}, &reply); !errs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "request body") {
+		t.Fatalf("unknown field: %v", err)
 	}
 }

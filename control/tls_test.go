@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control/tlstest"
 	"github.com/gpuctl/gpuctl/errs"
 )
 
-// tlsServer serves GET /ok (token "secret") over TLS with cert.
+// tlsServer serves GET /v1/sessions/{id} (token "secret") over TLS with
+// cert.
 func tlsServer(t *testing.T, cert tlstest.Cert) string {
 	t.Helper()
 	cfg, err := ServerTLS(cert.CertFile, cert.KeyFile, time.Now())
@@ -31,8 +33,8 @@ func tlsServer(t *testing.T, cert tlstest.Cert) string {
 
 func okMux() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("GET /ok", Handle(func(w http.ResponseWriter, r *http.Request) error {
-		WriteJSON(w, map[string]string{"id": "s-1"})
+	mux.Handle(api.RouteSession, Handle(func(w http.ResponseWriter, r *http.Request) error {
+		WriteJSON(w, api.Session{ID: PathID(r)})
 		return nil
 	}))
 	return mux
@@ -90,10 +92,9 @@ func TestTLSClient(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			var out map[string]string
-			err := NewClient(tt.addr, "secret", WithTLS(tt.cfg)).Do(ctx, "GET", "/ok", nil, &out)
+			out, err := NewClient(tt.addr, "secret", WithTLS(tt.cfg)).Session(ctx, "s-1")
 			if tt.wantErr == "" {
-				if err != nil || out["id"] != "s-1" {
+				if err != nil || out.ID != "s-1" {
 					t.Fatalf("got %v, %v", out, err)
 				}
 				return

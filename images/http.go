@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/store"
@@ -19,53 +20,18 @@ type RouteOptions struct {
 	Logger *slog.Logger // nil: slog.Default()
 }
 
-// Detail is what GET /v1/images/{id} returns: the manifest without the
+// detail is the reply to GET /v1/images/{id}: the manifest without the
 // chunk lists, which only the store needs.
-type Detail struct {
-	Info
-	Version     int               `json:"version"`
-	GPUs        []GPU             `json:"gpus,omitempty"`
-	Driver      string            `json:"driver,omitempty"`
-	CRIU        string            `json:"criu,omitempty"`
-	Kernel      string            `json:"kernel,omitempty"`
-	AttachNonce string            `json:"attach_nonce,omitempty"`
-	Labels      map[string]string `json:"labels,omitempty"`
-	Chunking    string            `json:"chunking"`
-	FileList    []FileDetail      `json:"file_list"`
-}
-
-// FileDetail is a file of Detail.
-type FileDetail struct {
-	Path   string `json:"path"`
-	Type   string `json:"type"`
-	Mode   string `json:"mode"`
-	Size   int64  `json:"size"`
-	Link   string `json:"link,omitempty"`
-	Chunks int    `json:"chunks"`
-}
-
-// VerifyRequest is the body of POST /v1/images/verify; an empty ID means
-// every image.
-type VerifyRequest struct {
-	ID string `json:"id,omitempty"`
-}
-
-// DeleteReply is the body DELETE /v1/images/{id} answers with.
-type DeleteReply struct {
-	ID      string `json:"id"`
-	Session string `json:"session"`
-	Bytes   int64  `json:"bytes"`
-	Deleted bool   `json:"deleted"`
-}
-
-// VerifyEvent is one line of POST /v1/images/verify?progress=1, which
-// answers with newline-delimited JSON: progress lines, then one line with
-// the report or the error.
-type VerifyEvent struct {
-	Done   int64              `json:"done,omitempty"`
-	Total  int64              `json:"total,omitempty"`
-	Report *Report            `json:"report,omitempty"`
-	Error  *control.ErrorBody `json:"error,omitempty"`
+func detail(info api.Image, m *Manifest) api.ImageDetail {
+	d := api.ImageDetail{Image: info, Version: m.Version, Driver: m.Driver, CRIU: m.CRIU, Kernel: m.Kernel,
+		AttachNonce: m.AttachNonce, Labels: m.Labels, Chunking: m.Chunking, FileList: make([]api.ImageFile, len(m.Files))}
+	for _, g := range m.GPUs {
+		d.GPUs = append(d.GPUs, api.ImageGPU{Model: g.Model, UUID: g.UUID})
+	}
+	for i, f := range m.Files {
+		d.FileList[i] = api.ImageFile{Path: f.Path, Type: f.Type, Mode: fmt.Sprintf("%04o", uint32(f.Mode)), Size: f.Size, Link: f.Link, Chunks: len(f.Chunks)}
+	}
+	return d
 }
 
 func verifyStreaming(w http.ResponseWriter, r *http.Request, st *store.Store, id string, log *slog.Logger) error {
@@ -80,7 +46,7 @@ func verifyStreaming(w http.ResponseWriter, r *http.Request, st *store.Store, id
 	enc := json.NewEncoder(w)
 	var mu sync.Mutex
 	var last time.Time
-	send := func(ev VerifyEvent) {
+	send := func(ev api.VerifyEvent) {
 		_ = enc.Encode(ev)
 		if flusher != nil {
 			flusher.Flush()
@@ -91,19 +57,19 @@ func verifyStreaming(w http.ResponseWriter, r *http.Request, st *store.Store, id
 		defer mu.Unlock()
 		if time.Since(last) >= 200*time.Millisecond {
 			last = time.Now()
-			send(VerifyEvent{Done: done, Total: total})
+			send(api.VerifyEvent{Done: done, Total: total})
 		}
 	})
 	mu.Lock()
 	defer mu.Unlock()
 	if err != nil {
-		send(VerifyEvent{Error: &control.ErrorBody{Kind: errs.KindOf(err), Error: err.Error()}})
+		send(api.VerifyEvent{Error: &api.ErrorBody{Kind: errs.KindOf(err), Error: err.Error()}})
 		return nil
 	}
 	if !rep.OK() {
 		log.Error("verify found damage", "err", rep.Err())
 	}
-	send(VerifyEvent{Done: int64(rep.Chunks), Total: int64(rep.Chunks), Report: rep})
+	send(api.VerifyEvent{Done: int64(rep.Chunks), Total: int64(rep.Chunks), Report: rep})
 	return nil
 }
 
@@ -113,15 +79,15 @@ const maxMissingBody = 512 << 20
 
 // Register adds the image and chunk routes of the control API to mux:
 //
-//	GET    /v1/images              list (array of Info)
-//	GET    /v1/images/{id}         inspect (Detail)
-//	DELETE /v1/images/{id}         remove (DeleteReply)
+//	GET    /v1/images              list (array of api.Image)
+//	GET    /v1/images/{id}         inspect (api.ImageDetail)
+//	DELETE /v1/images/{id}         remove (api.RemoveImageReply)
 //	GET    /v1/images/{id}/export  one-file export, streamed
-//	POST   /v1/images/import       import a stream (ImportReply)
-//	POST   /v1/images/verify       verify one image or all (Report)
-//	POST   /v1/images/gc           collect garbage (store.GCStats)
-//	POST   /v1/chunks/missing      which of these chunks are missing (MissingReply)
-//	PUT    /v1/chunks              receive a chunk stream ahead of its manifest
+//	POST   /v1/images/import       import a stream (api.ImportReply)
+//	POST   /v1/images/verify       verify one image or all (api.VerifyReport)
+//	POST   /v1/images/gc           collect garbage (api.GCReply)
+//	POST   /v1/chunks/missing      which of these chunks are missing (api.MissingChunksReply)
+//	PUT    /v1/chunks              receive a chunk stream ahead of its manifest (api.PutChunksReply)
 //
 // Authentication is the caller's: gpud wraps the mux in control.RequireToken.
 func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
@@ -131,19 +97,16 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 	}
 	h := func(pattern string, fn control.HandlerFunc) { mux.Handle(pattern, control.Handle(fn)) }
 
-	h("GET /v1/images", func(w http.ResponseWriter, r *http.Request) error {
+	h(api.RouteImages, func(w http.ResponseWriter, r *http.Request) error {
 		list, err := List(r.Context(), st)
 		if err != nil {
 			return err
 		}
-		if list == nil {
-			list = []Info{}
-		}
 		control.WriteJSON(w, list)
 		return nil
 	})
-	h("GET /v1/images/{id}", func(w http.ResponseWriter, r *http.Request) error {
-		id := r.PathValue("id")
+	h(api.RouteImage, func(w http.ResponseWriter, r *http.Request) error {
+		id := control.PathID(r)
 		m, err := Get(r.Context(), st, id)
 		if err != nil {
 			return err
@@ -152,16 +115,11 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 		if err != nil {
 			return err
 		}
-		d := Detail{Info: info, Version: m.Version, GPUs: m.GPUs, Driver: m.Driver, CRIU: m.CRIU, Kernel: m.Kernel,
-			AttachNonce: m.AttachNonce, Labels: m.Labels, Chunking: m.Chunking, FileList: make([]FileDetail, len(m.Files))}
-		for i, f := range m.Files {
-			d.FileList[i] = FileDetail{Path: f.Path, Type: f.Type, Mode: fmt.Sprintf("%04o", uint32(f.Mode)), Size: f.Size, Link: f.Link, Chunks: len(f.Chunks)}
-		}
-		control.WriteJSON(w, d)
+		control.WriteJSON(w, detail(info, m))
 		return nil
 	})
-	h("DELETE /v1/images/{id}", func(w http.ResponseWriter, r *http.Request) error {
-		id := r.PathValue("id")
+	h(api.RouteRemoveImage, func(w http.ResponseWriter, r *http.Request) error {
+		id := control.PathID(r)
 		info, err := Stat(r.Context(), st, id)
 		if err != nil {
 			return err
@@ -170,11 +128,11 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 			return err
 		}
 		log.Info("image removed", "image", id)
-		control.WriteJSON(w, DeleteReply{ID: id, Session: info.Session, Bytes: info.Bytes, Deleted: true})
+		control.WriteJSON(w, api.RemoveImageReply{ID: id, Session: info.Session, Bytes: info.Bytes, Deleted: true})
 		return nil
 	})
-	h("GET /v1/images/{id}/export", func(w http.ResponseWriter, r *http.Request) error {
-		id := r.PathValue("id")
+	h(api.RouteExport, func(w http.ResponseWriter, r *http.Request) error {
+		id := control.PathID(r)
 		// Fail before the 200 goes out if the image is not there.
 		plan, err := planExport(r.Context(), st, id, nil)
 		if err != nil {
@@ -191,7 +149,7 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 		}
 		return nil
 	})
-	h("POST /v1/images/import", func(w http.ResponseWriter, r *http.Request) error {
+	h(api.RouteImport, func(w http.ResponseWriter, r *http.Request) error {
 		start := time.Now()
 		m, stats, err := Import(r.Context(), st, r.Body, nil)
 		if err != nil {
@@ -202,17 +160,17 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 			return err
 		}
 		log.Info("image imported", "image", m.ID, "bytes", stats.LogicalBytes, "stored", stats.StoredBytes, "took", time.Since(start))
-		control.WriteJSON(w, ImportReply{Info: info, StoredBytes: stats.StoredBytes})
+		control.WriteJSON(w, api.ImportReply{Image: info, StoredBytes: stats.StoredBytes})
 		return nil
 	})
-	h("POST /v1/images/verify", func(w http.ResponseWriter, r *http.Request) error {
-		var req VerifyRequest
+	h(api.RouteVerify, func(w http.ResponseWriter, r *http.Request) error {
+		var req api.VerifyRequest
 		if r.ContentLength != 0 {
 			if err := control.DecodeJSON(r, &req); err != nil {
 				return err
 			}
 		}
-		if r.URL.Query().Get("progress") == "1" {
+		if control.WantsProgress(r) {
 			return verifyStreaming(w, r, st, req.ID, log)
 		}
 		rep, err := Verify(r.Context(), st, req.ID, nil)
@@ -225,7 +183,7 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 		control.WriteJSON(w, rep)
 		return nil
 	})
-	h("POST /v1/images/gc", func(w http.ResponseWriter, r *http.Request) error {
+	h(api.RouteGC, func(w http.ResponseWriter, r *http.Request) error {
 		stats, err := GC(r.Context(), st)
 		if err != nil {
 			return err
@@ -233,29 +191,26 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 		control.WriteJSON(w, stats)
 		return nil
 	})
-	h("POST /v1/chunks/missing", func(w http.ResponseWriter, r *http.Request) error {
-		var req MissingRequest
+	h(api.RouteMissingChunks, func(w http.ResponseWriter, r *http.Request) error {
+		var req api.MissingChunksRequest
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxMissingBody))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
 			return errs.Wrap(err, errs.InvalidArgument, "", "request body")
 		}
-		missing, err := Missing(r.Context(), st, req.Digests)
+		missing, err := Missing(r.Context(), st, digests(req.Digests))
 		if err != nil {
 			return err
 		}
-		if missing == nil {
-			missing = []store.Digest{}
-		}
-		control.WriteJSON(w, MissingReply{Missing: missing})
+		control.WriteJSON(w, api.MissingChunksReply{Missing: apiDigests(missing)})
 		return nil
 	})
-	h("PUT /v1/chunks", func(w http.ResponseWriter, r *http.Request) error {
+	h(api.RoutePutChunks, func(w http.ResponseWriter, r *http.Request) error {
 		n, stored, err := PutChunks(r.Context(), st, r.Body)
 		if err != nil {
 			return err
 		}
-		control.WriteJSON(w, map[string]int64{"chunks": int64(n), "stored_bytes": stored})
+		control.WriteJSON(w, api.PutChunksReply{Chunks: int64(n), StoredBytes: stored})
 		return nil
 	})
 }

@@ -3,14 +3,18 @@ package images
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/images/imagegen"
@@ -72,69 +76,67 @@ func TestRoutes(t *testing.T) {
 	ctx := context.Background()
 	st, c := host(t)
 	src := dumpDir(t, imagegen.Pages(8, 1<<20, imagegen.Realistic))
-	m, _, err := Commit(ctx, st, src, Meta{ID: "img-r", Session: "s-r", AttachNonce: "nn"})
+	m, _, err := Commit(ctx, st, src, Meta{ID: "img-r", Session: "s-r", AttachNonce: "nn", GPUs: []GPU{{Model: "H200", UUID: "GPU-1"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var list []Info
-	if err := c.Do(ctx, "GET", "/v1/images", nil, &list); err != nil || len(list) != 1 || list[0].ID != "img-r" || list[0].Session != "s-r" || list[0].Bytes != m.Bytes() {
+	list, err := c.Images(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != "img-r" || list[0].Session != "s-r" || list[0].Bytes != m.Bytes() {
 		t.Fatalf("list: %+v %v", list, err)
 	}
-	var d Detail
-	if err := c.Do(ctx, "GET", "/v1/images/img-r", nil, &d); err != nil || d.AttachNonce != "nn" || len(d.FileList) != len(m.Files) {
+	d, err := c.Image(ctx, "img-r")
+	if err != nil || d.AttachNonce != "nn" || len(d.FileList) != len(m.Files) || len(d.GPUs) != 1 || d.GPUs[0].Model != "H200" || d.Bytes != m.Bytes() {
 		t.Fatalf("inspect: %+v %v", d, err)
 	}
-	var rep Report
-	if err := c.Do(ctx, "POST", "/v1/images/verify", VerifyRequest{ID: "img-r"}, &rep); err != nil || !rep.OK() || rep.Chunks == 0 {
+	rep, err := c.Verify(ctx, api.VerifyRequest{ID: "img-r"}, nil)
+	if err != nil || !rep.OK() || rep.Chunks == 0 {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
-	resp, err := c.Stream(ctx, "GET", "/v1/images/img-r/export", nil, "")
-	if err != nil {
+	var file bytes.Buffer
+	if _, err := c.Export(ctx, "img-r", &file, nil); err != nil {
 		t.Fatal(err)
 	}
-	file, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
 
 	tests := []struct {
-		name, method, path string
-		body               any
-		want               errs.Kind
+		name string
+		call func() error
+		want errs.Kind
 	}{
-		{"inspect missing", "GET", "/v1/images/img-none", nil, errs.NotFound},
-		{"bad id", "GET", "/v1/images/..%2Fx", nil, errs.InvalidArgument},
-		{"export missing", "GET", "/v1/images/img-none/export", nil, errs.NotFound},
-		{"delete missing", "DELETE", "/v1/images/img-none", nil, errs.NotFound},
-		{"verify missing", "POST", "/v1/images/verify", VerifyRequest{ID: "img-none"}, errs.NotFound},
-		{"missing with junk", "POST", "/v1/chunks/missing", map[string]any{"digests": []string{"zz"}}, errs.InvalidArgument},
+		{"inspect missing", func() error { _, err := c.Image(ctx, "img-none"); return err }, errs.NotFound},
+		{"bad id", func() error { _, err := c.Image(ctx, "../x"); return err }, errs.InvalidArgument},
+		{"dots", func() error { _, err := c.Image(ctx, ".."); return err }, errs.InvalidArgument},
+		{"export missing", func() error { _, err := c.Export(ctx, "img-none", io.Discard, nil); return err }, errs.NotFound},
+		{"delete missing", func() error { _, err := c.RemoveImage(ctx, "img-none"); return err }, errs.NotFound},
+		{"verify missing", func() error { _, err := c.Verify(ctx, api.VerifyRequest{ID: "img-none"}, nil); return err }, errs.NotFound},
+		{"missing with junk", func() error {
+			return rawPost(ctx, c.Addr(), api.MissingChunksPath, `{"digests":["zz"]}`)
+		}, errs.InvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := c.Do(ctx, tt.method, tt.path, tt.body, nil); errs.KindOf(err) != tt.want {
+			if err := tt.call(); errs.KindOf(err) != tt.want {
 				t.Fatalf("got %v, want kind %s", err, tt.want)
 			}
 		})
 	}
-	var del DeleteReply
-	if err := c.Do(ctx, "DELETE", "/v1/images/img-r", nil, &del); err != nil || !del.Deleted || del.Session != "s-r" {
+	del, err := c.RemoveImage(ctx, "img-r")
+	if err != nil || !del.Deleted || del.Session != "s-r" {
 		t.Fatalf("delete: %+v %v", del, err)
 	}
-	var gc store.GCStats
-	if err := c.Do(ctx, "POST", "/v1/images/gc", nil, &gc); err != nil || gc.ChunksRemoved == 0 {
+	gc, err := c.GC(ctx)
+	if err != nil || gc.ChunksRemoved == 0 {
 		t.Fatalf("gc: %+v %v", gc, err)
 	}
-	resp, err = c.Stream(ctx, "POST", "/v1/images/import", bytes.NewReader(file), "application/octet-stream")
-	if err != nil {
+	imp, err := c.Import(ctx, bytes.NewReader(file.Bytes()), int64(file.Len()), nil)
+	if err != nil || imp.ID != "img-r" || imp.StoredBytes == 0 {
+		t.Fatalf("import: %+v %v", imp, err)
+	}
+	if _, err := c.RemoveImage(ctx, "img-r"); err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if err := c.Do(ctx, "DELETE", "/v1/images/img-r", nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	resp, err = c.Stream(ctx, "POST", "/v1/images/import", bytes.NewReader(file[:len(file)-9]), "application/octet-stream")
-	if !errs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "truncated") {
+	if _, err := c.Import(ctx, bytes.NewReader(file.Bytes()[:file.Len()-9]), -1, nil); !errs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "truncated") {
 		t.Fatalf("truncated import: %v", err)
 	}
-	_ = resp
 
 	// Chunks ahead of their manifest.
 	var chunkStream bytes.Buffer
@@ -143,15 +145,39 @@ func TestRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, c2 := host(t)
-	resp, err = c2.Stream(ctx, "PUT", "/v1/chunks", &chunkStream, "application/octet-stream")
+	put, err := c2.PutChunks(ctx, &chunkStream)
+	if err != nil || put.Chunks != 3 {
+		t.Fatalf("put chunks: %+v %v", put, err)
+	}
+	miss, err := c2.MissingChunks(ctx, apiDigests(refs))
+	if err != nil || len(miss) != len(refs)-3 {
+		t.Fatalf("missing after put: %d of %d, %v", len(miss), len(refs), err)
+	}
+	for _, d := range miss {
+		if slices.Contains(refs[:3], store.Digest(d)) {
+			t.Fatalf("chunk %s was put but is reported missing", d)
+		}
+	}
+}
+
+// rawPost sends a body no typed call would, and returns the error the
+// route answers with.
+func rawPost(ctx context.Context, addr, path, body string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, strings.NewReader(body))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	resp.Body.Close()
-	var miss MissingReply
-	if err := c2.Do(ctx, "POST", "/v1/chunks/missing", MissingRequest{Digests: refs}, &miss); err != nil || len(miss.Missing) != len(refs)-3 {
-		t.Fatalf("missing after put: %d of %d, %v", len(miss.Missing), len(refs), err)
+	req.Header.Set("Authorization", "Bearer tok")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
 	}
+	defer resp.Body.Close()
+	var eb api.ErrorBody
+	if err := json.NewDecoder(resp.Body).Decode(&eb); err != nil || resp.StatusCode == http.StatusOK {
+		return fmt.Errorf("%s: %v", resp.Status, err)
+	}
+	return eb.Err()
 }
 
 func TestExportSizeIsExact(t *testing.T) {
@@ -166,13 +192,39 @@ func TestExportSizeIsExact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := c.Stream(ctx, "GET", "/v1/images/img-s/export", nil, "")
-	if err != nil {
+	var announced int64
+	n, err := c.Export(ctx, "img-s", io.Discard, func(_, total int64) { announced = total })
+	if err != nil || n != want || announced != want {
+		t.Fatalf("export: %d bytes, Content-Length %d, planned %d (%v)", n, announced, want, err)
+	}
+}
+
+// The streamed verify a terminal gets: progress lines, then the report or
+// the error, through the client.
+func TestVerifyWithProgress(t *testing.T) {
+	ctx := context.Background()
+	st, c := host(t)
+	src := dumpDir(t, imagegen.Pages(12, 1<<20, imagegen.Realistic))
+	if _, _, err := Commit(ctx, st, src, Meta{ID: "img-p", Session: "s-p"}); err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || int64(len(b)) != want || resp.ContentLength != want {
-		t.Fatalf("export: %d bytes, Content-Length %d, planned %d (%v)", len(b), resp.ContentLength, want, err)
+	for _, tt := range []struct {
+		id      string
+		wantErr errs.Kind
+	}{{"img-p", ""}, {"", ""}, {"img-gone", errs.NotFound}, {"../x", errs.InvalidArgument}} {
+		var last, total int64
+		rep, err := c.Verify(ctx, api.VerifyRequest{ID: tt.id}, func(done, t int64) { last, total = done, t })
+		if tt.wantErr != "" {
+			if errs.KindOf(err) != tt.wantErr {
+				t.Fatalf("%q: got %v, want %s", tt.id, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || !rep.OK() || rep.Chunks == 0 || rep.Images != 1 {
+			t.Fatalf("%q: %+v %v", tt.id, rep, err)
+		}
+		if last > total {
+			t.Fatalf("%q: progress %d of %d", tt.id, last, total)
+		}
 	}
 }

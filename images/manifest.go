@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/store"
 )
@@ -69,11 +70,11 @@ type Manifest struct {
 	Files    []File    `json:"files"`
 }
 
-// File types in a manifest.
+// File types in a manifest: the values of api.ImageFile's type.
 const (
-	TypeFile    = "file"
-	TypeDir     = "dir"
-	TypeSymlink = "symlink"
+	TypeFile    = api.FileRegular
+	TypeDir     = api.FileDir
+	TypeSymlink = api.FileSymlink
 )
 
 // File is one entry of the image directory.
@@ -311,22 +312,9 @@ func clipPath(p string) string {
 	return p
 }
 
-// Info is the summary of an image that listings show.
-type Info struct {
-	ID        string    `json:"id"`
-	Session   string    `json:"session"`
-	Parent    string    `json:"parent,omitempty"`
-	Created   time.Time `json:"created"`
-	Host      string    `json:"host,omitempty"`
-	Backend   string    `json:"backend,omitempty"`
-	Bytes     int64     `json:"bytes"`     // logical size
-	NewBytes  int64     `json:"new_bytes"` // stored bytes its commit added
-	Files     int       `json:"files"`
-	Chunks    int       `json:"chunks"` // distinct non-zero chunks
-	ZeroBytes int64     `json:"zero_bytes"`
-}
-
-func (m *Manifest) info(newBytes int64) Info {
+// info is the image's summary, as listings show it and as the store
+// keeps it next to the manifest.
+func (m *Manifest) info(newBytes int64) api.Image {
 	refs, _ := m.Refs()
 	var zero int64
 	for _, f := range m.Files {
@@ -336,6 +324,6 @@ func (m *Manifest) info(newBytes int64) Info {
 			}
 		}
 	}
-	return Info{ID: m.ID, Session: m.Session, Parent: m.Parent, Created: m.Created, Host: m.Host, Backend: m.Backend,
+	return api.Image{ID: m.ID, Session: m.Session, Parent: m.Parent, Created: m.Created, Host: m.Host, Backend: m.Backend,
 		Bytes: m.Bytes(), NewBytes: newBytes, Files: len(m.Files), Chunks: len(refs), ZeroBytes: zero}
 }

@@ -5,25 +5,26 @@ import (
 	"encoding/json"
 	"slices"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/store"
 )
 
 // List returns every image in the store, oldest first.
-func List(ctx context.Context, st *store.Store) ([]Info, error) {
+func List(ctx context.Context, st *store.Store) ([]api.Image, error) {
 	ents, err := st.ListImages(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Info, 0, len(ents))
+	out := make([]api.Image, 0, len(ents))
 	for _, e := range ents {
-		var in Info
+		var in api.Image
 		if err := json.Unmarshal(e.Info, &in); err != nil {
 			return nil, errs.Wrap(err, errs.DataLoss, errs.Image(e.ID), "summary unreadable")
 		}
 		out = append(out, in)
 	}
-	slices.SortStableFunc(out, func(a, b Info) int { return a.Created.Compare(b.Created) })
+	slices.SortStableFunc(out, func(a, b api.Image) int { return a.Created.Compare(b.Created) })
 	return out, nil
 }
 
@@ -44,17 +45,17 @@ func Get(ctx context.Context, st *store.Store, id string) (*Manifest, error) {
 }
 
 // Stat returns an image's summary.
-func Stat(ctx context.Context, st *store.Store, id string) (Info, error) {
+func Stat(ctx context.Context, st *store.Store, id string) (api.Image, error) {
 	if err := ValidID(id); err != nil {
-		return Info{}, err
+		return api.Image{}, err
 	}
 	raw, _, err := st.GetImage(ctx, id)
 	if err != nil {
-		return Info{}, err
+		return api.Image{}, err
 	}
-	var in Info
+	var in api.Image
 	if err := json.Unmarshal(raw, &in); err != nil {
-		return Info{}, errs.Wrap(err, errs.DataLoss, errs.Image(id), "summary unreadable")
+		return api.Image{}, errs.Wrap(err, errs.DataLoss, errs.Image(id), "summary unreadable")
 	}
 	return in, nil
 }
@@ -68,49 +69,17 @@ func Delete(ctx context.Context, st *store.Store, id string) error {
 }
 
 // GC reclaims unused chunks and leftovers of failed or crashed writes.
-func GC(ctx context.Context, st *store.Store) (store.GCStats, error) { return st.GC(ctx) }
-
-// Damage is a chunk that failed verification and the images that use it.
-type Damage struct {
-	Chunk  string   `json:"chunk"`
-	Images []string `json:"images"`
-	Error  string   `json:"error"`
-}
-
-// Report is what Verify found.
-type Report struct {
-	Images  int      `json:"images"`
-	Chunks  int      `json:"chunks"`
-	Damaged []Damage `json:"damaged,omitempty"`
-	// Index is the store's consistency check result; empty when fine.
-	Index string `json:"index,omitempty"`
-}
-
-// OK reports whether nothing was found wrong.
-func (r *Report) OK() bool { return len(r.Damaged) == 0 && r.Index == "" }
-
-// Err is nil for a clean report and otherwise an errs.DataLoss error
-// naming the first damaged image and chunk.
-func (r *Report) Err() error {
-	switch {
-	case r.Index != "":
-		return errs.New(errs.DataLoss, "", "%s", r.Index)
-	case len(r.Damaged) > 0:
-		d := r.Damaged[0]
-		subj := "no image"
-		if len(d.Images) > 0 {
-			subj = errs.Image(d.Images[0])
-		}
-		return errs.New(errs.DataLoss, subj, "chunk %s is damaged (%d damaged chunks in all); delete the affected images or re-import them", d.Chunk, len(r.Damaged))
-	}
-	return nil
+func GC(ctx context.Context, st *store.Store) (api.GCReply, error) {
+	s, err := st.GC(ctx)
+	return api.GCReply{ChunksRemoved: s.ChunksRemoved, PacksRemoved: s.PacksRemoved, PacksRewritten: s.PacksRewritten,
+		OrphanFiles: s.OrphanFiles, BytesFreed: s.BytesFreed}, err
 }
 
 // Verify checks image id (every image when id is empty): the index's
 // consistency, then every chunk's content against its digest. progress
 // gets chunks done out of the total and may be called from several
 // goroutines at once.
-func Verify(ctx context.Context, st *store.Store, id string, progress store.Progress) (*Report, error) {
+func Verify(ctx context.Context, st *store.Store, id string, progress store.Progress) (*api.VerifyReport, error) {
 	var ids []string
 	if id != "" {
 		if err := ValidID(id); err != nil {
@@ -126,7 +95,7 @@ func Verify(ctx context.Context, st *store.Store, id string, progress store.Prog
 			ids = append(ids, e.ID)
 		}
 	}
-	rep := &Report{Images: len(ids)}
+	rep := &api.VerifyReport{Images: len(ids)}
 	if err := st.Check(ctx); err != nil {
 		if !errs.Is(err, errs.DataLoss) {
 			return nil, err
@@ -172,7 +141,7 @@ func Verify(ctx context.Context, st *store.Store, id string, progress store.Prog
 				continue
 			}
 		}
-		rep.Damaged = append(rep.Damaged, Damage{Chunk: b.Digest.String(), Images: imgs, Error: b.Err.Error()})
+		rep.Damaged = append(rep.Damaged, api.DamagedChunk{Chunk: b.Digest.String(), Images: imgs, Error: b.Err.Error()})
 	}
 	return rep, nil
 }

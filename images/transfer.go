@@ -2,10 +2,9 @@ package images
 
 import (
 	"context"
-	"encoding/json"
 	"io"
-	"net/http"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/store"
@@ -16,20 +15,21 @@ func Missing(ctx context.Context, st *store.Store, ds []store.Digest) ([]store.D
 	return st.Missing(ctx, ds)
 }
 
-// MissingRequest and MissingReply are the bodies of POST /v1/chunks/missing.
-type MissingRequest struct {
-	Digests []store.Digest `json:"digests"`
+// Digests cross the API as api.Digest, the same 32 bytes.
+func digests(ds []api.Digest) []store.Digest {
+	out := make([]store.Digest, len(ds))
+	for i, d := range ds {
+		out[i] = store.Digest(d)
+	}
+	return out
 }
 
-// MissingReply lists what the peer lacks.
-type MissingReply struct {
-	Missing []store.Digest `json:"missing"`
-}
-
-// ImportReply is the body POST /v1/images/import answers with.
-type ImportReply struct {
-	Info
-	StoredBytes int64 `json:"stored_bytes"`
+func apiDigests(ds []store.Digest) []api.Digest {
+	out := make([]api.Digest, len(ds))
+	for i, d := range ds {
+		out[i] = api.Digest(d)
+	}
+	return out
 }
 
 // Push sends image id to the gpud behind peer: it asks which chunks the
@@ -45,13 +45,13 @@ func Push(ctx context.Context, st *store.Store, id string, peer *control.Client,
 	refs, _ := m.Refs()
 	var sent int64
 	for attempt := 0; ; attempt++ {
-		var reply MissingReply
-		if err := peer.Do(ctx, http.MethodPost, "/v1/chunks/missing", MissingRequest{Digests: refs}, &reply); err != nil {
+		missing, err := peer.MissingChunks(ctx, apiDigests(refs))
+		if err != nil {
 			return sent, errs.Wrap(err, errs.KindOf(err), errs.Image(id), "ask %s which chunks it lacks", peer.Addr())
 		}
-		only := make(map[store.Digest]bool, len(reply.Missing))
-		for _, d := range reply.Missing {
-			only[d] = true
+		only := make(map[store.Digest]bool, len(missing))
+		for _, d := range missing {
+			only[store.Digest(d)] = true
 		}
 		n, err := pushStream(ctx, st, id, peer, only, progress)
 		sent += n
@@ -72,19 +72,17 @@ func pushStream(ctx context.Context, st *store.Store, id string, peer *control.C
 		pw.CloseWithError(err)
 		done <- err
 	}()
-	resp, err := peer.Stream(ctx, http.MethodPost, "/v1/images/import", pr, "application/octet-stream")
+	reply, err := peer.Import(ctx, pr, -1, nil)
 	_ = pr.CloseWithError(io.ErrClosedPipe)
 	exportErr := <-done
 	if err != nil {
 		return n, errs.Wrap(err, errs.KindOf(err), errs.Image(id), "push to %s", peer.Addr())
 	}
-	defer resp.Body.Close()
 	if exportErr != nil {
 		return n, exportErr
 	}
-	var reply ImportReply
-	if err := json.NewDecoder(resp.Body).Decode(&reply); err != nil || reply.ID != id {
-		return n, errs.New(errs.Internal, errs.Image(id), "push to %s: unexpected reply (%v)", peer.Addr(), err)
+	if reply.ID != id {
+		return n, errs.New(errs.Internal, errs.Image(id), "push to %s: unexpected reply (image %q)", peer.Addr(), reply.ID)
 	}
 	return n, nil
 }

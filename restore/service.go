@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"regexp"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
@@ -31,21 +32,12 @@ type Service struct {
 	Log    *slog.Logger
 }
 
-// Response is the body POST /v1/images/{id}/restore returns.
-type Response struct {
-	Session    string `json:"session"`
-	Image      string `json:"image"`
-	PID        int    `json:"pid"`
-	Listen     string `json:"listen"`
-	DurationMS int64  `json:"duration_ms"`
-}
-
 var imageID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // Register adds POST /v1/images/{id}/restore to mux.
 func (s *Service) Register(mux *http.ServeMux) {
-	mux.Handle("POST /v1/images/{id}/restore", control.Handle(func(w http.ResponseWriter, r *http.Request) error {
-		res, err := s.Restore(r.Context(), r.PathValue("id"))
+	mux.Handle(api.RouteRestore, control.Handle(func(w http.ResponseWriter, r *http.Request) error {
+		res, err := s.Restore(r.Context(), control.PathID(r))
 		if err != nil {
 			return err
 		}
@@ -55,7 +47,7 @@ func (s *Service) Register(mux *http.ServeMux) {
 }
 
 // Restore restores image and registers its session here.
-func (s *Service) Restore(ctx context.Context, image string) (*Response, error) {
+func (s *Service) Restore(ctx context.Context, image string) (*api.RestoreReply, error) {
 	if !imageID.MatchString(image) {
 		return nil, errs.New(errs.InvalidArgument, errs.Image(image), "not an image id; list them with `gpuctl images ls`")
 	}
@@ -71,7 +63,7 @@ func (s *Service) Restore(ctx context.Context, image string) (*Response, error) 
 		return nil, errs.Wrap(err, errs.KindOf(err), errs.Image(image), "register restored session %s", res.Session)
 	}
 	s.log().Info("session restored", "session", res.Session, "image", image, "pid", res.PID, "took_ms", res.DurationMS)
-	return &Response{Session: res.Session, Image: image, PID: res.PID, Listen: s.Listen, DurationMS: res.DurationMS}, nil
+	return &api.RestoreReply{Session: res.Session, Image: image, PID: res.PID, Listen: s.Listen, DurationMS: res.DurationMS}, nil
 }
 
 func (s *Service) log() *slog.Logger {

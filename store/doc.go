@@ -24,7 +24,7 @@
 //	packs/
 //	    <pack id, 32 bytes> -> packRecord: file size, live chunks, live bytes
 //	sessions/
-//	    <session id> -> opaque JSON written by gpud
+//	    <session id> -> opaque JSON: a session.Record, which package session owns
 //
 // A chunk's reference count is the number of images whose refs list holds
 // it. Chunks arrive before the image that uses them and sit at zero

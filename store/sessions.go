@@ -9,11 +9,9 @@ import (
 	"github.com/gpuctl/gpuctl/errs"
 )
 
-// SessionRecord is one entry of the sessions bucket.
-type SessionRecord struct {
-	ID  string
-	Rec []byte // opaque JSON owned by gpud
-}
+// The sessions bucket holds gpud's session records for package session,
+// which owns their form (session.Record): to the store each is an opaque
+// value under its session id, kept in the same database as the images.
 
 // PutSession creates or replaces a session's record.
 func (s *Store) PutSession(ctx context.Context, id string, rec []byte) error {
@@ -50,15 +48,15 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	}), "delete session")
 }
 
-// ListSessions returns every session record in id order.
-func (s *Store) ListSessions(ctx context.Context) ([]SessionRecord, error) {
+// ListSessions returns every session record by session id.
+func (s *Store) ListSessions(ctx context.Context) (map[string][]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var out []SessionRecord
+	out := map[string][]byte{}
 	err := s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketSessions).ForEach(func(k, v []byte) error {
-			out = append(out, SessionRecord{ID: string(k), Rec: slices.Clone(v)})
+			out[string(k)] = slices.Clone(v)
 			return nil
 		})
 	})

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -404,9 +405,10 @@ func TestSessions(t *testing.T) {
 		}
 		list, _ := s.ListSessions(ctx)
 		var ids []string
-		for _, r := range list {
-			ids = append(ids, r.ID)
+		for id := range list {
+			ids = append(ids, id)
 		}
+		slices.Sort(ids)
 		if strings.Join(ids, ",") != st.wantIDs {
 			t.Fatalf("step %d: sessions %v, want %s", i, ids, st.wantIDs)
 		}

@@ -1,6 +1,8 @@
 // Package criu drives CRIU through its swrk RPC mode (go-criu's protocol
 // messages over a private socketpair): dump a process tree into an image
-// directory, restore it, and ask CRIU for its version and a kernel check.
+// directory, restore it, and ask CRIU for its version. Finding the binary
+// and checking the kernel are package criubin's, which callers that only
+// inspect an installation (gpuctl doctor) use without this package.
 //
 // Every call starts its own `criu swrk` child. The caller's end of the
 // socket is the only one left open here, so a CRIU that crashes or is
@@ -13,12 +15,10 @@ package criu
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -26,12 +26,9 @@ import (
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
 	"github.com/gpuctl/gpuctl/errs"
 )
-
-// MinVersion is the oldest CRIU that works on the kernels we run: older
-// ones fail with "Unexpected rt vDSO area bounds" on 6.13 and later.
-var MinVersion = Version{Major: 4, Minor: 1}
 
 // Log file names, inside Options.LogDir or the image directory.
 const (
@@ -39,34 +36,6 @@ const (
 	PreDumpLog = "pre-dump.log"
 	RestoreLog = "restore.log"
 )
-
-// Version is CRIU's version.
-type Version struct {
-	Major, Minor, Sublevel int
-	GitID                  string // set on builds from git
-}
-
-func (v Version) String() string {
-	s := fmt.Sprintf("%d.%d", v.Major, v.Minor)
-	if v.Sublevel != 0 {
-		s += fmt.Sprintf(".%d", v.Sublevel)
-	}
-	if v.GitID != "" {
-		s += " (" + v.GitID + ")"
-	}
-	return s
-}
-
-// AtLeast reports whether v is w or newer.
-func (v Version) AtLeast(w Version) bool {
-	if v.Major != w.Major {
-		return v.Major > w.Major
-	}
-	if v.Minor != w.Minor {
-		return v.Minor > w.Minor
-	}
-	return v.Sublevel >= w.Sublevel
-}
 
 // Error is a failed CRIU operation with the end of its story from the log.
 type Error struct {
@@ -88,100 +57,28 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Find returns the criu binary to use: explicit if given, else
-// $GPUCTL_CRIU, else the bundle that `make deps` builds (.deps/criu/criu)
-// next to the running executable or up to two levels above it (build/bin
-// in a checkout), else such a bundle in the working directory or one
-// above it (tests run inside the checkout), else criu on PATH. It does
-// not check the version.
-func Find(explicit string) (string, error) {
-	if explicit != "" {
-		return checkExecutable(explicit)
-	}
-	if p := os.Getenv("GPUCTL_CRIU"); p != "" {
-		return checkExecutable(p)
-	}
-	if exe, err := os.Executable(); err == nil {
-		dir := filepath.Dir(exe)
-		for _, rel := range []string{"criu/criu", ".deps/criu/criu", "../.deps/criu/criu", "../../.deps/criu/criu"} {
-			if p := filepath.Join(dir, rel); isExecutable(p) {
-				return p, nil
-			}
-		}
-	}
-	if wd, err := os.Getwd(); err == nil {
-		for dir := wd; ; dir = filepath.Dir(dir) {
-			if p := filepath.Join(dir, ".deps/criu/criu"); isExecutable(p) {
-				return p, nil
-			}
-			if dir == filepath.Dir(dir) {
-				break
-			}
-		}
-	}
-	if p, err := exec.LookPath("criu"); err == nil {
-		return p, nil
-	}
-	return "", errs.New(errs.FailedPrecondition, "", "criu not found: run `make deps`, or pass --criu PATH or set GPUCTL_CRIU to a criu >= %s", MinVersion)
-}
+func binary(o Options) (string, error) { return criubin.Find(o.Binary) }
 
-func isExecutable(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
-}
-
-func checkExecutable(p string) (string, error) {
-	st, err := os.Stat(p)
-	if err != nil {
-		return "", errs.Wrap(err, errs.FailedPrecondition, "", "criu binary")
-	}
-	if !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
-		return "", errs.New(errs.FailedPrecondition, "", "criu binary %s is not an executable file", p)
-	}
-	return p, nil
-}
-
-func binary(o Options) (string, error) { return Find(o.Binary) }
-
-// GetVersion asks CRIU for its version over RPC.
-func GetVersion(ctx context.Context, bin string) (Version, error) {
+// GetVersion asks CRIU for its version over RPC, which also proves that
+// its swrk mode works; criubin.VersionOf asks the command line instead.
+func GetVersion(ctx context.Context, bin string) (criubin.Version, error) {
 	if bin == "" {
 		var err error
-		if bin, err = Find(""); err != nil {
-			return Version{}, err
+		if bin, err = criubin.Find(""); err != nil {
+			return criubin.Version{}, err
 		}
 	}
 	resp, err := call(ctx, bin, &rpc.CriuReq{Type: rpc.CriuReqType_VERSION.Enum()})
 	if err != nil {
-		return Version{}, errs.Wrap(err, errs.FailedPrecondition, "", "criu version (%s)", bin)
+		return criubin.Version{}, errs.Wrap(err, errs.FailedPrecondition, "", "criu version (%s)", bin)
 	}
 	v := resp.GetVersion()
-	return Version{
+	return criubin.Version{
 		Major:    int(v.GetMajorNumber()),
 		Minor:    int(v.GetMinorNumber()),
 		Sublevel: int(v.GetSublevel()),
 		GitID:    v.GetGitid(),
 	}, nil
-}
-
-// Check runs `criu check` and returns its output. CRIU's verdict on
-// success is "Looks good."; a failure returns the output in the error.
-func Check(ctx context.Context, bin string) (string, error) {
-	if bin == "" {
-		var err error
-		if bin, err = Find(""); err != nil {
-			return "", err
-		}
-	}
-	cmd := exec.CommandContext(ctx, bin, "check")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	text := strings.TrimSpace(out.String())
-	if err != nil {
-		return text, errs.Wrap(err, errs.FailedPrecondition, "", "criu check: %s", lastLines(text, 5))
-	}
-	return text, nil
 }
 
 // Dump checkpoints the process tree rooted at pid into dir, which must
@@ -417,9 +314,4 @@ func LogExcerpt(path string) []string {
 		out = lines[max(0, len(lines)-3):]
 	}
 	return out
-}
-
-func lastLines(s string, n int) string {
-	ls := strings.Split(s, "\n")
-	return strings.Join(ls[max(0, len(ls)-n):], "; ")
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
 	"github.com/gpuctl/gpuctl/errs"
 )
 
@@ -53,7 +54,7 @@ func needCRIU(t *testing.T) string {
 	if os.Geteuid() != 0 {
 		t.Skip("CRIU needs root")
 	}
-	bin, err := Find("")
+	bin, err := criubin.Find("")
 	if err != nil {
 		t.Skipf("%v", err)
 	}
@@ -63,8 +64,8 @@ func needCRIU(t *testing.T) string {
 	if err != nil {
 		t.Fatalf("criu at %s does not answer: %v", bin, err)
 	}
-	if !v.AtLeast(MinVersion) {
-		t.Skipf("criu %s at %s is older than %s; run make deps", v, bin, MinVersion)
+	if !v.AtLeast(criubin.MinVersion) {
+		t.Skipf("criu %s at %s is older than %s; run make deps", v, bin, criubin.MinVersion)
 	}
 	return bin
 }
@@ -335,38 +336,21 @@ func TestCancelledContextDoesNotHang(t *testing.T) {
 	}
 }
 
-func TestCheckAndVersion(t *testing.T) {
+// GetVersion (over RPC) and criubin.VersionOf (the command line) agree.
+func TestVersionOverRPCAndCommandLineAgree(t *testing.T) {
 	bin := needCRIU(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := Check(ctx, bin)
+	rpc, err := GetVersion(ctx, bin)
 	if err != nil {
-		t.Fatalf("criu check: %v", err)
+		t.Fatal(err)
 	}
-	if !strings.Contains(out, "Looks good") {
-		t.Errorf("criu check says %q", out)
+	cmd, err := criubin.VersionOf(ctx, bin)
+	if err != nil {
+		t.Fatal(err)
 	}
-}
-
-func TestVersionAtLeast(t *testing.T) {
-	cases := []struct {
-		v, w Version
-		want bool
-	}{
-		{Version{4, 1, 1, ""}, Version{4, 1, 0, ""}, true},
-		{Version{4, 1, 0, ""}, Version{4, 1, 0, ""}, true},
-		{Version{4, 0, 9, ""}, Version{4, 1, 0, ""}, false},
-		{Version{3, 17, 1, ""}, Version{4, 1, 0, ""}, false},
-		{Version{5, 0, 0, ""}, Version{4, 1, 0, ""}, true},
-		{Version{4, 2, 0, ""}, Version{4, 1, 3, ""}, true},
-	}
-	for _, c := range cases {
-		if got := c.v.AtLeast(c.w); got != c.want {
-			t.Errorf("%v.AtLeast(%v) = %v, want %v", c.v, c.w, got, c.want)
-		}
-	}
-	if s := (Version{4, 1, 1, ""}).String(); s != "4.1.1" {
-		t.Errorf("String() = %q", s)
+	if rpc != cmd {
+		t.Fatalf("criu's RPC says %s, its --version says %s", rpc, cmd)
 	}
 }
 
@@ -394,43 +378,5 @@ func TestLogExcerpt(t *testing.T) {
 	}
 	if LogExcerpt("/nonexistent/log") != nil {
 		t.Error("a missing log gave an excerpt")
-	}
-}
-
-func TestFind(t *testing.T) {
-	dir := t.TempDir()
-	exe := filepath.Join(dir, "criu")
-	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	plain := filepath.Join(dir, "plain")
-	if err := os.WriteFile(plain, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cases := []struct {
-		name, explicit, env string
-		want                string
-		wantErr             bool
-	}{
-		{"explicit wins", exe, "/nonexistent", exe, false},
-		{"env next", "", exe, exe, false},
-		{"explicit missing", "/nonexistent/criu", "", "", true},
-		{"env not executable", "", plain, "", true},
-		{"explicit is a directory", dir, "", "", true},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Setenv("GPUCTL_CRIU", c.env)
-			got, err := Find(c.explicit)
-			if (err != nil) != c.wantErr {
-				t.Fatalf("err = %v, wantErr %v", err, c.wantErr)
-			}
-			if err != nil && !errs.IsFailedPrecondition(err) {
-				t.Errorf("kind %q, want failed_precondition", errs.KindOf(err))
-			}
-			if got != c.want {
-				t.Errorf("got %q, want %q", got, c.want)
-			}
-		})
 	}
 }

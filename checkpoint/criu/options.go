@@ -8,7 +8,7 @@ import "time"
 // namespace), sharing the host's network, UTS and IPC namespaces, holding
 // no sockets and no changing files.
 type Options struct {
-	// Binary is the criu executable. Empty means Find("").
+	// Binary is the criu executable. Empty means criubin.Find("").
 	Binary string
 	// LogDir receives CRIU's log (dump.log, pre-dump.log or restore.log).
 	// Empty means the image directory itself.

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/gpuctl/gpuctl/checkpoint/criu"
+	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
 	"github.com/gpuctl/gpuctl/remoting/worker"
 )
 
@@ -89,13 +90,13 @@ func NeedCRIU(t testing.TB) string {
 	if os.Geteuid() != 0 {
 		t.Skip("CRIU needs root")
 	}
-	bin, err := criu.Find("")
+	bin, err := criubin.Find("")
 	if err != nil {
 		t.Skipf("%v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if v, err := criu.GetVersion(ctx, bin); err != nil || !v.AtLeast(criu.MinVersion) {
+	if v, err := criu.GetVersion(ctx, bin); err != nil || !v.AtLeast(criubin.MinVersion) {
 		t.Skipf("criu at %s is not usable (%v, %v); run make deps", bin, v, err)
 	}
 	return bin

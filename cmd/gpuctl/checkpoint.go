@@ -2,11 +2,10 @@ package main
 
 import (
 	"context"
-	"net/http"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gpuctl/gpuctl/checkpoint"
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
 )
@@ -39,8 +38,7 @@ func checkpointCommand(e *env) *cli.Command {
 
 func runCheckpoint(ctx context.Context, e *env, cl *control.Client, id string, leaveRunning, asJSON bool) error {
 	stop := e.spinner(asJSON, "checkpointing "+id)
-	var res checkpoint.Result
-	err := cl.Do(ctx, http.MethodPost, "/v1/sessions/"+id+"/checkpoint", checkpoint.CheckpointRequest{LeaveRunning: leaveRunning}, &res)
+	res, err := cl.Checkpoint(ctx, id, api.CheckpointRequest{LeaveRunning: leaveRunning})
 	stop()
 	if err != nil {
 		return err
@@ -58,7 +56,7 @@ func runCheckpoint(ctx context.Context, e *env, cl *control.Client, id string, l
 	return nil
 }
 
-func printSteps(e *env, steps []checkpoint.Timing) {
+func printSteps(e *env, steps []api.StepTiming) {
 	if len(steps) == 0 {
 		return
 	}

@@ -14,9 +14,9 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuctl/gpuctl/checkpoint/criu"
+	"github.com/gpuctl/gpuctl/api"
+	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
 	"github.com/gpuctl/gpuctl/control"
-	"github.com/gpuctl/gpuctl/remoting/backend"
 )
 
 // doctorArgs are gpuctl doctor's inputs.
@@ -53,19 +53,19 @@ type criuReport struct {
 }
 
 type hostReport struct {
-	Addr      string            `json:"addr"`
-	Reachable bool              `json:"reachable"`
-	Error     string            `json:"error,omitempty"`
-	Info      *backend.HostInfo `json:"info,omitempty"`
-	Images    *int              `json:"images,omitempty"`
-	Bytes     *uint64           `json:"image_bytes,omitempty"`
+	Addr      string        `json:"addr"`
+	Reachable bool          `json:"reachable"`
+	Error     string        `json:"error,omitempty"`
+	Info      *api.HostInfo `json:"info,omitempty"`
+	Images    *int          `json:"images,omitempty"`
+	Bytes     *uint64       `json:"image_bytes,omitempty"`
 }
 
 type localGPUs struct {
-	Tool   string        `json:"tool,omitempty"` // what answered, e.g. "nvidia-smi"
-	Driver string        `json:"driver,omitempty"`
-	GPUs   []backend.GPU `json:"gpus"`
-	Error  string        `json:"error,omitempty"`
+	Tool   string    `json:"tool,omitempty"` // what answered, e.g. "nvidia-smi"
+	Driver string    `json:"driver,omitempty"`
+	GPUs   []api.GPU `json:"gpus"`
+	Error  string    `json:"error,omitempty"`
 }
 
 type storeReport struct {
@@ -143,20 +143,20 @@ func diagnose(ctx context.Context, a doctorArgs) *doctorReport {
 	// CRIU, found the way gpud finds it.
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if bin, err := criu.Find(a.criu); err != nil {
+	if bin, err := criubin.Find(a.criu); err != nil {
 		problem("%v", err)
 	} else {
 		r.CRIU.Path = bin
-		v, err := criu.GetVersion(cctx, bin)
+		v, err := criubin.VersionOf(cctx, bin)
 		switch {
 		case err != nil:
 			problem("criu at %s does not run: %v; run `make deps` for a working bundle", bin, err)
-		case !v.AtLeast(criu.MinVersion):
+		case !v.AtLeast(criubin.MinVersion):
 			r.CRIU.Version = v.String()
-			problem("criu %s at %s is older than %s and fails on kernels >= 6.13; run `make deps` and point gpud at .deps/criu/criu (--criu or GPUCTL_CRIU)", v, bin, criu.MinVersion)
+			problem("criu %s at %s is older than %s and fails on kernels >= 6.13; run `make deps` and point gpud at .deps/criu/criu (--criu or GPUCTL_CRIU)", v, bin, criubin.MinVersion)
 		default:
 			r.CRIU.Version = v.String()
-			out, err := criu.Check(cctx, bin)
+			out, err := criubin.Check(cctx, bin)
 			r.CRIU.Check = lastLine(out)
 			if err != nil {
 				problem("`criu check` fails: %s; the kernel lacks a feature CRIU needs", lastLine(out))
@@ -181,8 +181,7 @@ func diagnose(ctx context.Context, a doctorArgs) *doctorReport {
 		default:
 			cl := control.NewClient(a.host, a.token, control.WithTLS(a.tls))
 			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			var info backend.HostInfo
-			err := cl.Do(hctx, "GET", "/v1/host", nil, &info)
+			host, err := cl.Host(hctx)
 			cancel()
 			if err != nil {
 				h.Error = err.Error()
@@ -193,18 +192,16 @@ func diagnose(ctx context.Context, a doctorArgs) *doctorReport {
 				}
 				break
 			}
+			info := host.HostInfo
 			h.Reachable, h.Info = true, &info
 			if info.Backend == "cuda" && len(info.GPUs) == 0 {
 				problem("host %s runs the cuda backend but reports no GPUs; check the driver with nvidia-smi there", a.host)
 			}
-			var imgs []struct {
-				Bytes uint64 `json:"bytes"`
-			}
 			ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			if err := cl.Do(ictx, "GET", "/v1/images", nil, &imgs); err == nil {
+			if imgs, err := cl.Images(ictx); err == nil {
 				n, total := len(imgs), uint64(0)
 				for _, i := range imgs {
-					total += i.Bytes
+					total += uint64(i.Bytes)
 				}
 				h.Images, h.Bytes = &n, &total
 			} else {
@@ -241,9 +238,9 @@ func diagnose(ctx context.Context, a doctorArgs) *doctorReport {
 func probeLocalGPUs(ctx context.Context, tool string) localGPUs {
 	bin, err := exec.LookPath(tool)
 	if err != nil {
-		return localGPUs{GPUs: []backend.GPU{}}
+		return localGPUs{GPUs: []api.GPU{}}
 	}
-	l := localGPUs{Tool: bin, GPUs: []backend.GPU{}}
+	l := localGPUs{Tool: bin, GPUs: []api.GPU{}}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, bin, "--query-gpu=index,name,uuid,memory.total,pci.bus_id,driver_version",
@@ -262,8 +259,8 @@ func probeLocalGPUs(ctx context.Context, tool string) localGPUs {
 
 // parseNvidiaSMI reads nvidia-smi's CSV: index, name, uuid, memory.total
 // (MiB), pci.bus_id, driver_version. Unparseable lines are skipped.
-func parseNvidiaSMI(out string) ([]backend.GPU, string) {
-	gpus := []backend.GPU{}
+func parseNvidiaSMI(out string) ([]api.GPU, string) {
+	gpus := []api.GPU{}
 	driver := ""
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		f := strings.Split(line, ",")
@@ -278,7 +275,7 @@ func parseNvidiaSMI(out string) ([]backend.GPU, string) {
 		if err1 != nil || err2 != nil {
 			continue
 		}
-		gpus = append(gpus, backend.GPU{Index: idx, Name: f[1], UUID: f[2], MemoryBytes: mib << 20, PCIBusID: f[4]})
+		gpus = append(gpus, api.GPU{Index: idx, Name: f[1], UUID: f[2], MemoryBytes: mib << 20, PCIBusID: f[4]})
 		driver = f[5]
 	}
 	return gpus, driver

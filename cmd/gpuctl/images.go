@@ -1,14 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,10 +13,9 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
-	"github.com/gpuctl/gpuctl/images"
-	"github.com/gpuctl/gpuctl/store"
 )
 
 func imagesCommand(e *env) *cli.Command {
@@ -58,12 +51,9 @@ func imagesCommand(e *env) *cli.Command {
 }
 
 func (e *env) imagesList(ctx context.Context, cl *control.Client, _ []string, asJSON bool) error {
-	var list []images.Info
-	if err := cl.Do(ctx, http.MethodGet, "/v1/images", nil, &list); err != nil {
+	list, err := cl.Images(ctx) // never nil: an empty list prints as []
+	if err != nil {
 		return err
-	}
-	if list == nil {
-		list = []images.Info{}
 	}
 	if asJSON {
 		return e.printJSON(list)
@@ -85,28 +75,13 @@ func (e *env) imagesList(ctx context.Context, cl *control.Client, _ []string, as
 	return tw.Flush()
 }
 
-func imagePath(id string, suffix string) (string, error) {
-	if err := images.ValidID(id); err != nil {
-		return "", err
-	}
-	return "/v1/images/" + url.PathEscape(id) + suffix, nil
-}
-
 func (e *env) imagesInspect(ctx context.Context, cl *control.Client, args []string, asJSON bool) error {
-	p, err := imagePath(args[0], "")
+	d, err := cl.Image(ctx, args[0])
 	if err != nil {
 		return err
 	}
-	var d images.Detail
-	var raw json.RawMessage
-	if err := cl.Do(ctx, http.MethodGet, p, nil, &raw); err != nil {
-		return err
-	}
 	if asJSON {
-		return e.printJSON(raw)
-	}
-	if err := json.Unmarshal(raw, &d); err != nil {
-		return errs.Wrap(err, errs.Internal, errs.Host(cl.Addr()), "decode image")
+		return e.printJSON(d)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	gpus := make([]string, len(d.GPUs))
@@ -133,9 +108,9 @@ func (e *env) imagesInspect(ctx context.Context, cl *control.Client, args []stri
 	for _, f := range d.FileList {
 		name := f.Path
 		switch f.Type {
-		case images.TypeDir:
+		case api.FileDir:
 			name += "/"
-		case images.TypeSymlink:
+		case api.FileSymlink:
 			name += " -> " + f.Link
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", f.Mode, humanBytes(uint64(f.Size)), f.Chunks, name)
@@ -144,12 +119,8 @@ func (e *env) imagesInspect(ctx context.Context, cl *control.Client, args []stri
 }
 
 func (e *env) imagesRemove(ctx context.Context, cl *control.Client, args []string, asJSON bool) error {
-	p, err := imagePath(args[0], "")
+	reply, err := cl.RemoveImage(ctx, args[0])
 	if err != nil {
-		return err
-	}
-	var reply images.DeleteReply
-	if err := cl.Do(ctx, http.MethodDelete, p, nil, &reply); err != nil {
 		return err
 	}
 	if asJSON {
@@ -170,12 +141,8 @@ type exportResult struct {
 
 func (e *env) imagesExport(ctx context.Context, cl *control.Client, args []string, asJSON bool) error {
 	id, file := args[0], args[1]
-	p, err := imagePath(id, "")
+	info, err := cl.Image(ctx, id)
 	if err != nil {
-		return err
-	}
-	var info images.Info
-	if err := cl.Do(ctx, http.MethodGet, p, nil, &info); err != nil {
 		return err
 	}
 	// Write next to FILE and rename at the end, so FILE is never half
@@ -187,16 +154,11 @@ func (e *env) imagesExport(ctx context.Context, cl *control.Client, args []strin
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
-	resp, err := cl.Stream(ctx, http.MethodGet, p+"/export", nil, "")
+	progress, done := e.progress(asJSON, "exporting "+id, bytesBar)
+	n, err := cl.Export(ctx, id, tmp, progress)
+	done()
 	if err != nil {
 		return err
-	}
-	defer resp.Body.Close()
-	bar := e.bytesBar(asJSON, resp.ContentLength, "exporting "+id)
-	n, err := io.Copy(io.MultiWriter(tmp, bar), resp.Body)
-	bar.Finish()
-	if err != nil {
-		return errs.Wrap(err, errs.Unavailable, errs.Image(id), "export stream broke off after %d bytes; try again", n)
 	}
 	if err := tmp.Sync(); err != nil {
 		return errs.Wrap(err, errs.Internal, "", "write %s", file)
@@ -225,16 +187,11 @@ func (e *env) imagesImport(ctx context.Context, cl *control.Client, args []strin
 	if err != nil || !fi.Mode().IsRegular() {
 		return errs.New(errs.InvalidArgument, "", "%s is not a regular file", args[0])
 	}
-	bar := e.bytesBar(asJSON, fi.Size(), "importing "+filepath.Base(args[0]))
-	resp, err := cl.Stream(ctx, http.MethodPost, "/v1/images/import", io.TeeReader(f, bar), "application/octet-stream")
-	bar.Finish()
+	progress, done := e.progress(asJSON, "importing "+filepath.Base(args[0]), bytesBar)
+	reply, err := cl.Import(ctx, f, fi.Size(), progress)
+	done()
 	if err != nil {
 		return err
-	}
-	defer resp.Body.Close()
-	var reply images.ImportReply
-	if err := json.NewDecoder(resp.Body).Decode(&reply); err != nil {
-		return errs.Wrap(err, errs.Internal, errs.Host(cl.Addr()), "decode import reply")
 	}
 	if asJSON {
 		return e.printJSON(reply)
@@ -244,22 +201,16 @@ func (e *env) imagesImport(ctx context.Context, cl *control.Client, args []strin
 }
 
 func (e *env) imagesVerify(ctx context.Context, cl *control.Client, args []string, asJSON bool) error {
-	var req images.VerifyRequest
+	var req api.VerifyRequest
 	what := "every image"
 	if len(args) == 1 {
-		if err := images.ValidID(args[0]); err != nil {
-			return err
-		}
 		req.ID, what = args[0], args[0]
 	}
-	var rep images.Report
-	if f := e.terminal(asJSON); f != nil {
-		r, err := e.verifyWithProgress(ctx, cl, req, what)
-		if err != nil {
-			return err
-		}
-		rep = *r
-	} else if err := cl.Do(ctx, http.MethodPost, "/v1/images/verify", req, &rep); err != nil {
+	// Progress is streamed only to someone watching a terminal.
+	progress, done := e.progress(asJSON, "verifying "+what, chunksBar)
+	rep, err := cl.Verify(ctx, req, progress)
+	done()
+	if err != nil {
 		return err
 	}
 	if asJSON {
@@ -282,8 +233,8 @@ func (e *env) imagesVerify(ctx context.Context, cl *control.Client, args []strin
 }
 
 func (e *env) imagesGC(ctx context.Context, cl *control.Client, _ []string, asJSON bool) error {
-	var st store.GCStats
-	if err := cl.Do(ctx, http.MethodPost, "/v1/images/gc", nil, &st); err != nil {
+	st, err := cl.GC(ctx)
+	if err != nil {
 		return err
 	}
 	if asJSON {
@@ -293,21 +244,6 @@ func (e *env) imagesGC(ctx context.Context, cl *control.Client, _ []string, asJS
 		humanBytes(uint64(st.BytesFreed)), st.ChunksRemoved, st.PacksRemoved, st.PacksRewritten, st.OrphanFiles)
 	return nil
 }
-
-// bar is a byte counter that draws only where someone watches.
-type bar interface {
-	io.Writer
-	Finish()
-}
-
-type noBar struct{}
-
-func (noBar) Write(p []byte) (int, error) { return len(p), nil }
-func (noBar) Finish()                     {}
-
-type termBar struct{ *progressbar.ProgressBar }
-
-func (b termBar) Finish() { _ = b.Clear() }
 
 // terminal returns stdout as a terminal, or nil when it is not one (a
 // pipe, a file, a test) or the output is JSON.
@@ -319,57 +255,40 @@ func (e *env) terminal(asJSON bool) *os.File {
 	return f
 }
 
-// bytesBar draws transfer progress on stdout when it is a terminal; total
-// -1 means unknown.
-func (e *env) bytesBar(asJSON bool, total int64, what string) bar {
+// What a progress bar counts.
+type barUnit int
+
+const (
+	bytesBar barUnit = iota
+	chunksBar
+)
+
+// progress draws a transfer's progress on stdout when it is a terminal:
+// the bar appears at the first report, which brings the total. It returns
+// nil where nobody watches, so that nothing is drawn and a verify is not
+// streamed; done clears the bar.
+func (e *env) progress(asJSON bool, what string, unit barUnit) (progress control.Progress, done func()) {
 	f := e.terminal(asJSON)
 	if f == nil {
-		return noBar{}
+		return nil, func() {}
 	}
-	return termBar{progressbar.NewOptions64(total,
-		progressbar.OptionSetWriter(f),
-		progressbar.OptionSetDescription(what),
-		progressbar.OptionShowBytes(true),
-		progressbar.OptionShowCount(),
-		progressbar.OptionThrottle(80*time.Millisecond),
-		progressbar.OptionSpinnerType(14),
-	)}
-}
-
-// verifyWithProgress asks gpud to stream its progress and draws it.
-func (e *env) verifyWithProgress(ctx context.Context, cl *control.Client, req images.VerifyRequest, what string) (*images.Report, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := cl.Stream(ctx, http.MethodPost, "/v1/images/verify?progress=1", bytes.NewReader(body), "application/json")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
 	var pb *progressbar.ProgressBar
-	defer func() {
+	progress = func(n, total int64) {
+		if pb == nil {
+			opts := []progressbar.Option{progressbar.OptionSetWriter(f), progressbar.OptionSetDescription(what),
+				progressbar.OptionShowCount(), progressbar.OptionThrottle(80 * time.Millisecond)}
+			if unit == bytesBar {
+				opts = append(opts, progressbar.OptionShowBytes(true), progressbar.OptionSpinnerType(14))
+			} else {
+				opts = append(opts, progressbar.OptionSetItsString("chunks"), progressbar.OptionShowIts())
+			}
+			pb = progressbar.NewOptions64(total, opts...)
+		}
+		_ = pb.Set64(n)
+	}
+	return progress, func() {
 		if pb != nil {
 			_ = pb.Clear()
-		}
-	}()
-	dec := json.NewDecoder(resp.Body)
-	for {
-		var ev images.VerifyEvent
-		if err := dec.Decode(&ev); err != nil {
-			return nil, errs.Wrap(err, errs.Unavailable, errs.Host(cl.Addr()), "verify stream broke off; run it again")
-		}
-		switch {
-		case ev.Error != nil:
-			return nil, &errs.Error{Kind: ev.Error.Kind, Err: errors.New(ev.Error.Error)}
-		case ev.Report != nil:
-			return ev.Report, nil
-		case ev.Total > 0:
-			if pb == nil {
-				pb = progressbar.NewOptions64(ev.Total, progressbar.OptionSetWriter(e.stdout), progressbar.OptionSetDescription("verifying "+what),
-					progressbar.OptionShowCount(), progressbar.OptionSetItsString("chunks"), progressbar.OptionShowIts(), progressbar.OptionThrottle(80*time.Millisecond))
-			}
-			_ = pb.Set64(ev.Done)
 		}
 	}
 }

@@ -143,34 +143,3 @@ func TestImagesVerifyReportsDamage(t *testing.T) {
 		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out.String(), errb.String())
 	}
 }
-
-// The streamed verify a terminal gets: progress lines, then the report.
-func TestImagesVerifyWithProgress(t *testing.T) {
-	st, host := imageHost(t)
-	src := t.TempDir()
-	if err := os.WriteFile(filepath.Join(src, "pages-1.img"), bytes.Repeat([]byte("0123456789abcdef"), 1<<16), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := images.Commit(context.Background(), st, src, images.Meta{ID: "img-p", Session: "s-p"}); err != nil {
-		t.Fatal(err)
-	}
-	cl := control.NewClient(host, "tok")
-	var out bytes.Buffer
-	e := &env{stdout: &out, stderr: &out, now: time.Now}
-	tests := []struct {
-		id      string
-		wantErr string
-	}{{"img-p", ""}, {"", ""}, {"img-gone", "not in this host's store"}}
-	for _, tt := range tests {
-		rep, err := e.verifyWithProgress(context.Background(), cl, images.VerifyRequest{ID: tt.id}, "x")
-		if tt.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("%q: got %v", tt.id, err)
-			}
-			continue
-		}
-		if err != nil || !rep.OK() || rep.Chunks == 0 || rep.Images != 1 {
-			t.Fatalf("%q: %+v %v", tt.id, rep, err)
-		}
-	}
-}

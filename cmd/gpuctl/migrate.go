@@ -2,11 +2,10 @@ package main
 
 import (
 	"context"
-	"net/http"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gpuctl/gpuctl/checkpoint/migrate"
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
 )
@@ -43,8 +42,7 @@ func migrateCommand(e *env) *cli.Command {
 
 func runMigrate(ctx context.Context, e *env, cl *control.Client, id, to string, asJSON bool) error {
 	stop := e.spinner(asJSON, "migrating "+id+" to "+to)
-	var res migrate.Result
-	err := cl.Do(ctx, http.MethodPost, "/v1/sessions/"+id+"/migrate", migrate.Request{To: to}, &res)
+	res, err := cl.Migrate(ctx, id, api.MigrateRequest{To: to})
 	stop()
 	if err != nil {
 		return err

@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"net/http"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/gpuctl/gpuctl/control"
-	"github.com/gpuctl/gpuctl/restore"
 )
 
 func restoreCommand(e *env) *cli.Command {
@@ -34,8 +32,7 @@ func restoreCommand(e *env) *cli.Command {
 
 func runRestore(ctx context.Context, e *env, cl *control.Client, img string, asJSON bool) error {
 	stop := e.spinner(asJSON, "restoring "+img)
-	var res restore.Response
-	err := cl.Do(ctx, http.MethodPost, "/v1/images/"+img+"/restore", nil, &res)
+	res, err := cl.Restore(ctx, img)
 	stop()
 	if err != nil {
 		return err

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"text/tabwriter"
 	"time"
 
@@ -12,19 +10,6 @@ import (
 
 	"github.com/gpuctl/gpuctl/control"
 )
-
-// sessionRow is the part of GET /v1/sessions the table shows; --json
-// passes gpud's objects through whole.
-type sessionRow struct {
-	ID       string    `json:"id"`
-	State    string    `json:"state"`
-	Host     string    `json:"host"`
-	Client   string    `json:"client"`
-	Created  time.Time `json:"created"`
-	MemBytes uint64    `json:"mem_bytes"`
-	Device   string    `json:"device"`
-	Backend  string    `json:"backend"`
-}
 
 func sessionsCommand(e *env) *cli.Command {
 	return &cli.Command{
@@ -47,28 +32,21 @@ func sessionsCommand(e *env) *cli.Command {
 }
 
 func runSessions(ctx context.Context, e *env, cl *control.Client, asJSON bool) error {
-	var raw []json.RawMessage
-	if err := cl.Do(ctx, http.MethodGet, "/v1/sessions", nil, &raw); err != nil {
+	list, err := cl.Sessions(ctx) // never nil: an empty list prints as []
+	if err != nil {
 		return err
 	}
-	if raw == nil {
-		raw = []json.RawMessage{} // an empty list prints as [], never null
-	}
 	if asJSON {
-		return e.printJSON(raw)
+		return e.printJSON(list)
 	}
-	if len(raw) == 0 {
+	if len(list) == 0 {
 		e.printf("no sessions on %s\n", cl.Addr())
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tCLIENT\tAGE\tMEMORY\tDEVICE")
 	now := e.now()
-	for _, r := range raw {
-		var s sessionRow
-		if err := json.Unmarshal(r, &s); err != nil {
-			return fmt.Errorf("decode session from %s: %w", cl.Addr(), err)
-		}
+	for _, s := range list {
 		client := s.Client
 		if client == "" {
 			client = "-"

@@ -5,18 +5,18 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/remoting/backend"
-	"github.com/gpuctl/gpuctl/remoting/server"
+	"github.com/gpuctl/gpuctl/session"
 )
 
 // router is what a concept package implements to add its routes to the
-// control API: checkpoint, restore, migration and images each register
-// their own.
+// control API: sessions, checkpoint, restore, migration and images each
+// register their own.
 type router interface {
 	Register(mux *http.ServeMux)
 }
@@ -25,35 +25,14 @@ type router interface {
 // host token except /metrics, which Prometheus scrapes.
 func (d *daemon) apiHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /v1/host", control.Handle(d.getHost))
-	mux.Handle("GET /v1/sessions", control.Handle(d.listSessions))
-	mux.Handle("GET /v1/sessions/{id}", control.Handle(d.getSession))
+	mux.Handle(api.RouteHost, control.Handle(d.getHost))
 	for _, r := range d.routes {
 		r.Register(mux)
 	}
 	root := http.NewServeMux()
-	root.Handle("GET /metrics", promhttp.HandlerFor(d.registry, promhttp.HandlerOpts{ErrorLog: nil}))
+	root.Handle(api.RouteMetrics, promhttp.HandlerFor(d.registry, promhttp.HandlerOpts{ErrorLog: nil}))
 	root.Handle("/", control.RequireToken(d.token, mux))
 	return root
-}
-
-// HostReply is GET /v1/host.
-type HostReply struct {
-	Name string `json:"name"`
-	backend.HostInfo
-	Listen    string    `json:"listen"`
-	API       string    `json:"api"`
-	Version   string    `json:"version"`
-	GoVersion string    `json:"go_version"`
-	Started   time.Time `json:"started"`
-	Sessions  int       `json:"sessions"`
-	// SocketNS names this gpud's namespace of abstract unix socket names;
-	// a migration between two gpuds that share one hands the worker over.
-	SocketNS string `json:"socket_ns"`
-	// MemFreeBytes is the served device's memory not held by this host's
-	// sessions; a migration target with less than a session holds is
-	// refused before the session is touched.
-	MemFreeBytes uint64 `json:"mem_free_bytes"`
 }
 
 func (d *daemon) getHost(w http.ResponseWriter, r *http.Request) error {
@@ -64,17 +43,18 @@ func (d *daemon) getHost(w http.ResponseWriter, r *http.Request) error {
 		local, _, _ = net.SplitHostPort(a.String())
 	}
 	sessions := d.manager.List(r.Context())
-	control.WriteJSON(w, HostReply{
+	free := d.memFree(sessions)
+	control.WriteJSON(w, api.Host{
 		Name: d.cfg.name, HostInfo: d.host, Listen: advertised(d.cfg.listen, local), API: d.cfg.api,
 		Version: version, GoVersion: runtime.Version(), Started: d.started,
 		Sessions: len(sessions),
-		SocketNS: d.socketNS, MemFreeBytes: d.memFree(sessions),
+		SocketNS: d.socketNS, MemFreeBytes: &free,
 	})
 	return nil
 }
 
 // memFree is the served device's memory less what sessions hold.
-func (d *daemon) memFree(sessions []server.Info) uint64 {
+func (d *daemon) memFree(sessions []session.Info) uint64 {
 	total := servedGPU(d.host.GPUs, d.cfg.device).MemoryBytes
 	var held uint64
 	for _, s := range sessions {
@@ -97,20 +77,6 @@ func servedGPU(gpus []backend.GPU, device string) backend.GPU {
 		return backend.GPU{}
 	}
 	return gpus[0]
-}
-
-func (d *daemon) listSessions(w http.ResponseWriter, r *http.Request) error {
-	control.WriteJSON(w, d.manager.List(r.Context()))
-	return nil
-}
-
-func (d *daemon) getSession(w http.ResponseWriter, r *http.Request) error {
-	info, err := d.manager.Get(r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	control.WriteJSON(w, info)
-	return nil
 }
 
 // version is gpud's version, set at link time with -X main.version=...

@@ -19,12 +19,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/gpuctl/gpuctl/checkpoint/migrate"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/migrate"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/server"
 	"github.com/gpuctl/gpuctl/remoting/worker"
+	"github.com/gpuctl/gpuctl/session"
 	"github.com/gpuctl/gpuctl/store"
 )
 
@@ -36,8 +37,8 @@ type daemon struct {
 	host     backend.HostInfo
 	workerOp worker.Options
 	store    *store.Store
-	manager  *server.Manager
-	metrics  *server.Metrics
+	manager  *session.Manager
+	metrics  *session.Metrics
 	reaper   *worker.Reaper
 	registry *prometheus.Registry
 	started  time.Time
@@ -113,9 +114,9 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 
 	d.registry = prometheus.NewRegistry()
 	d.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	d.metrics = server.NewMetrics(d.registry)
-	d.manager, err = server.NewManager(server.Config{
-		Host: cfg.name, Grace: cfg.grace, Worker: d.workerOp, Store: server.NewStore(d.store),
+	d.metrics = session.NewMetrics(d.registry)
+	d.manager, err = session.NewManager(session.Config{
+		Host: cfg.name, Grace: cfg.grace, Worker: d.workerOp, Records: d.store,
 		Reaper: d.reaper, Metrics: d.metrics, Log: log,
 	})
 	if err != nil {
@@ -146,7 +147,8 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 		}
 		apiDone <- api.Serve(apiLn)
 	}()
-	listener := &server.Listener{Manager: d.manager, Token: d.token, HandshakeTimeout: cfg.handshakeTimeout, Log: log}
+	listener := &server.Listener{Sessions: d.manager, Token: d.token, HandshakeTimeout: cfg.handshakeTimeout,
+		Metrics: server.NewMetrics(d.registry), Log: log}
 	clientDone := make(chan error, 1)
 	go func() { clientDone <- listener.Serve(ctx, clientLn) }()
 	log.Info("gpud ready", "listen", clientLn.Addr().String(), "api", apiLn.Addr().String(), "api_tls", d.apiTLS != nil, "peer_tls", d.peerTLS != nil, "backend", name,

@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpuctl/gpuctl/remoting/server"
 	"github.com/gpuctl/gpuctl/remoting/worker"
+	"github.com/gpuctl/gpuctl/session"
 )
 
 func main() {
@@ -71,7 +72,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.tokenFile, "token-file", "", "`FILE` holding the host token (default: DIR/token, created if missing)")
 	fs.StringVar(&c.name, "name", host, "this host's `NAME` in listings and image manifests")
 	fs.StringVar(&c.device, "device", "0", "the GPU sessions use: an ordinal, or a UUID for the cuda backend")
-	fs.DurationVar(&c.grace, "grace", server.DefaultGrace, "how long a session whose client disconnected waits for it")
+	fs.DurationVar(&c.grace, "grace", session.DefaultGrace, "how long a session whose client disconnected waits for it")
 	fs.DurationVar(&c.handshakeTimeout, "handshake-timeout", server.DefaultHandshakeTimeout, "how long a new connection may take to present its token")
 	fs.Uint64Var(&c.emulatedMem, "emulated-mem", 16<<30, "device memory of the emulated backend, in bytes")
 	fs.StringVar(&c.criu, "criu", "", "the criu `BINARY` (>= 4.1) for checkpoints (default: GPUCTL_CRIU, the make-deps bundle, or criu on PATH)")

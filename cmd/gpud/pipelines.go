@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/checkpoint/criu"
+	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/remoting/backend"
@@ -18,12 +19,13 @@ import (
 	"github.com/gpuctl/gpuctl/store"
 )
 
-// routers builds the checkpoint, restore, migration and image services
-// from the daemon's parts: the session manager is their session table and
-// reattacher, the host store holds the images.
+// routers builds the session listing and the checkpoint, restore,
+// migration and image services from the daemon's parts: the session
+// manager is their session table and reattacher, the host store holds the
+// images.
 func (d *daemon) routers() ([]router, error) {
 	crOpts := criu.Options{LogDir: filepath.Join(d.cfg.stateDir, "work")}
-	if bin, err := criu.Find(d.cfg.criu); err == nil {
+	if bin, err := criubin.Find(d.cfg.criu); err == nil {
 		crOpts.Binary = bin
 	} else {
 		// Sessions run without CRIU; checkpoints and restores then fail
@@ -67,7 +69,7 @@ func (d *daemon) routers() ([]router, error) {
 		Listen:   advertised(d.cfg.listen, ""),
 		Log:      d.log,
 	}
-	return append([]router{ckpt, rst}, d.transferRouters(ckpt, rst, imgs)...), nil
+	return append([]router{d.manager, ckpt, rst}, d.transferRouters(ckpt, rst, imgs)...), nil
 }
 
 // labelGPUs carries the full GPU records (memory, PCI bus) of

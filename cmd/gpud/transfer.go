@@ -5,10 +5,10 @@ import (
 	"net/http"
 
 	"github.com/gpuctl/gpuctl/checkpoint"
-	"github.com/gpuctl/gpuctl/checkpoint/migrate"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/images"
+	"github.com/gpuctl/gpuctl/migrate"
 	"github.com/gpuctl/gpuctl/restore"
 	"github.com/gpuctl/gpuctl/store"
 )

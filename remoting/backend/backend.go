@@ -18,6 +18,8 @@ package backend
 import (
 	"context"
 	"io"
+
+	"github.com/gpuctl/gpuctl/api"
 )
 
 // Handle types. They are distinct so that the generated dispatch cannot
@@ -170,18 +172,10 @@ type Suspender interface {
 }
 
 // GPU describes one physical device for manifests, compatibility checks
-// and listings.
-type GPU struct {
-	Index       int    `json:"index"`
-	Name        string `json:"name"`
-	UUID        string `json:"uuid"`
-	MemoryBytes uint64 `json:"memory_bytes"`
-	PCIBusID    string `json:"pci_bus_id,omitempty"`
-}
+// and listings. A host reports its devices in the control API's terms
+// (GET /v1/host), and a migration checks a target by what it reported,
+// so the backend's description is the API's, not a copy of it.
+type GPU = api.GPU
 
 // HostInfo is what a host reports about its devices.
-type HostInfo struct {
-	Backend       string `json:"backend"` // "cuda" or "emulated"
-	DriverVersion string `json:"driver_version"`
-	GPUs          []GPU  `json:"gpus"`
-}
+type HostInfo = api.HostInfo

@@ -1,3 +1,9 @@
+// Package server is gpud's client listener: it accepts connections on
+// --listen, bounds and times the handshake, checks the token, and hands
+// each connection that passed to the session table (package session), as
+// a new session or a client coming back to its own. A refused connection
+// gets at most one Welcome that says why, and nothing it does can touch
+// another session.
 package server
 
 import (
@@ -11,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/remoting/wire"
 )
 
@@ -26,14 +33,30 @@ const (
 	sessionStartTimeout = 30 * time.Second
 )
 
+// Sessions is the session table as the listener hands it connections;
+// *session.Manager is gpud's.
+type Sessions interface {
+	// Create starts a new session served on conn and returns its id.
+	Create(ctx context.Context, conn *net.TCPConn) (string, error)
+	// Resume gives a returning client its session back. A session that
+	// moved to another host answers with an error that has a
+	// MovedTo() string method; an unknown session or a wrong secret with
+	// an errs.NotFound error.
+	Resume(ctx context.Context, conn *net.TCPConn, id, secret string) error
+}
+
+// moved is the error a session that migrated away answers a resume with.
+type moved interface{ MovedTo() string }
+
 // Listener accepts clients on --listen and routes them to sessions.
 type Listener struct {
-	Manager *Manager
+	Sessions Sessions
 	// Token is the host token every client must present.
 	Token string
 	// HandshakeTimeout and MaxHandshakes default to the constants above.
 	HandshakeTimeout time.Duration
 	MaxHandshakes    int
+	Metrics          *Metrics // nil: unregistered
 	Log              *slog.Logger
 
 	wg sync.WaitGroup
@@ -53,6 +76,10 @@ func (l *Listener) Serve(ctx context.Context, ln net.Listener) error {
 	maxHS := l.MaxHandshakes
 	if maxHS <= 0 {
 		maxHS = DefaultMaxHandshakes
+	}
+	met := l.Metrics
+	if met == nil {
+		met = NewMetrics(nil)
 	}
 	sem := make(chan struct{}, maxHS)
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
@@ -84,7 +111,7 @@ func (l *Listener) Serve(ctx context.Context, ln net.Listener) error {
 		case sem <- struct{}{}:
 		default:
 			log.Warn("too many handshakes in progress; refusing a connection", "peer", c.RemoteAddr())
-			l.Manager.cfg.Metrics.connections.WithLabelValues("overloaded").Inc()
+			met.connections.WithLabelValues("overloaded").Inc()
 			tc.SetLinger(0)
 			tc.Close()
 			continue
@@ -93,7 +120,7 @@ func (l *Listener) Serve(ctx context.Context, ln net.Listener) error {
 		go func() {
 			defer l.wg.Done()
 			defer func() { <-sem }()
-			l.handshake(ctx, tc, timeout, log)
+			l.handshake(ctx, tc, timeout, met, log)
 		}()
 	}
 }
@@ -102,10 +129,10 @@ func (l *Listener) Serve(ctx context.Context, ln net.Listener) error {
 // the connection to a new or resumed session. Every refusal answers with
 // a Welcome that says why (when the peer got as far as a Hello) and
 // closes the connection; nothing here can affect another session.
-func (l *Listener) handshake(ctx context.Context, c *net.TCPConn, timeout time.Duration, log *slog.Logger) {
+func (l *Listener) handshake(ctx context.Context, c *net.TCPConn, timeout time.Duration, metrics *Metrics, log *slog.Logger) {
 	peer := c.RemoteAddr().String()
 	log = log.With("peer", peer)
-	met := l.Manager.cfg.Metrics.connections
+	met := metrics.connections
 	handedOver := false
 	defer func() {
 		if !handedOver {
@@ -145,7 +172,7 @@ func (l *Listener) handshake(ctx context.Context, c *net.TCPConn, timeout time.D
 	sctx, cancel := context.WithTimeout(ctx, sessionStartTimeout)
 	defer cancel()
 	if !hello.Resume() {
-		id, err := l.Manager.create(sctx, c)
+		id, err := l.Sessions.Create(sctx, c)
 		if err != nil {
 			met.WithLabelValues("start_failed").Inc()
 			log.Error("could not start a session", "err", err)
@@ -158,20 +185,19 @@ func (l *Listener) handshake(ctx context.Context, c *net.TCPConn, timeout time.D
 		handedOver = true
 		return
 	}
-	err = l.Manager.resume(sctx, c, hello.SessionID, hello.Secret)
+	err = l.Sessions.Resume(sctx, c, hello.SessionID, hello.Secret)
+	var mv moved
 	switch {
 	case err == nil:
 		met.WithLabelValues("resumed").Inc()
 		log.Info("client reconnected", "session", hello.SessionID, "last_sent", hello.LastSeq)
 		handedOver = true
 		return
-	case errors.As(err, new(*movedError)):
-		var me *movedError
-		errors.As(err, &me)
+	case errors.As(err, &mv):
 		met.WithLabelValues("moved").Inc()
-		log.Info("sent a returning client to its session's new host", "session", hello.SessionID, "to", me.addr)
-		_ = wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusMoved, Message: me.addr})
-	case errors.Is(err, errUnknown):
+		log.Info("sent a returning client to its session's new host", "session", hello.SessionID, "to", mv.MovedTo())
+		_ = wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusMoved, Message: mv.MovedTo()})
+	case errs.IsNotFound(err):
 		met.WithLabelValues("unknown_session").Inc()
 		log.Info("refused a resume of an unknown session (or wrong secret)", "session", hello.SessionID)
 		_ = wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusUnknownSession, Message: "no such session on this host"})

@@ -12,10 +12,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/remoting/wire"
 	"github.com/gpuctl/gpuctl/remoting/worker"
 	"github.com/gpuctl/gpuctl/remoting/worker/testclient"
+	"github.com/gpuctl/gpuctl/session"
+	"github.com/gpuctl/gpuctl/store"
 )
 
 // The test binary doubles as the worker process.
@@ -28,9 +29,12 @@ func TestMain(m *testing.M) {
 
 const testToken = "t0ken-for-tests"
 
+// testServer is a listener in front of a real session table whose
+// records are in a real store.
 type testServer struct {
 	addr string
-	m    *Manager
+	m    *session.Manager
+	st   *store.Store
 	stop func()
 }
 
@@ -49,9 +53,13 @@ func startServerWith(t *testing.T, grace time.Duration, met *Metrics) *testServe
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _ := openTestStore(t)
-	m, err := NewManager(Config{
-		Host: "test", Grace: grace, Store: st, Metrics: met,
+	st, err := store.Open(context.Background(), t.TempDir(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	m, err := session.NewManager(session.Config{
+		Host: "test", Grace: grace, Records: st,
 		Worker: worker.Options{Backend: worker.BackendEmulated, Device: "0", EmulatedMemBytes: 1 << 30, Exe: exe},
 	})
 	if err != nil {
@@ -62,10 +70,10 @@ func startServerWith(t *testing.T, grace time.Duration, met *Metrics) *testServe
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &Listener{Manager: m, Token: testToken, HandshakeTimeout: 300 * time.Millisecond, MaxHandshakes: 8}
+	l := &Listener{Sessions: m, Token: testToken, HandshakeTimeout: 300 * time.Millisecond, MaxHandshakes: 8, Metrics: met}
 	done := make(chan error, 1)
 	go func() { done <- l.Serve(ctx, ln) }()
-	ts := &testServer{addr: ln.Addr().String(), m: m}
+	ts := &testServer{addr: ln.Addr().String(), m: m, st: st}
 	ts.stop = func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -120,7 +128,7 @@ func TestSessionLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	list := ts.m.List(context.Background())
-	if len(list) != 1 || list[0].ID != id || list[0].State != Running || list[0].MemBytes != 1<<20 || list[0].Client == "" {
+	if len(list) != 1 || list[0].ID != id || list[0].State != session.Running || list[0].MemBytes != 1<<20 || list[0].Client == "" {
 		t.Fatalf("list %+v", list)
 	}
 	pid := list[0].WorkerPID
@@ -144,7 +152,7 @@ func TestSessionLifecycle(t *testing.T) {
 	// The client disconnects; the session waits, detached, and a
 	// reconnect with the secret finds its memory intact.
 	cl.Close()
-	waitFor(t, "detached", func() bool { i, err := ts.m.Get(id); return err == nil && i.State == Detached })
+	waitFor(t, "detached", func() bool { i, err := ts.m.Get(id); return err == nil && i.State == session.Detached })
 	cl2, err := dial(t, ts.addr, wire.Hello{Token: testToken, Flags: wire.HelloResume, SessionID: id, Secret: secret, LastSeq: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +163,7 @@ func TestSessionLifecycle(t *testing.T) {
 	if free, total, err := cl2.MemGetInfo(c); err != nil || total-free != 1<<20 {
 		t.Fatalf("memory after reconnect: free %d total %d err %v", free, total, err)
 	}
-	if i, _ := ts.m.Get(id); i.State != Running {
+	if i, _ := ts.m.Get(id); i.State != session.Running {
 		t.Fatalf("state after reconnect %s", i.State)
 	}
 
@@ -166,7 +174,7 @@ func TestSessionLifecycle(t *testing.T) {
 	if after := openFDs(); after > fds {
 		t.Fatalf("descriptors leaked: %d before, %d after", fds, after)
 	}
-	if recs, _ := ts.m.cfg.Store.List(); len(recs) != 0 {
+	if recs, _ := ts.st.ListSessions(context.Background()); len(recs) != 0 {
 		t.Fatalf("records left: %+v", recs)
 	}
 }
@@ -252,64 +260,6 @@ func TestSessionsAreIsolated(t *testing.T) {
 	list := ts.m.List(context.Background())
 	if len(list) != 2 || list[0].WorkerPID == list[1].WorkerPID {
 		t.Fatalf("sessions do not have their own workers: %+v", list)
-	}
-}
-
-// The checkpoint pipeline's view of the session table: a session claimed,
-// dumped and released stays listed as stopped; its client, coming back, is
-// told to retry, or after a migration where the session went.
-func TestPipelineSessionTable(t *testing.T) {
-	ts := startServer(t, time.Minute)
-	ctx := context.Background()
-	cl, err := dial(t, ts.addr, wire.Hello{Token: testToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, secret := cl.Welcome.SessionID, cl.Welcome.Secret
-	if _, err := ts.m.Begin(ctx, "s-000000000000"); !errs.IsNotFound(err) {
-		t.Fatalf("begin of an unknown session: %v", err)
-	}
-	w, err := ts.m.Begin(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ts.m.Begin(ctx, id); !errs.IsFailedPrecondition(err) {
-		t.Fatalf("second begin: %v", err)
-	}
-	if err := w.Quiesce(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// A failed checkpoint resumes the session on the socket gpud kept.
-	if err := w.Resume(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := ts.m.Resumed(id, w); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := cl.DeviceCount(); err != nil || n != 1 {
-		t.Fatalf("after resume: %d %v", n, err)
-	}
-
-	for _, step := range []func() error{
-		func() error { _, err := ts.m.Begin(ctx, id); return err },
-		func() error { return ts.m.Dumped(id) },
-		func() error { return ts.m.Migrating(id) },
-		func() error { return ts.m.Moved(id, "10.9.9.9:7070") },
-		func() error { return ts.m.Released(id) },
-	} {
-		if err := step(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if i, _ := ts.m.Get(id); i.State != Stopped {
-		t.Fatalf("state after release: %s", i.State)
-	}
-	back, err := dial(t, ts.addr, wire.Hello{Token: testToken, Flags: wire.HelloResume, SessionID: id, Secret: secret})
-	if err == nil || back == nil || back.Welcome.Status != wire.StatusMoved || back.Welcome.Message != "10.9.9.9:7070" {
-		t.Fatalf("returning client: %v %+v", err, back)
-	}
-	if err := ts.m.Dumped(id); !errs.IsFailedPrecondition(err) {
-		t.Fatalf("stopped -> checkpointing: %v", err)
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 // instructions (.approx: sqrt, rsqrt, rcp, ex2, lg2, sin, cos, tanh, and
 // div.approx/div.full) return the correctly rounded value of the exact
 // function; the device's result is within the error the PTX ISA states for
-// the instruction (see docs/emulator.md).
+// the instruction (see docs/ptx-interpreter.md).
 
 type rmode uint8
 

@@ -1,13 +1,4 @@
-// Package server is gpud's client side: it accepts connections on
-// --listen, runs the handshake (token, new session or resume), keeps the
-// table of sessions and their state machine, and hands each connection to
-// its session's worker process.
-//
-// A session's record is persisted in the sessions bucket of the host's
-// bbolt database (see Store). gpud holds its own copy of every attached
-// client's socket, so that a quiesced session's client only stalls, and so
-// that a worker can be given the socket back.
-package server
+package session
 
 import (
 	"context"
@@ -40,8 +31,8 @@ type Config struct {
 	Grace time.Duration
 	// Worker is the template for starting workers; SessionID is filled in.
 	Worker worker.Options
-	// Store persists session records; nil keeps them in memory only.
-	Store *Store
+	// Records persists session records; nil keeps them in memory only.
+	Records Records
 	// Reaper reaps adopted (restored) workers; may be nil.
 	Reaper  *worker.Reaper
 	Metrics *Metrics
@@ -52,6 +43,7 @@ type Config struct {
 type Manager struct {
 	cfg Config
 	log *slog.Logger
+	rec records
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -94,25 +86,23 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
-	m := &Manager{cfg: cfg, log: log, sessions: map[string]*Session{}}
-	if cfg.Store != nil {
-		recs, err := cfg.Store.List()
-		if err != nil {
-			return nil, err
+	m := &Manager{cfg: cfg, log: log, rec: records{cfg.Records}, sessions: map[string]*Session{}}
+	recs, err := m.rec.list()
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		if r.State == Stopped {
+			// It lives in an image: keep answering its client until its
+			// retention ends.
+			s := &Session{rec: r}
+			m.sessions[r.ID] = s
+			m.armTimer(s, max(time.Until(r.StoppedAt.Add(StoppedRetention)), time.Second))
+			continue
 		}
-		for _, r := range recs {
-			if r.State == Stopped {
-				// It lives in an image: keep answering its client until
-				// its retention ends.
-				s := &Session{rec: r}
-				m.sessions[r.ID] = s
-				m.armTimer(s, max(time.Until(r.StoppedAt.Add(StoppedRetention)), time.Second))
-				continue
-			}
-			log.Info("session's worker did not survive gpud's restart", "session", r.ID, "was", r.State)
-			if err := cfg.Store.Delete(r.ID); err != nil {
-				return nil, err
-			}
+		log.Info("session's worker did not survive gpud's restart", "session", r.ID, "was", r.State)
+		if err := m.rec.delete(r.ID); err != nil {
+			return nil, err
 		}
 	}
 	cfg.Metrics.sessions = m.countStates
@@ -135,10 +125,7 @@ func hashSecret(secret string) []byte {
 
 // persist writes s's record; the caller holds m.mu.
 func (m *Manager) persist(s *Session) {
-	if m.cfg.Store == nil {
-		return
-	}
-	if err := m.cfg.Store.Put(s.rec); err != nil {
+	if err := m.rec.put(s.rec); err != nil {
 		m.log.Error("persist session", "session", s.rec.ID, "err", err)
 	}
 }
@@ -258,10 +245,8 @@ func (m *Manager) forget(id, why string) {
 	}
 	delete(m.sessions, id)
 	m.cfg.Metrics.addDone(totals{calls: s.stats.Executed, in: s.stats.BytesIn, out: s.stats.BytesOut})
-	if m.cfg.Store != nil {
-		if err := m.cfg.Store.Delete(id); err != nil {
-			m.log.Error("delete session record", "session", id, "err", err)
-		}
+	if err := m.rec.delete(id); err != nil {
+		m.log.Error("delete session record", "session", id, "err", err)
 	}
 	m.log.Info("session ended", "session", id, "why", why)
 }
@@ -327,9 +312,10 @@ func (m *Manager) workerExited(id string, h *worker.Handle) {
 	m.forget(id, "worker exited")
 }
 
-// create starts a new session for a client: a fresh id and secret and a
-// new worker serving conn.
-func (m *Manager) create(ctx context.Context, conn *net.TCPConn) (string, error) {
+// Create starts a new session for a client that passed the handshake: a
+// fresh id and secret and a new worker serving conn, which the worker
+// greets with them.
+func (m *Manager) Create(ctx context.Context, conn *net.TCPConn) (string, error) {
 	id, secret, err := newID()
 	if err != nil {
 		return "", errs.Wrap(err, errs.Internal, "", "session id")
@@ -375,11 +361,14 @@ func (m *Manager) create(ctx context.Context, conn *net.TCPConn) (string, error)
 
 // errUnknown is the one answer to a resume that names no session of
 // ours or presents the wrong secret: a client learns nothing about other
-// sessions.
+// sessions. It is the only errs.NotFound error Resume returns.
 var errUnknown = errs.New(errs.NotFound, "", "no such session on this host")
 
-// resume re-attaches a reconnecting client to its session.
-func (m *Manager) resume(ctx context.Context, conn *net.TCPConn, id, secret string) error {
+// Resume re-attaches a reconnecting client to its session. A session that
+// migrated away answers with a *MovedError; one this host does not know,
+// or a wrong secret, with an errs.NotFound error; one that cannot take its
+// client now (in an image, being checkpointed) with errs.Unavailable.
+func (m *Manager) Resume(ctx context.Context, conn *net.TCPConn, id, secret string) error {
 	m.mu.Lock()
 	s, ok := m.sessions[id]
 	if !ok || subtle.ConstantTimeCompare(hashSecret(secret), s.rec.SecretHash) != 1 {
@@ -392,7 +381,7 @@ func (m *Manager) resume(ctx context.Context, conn *net.TCPConn, id, secret stri
 		moved := s.movedTo
 		m.mu.Unlock()
 		if moved != "" {
-			return &movedError{addr: moved}
+			return &MovedError{Addr: moved}
 		}
 		return errs.New(errs.Unavailable, errs.Session(id), "session is in an image until it is restored; retry")
 	default:
@@ -429,22 +418,26 @@ func (m *Manager) resume(ctx context.Context, conn *net.TCPConn, id, secret stri
 	return nil
 }
 
-// movedError answers a client whose session migrated away.
-type movedError struct{ addr string }
+// MovedError answers a client whose session migrated away: it is to
+// reconnect to Addr, the new host's --listen address.
+type MovedError struct{ Addr string }
 
-func (e *movedError) Error() string { return "session moved to " + e.addr }
+func (e *MovedError) Error() string { return "session moved to " + e.Addr }
 
-// Info is a session as listings show it.
+// MovedTo is where the session went.
+func (e *MovedError) MovedTo() string { return e.Addr }
+
+// Info is a session as listings show it (api.Session on the wire).
 type Info struct {
-	ID        string    `json:"id"`
-	State     State     `json:"state"`
-	Host      string    `json:"host"`
-	Client    string    `json:"client,omitempty"`
-	Created   time.Time `json:"created"`
-	MemBytes  uint64    `json:"mem_bytes"`
-	Device    string    `json:"device"`
-	Backend   string    `json:"backend"`
-	WorkerPID int       `json:"worker_pid,omitempty"`
+	ID        string
+	State     State
+	Host      string // this host's name
+	Client    string // the attached client's address, if any
+	Created   time.Time
+	MemBytes  uint64 // device memory the worker last reported in use
+	Device    string
+	Backend   string
+	WorkerPID int // 0 when no worker serves the session here
 }
 
 // refreshStats asks each live worker for its counters, briefly: a busy

@@ -1,19 +1,18 @@
-package server
+package session
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/gpuctl/gpuctl/errs"
-	"github.com/gpuctl/gpuctl/store"
 )
 
-// Record is what gpud persists about a session, as the opaque value of
-// its entry in the sessions bucket of the host store (STATE_DIR/gpud.db).
-// The secret itself is never stored, only its SHA-256, which is all a
-// resume check needs.
+// Record is what gpud persists about a session, as JSON: the value of the
+// session's entry in Records. The secret itself is never stored, only its
+// SHA-256, which is all a resume check needs.
 type Record struct {
 	ID         string    `json:"id"`
 	SecretHash []byte    `json:"secret_sha256"`
@@ -29,49 +28,59 @@ type Record struct {
 	StoppedAt time.Time `json:"stopped_at,omitzero"`
 }
 
-// Records is the sessions bucket; *store.Store provides it.
+// Records is where session records persist: one opaque value per session
+// id, which only this package reads. gpud keeps them in the sessions
+// bucket of its host store (store.Store), in the same bbolt file as the
+// images (STATE_DIR/gpud.db); each write is one bbolt transaction.
 type Records interface {
 	PutSession(ctx context.Context, id string, rec []byte) error
+	// DeleteSession removes id's record; a missing one is not an error.
 	DeleteSession(ctx context.Context, id string) error
-	ListSessions(ctx context.Context) ([]store.SessionRecord, error)
+	ListSessions(ctx context.Context) (map[string][]byte, error)
 }
 
-var _ Records = (*store.Store)(nil)
+// records encodes and decodes Records' values; a nil Records keeps
+// nothing.
+type records struct{ r Records }
 
-// Store reads and writes session records.
-type Store struct{ r Records }
-
-// NewStore keeps session records in r.
-func NewStore(r Records) *Store { return &Store{r: r} }
-
-// Put writes r.
-func (s *Store) Put(r Record) error {
-	b, err := json.Marshal(r)
+// put writes rec.
+func (s records) put(rec Record) error {
+	if s.r == nil {
+		return nil
+	}
+	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	return errs.Wrap(s.r.PutSession(context.Background(), r.ID, b), errs.Internal, errs.Session(r.ID), "save session record")
+	return errs.Wrap(s.r.PutSession(context.Background(), rec.ID, b), errs.Internal, errs.Session(rec.ID), "save session record")
 }
 
-// Delete removes the record of id; a missing record is not an error.
-func (s *Store) Delete(id string) error {
+// delete removes the record of id.
+func (s records) delete(id string) error {
+	if s.r == nil {
+		return nil
+	}
 	return errs.Wrap(s.r.DeleteSession(context.Background(), id), errs.Internal, errs.Session(id), "delete session record")
 }
 
-// List reads every record.
-func (s *Store) List() ([]Record, error) {
+// list reads every record, in id order.
+func (s records) list() ([]Record, error) {
+	if s.r == nil {
+		return nil, nil
+	}
 	raw, err := s.r.ListSessions(context.Background())
 	if err != nil {
 		return nil, err
 	}
 	out := make([]Record, 0, len(raw))
-	for _, e := range raw {
+	for id, b := range raw {
 		var r Record
-		if err := decodeRecord(e.ID, e.Rec, &r); err != nil {
+		if err := decodeRecord(id, b, &r); err != nil {
 			return nil, err
 		}
 		out = append(out, r)
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
 }
 

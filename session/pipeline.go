@@ -1,4 +1,4 @@
-package server
+package session
 
 import (
 	"bytes"
@@ -10,13 +10,17 @@ import (
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/remoting/wire"
 	"github.com/gpuctl/gpuctl/remoting/worker"
+	"github.com/gpuctl/gpuctl/restore"
 )
 
 // The Manager is the session table of the checkpoint, migration and
 // restore pipelines: it implements checkpoint.Sessions,
 // checkpoint.Reattacher and restore.Adopter.
-var _ checkpoint.Sessions = (*Manager)(nil)
-var _ checkpoint.Reattacher = (*Manager)(nil)
+var (
+	_ checkpoint.Sessions   = (*Manager)(nil)
+	_ checkpoint.Reattacher = (*Manager)(nil)
+	_ restore.Adopter       = (*Manager)(nil)
+)
 
 // sessionWorker adapts a worker handle to checkpoint.Worker: Resume hands
 // the worker the client socket gpud kept, if the session has one.

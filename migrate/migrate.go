@@ -34,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
@@ -82,33 +83,14 @@ type Service struct {
 	Log             *slog.Logger
 }
 
-// Request is the body of POST /v1/sessions/{id}/migrate.
-type Request struct {
-	To string `json:"to"` // the target gpud's --api HOST:PORT
-}
-
-// Result is what a migration reports.
-type Result struct {
-	Session    string              `json:"session"`
-	To         string              `json:"to"`
-	Listen     string              `json:"listen"` // where the client was sent
-	Image      string              `json:"image"`
-	Bytes      int64               `json:"bytes"`      // the image's logical size
-	SentBytes  int64               `json:"sent_bytes"` // what crossed the network
-	SentChunks int                 `json:"sent_chunks"`
-	DowntimeMS int64               `json:"downtime_ms"`
-	DurationMS int64               `json:"duration_ms"`
-	Steps      []checkpoint.Timing `json:"steps"`
-}
-
 // Register adds POST /v1/sessions/{id}/migrate to mux.
 func (s *Service) Register(mux *http.ServeMux) {
-	mux.Handle("POST /v1/sessions/{id}/migrate", control.Handle(func(w http.ResponseWriter, r *http.Request) error {
-		var req Request
+	mux.Handle(api.RouteMigrate, control.Handle(func(w http.ResponseWriter, r *http.Request) error {
+		var req api.MigrateRequest
 		if err := control.DecodeJSON(r, &req); err != nil {
 			return err
 		}
-		res, err := s.Migrate(r.Context(), r.PathValue("id"), req.To)
+		res, err := s.Migrate(r.Context(), control.PathID(r), req.To)
 		if err != nil {
 			return err
 		}
@@ -117,22 +99,8 @@ func (s *Service) Register(mux *http.ServeMux) {
 	}))
 }
 
-// hostInfo is the part of the target's GET /v1/host the precheck reads.
-type hostInfo struct {
-	backend.HostInfo
-	Listen       string  `json:"listen"`
-	SocketNS     string  `json:"socket_ns"`
-	MemFreeBytes *uint64 `json:"mem_free_bytes"` // absent from older gpuds
-}
-
-// restoreResponse is the target's answer to POST /v1/images/{id}/restore.
-type restoreResponse struct {
-	Session string `json:"session"`
-	Listen  string `json:"listen"`
-}
-
 // Migrate moves session id to the gpud whose API is at to.
-func (s *Service) Migrate(ctx context.Context, id, to string) (*Result, error) {
+func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply, error) {
 	t0 := time.Now()
 	if err := checkpoint.CheckSessionID(id); err != nil {
 		return nil, err
@@ -142,7 +110,7 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*Result, error) {
 	}
 	target := control.NewClient(to, s.Token, control.WithTLS(s.TLS))
 	host := errs.Host(to)
-	res := &Result{Session: id, To: to}
+	res := &api.MigrateReply{Session: id, To: to}
 	var (
 		fr       *checkpoint.Frozen
 		listen   string
@@ -204,8 +172,8 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*Result, error) {
 				return s.RestoreHere(ctx, fr.Image)
 			}},
 		{Name: "restore", Do: func(ctx context.Context) error {
-			var rr restoreResponse
-			if err := target.Do(ctx, http.MethodPost, "/v1/images/"+fr.Image+"/restore", nil, &rr); err != nil {
+			rr, err := target.Restore(ctx, fr.Image)
+			if err != nil {
 				return errs.Wrap(err, errs.KindOf(err), host, "restore there")
 			}
 			if rr.Session != id {
@@ -224,7 +192,7 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*Result, error) {
 		}},
 	}
 	timings, err := checkpoint.Run(ctx, s.log(), "migrate", errs.Session(id), steps)
-	res.Steps = timings
+	res.Steps = checkpoint.StepTimings(timings)
 	if err != nil {
 		return nil, err
 	}
@@ -255,8 +223,8 @@ func (s *Service) precheck(ctx context.Context, id string, target *control.Clien
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	host := errs.Host(target.Addr())
-	var hi hostInfo
-	if err := target.Do(ctx, http.MethodGet, "/v1/host", nil, &hi); err != nil {
+	hi, err := target.Host(ctx)
+	if err != nil {
 		if errs.KindOf(err) == errs.Unknown || ctx.Err() != nil {
 			return "", false, errs.Wrap(err, errs.Unavailable, host, "target did not answer within %v", d)
 		}

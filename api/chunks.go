@@ -1,0 +1,54 @@
+package api
+
+import (
+	"encoding/hex"
+
+	"github.com/gpuctl/gpuctl/errs"
+)
+
+// Digest names a chunk by the BLAKE3-256 hash of its content; it travels
+// as 64 lowercase hex digits, as store.Digest writes it.
+type Digest [32]byte
+
+// String is the hex form.
+func (d Digest) String() string { return hex.EncodeToString(d[:]) }
+
+// MarshalText implements encoding.TextMarshaler (hex).
+func (d Digest) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler (hex).
+func (d *Digest) UnmarshalText(b []byte) error {
+	if len(b) != 2*len(d) {
+		return errs.New(errs.InvalidArgument, "", "chunk digest %q: want %d hex digits", clip(string(b)), 2*len(d))
+	}
+	if _, err := hex.Decode(d[:], b); err != nil {
+		return errs.New(errs.InvalidArgument, "", "chunk digest %q: not hex", clip(string(b)))
+	}
+	return nil
+}
+
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}
+
+// MissingChunksRequest is the body of POST /v1/chunks/missing: the chunks
+// of an image a host is about to send.
+type MissingChunksRequest struct {
+	Digests []Digest `json:"digests"`
+}
+
+// MissingChunksReply lists the requested chunks the receiver lacks.
+type MissingChunksReply struct {
+	Missing []Digest `json:"missing"`
+}
+
+// PutChunksReply is the reply to PUT /v1/chunks, whose body is a chunk
+// stream (docs/image-format.md): the chunks received ahead of their
+// manifest.
+type PutChunksReply struct {
+	Chunks      int64 `json:"chunks"`
+	StoredBytes int64 `json:"stored_bytes"`
+}

@@ -1,0 +1,42 @@
+package api
+
+import "time"
+
+// GPU is one physical device, as a host reports it.
+type GPU struct {
+	Index       int    `json:"index"`
+	Name        string `json:"name"`
+	UUID        string `json:"uuid"`
+	MemoryBytes uint64 `json:"memory_bytes"`
+	PCIBusID    string `json:"pci_bus_id,omitempty"`
+}
+
+// HostInfo is what a host's backend reports about its devices.
+type HostInfo struct {
+	Backend       string `json:"backend"` // "cuda" or "emulated"
+	DriverVersion string `json:"driver_version"`
+	GPUs          []GPU  `json:"gpus"`
+}
+
+// Host is the reply to GET /v1/host.
+type Host struct {
+	Name string `json:"name"` // gpud --name
+	HostInfo
+	// Listen is where clients connect (gpud --listen). A wildcard
+	// address is reported as the address the request reached, which the
+	// caller can route to.
+	Listen    string    `json:"listen"`
+	API       string    `json:"api"` // gpud --api
+	Version   string    `json:"version"`
+	GoVersion string    `json:"go_version"`
+	Started   time.Time `json:"started"`
+	Sessions  int       `json:"sessions"`
+	// SocketNS names the host's namespace of abstract unix socket names
+	// (machine and network namespace); a migration between two gpuds that
+	// report the same one hands the worker over.
+	SocketNS string `json:"socket_ns"`
+	// MemFreeBytes is the served device's memory that no session holds; a
+	// migration target with less free than the session holds is refused
+	// before the session is touched. Nil when the host does not report it.
+	MemFreeBytes *uint64 `json:"mem_free_bytes"`
+}

@@ -1,0 +1,103 @@
+package api
+
+import (
+	"net/url"
+	"strings"
+)
+
+// Version is the API version every route is under.
+const Version = "v1"
+
+const prefix = "/" + Version
+
+// Paths that take no argument.
+const (
+	HostPath          = prefix + "/host"
+	SessionsPath      = prefix + "/sessions"
+	ImagesPath        = prefix + "/images"
+	ImportPath        = ImagesPath + "/import"
+	VerifyPath        = ImagesPath + "/verify"
+	GCPath            = ImagesPath + "/gc"
+	ChunksPath        = prefix + "/chunks"
+	MissingChunksPath = ChunksPath + "/missing"
+	// MetricsPath is Prometheus's scrape target; it is outside the
+	// version and needs no token.
+	MetricsPath = "/metrics"
+	// VerifyProgressPath asks POST /v1/images/verify to stream its
+	// progress (see VerifyEvent).
+	VerifyProgressPath = VerifyPath + "?" + ProgressParam + "=1"
+)
+
+const (
+	// IDWildcard is the one wildcard of the routes, a session or an image
+	// id: a server reads it with the request's PathValue.
+	IDWildcard = "id"
+	// ProgressParam is the query parameter that asks for streamed
+	// progress, with the value "1".
+	ProgressParam = "progress"
+
+	idSegment = "/{" + IDWildcard + "}"
+)
+
+// HTTP methods, as net/http spells them; the package does not import
+// net/http, so that a backend describing its GPUs in the API's terms does
+// not link an HTTP stack.
+const (
+	methodGet    = "GET"
+	methodPost   = "POST"
+	methodPut    = "PUT"
+	methodDelete = "DELETE"
+)
+
+// Routes in net/http.ServeMux pattern syntax (METHOD PATH, with {id}
+// wildcards): gpud registers exactly these, each served by the package
+// docs/architecture.md names for it.
+const (
+	RouteHost          = methodGet + " " + HostPath
+	RouteSessions      = methodGet + " " + SessionsPath
+	RouteSession       = methodGet + " " + SessionsPath + idSegment
+	RouteCheckpoint    = methodPost + " " + SessionsPath + idSegment + "/checkpoint"
+	RouteMigrate       = methodPost + " " + SessionsPath + idSegment + "/migrate"
+	RouteImages        = methodGet + " " + ImagesPath
+	RouteImage         = methodGet + " " + ImagesPath + idSegment
+	RouteRemoveImage   = methodDelete + " " + ImagesPath + idSegment
+	RouteRestore       = methodPost + " " + ImagesPath + idSegment + "/restore"
+	RouteExport        = methodGet + " " + ImagesPath + idSegment + "/export"
+	RouteImport        = methodPost + " " + ImportPath
+	RouteVerify        = methodPost + " " + VerifyPath
+	RouteGC            = methodPost + " " + GCPath
+	RouteMissingChunks = methodPost + " " + MissingChunksPath
+	RoutePutChunks     = methodPut + " " + ChunksPath
+	RouteMetrics       = methodGet + " " + MetricsPath
+)
+
+// SessionPath is the path of GET /v1/sessions/{id}.
+func SessionPath(session string) string { return SessionsPath + "/" + segment(session) }
+
+// SessionCheckpointPath is the path of POST /v1/sessions/{id}/checkpoint.
+func SessionCheckpointPath(session string) string { return SessionPath(session) + "/checkpoint" }
+
+// SessionMigratePath is the path of POST /v1/sessions/{id}/migrate.
+func SessionMigratePath(session string) string { return SessionPath(session) + "/migrate" }
+
+// ImagePath is the path of GET and DELETE /v1/images/{id}.
+func ImagePath(image string) string { return ImagesPath + "/" + segment(image) }
+
+// ImageRestorePath is the path of POST /v1/images/{id}/restore.
+func ImageRestorePath(image string) string { return ImagePath(image) + "/restore" }
+
+// ImageExportPath is the path of GET /v1/images/{id}/export.
+func ImageExportPath(image string) string { return ImagePath(image) + "/export" }
+
+// segment escapes an id as one path segment. Escaping keeps '/', '?' and
+// '%' inside the segment; "." and ".." are escaped too, since a server
+// would otherwise clean them away as relative segments and route the
+// request somewhere else. The server unescapes the segment and validates
+// the id it gets back, so a malformed id fails there with an error that
+// names it.
+func segment(s string) string {
+	if strings.Trim(s, ".") == "" && s != "" {
+		return strings.Repeat("%2E", len(s))
+	}
+	return url.PathEscape(s)
+}

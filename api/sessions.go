@@ -1,0 +1,79 @@
+package api
+
+import "time"
+
+// Session is one entry of GET /v1/sessions and the reply to
+// GET /v1/sessions/{id}.
+type Session struct {
+	ID string `json:"id"` // "s-" and 12 hex digits
+	// State is running, detached, quiescing, checkpointing, migrating or
+	// stopped; package session holds the machine that moves between them.
+	State     string    `json:"state"`
+	Host      string    `json:"host"`             // gpud --name
+	Client    string    `json:"client,omitempty"` // the attached client's address
+	Created   time.Time `json:"created"`
+	MemBytes  uint64    `json:"mem_bytes"` // device memory the session holds
+	Device    string    `json:"device"`
+	Backend   string    `json:"backend"`
+	WorkerPID int       `json:"worker_pid,omitempty"`
+}
+
+// CheckpointRequest is the body of POST /v1/sessions/{id}/checkpoint; an
+// empty body is the zero value.
+type CheckpointRequest struct {
+	// LeaveRunning keeps the session running here after the image is
+	// stored; otherwise its worker is released and the session lives in
+	// the image.
+	LeaveRunning bool `json:"leave_running"`
+}
+
+// CheckpointReply is the reply to POST /v1/sessions/{id}/checkpoint.
+type CheckpointReply struct {
+	Image       string       `json:"image"`
+	Session     string       `json:"session"`
+	Bytes       int64        `json:"bytes"`        // the image's logical size
+	StoredBytes int64        `json:"stored_bytes"` // new bytes the checkpoint added to the store
+	DurationMS  int64        `json:"duration_ms"`
+	Steps       []StepTiming `json:"steps,omitempty"`
+	// Nonce names the abstract socket a restored worker dials
+	// (@gpuctl-attach-<nonce>).
+	Nonce string `json:"nonce"`
+}
+
+// StepTiming is how long one step of a checkpoint, restore or migration
+// took.
+type StepTiming struct {
+	Step     string        `json:"step"`
+	Duration time.Duration `json:"duration_ns"`
+}
+
+// RestoreReply is the reply to POST /v1/images/{id}/restore, which takes
+// no body.
+type RestoreReply struct {
+	Session string `json:"session"`
+	Image   string `json:"image"`
+	PID     int    `json:"pid"` // the restored worker's host PID
+	// Listen is the restoring host's --listen address, where the
+	// session's client is to reconnect.
+	Listen     string `json:"listen"`
+	DurationMS int64  `json:"duration_ms"`
+}
+
+// MigrateRequest is the body of POST /v1/sessions/{id}/migrate.
+type MigrateRequest struct {
+	To string `json:"to"` // the target gpud's --api HOST:PORT
+}
+
+// MigrateReply is the reply to POST /v1/sessions/{id}/migrate.
+type MigrateReply struct {
+	Session    string       `json:"session"`
+	To         string       `json:"to"`
+	Listen     string       `json:"listen"` // where the client was sent
+	Image      string       `json:"image"`
+	Bytes      int64        `json:"bytes"`      // the image's logical size
+	SentBytes  int64        `json:"sent_bytes"` // what crossed the network
+	SentChunks int          `json:"sent_chunks"`
+	DowntimeMS int64        `json:"downtime_ms"` // the client's stall
+	DurationMS int64        `json:"duration_ms"`
+	Steps      []StepTiming `json:"steps"`
+}

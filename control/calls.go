@@ -1,0 +1,277 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+
+	"github.com/gpuctl/gpuctl/api"
+	"github.com/gpuctl/gpuctl/errs"
+)
+
+// The typed calls: one method per route of package api. A reply is
+// decoded into its api type; an error keeps the kind gpud gave it.
+
+// Progress is told how much of a transfer is done: bytes (or chunks, for
+// a verify) out of total, which is -1 when unknown. Calls come one at a
+// time, but an upload's may come from the goroutine that sends the body
+// rather than the caller's.
+type Progress func(done, total int64)
+
+// Host is GET /v1/host: the host's name, backend, GPUs and addresses.
+func (c *Client) Host(ctx context.Context) (*api.Host, error) {
+	var h api.Host
+	if err := c.do(ctx, http.MethodGet, api.HostPath, nil, &h); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+// Sessions is GET /v1/sessions, oldest first; never nil.
+func (c *Client) Sessions(ctx context.Context) ([]api.Session, error) {
+	var list []api.Session
+	if err := c.do(ctx, http.MethodGet, api.SessionsPath, nil, &list); err != nil {
+		return nil, err
+	}
+	if list == nil {
+		list = []api.Session{}
+	}
+	return list, nil
+}
+
+// Session is GET /v1/sessions/{id}.
+func (c *Client) Session(ctx context.Context, id string) (*api.Session, error) {
+	if err := need("session", id); err != nil {
+		return nil, err
+	}
+	var s api.Session
+	if err := c.do(ctx, http.MethodGet, api.SessionPath(id), nil, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// Checkpoint is POST /v1/sessions/{id}/checkpoint: the session goes into
+// an image in the host's store.
+func (c *Client) Checkpoint(ctx context.Context, id string, req api.CheckpointRequest) (*api.CheckpointReply, error) {
+	if err := need("session", id); err != nil {
+		return nil, err
+	}
+	var res api.CheckpointReply
+	if err := c.do(ctx, http.MethodPost, api.SessionCheckpointPath(id), req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Restore is POST /v1/images/{id}/restore: the image becomes a live
+// session on the host, waiting for its client.
+func (c *Client) Restore(ctx context.Context, image string) (*api.RestoreReply, error) {
+	if err := need("image", image); err != nil {
+		return nil, err
+	}
+	var res api.RestoreReply
+	if err := c.do(ctx, http.MethodPost, api.ImageRestorePath(image), nil, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Migrate is POST /v1/sessions/{id}/migrate: the host moves the session to
+// req.To.
+func (c *Client) Migrate(ctx context.Context, id string, req api.MigrateRequest) (*api.MigrateReply, error) {
+	if err := need("session", id); err != nil {
+		return nil, err
+	}
+	var res api.MigrateReply
+	if err := c.do(ctx, http.MethodPost, api.SessionMigratePath(id), req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Images is GET /v1/images, oldest first; never nil.
+func (c *Client) Images(ctx context.Context) ([]api.Image, error) {
+	var list []api.Image
+	if err := c.do(ctx, http.MethodGet, api.ImagesPath, nil, &list); err != nil {
+		return nil, err
+	}
+	if list == nil {
+		list = []api.Image{}
+	}
+	return list, nil
+}
+
+// Image is GET /v1/images/{id}: the image's summary and manifest.
+func (c *Client) Image(ctx context.Context, id string) (*api.ImageDetail, error) {
+	if err := need("image", id); err != nil {
+		return nil, err
+	}
+	var d api.ImageDetail
+	if err := c.do(ctx, http.MethodGet, api.ImagePath(id), nil, &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// RemoveImage is DELETE /v1/images/{id}; GC then reclaims its space.
+func (c *Client) RemoveImage(ctx context.Context, id string) (*api.RemoveImageReply, error) {
+	if err := need("image", id); err != nil {
+		return nil, err
+	}
+	var res api.RemoveImageReply
+	if err := c.do(ctx, http.MethodDelete, api.ImagePath(id), nil, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Export is GET /v1/images/{id}/export: it streams the image's one-file
+// export into w and returns the bytes written. progress (may be nil)
+// follows the stream against its announced length. A stream that breaks
+// off is an errs.Unavailable error; w then holds a partial export.
+func (c *Client) Export(ctx context.Context, id string, w io.Writer, progress Progress) (int64, error) {
+	if err := need("image", id); err != nil {
+		return 0, err
+	}
+	resp, err := c.stream(ctx, http.MethodGet, api.ImageExportPath(id), nil, "")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(w, counting(resp.Body, resp.ContentLength, progress))
+	if err != nil {
+		return n, errs.Wrap(err, errs.Unavailable, errs.Image(id), "export stream broke off after %d bytes; try again", n)
+	}
+	return n, nil
+}
+
+// Import is POST /v1/images/import: it streams an export from r into the
+// host's store, which verifies it and commits the image, all or nothing.
+// size (-1 when unknown) and progress (may be nil) only report progress.
+func (c *Client) Import(ctx context.Context, r io.Reader, size int64, progress Progress) (*api.ImportReply, error) {
+	resp, err := c.stream(ctx, http.MethodPost, api.ImportPath, counting(r, size, progress), "application/octet-stream")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var res api.ImportReply
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+		return nil, errs.Wrap(err, errs.Internal, errs.Host(c.addr), "decode import reply")
+	}
+	return &res, nil
+}
+
+// Verify is POST /v1/images/verify: every chunk of one image, or of all,
+// checked against its digest. With progress set the host streams how many
+// chunks it has checked (VerifyEvent lines) until the report. A report of
+// damage is returned as it is; its Err says what is wrong.
+func (c *Client) Verify(ctx context.Context, req api.VerifyRequest, progress Progress) (*api.VerifyReport, error) {
+	if progress == nil {
+		var rep api.VerifyReport
+		if err := c.do(ctx, http.MethodPost, api.VerifyPath, req, &rep); err != nil {
+			return nil, err
+		}
+		return &rep, nil
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.stream(ctx, http.MethodPost, api.VerifyProgressPath, bytes.NewReader(body), "application/json")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev api.VerifyEvent
+		if err := dec.Decode(&ev); err != nil {
+			return nil, errs.Wrap(err, errs.Unavailable, errs.Host(c.addr), "verify stream broke off; run it again")
+		}
+		switch {
+		case ev.Error != nil:
+			return nil, ev.Error.Err()
+		case ev.Report != nil:
+			return ev.Report, nil
+		case ev.Total > 0:
+			progress(ev.Done, ev.Total)
+		}
+	}
+}
+
+// GC is POST /v1/images/gc: the host reclaims chunks no image uses and the
+// leftovers of failed writes.
+func (c *Client) GC(ctx context.Context) (*api.GCReply, error) {
+	var res api.GCReply
+	if err := c.do(ctx, http.MethodPost, api.GCPath, nil, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// MissingChunks is POST /v1/chunks/missing: which of ds the host lacks.
+// A migration asks it before sending an image.
+func (c *Client) MissingChunks(ctx context.Context, ds []api.Digest) ([]api.Digest, error) {
+	if ds == nil {
+		ds = []api.Digest{}
+	}
+	var res api.MissingChunksReply
+	if err := c.do(ctx, http.MethodPost, api.MissingChunksPath, api.MissingChunksRequest{Digests: ds}, &res); err != nil {
+		return nil, err
+	}
+	return res.Missing, nil
+}
+
+// PutChunks is PUT /v1/chunks: a chunk stream from r, stored ahead of the
+// manifest that will use it.
+func (c *Client) PutChunks(ctx context.Context, r io.Reader) (*api.PutChunksReply, error) {
+	resp, err := c.stream(ctx, http.MethodPut, api.ChunksPath, r, "application/octet-stream")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var res api.PutChunksReply
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+		return nil, errs.Wrap(err, errs.Internal, errs.Host(c.addr), "decode chunk upload reply")
+	}
+	return &res, nil
+}
+
+// need refuses an empty id before it becomes an empty path segment; the
+// host validates the rest of its form.
+func need(what, id string) error {
+	if id == "" {
+		return errs.New(errs.InvalidArgument, "", "no %s id given", what)
+	}
+	return nil
+}
+
+// counting reports the bytes read through r to progress.
+func counting(r io.Reader, total int64, progress Progress) io.Reader {
+	if progress == nil || r == nil {
+		return r
+	}
+	if total < 0 {
+		total = -1
+	}
+	return &progressReader{r: r, total: total, progress: progress}
+}
+
+type progressReader struct {
+	r        io.Reader
+	done     int64
+	total    int64
+	progress Progress
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.done += int64(n)
+		p.progress(p.done, p.total)
+	}
+	return n, err
+}

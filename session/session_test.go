@@ -1,0 +1,204 @@
+package session_test
+
+import (
+	"context"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/remoting/server"
+	"github.com/gpuctl/gpuctl/remoting/wire"
+	"github.com/gpuctl/gpuctl/remoting/worker"
+	"github.com/gpuctl/gpuctl/remoting/worker/testclient"
+	"github.com/gpuctl/gpuctl/session"
+)
+
+// The test binary doubles as the worker process.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "worker" {
+		os.Exit(worker.Main(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+const testToken = "t0ken-for-tests"
+
+type testServer struct {
+	addr string
+	m    *session.Manager
+}
+
+// startServer runs a session table with real workers (emulated backend)
+// behind gpud's client listener; met may be nil.
+func startServer(t *testing.T, grace time.Duration, met *session.Metrics) *testServer {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("workers start in a new PID namespace, which needs root")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := session.NewManager(session.Config{
+		Host: "test", Grace: grace, Metrics: met,
+		Worker: worker.Options{Backend: worker.BackendEmulated, Device: "0", EmulatedMemBytes: 1 << 30, Exe: exe},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &server.Listener{Sessions: m, Token: testToken}
+	done := make(chan error, 1)
+	go func() { done <- l.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		sctx, c2 := context.WithTimeout(context.Background(), 10*time.Second)
+		defer c2()
+		m.Shutdown(sctx)
+	})
+	return &testServer{addr: ln.Addr().String(), m: m}
+}
+
+func dial(t *testing.T, addr string, h wire.Hello) (*testclient.Client, error) {
+	t.Helper()
+	return testclient.Dial(addr, h, 5*time.Second)
+}
+
+// The checkpoint pipeline's view of the session table: a session claimed,
+// dumped and released stays listed as stopped; its client, coming back, is
+// told to retry, or after a migration where the session went.
+func TestPipelineSessionTable(t *testing.T) {
+	ts := startServer(t, time.Minute, nil)
+	ctx := context.Background()
+	cl, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, secret := cl.Welcome.SessionID, cl.Welcome.Secret
+	if _, err := ts.m.Begin(ctx, "s-000000000000"); !errs.IsNotFound(err) {
+		t.Fatalf("begin of an unknown session: %v", err)
+	}
+	w, err := ts.m.Begin(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.m.Begin(ctx, id); !errs.IsFailedPrecondition(err) {
+		t.Fatalf("second begin: %v", err)
+	}
+	if err := w.Quiesce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A failed checkpoint resumes the session on the socket gpud kept.
+	if err := w.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.m.Resumed(id, w); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := cl.DeviceCount(); err != nil || n != 1 {
+		t.Fatalf("after resume: %d %v", n, err)
+	}
+
+	for _, step := range []func() error{
+		func() error { _, err := ts.m.Begin(ctx, id); return err },
+		func() error { return ts.m.Dumped(id) },
+		func() error { return ts.m.Migrating(id) },
+		func() error { return ts.m.Moved(id, "10.9.9.9:7070") },
+		func() error { return ts.m.Released(id) },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if i, _ := ts.m.Get(id); i.State != session.Stopped {
+		t.Fatalf("state after release: %s", i.State)
+	}
+	back, err := dial(t, ts.addr, wire.Hello{Token: testToken, Flags: wire.HelloResume, SessionID: id, Secret: secret})
+	if err == nil || back == nil || back.Welcome.Status != wire.StatusMoved || back.Welcome.Message != "10.9.9.9:7070" {
+		t.Fatalf("returning client: %v %+v", err, back)
+	}
+	if err := ts.m.Dumped(id); !errs.IsFailedPrecondition(err) {
+		t.Fatalf("stopped -> checkpointing: %v", err)
+	}
+}
+
+// The session metrics are read from the table at scrape time.
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	met := session.NewMetrics(reg)
+	ts := startServer(t, time.Minute, met)
+	cl, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	c, _ := cl.PrimaryCtxRetain(0)
+	if _, err := cl.MemAlloc(c, 3<<20); err != nil {
+		t.Fatal(err)
+	}
+	met.ObserveStep("dump", 250*time.Millisecond)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := func(name, label, lv string) float64 {
+		for _, f := range fams {
+			if f.GetName() != name {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				if label != "" && !hasLabel(m.GetLabel(), label, lv) {
+					continue
+				}
+				switch {
+				case m.Counter != nil:
+					return m.Counter.GetValue()
+				case m.Gauge != nil:
+					return m.Gauge.GetValue()
+				case m.Histogram != nil:
+					return float64(m.Histogram.GetSampleCount())
+				}
+			}
+		}
+		return -1
+	}
+	for _, tc := range []struct {
+		name, label, value string
+		check              func(float64) bool
+	}{
+		{"gpud_sessions", "state", "running", func(v float64) bool { return v == 1 }},
+		{"gpud_sessions", "state", "detached", func(v float64) bool { return v == 0 }},
+		{"gpud_calls_total", "", "", func(v float64) bool { return v == 2 }},
+		{"gpud_client_bytes_total", "direction", "in", func(v float64) bool { return v > 0 }},
+		{"gpud_device_memory_in_use_bytes", "", "", func(v float64) bool { return v == 3<<20 }},
+		{"gpud_worker_starts_total", "how", "start", func(v float64) bool { return v == 1 }},
+		{"gpud_checkpoint_duration_seconds", "step", "dump", func(v float64) bool { return v == 1 }},
+	} {
+		if v := value(tc.name, tc.label, tc.value); !tc.check(v) {
+			t.Errorf("%s{%s=%q} = %v", tc.name, tc.label, tc.value, v)
+		}
+	}
+}
+
+func hasLabel[L interface {
+	GetName() string
+	GetValue() string
+}](ls []L, k, v string) bool {
+	for _, l := range ls {
+		if l.GetName() == k && l.GetValue() == v {
+			return true
+		}
+	}
+	return false
+}
