@@ -2,8 +2,6 @@ package images
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -16,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/ids"
 	"github.com/gpuctl/gpuctl/images/chunker"
 	"github.com/gpuctl/gpuctl/store"
 )
@@ -30,13 +29,6 @@ type Stats struct {
 	Duration     time.Duration `json:"duration_ns"`
 }
 
-// NewID returns a fresh image id.
-func NewID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "img-" + hex.EncodeToString(b[:])
-}
-
 // Commit chunks and stores every file under srcDir and indexes the image
 // described by meta, all or nothing: until it returns successfully no one
 // sees the image, and a failure or a crash leaves only garbage that GC
@@ -46,9 +38,9 @@ func NewID() string {
 func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Manifest, Stats, error) {
 	start := time.Now()
 	if meta.ID == "" {
-		meta.ID = NewID()
+		meta.ID = ids.NewImage()
 	}
-	if err := ValidID(meta.ID); err != nil {
+	if err := ids.CheckImage(meta.ID); err != nil {
 		return nil, Stats{}, err
 	}
 	subj := errs.Image(meta.ID)

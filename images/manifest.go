@@ -10,12 +10,12 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/ids"
 	"github.com/gpuctl/gpuctl/store"
 )
 
@@ -167,16 +167,6 @@ func (m *Manifest) Refs() ([]store.Digest, map[store.Digest]int64) {
 	return out, sizes
 }
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-
-// ValidID reports whether id can name an image.
-func ValidID(id string) error {
-	if !idPattern.MatchString(id) {
-		return errs.New(errs.InvalidArgument, errs.Image(id), "not a valid image id: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit")
-	}
-	return nil
-}
-
 // Validate checks everything a restore relies on, so that a manifest from
 // an import or a peer can be trusted as far as its shape goes: version,
 // id, paths (relative, clean, no "..", unique, parents present as dirs),
@@ -187,7 +177,7 @@ func (m *Manifest) Validate() error {
 	if m.Version != ManifestVersion {
 		return errs.New(errs.InvalidArgument, subj, "manifest version %d; this gpud reads version %d", m.Version, ManifestVersion)
 	}
-	if err := ValidID(m.ID); err != nil {
+	if err := ids.CheckImage(m.ID); err != nil {
 		return err
 	}
 	if len(m.Files) > maxFiles {

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/ids"
 	"github.com/gpuctl/gpuctl/store"
 )
 
@@ -29,7 +30,7 @@ func List(ctx context.Context, st *store.Store) ([]Info, error) {
 
 // Get returns an image's manifest, validated.
 func Get(ctx context.Context, st *store.Store, id string) (*Manifest, error) {
-	if err := ValidID(id); err != nil {
+	if err := ids.CheckImage(id); err != nil {
 		return nil, err
 	}
 	_, body, err := st.GetImage(ctx, id)
@@ -45,7 +46,7 @@ func Get(ctx context.Context, st *store.Store, id string) (*Manifest, error) {
 
 // Stat returns an image's summary.
 func Stat(ctx context.Context, st *store.Store, id string) (Info, error) {
-	if err := ValidID(id); err != nil {
+	if err := ids.CheckImage(id); err != nil {
 		return Info{}, err
 	}
 	raw, _, err := st.GetImage(ctx, id)
@@ -61,7 +62,7 @@ func Stat(ctx context.Context, st *store.Store, id string) (Info, error) {
 
 // Delete removes an image; GC reclaims the chunks no other image uses.
 func Delete(ctx context.Context, st *store.Store, id string) error {
-	if err := ValidID(id); err != nil {
+	if err := ids.CheckImage(id); err != nil {
 		return err
 	}
 	return st.DeleteImage(ctx, id)
@@ -111,22 +112,22 @@ func (r *Report) Err() error {
 // gets chunks done out of the total and may be called from several
 // goroutines at once.
 func Verify(ctx context.Context, st *store.Store, id string, progress store.Progress) (*Report, error) {
-	var ids []string
+	var names []string
 	if id != "" {
-		if err := ValidID(id); err != nil {
+		if err := ids.CheckImage(id); err != nil {
 			return nil, err
 		}
-		ids = []string{id}
+		names = []string{id}
 	} else {
 		ents, err := st.ListImages(ctx)
 		if err != nil {
 			return nil, err
 		}
 		for _, e := range ents {
-			ids = append(ids, e.ID)
+			names = append(names, e.ID)
 		}
 	}
-	rep := &Report{Images: len(ids)}
+	rep := &Report{Images: len(names)}
 	if err := st.Check(ctx); err != nil {
 		if !errs.Is(err, errs.DataLoss) {
 			return nil, err
@@ -135,7 +136,7 @@ func Verify(ctx context.Context, st *store.Store, id string, progress store.Prog
 	}
 	users := map[store.Digest][]string{}
 	var all []store.Digest
-	for _, i := range ids {
+	for _, i := range names {
 		refs, err := st.ImageRefs(ctx, i)
 		if errs.IsNotFound(err) && id == "" {
 			rep.Images-- // removed since the listing
@@ -177,9 +178,9 @@ func Verify(ctx context.Context, st *store.Store, id string, progress store.Prog
 	return rep, nil
 }
 
-func stillThere(ctx context.Context, st *store.Store, ids []string) []string {
+func stillThere(ctx context.Context, st *store.Store, list []string) []string {
 	var out []string
-	for _, id := range ids {
+	for _, id := range list {
 		if _, _, err := st.GetImage(ctx, id); err == nil {
 			out = append(out, id)
 		}

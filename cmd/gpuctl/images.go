@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/ids"
 	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/store"
 )
@@ -86,7 +87,7 @@ func (e *env) imagesList(ctx context.Context, cl *control.Client, _ []string, as
 }
 
 func imagePath(id string, suffix string) (string, error) {
-	if err := images.ValidID(id); err != nil {
+	if err := ids.CheckImage(id); err != nil {
 		return "", err
 	}
 	return "/v1/images/" + url.PathEscape(id) + suffix, nil
@@ -247,7 +248,7 @@ func (e *env) imagesVerify(ctx context.Context, cl *control.Client, args []strin
 	var req images.VerifyRequest
 	what := "every image"
 	if len(args) == 1 {
-		if err := images.ValidID(args[0]); err != nil {
+		if err := ids.CheckImage(args[0]); err != nil {
 			return err
 		}
 		req.ID, what = args[0], args[0]
