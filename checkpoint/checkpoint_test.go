@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuctl/gpuctl/checkpoint/proctest"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/images"
 )
 
 func TestMain(m *testing.M) {
@@ -66,40 +67,41 @@ type dirStore struct {
 	root string
 	n    int
 	fail error
-	meta Meta
+	meta images.Meta
 }
 
-func (s *dirStore) Commit(_ context.Context, dir string, meta Meta) (Stored, error) {
+func (s *dirStore) Commit(_ context.Context, dir string, meta images.Meta) (*images.Manifest, images.Stats, error) {
 	if s.fail != nil {
-		return Stored{}, s.fail
+		return nil, images.Stats{}, s.fail
 	}
 	s.n++
 	id := fmt.Sprintf("img-%d", s.n)
 	dst := filepath.Join(s.root, id)
 	if err := os.MkdirAll(dst, 0o700); err != nil {
-		return Stored{}, err
+		return nil, images.Stats{}, err
 	}
 	var total int64
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return Stored{}, err
+		return nil, images.Stats{}, err
 	}
 	for _, e := range ents {
 		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
-			return Stored{}, err
+			return nil, images.Stats{}, err
 		}
 		total += int64(len(b))
 		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600); err != nil {
-			return Stored{}, err
+			return nil, images.Stats{}, err
 		}
 	}
 	mb, _ := json.Marshal(meta)
 	if err := os.WriteFile(filepath.Join(s.root, id+".json"), mb, 0o600); err != nil {
-		return Stored{}, err
+		return nil, images.Stats{}, err
 	}
 	s.meta = meta
-	return Stored{Image: id, Bytes: total, StoredBytes: total}, nil
+	meta.ID = id
+	return &images.Manifest{Meta: meta}, images.Stats{LogicalBytes: total, StoredBytes: total}, nil
 }
 
 func TestCheckpointPipeline(t *testing.T) {
@@ -167,7 +169,7 @@ func TestCheckpointPipeline(t *testing.T) {
 			if fr.Image == "" || fr.Bytes <= 0 || fr.Session != "s-000000000001" || len(fr.Nonce) != 32 {
 				t.Errorf("result %+v", fr.Result)
 			}
-			if m := store.meta; m.Session != "s-000000000001" || m.Parent != "img-0" || m.Nonce != fr.Nonce || m.Host != "host-a" || !strings.HasPrefix(m.CRIUVersion, "4.") || m.Kernel == "" {
+			if m := store.meta; m.Session != "s-000000000001" || m.Parent != "img-0" || m.AttachNonce != fr.Nonce || m.Host != "host-a" || !strings.HasPrefix(m.CRIU, "4.") || m.Kernel == "" {
 				t.Errorf("manifest meta %+v", m)
 			}
 			var names []string

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/checkpoint/proctest"
+	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/remoting/worker"
 	"github.com/gpuctl/gpuctl/restore"
 )
@@ -44,15 +45,15 @@ func (r reattacher) Reattach(ctx context.Context, pid int, nonce string) (checkp
 // imageDir is a store that keeps one image as a directory.
 type imageDir struct {
 	dir  string
-	meta checkpoint.Meta
+	meta images.Meta
 }
 
-func (s *imageDir) Commit(_ context.Context, dir string, meta checkpoint.Meta) (checkpoint.Stored, error) {
+func (s *imageDir) Commit(_ context.Context, dir string, meta images.Meta) (*images.Manifest, images.Stats, error) {
 	if err := os.Rename(dir, s.dir); err != nil {
-		return checkpoint.Stored{}, err
+		return nil, images.Stats{}, err
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil { // the pipeline removes it
-		return checkpoint.Stored{}, err
+		return nil, images.Stats{}, err
 	}
 	s.meta = meta
 	var n int64
@@ -62,24 +63,25 @@ func (s *imageDir) Commit(_ context.Context, dir string, meta checkpoint.Meta) (
 			n += fi.Size()
 		}
 	}
-	return checkpoint.Stored{Image: "img-w", Bytes: n, StoredBytes: n}, nil
+	s.meta.ID = "img-w"
+	return &images.Manifest{Meta: s.meta}, images.Stats{LogicalBytes: n, StoredBytes: n}, nil
 }
 
-func (s *imageDir) Checkout(_ context.Context, id, dir string) (checkpoint.Meta, error) {
+func (s *imageDir) Checkout(_ context.Context, id, dir string) (*images.Manifest, error) {
 	ents, err := os.ReadDir(s.dir)
 	if err != nil {
-		return checkpoint.Meta{}, err
+		return nil, err
 	}
 	for _, e := range ents {
 		b, err := os.ReadFile(filepath.Join(s.dir, e.Name()))
 		if err != nil {
-			return checkpoint.Meta{}, err
+			return nil, err
 		}
 		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o600); err != nil {
-			return checkpoint.Meta{}, err
+			return nil, err
 		}
 	}
-	return s.meta, nil
+	return &images.Manifest{Meta: s.meta}, nil
 }
 
 // TestRealWorker runs the pipelines on a real worker process (emulated

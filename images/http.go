@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/store"
 )
 
@@ -24,7 +25,7 @@ type RouteOptions struct {
 type Detail struct {
 	Info
 	Version     int               `json:"version"`
-	GPUs        []GPU             `json:"gpus,omitempty"`
+	GPUs        []backend.GPU     `json:"gpus,omitempty"`
 	Driver      string            `json:"driver,omitempty"`
 	CRIU        string            `json:"criu,omitempty"`
 	Kernel      string            `json:"kernel,omitempty"`

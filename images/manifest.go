@@ -16,11 +16,13 @@ import (
 
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/ids"
+	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/store"
 )
 
-// ManifestVersion is the manifest format this build writes and reads.
-const ManifestVersion = 1
+// ManifestVersion is the manifest format this build writes. It reads this
+// one and version 1, which it upgrades as it decodes (see manifestV1).
+const ManifestVersion = 2
 
 // Limits on what a manifest may describe, so that a hostile import cannot
 // make a host allocate or write without bound.
@@ -33,14 +35,10 @@ const (
 	maxImageBytes    = 1 << 42 // 4 TiB of logical content
 )
 
-// GPU is one GPU the checkpointed session used.
-type GPU struct {
-	Model string `json:"model"`
-	UUID  string `json:"uuid"`
-}
-
-// Meta is what the checkpoint pipeline knows about an image; Commit adds
-// the files.
+// Meta is what an image records about where it came from: the one model
+// of those facts. The checkpoint pipeline fills it in, Commit stores it in
+// the manifest with the files, and the restore pipeline reads it back on
+// any host to check compatibility and reattach the worker.
 type Meta struct {
 	ID      string `json:"id"`      // empty: Commit picks "img-" + 12 hex digits
 	Session string `json:"session"` // the session id, kept across migrations
@@ -48,15 +46,20 @@ type Meta struct {
 
 	Host    string `json:"host"`    // gpud --name of the source host
 	Backend string `json:"backend"` // "cuda" or "emulated"
-	GPUs    []GPU  `json:"gpus,omitempty"`
-	Driver  string `json:"driver,omitempty"` // driver version on the source
-	CRIU    string `json:"criu,omitempty"`
-	Kernel  string `json:"kernel,omitempty"`
+	// GPUs are the GPUs the session's worker saw, the session's own GPU
+	// first (cuda.ManifestGPUs), as the source host reported them: a
+	// restore matches model and memory, and maps every UUID.
+	GPUs   []backend.GPU `json:"gpus,omitempty"`
+	Driver string        `json:"driver,omitempty"` // driver version on the source
+	CRIU   string        `json:"criu,omitempty"`   // CRIU version on the source
+	Kernel string        `json:"kernel,omitempty"` // kernel release on the source
 
 	// AttachNonce names the abstract socket a restored worker dials
 	// (@gpuctl-attach-<nonce>); any host restoring the image listens there.
 	AttachNonce string `json:"attach_nonce,omitempty"`
 
+	// Labels decorate an image; nothing gpuctl needs to restore it lives
+	// here.
 	Labels map[string]string `json:"labels,omitempty"`
 }
 
@@ -175,7 +178,7 @@ func (m *Manifest) Refs() ([]store.Digest, map[store.Digest]int64) {
 func (m *Manifest) Validate() error {
 	subj := errs.Image(m.ID)
 	if m.Version != ManifestVersion {
-		return errs.New(errs.InvalidArgument, subj, "manifest version %d; this gpud reads version %d", m.Version, ManifestVersion)
+		return errs.New(errs.InvalidArgument, subj, "manifest version %d; this gpud works with version %d (decoding upgrades older ones)", m.Version, ManifestVersion)
 	}
 	if err := ids.CheckImage(m.ID); err != nil {
 		return err

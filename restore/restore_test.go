@@ -15,6 +15,7 @@ import (
 	"github.com/gpuctl/gpuctl/checkpoint/criu"
 	"github.com/gpuctl/gpuctl/checkpoint/proctest"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 )
 
@@ -27,28 +28,28 @@ func TestMain(m *testing.M) {
 // CRIU files and metas[id] the manifest meta.
 type dirStore struct {
 	root  string
-	metas map[string]checkpoint.Meta
+	metas map[string]images.Meta
 }
 
-func (s *dirStore) Checkout(_ context.Context, id, dir string) (checkpoint.Meta, error) {
+func (s *dirStore) Checkout(_ context.Context, id, dir string) (*images.Manifest, error) {
 	m, ok := s.metas[id]
 	if !ok {
-		return checkpoint.Meta{}, errs.New(errs.NotFound, errs.Image(id), "not in the store")
+		return nil, errs.New(errs.NotFound, errs.Image(id), "not in the store")
 	}
 	ents, err := os.ReadDir(filepath.Join(s.root, id))
 	if err != nil {
-		return checkpoint.Meta{}, err
+		return nil, err
 	}
 	for _, e := range ents {
 		b, err := os.ReadFile(filepath.Join(s.root, id, e.Name()))
 		if err != nil {
-			return checkpoint.Meta{}, err
+			return nil, err
 		}
 		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o600); err != nil {
-			return checkpoint.Meta{}, err
+			return nil, err
 		}
 	}
-	return m, nil
+	return &images.Manifest{Meta: m}, nil
 }
 
 // worker is the handle Reattach returns.
@@ -123,12 +124,12 @@ func TestRestore(t *testing.T) {
 		_ = os.WriteFile(filepath.Join(broken, e.Name()), b, 0o600)
 	}
 	gpus := []backend.GPU{{Index: 0, Name: "emulated", UUID: "GPU-e"}}
-	meta := checkpoint.Meta{Session: "s-00000000000a", Backend: "emulated", Nonce: "n-1", GPUs: gpus}
+	meta := images.Meta{Session: "s-00000000000a", Backend: "emulated", AttachNonce: "n-1", GPUs: gpus}
 	noNonce := meta
-	noNonce.Nonce = ""
+	noNonce.AttachNonce = ""
 	cuda := meta
 	cuda.Backend = "cuda"
-	store := &dirStore{root: root, metas: map[string]checkpoint.Meta{
+	store := &dirStore{root: root, metas: map[string]images.Meta{
 		"img-good": meta, "img-broken": meta, "img-nononce": noNonce, "img-cuda": cuda,
 	}}
 	for _, id := range []string{"img-nononce", "img-cuda"} {
@@ -244,7 +245,7 @@ func TestRestoreService(t *testing.T) {
 	if err := criu.Dump(ctx, child.Process.Pid, filepath.Join(root, "img-1"), criu.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	store := &dirStore{root: root, metas: map[string]checkpoint.Meta{"img-1": {Session: "s-00000000000b", Nonce: "n-1", Backend: "emulated"}}}
+	store := &dirStore{root: root, metas: map[string]images.Meta{"img-1": {Session: "s-00000000000b", AttachNonce: "n-1", Backend: "emulated"}}}
 	ad := &adopter{live: map[string]bool{}}
 	svc := &Service{
 		Restorer: &Restorer{WorkDir: t.TempDir(), Store: store, Reattach: &reattacher{nonce: "n-1"}, Backend: "emulated"},

@@ -19,6 +19,7 @@ import (
 	"github.com/gpuctl/gpuctl/checkpoint/proctest"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/restore"
 )
@@ -115,30 +116,31 @@ type dirStore struct {
 	n    int
 }
 
-func (s *dirStore) Commit(_ context.Context, dir string, meta checkpoint.Meta) (checkpoint.Stored, error) {
+func (s *dirStore) Commit(_ context.Context, dir string, meta images.Meta) (*images.Manifest, images.Stats, error) {
 	s.mu.Lock()
 	s.n++
 	id := fmt.Sprintf("img-%s-%d", filepath.Base(s.root), s.n)
 	s.mu.Unlock()
 	n, err := copyDir(dir, filepath.Join(s.root, id))
 	if err != nil {
-		return checkpoint.Stored{}, err
+		return nil, images.Stats{}, err
 	}
+	meta.ID = id
 	b, _ := json.Marshal(meta)
-	return checkpoint.Stored{Image: id, Bytes: n, StoredBytes: n}, os.WriteFile(filepath.Join(s.root, id+".json"), b, 0o600)
+	return &images.Manifest{Meta: meta}, images.Stats{LogicalBytes: n, StoredBytes: n}, os.WriteFile(filepath.Join(s.root, id+".json"), b, 0o600)
 }
 
-func (s *dirStore) Checkout(_ context.Context, id, dir string) (checkpoint.Meta, error) {
-	var m checkpoint.Meta
+func (s *dirStore) Checkout(_ context.Context, id, dir string) (*images.Manifest, error) {
+	var m images.Meta
 	b, err := os.ReadFile(filepath.Join(s.root, id+".json"))
 	if err != nil {
-		return m, errs.Wrap(err, errs.NotFound, errs.Image(id), "not in the store")
+		return nil, errs.Wrap(err, errs.NotFound, errs.Image(id), "not in the store")
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
-		return m, err
+		return nil, err
 	}
 	_, err = copyDir(filepath.Join(s.root, id), dir)
-	return m, err
+	return &images.Manifest{Meta: m}, err
 }
 
 func copyDir(from, to string) (int64, error) {
