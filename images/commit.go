@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/failpoint"
 	"github.com/gpuctl/gpuctl/ids"
 	"github.com/gpuctl/gpuctl/images/chunker"
 	"github.com/gpuctl/gpuctl/store"
@@ -264,6 +265,9 @@ func (c *commit) collect() {
 // index checks the manifest and commits the ingest with the image's
 // record: the chunks become durable and the image visible together.
 func (c *commit) index(ctx context.Context) error {
+	if err := failpoint.Inject(ctx, "images/commit/index"); err != nil {
+		return err
+	}
 	if err := c.m.Validate(); err != nil {
 		return errs.Wrap(err, errs.Internal, "", "the manifest Commit built is invalid")
 	}
