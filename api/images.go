@@ -21,18 +21,12 @@ type Image struct {
 	ZeroBytes int64     `json:"zero_bytes"`
 }
 
-// ImageGPU is a GPU an image's session used.
-type ImageGPU struct {
-	Model string `json:"model"`
-	UUID  string `json:"uuid"`
-}
-
 // ImageDetail is the reply to GET /v1/images/{id}: the summary and the
 // manifest without its chunk lists.
 type ImageDetail struct {
 	Image
-	Version     int               `json:"version"` // of the manifest format
-	GPUs        []ImageGPU        `json:"gpus,omitempty"`
+	Version     int               `json:"version"`        // of the manifest format
+	GPUs        []GPU             `json:"gpus,omitempty"` // the GPUs the session used, as GET /v1/host reports GPUs
 	Driver      string            `json:"driver,omitempty"`
 	CRIU        string            `json:"criu,omitempty"`
 	Kernel      string            `json:"kernel,omitempty"`

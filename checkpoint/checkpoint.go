@@ -11,8 +11,9 @@
 //	         back an abstract socket named by a nonce     (undo: Reattach)
 //	dump     CRIU dumps the worker, which is left running (frozen in
 //	         detach) so that any later failure can resume it
-//	store    the image directory goes into the store with the session,
-//	         its previous image, host, backend, GPUs, versions and nonce
+//	store    the image directory goes into the store with its images.Meta:
+//	         the session, its previous image, host, backend, GPUs,
+//	         versions and nonce
 //
 // A failure undoes the completed steps in reverse, so the session is
 // running again, and the error names the step and the session (and quotes
@@ -39,6 +40,7 @@ import (
 	"github.com/gpuctl/gpuctl/checkpoint/criu"
 	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 )
 
@@ -73,31 +75,10 @@ type Suspender interface {
 	Resume(ctx context.Context, pid int) error
 }
 
-// Meta is what an image records about its origin, for listings,
-// compatibility checks and restores on any host.
-type Meta struct {
-	Session     string        `json:"session"`
-	Parent      string        `json:"parent,omitempty"` // the session's previous image
-	Host        string        `json:"host"`
-	Backend     string        `json:"backend"`
-	Driver      string        `json:"driver_version,omitempty"`
-	GPUs        []backend.GPU `json:"gpus"`
-	CRIUVersion string        `json:"criu_version"`
-	Kernel      string        `json:"kernel"`
-	Nonce       string        `json:"nonce"` // the worker dials @gpuctl-attach-<nonce> after a restore
-	Created     time.Time     `json:"created"`
-}
-
-// Stored is what the store reports about a committed image.
-type Stored struct {
-	Image       string // image id
-	Bytes       int64  // logical size of the image
-	StoredBytes int64  // bytes this commit added to the store
-}
-
-// Store puts a CRIU image directory into the host's store.
+// Store puts a CRIU image directory into the host's store as an image
+// with meta (images.Commit, with the host's store).
 type Store interface {
-	Commit(ctx context.Context, dir string, meta Meta) (Stored, error)
+	Commit(ctx context.Context, dir string, meta images.Meta) (*images.Manifest, images.Stats, error)
 }
 
 // Pipeline checkpoints sessions on one host. Its fields are set once, by
@@ -111,7 +92,7 @@ type Pipeline struct {
 	Host      string // this host's name, for the manifest
 	Backend   string
 	Driver    string        // the host's driver version, for compatibility checks on restore
-	GPUs      []backend.GPU // for cuda: cuda.ManifestGPUs (the session's GPU first)
+	GPUs      []backend.GPU // images.Meta.GPUs; for cuda: cuda.ManifestGPUs (the session's GPU first)
 	Log       *slog.Logger
 }
 
@@ -180,7 +161,10 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 	}()
 
 	cur := req.Worker // the handle in use; a reattach replaces it
-	var stored Stored
+	var (
+		image *images.Manifest
+		stats images.Stats
+	)
 	opts := p.CRIU
 	opts.LeaveRunning = true
 	opts.LogDir = work
@@ -213,7 +197,7 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 		Step{Name: "store",
 			Do: func(ctx context.Context) error {
 				var err error
-				stored, err = p.Store.Commit(ctx, imgDir, meta)
+				image, stats, err = p.Store.Commit(ctx, imgDir, meta)
 				return err
 			}},
 	)
@@ -224,8 +208,8 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 	ok = true
 	return &Frozen{
 		Result: Result{
-			Image: stored.Image, Session: req.Session,
-			Bytes: stored.Bytes, StoredBytes: stored.StoredBytes,
+			Image: image.ID, Session: req.Session,
+			Bytes: stats.LogicalBytes, StoredBytes: stats.StoredBytes,
 			DurationMS: time.Since(t0).Milliseconds(), Steps: timings, Nonce: nonce,
 		},
 		PID: pid, p: p,
@@ -268,19 +252,19 @@ func (f *Frozen) Release(ctx context.Context) error {
 	return nil
 }
 
-func (p *Pipeline) meta(ctx context.Context, req Request, nonce string) (Meta, error) {
+func (p *Pipeline) meta(ctx context.Context, req Request, nonce string) (images.Meta, error) {
 	v, err := criu.GetVersion(ctx, p.CRIU.Binary)
 	if err != nil {
-		return Meta{}, errs.Wrap(err, errs.FailedPrecondition, errs.Session(req.Session), "checkpoint")
+		return images.Meta{}, errs.Wrap(err, errs.FailedPrecondition, errs.Session(req.Session), "checkpoint")
 	}
 	if !v.AtLeast(criubin.MinVersion) {
-		return Meta{}, errs.New(errs.FailedPrecondition, errs.Session(req.Session), "criu %s is older than %s; run `make deps` and start gpud with --criu .deps/criu/criu", v, criubin.MinVersion)
+		return images.Meta{}, errs.New(errs.FailedPrecondition, errs.Session(req.Session), "criu %s is older than %s; run `make deps` and start gpud with --criu .deps/criu/criu", v, criubin.MinVersion)
 	}
 	var uts syscall.Utsname
 	_ = syscall.Uname(&uts)
-	return Meta{
+	return images.Meta{
 		Session: req.Session, Parent: req.Parent, Host: p.Host, Backend: p.Backend, Driver: p.Driver, GPUs: p.GPUs,
-		CRIUVersion: v.String(), Kernel: utsString(uts.Release[:]), Nonce: nonce, Created: time.Now().UTC(),
+		CRIU: v.String(), Kernel: utsString(uts.Release[:]), AttachNonce: nonce,
 	}, nil
 }
 

@@ -1,106 +1,21 @@
-package checkpoint
+package checkpoint_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gpuctl/gpuctl/checkpoint"
+	"github.com/gpuctl/gpuctl/checkpoint/checkpointtest"
 	"github.com/gpuctl/gpuctl/checkpoint/proctest"
 	"github.com/gpuctl/gpuctl/errs"
 )
 
-func TestMain(m *testing.M) {
-	proctest.MaybeChild()
-	os.Exit(m.Run())
-}
-
-// recWorker drives a real process and records what the pipeline asked of
-// it, in order, across reattaches.
-type recWorker struct {
-	pid   int
-	calls *[]string
-	mu    *sync.Mutex
-	fail  map[string]error // op -> injected failure
-}
-
-func (w *recWorker) record(op string) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	*w.calls = append(*w.calls, op)
-	return w.fail[op]
-}
-func (w *recWorker) PID() int                                     { return w.pid }
-func (w *recWorker) Quiesce(context.Context) error                { return w.record("quiesce") }
-func (w *recWorker) Resume(context.Context) error                 { return w.record("resume") }
-func (w *recWorker) Detach(_ context.Context, nonce string) error { return w.record("detach") }
-
-// Reattach reaches the process the way a detached worker is reached: it
-// must be alive.
-func (w *recWorker) Reattach(_ context.Context, pid int, nonce string) (Worker, error) {
-	if err := w.record("reattach"); err != nil {
-		return nil, err
-	}
-	if err := syscall.Kill(pid, 0); err != nil {
-		return nil, fmt.Errorf("worker %d is gone: %w", pid, err)
-	}
-	return &recWorker{pid: pid, calls: w.calls, mu: w.mu, fail: w.fail}, nil
-}
-
-// recSuspender records the backend hook calls into the same list.
-type recSuspender struct{ w *recWorker }
-
-func (s recSuspender) Suspend(context.Context, int) error { return s.w.record("suspend") }
-func (s recSuspender) Resume(context.Context, int) error  { return s.w.record("backend-resume") }
-
-// dirStore copies image directories into a folder per image, the way a
-// store keeps them, and counts bytes.
-type dirStore struct {
-	root string
-	n    int
-	fail error
-	meta Meta
-}
-
-func (s *dirStore) Commit(_ context.Context, dir string, meta Meta) (Stored, error) {
-	if s.fail != nil {
-		return Stored{}, s.fail
-	}
-	s.n++
-	id := fmt.Sprintf("img-%d", s.n)
-	dst := filepath.Join(s.root, id)
-	if err := os.MkdirAll(dst, 0o700); err != nil {
-		return Stored{}, err
-	}
-	var total int64
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return Stored{}, err
-	}
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			return Stored{}, err
-		}
-		total += int64(len(b))
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600); err != nil {
-			return Stored{}, err
-		}
-	}
-	mb, _ := json.Marshal(meta)
-	if err := os.WriteFile(filepath.Join(s.root, id+".json"), mb, 0o600); err != nil {
-		return Stored{}, err
-	}
-	s.meta = meta
-	return Stored{Image: id, Bytes: total, StoredBytes: total}, nil
-}
+func TestMain(m *testing.M) { proctest.Main(m) }
 
 func TestCheckpointPipeline(t *testing.T) {
 	h := proctest.New(t)
@@ -133,25 +48,21 @@ func TestCheckpointPipeline(t *testing.T) {
 			defer cancel()
 			child := h.Start(c.tcp)
 			pid := child.Process.Pid
-			var calls []string
-			w := &recWorker{pid: pid, calls: &calls, mu: &sync.Mutex{}, fail: c.fail}
-			store := &dirStore{root: t.TempDir(), fail: c.storeFail}
-			p := &Pipeline{WorkDir: t.TempDir(), Suspender: recSuspender{w}, Store: store, Reattach: w,
-				Host: "host-a", Backend: "emulated"}
-			fr, err := p.Checkpoint(ctx, Request{Session: "s-000000000001", Worker: w, Parent: "img-0"})
-			if got := strings.Join(calls, " "); got != c.wantCalls {
+			calls := &checkpointtest.Calls{}
+			for op, err := range c.fail {
+				calls.Fail(op, err)
+			}
+			w := checkpointtest.Worker{Pid: pid, Calls: calls}
+			store := checkpointtest.NewImages(t)
+			store.Fail = c.storeFail
+			p := &checkpoint.Pipeline{WorkDir: t.TempDir(), Suspender: checkpointtest.Suspender{Calls: calls}, Store: store,
+				Reattach: &checkpointtest.Reattacher{Calls: calls}, Host: "host-a", Backend: "emulated"}
+			fr, err := p.Checkpoint(ctx, checkpoint.Request{Session: "s-000000000001", Worker: w, Parent: "img-0"})
+			if got := calls.String(); got != c.wantCalls {
 				t.Errorf("calls %q, want %q", got, c.wantCalls)
 			}
 			if c.wantStep != "" {
-				if err == nil {
-					t.Fatal("checkpoint succeeded")
-				}
-				if FailedStep(err) != c.wantStep || errs.KindOf(err) != c.wantKind {
-					t.Errorf("step %q kind %q, want %q %q: %v", FailedStep(err), errs.KindOf(err), c.wantStep, c.wantKind, err)
-				}
-				if !strings.Contains(err.Error(), `session "s-000000000001"`) {
-					t.Errorf("error does not name the session: %v", err)
-				}
+				checkpointtest.WantFailedStep(t, err, c.wantStep, c.wantKind, errs.Session("s-000000000001"))
 				if c.wantLog != "" && !strings.Contains(err.Error(), c.wantLog) {
 					t.Errorf("error does not quote CRIU's log (%q): %v", c.wantLog, err)
 				}
@@ -167,7 +78,7 @@ func TestCheckpointPipeline(t *testing.T) {
 			if fr.Image == "" || fr.Bytes <= 0 || fr.Session != "s-000000000001" || len(fr.Nonce) != 32 {
 				t.Errorf("result %+v", fr.Result)
 			}
-			if m := store.meta; m.Session != "s-000000000001" || m.Parent != "img-0" || m.Nonce != fr.Nonce || m.Host != "host-a" || !strings.HasPrefix(m.CRIUVersion, "4.") || m.Kernel == "" {
+			if m := store.Last(); m.Session != "s-000000000001" || m.Parent != "img-0" || m.AttachNonce != fr.Nonce || m.Host != "host-a" || !strings.HasPrefix(m.CRIU, "4.") || m.Kernel == "" {
 				t.Errorf("manifest meta %+v", m)
 			}
 			var names []string
@@ -180,11 +91,11 @@ func TestCheckpointPipeline(t *testing.T) {
 			h.Counting(pid) // left running by CRIU, frozen only in our protocol
 
 			// Resume: reattach, backend resume, worker resume, in that order.
-			calls = calls[:0]
+			calls.Reset()
 			if _, err := fr.Resume(ctx); err != nil {
 				t.Fatalf("resume: %v", err)
 			}
-			if got := strings.Join(calls, " "); got != "reattach backend-resume resume" {
+			if got := calls.String(); got != "reattach backend-resume resume" {
 				t.Errorf("resume calls %q", got)
 			}
 			if _, err := fr.Resume(ctx); !errs.IsFailedPrecondition(err) {
@@ -205,14 +116,14 @@ func TestCheckpointRelease(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	child := h.Start(false)
-	var calls []string
-	w := &recWorker{pid: child.Process.Pid, calls: &calls, mu: &sync.Mutex{}}
-	p := &Pipeline{WorkDir: t.TempDir(), Store: &dirStore{root: t.TempDir()}, Reattach: w}
-	fr, err := p.Checkpoint(ctx, Request{Session: "s-2", Worker: w})
+	calls := &checkpointtest.Calls{}
+	w := checkpointtest.Worker{Pid: child.Process.Pid, Calls: calls}
+	p := &checkpoint.Pipeline{WorkDir: t.TempDir(), Store: checkpointtest.NewImages(t), Reattach: &checkpointtest.Reattacher{Calls: calls}}
+	fr, err := p.Checkpoint(ctx, checkpoint.Request{Session: "s-2", Worker: w})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(calls, " "); got != "quiesce detach" {
+	if got := calls.String(); got != "quiesce detach" {
 		t.Errorf("without a suspender: calls %q", got)
 	}
 	if err := fr.Release(ctx); err != nil {
@@ -225,23 +136,23 @@ func TestCheckpointRelease(t *testing.T) {
 
 func TestUndoFailureIsReported(t *testing.T) {
 	var order []string
-	step := func(name string, doErr, undoErr error) Step {
-		return Step{Name: name,
+	step := func(name string, doErr, undoErr error) checkpoint.Step {
+		return checkpoint.Step{Name: name,
 			Do:   func(context.Context) error { order = append(order, "do "+name); return doErr },
 			Undo: func(context.Context) error { order = append(order, "undo "+name); return undoErr }}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	steps := []Step{
+	steps := []checkpoint.Step{
 		step("a", nil, nil),
 		step("b", nil, errors.New("b will not undo")),
 		{Name: "c", Do: func(context.Context) error { cancel(); return errors.New("c broke") }},
 		step("d", nil, nil),
 	}
-	timings, err := Run(ctx, nil, "checkpoint", errs.Session("s-3"), steps)
+	timings, err := checkpoint.Run(ctx, nil, "checkpoint", errs.Session("s-3"), steps)
 	if got := strings.Join(order, ", "); got != "do a, do b, undo b, undo a" {
 		t.Errorf("order %q", got)
 	}
-	var se *StepError
+	var se *checkpoint.StepError
 	if !errors.As(err, &se) || se.Step != "c" || len(se.Undo) != 1 || len(timings) != 3 {
 		t.Fatalf("err %v timings %d", err, len(timings))
 	}

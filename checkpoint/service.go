@@ -4,13 +4,13 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"sync"
 	"time"
 
 	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/ids"
 )
 
 // Sessions is gpud's session table as the checkpoint and migration routes
@@ -37,17 +37,6 @@ type Sessions interface {
 	Released(id string) error
 	// LastImage is the session's most recent image on this host, or "".
 	LastImage(ctx context.Context, id string) (string, error)
-}
-
-// sessionID matches the ids sessions get: "s-" and 12 hex digits.
-var sessionID = regexp.MustCompile(`^s-[0-9a-f]{12}$`)
-
-// CheckSessionID returns an InvalidArgument error for a malformed id.
-func CheckSessionID(id string) error {
-	if !sessionID.MatchString(id) {
-		return errs.New(errs.InvalidArgument, errs.Session(id), "not a session id (s- and 12 hex digits); list them with `gpuctl sessions`")
-	}
-	return nil
 }
 
 // Service checkpoints sessions on request; gpud builds one and registers
@@ -138,7 +127,7 @@ func (r *Result) reply() *api.CheckpointReply {
 // checkpointed; on failure the session is running again. The caller must
 // Resume or Release the result.
 func (s *Service) Freeze(ctx context.Context, id string) (*Frozen, error) {
-	if err := CheckSessionID(id); err != nil {
+	if err := ids.CheckSession(id); err != nil {
 		return nil, err
 	}
 	free, err := s.Claim(id)

@@ -1,4 +1,4 @@
-package checkpoint
+package checkpoint_test
 
 import (
 	"bytes"
@@ -9,48 +9,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpuctl/gpuctl/api"
+	"github.com/gpuctl/gpuctl/checkpoint"
+	"github.com/gpuctl/gpuctl/checkpoint/checkpointtest"
 	"github.com/gpuctl/gpuctl/checkpoint/proctest"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
 )
-
-// sessions is a one-session table that enforces the state machine's
-// order of the calls the service makes.
-type sessions struct {
-	mu     sync.Mutex
-	state  string
-	worker Worker
-	last   string
-}
-
-func (s *sessions) move(from, to string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if from != "" && !strings.Contains("|"+from+"|", "|"+s.state+"|") {
-		return errs.New(errs.FailedPrecondition, "", "cannot go from %s to %s", s.state, to)
-	}
-	s.state = to
-	return nil
-}
-func (s *sessions) Begin(context.Context, string) (Worker, error) {
-	if err := s.move("running|detached", "quiescing"); err != nil {
-		return nil, err
-	}
-	return s.worker, nil
-}
-func (s *sessions) Dumped(string) error              { return s.move("quiescing", "checkpointing") }
-func (s *sessions) Migrating(string) error           { return s.move("checkpointing", "migrating") }
-func (s *sessions) Moved(string, string) error       { return nil }
-func (s *sessions) Released(string) error            { return s.move("", "stopped") }
-func (s *sessions) Resumed(_ string, w Worker) error { s.worker = w; return s.move("", "running") }
-func (s *sessions) LastImage(context.Context, string) (string, error) {
-	return s.last, nil
-}
 
 func TestCheckpointRoute(t *testing.T) {
 	h := proctest.New(t)
@@ -74,11 +42,14 @@ func TestCheckpointRoute(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			child := h.Start(false)
-			var calls []string
-			w := &recWorker{pid: child.Process.Pid, calls: &calls, mu: &sync.Mutex{}}
-			store := &dirStore{root: t.TempDir()}
-			tab := &sessions{state: "running", worker: w, last: "img-prev"}
-			svc := &Service{Pipeline: &Pipeline{WorkDir: t.TempDir(), Store: store, Reattach: w}, Sessions: tab}
+			w := checkpointtest.Worker{Pid: child.Process.Pid, Calls: &checkpointtest.Calls{}}
+			store := checkpointtest.NewImages(t)
+			tab := checkpointtest.NewSessions()
+			tab.Add(id, w, "img-prev")
+			svc := &checkpoint.Service{
+				Pipeline: &checkpoint.Pipeline{WorkDir: t.TempDir(), Store: store, Reattach: &checkpointtest.Reattacher{Calls: w.Calls}},
+				Sessions: tab,
+			}
 			mux := http.NewServeMux()
 			svc.Register(mux)
 			srv := httptest.NewServer(control.RequireToken("tok", mux))
@@ -107,12 +78,12 @@ func TestCheckpointRoute(t *testing.T) {
 				if res.Image == "" || res.Session != id || res.Bytes <= 0 || res.StoredBytes <= 0 {
 					t.Errorf("result %+v", res)
 				}
-				if store.meta.Parent != "img-prev" {
-					t.Errorf("parent %q, want the session's last image", store.meta.Parent)
+				if store.Last().Parent != "img-prev" {
+					t.Errorf("parent %q, want the session's last image", store.Last().Parent)
 				}
 			}
-			if tab.state != c.wantState {
-				t.Errorf("state %q, want %q", tab.state, c.wantState)
+			if got := tab.State(id); got != c.wantState {
+				t.Errorf("state %q, want %q", got, c.wantState)
 			}
 			if c.wantAlive {
 				h.Counting(child.Process.Pid)
@@ -155,7 +126,7 @@ func rawPost(ctx context.Context, url string, body, out any) error {
 }
 
 func TestClaimIsExclusive(t *testing.T) {
-	s := &Service{}
+	s := &checkpoint.Service{}
 	free, err := s.Claim("s-1")
 	if err != nil {
 		t.Fatal(err)

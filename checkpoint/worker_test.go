@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gpuctl/gpuctl/checkpoint"
+	"github.com/gpuctl/gpuctl/checkpoint/checkpointtest"
 	"github.com/gpuctl/gpuctl/checkpoint/proctest"
 	"github.com/gpuctl/gpuctl/remoting/worker"
 	"github.com/gpuctl/gpuctl/restore"
@@ -41,47 +41,6 @@ func (r reattacher) Reattach(ctx context.Context, pid int, nonce string) (checkp
 	return handle{h}, nil
 }
 
-// imageDir is a store that keeps one image as a directory.
-type imageDir struct {
-	dir  string
-	meta checkpoint.Meta
-}
-
-func (s *imageDir) Commit(_ context.Context, dir string, meta checkpoint.Meta) (checkpoint.Stored, error) {
-	if err := os.Rename(dir, s.dir); err != nil {
-		return checkpoint.Stored{}, err
-	}
-	if err := os.Mkdir(dir, 0o700); err != nil { // the pipeline removes it
-		return checkpoint.Stored{}, err
-	}
-	s.meta = meta
-	var n int64
-	ents, _ := os.ReadDir(s.dir)
-	for _, e := range ents {
-		if fi, err := e.Info(); err == nil {
-			n += fi.Size()
-		}
-	}
-	return checkpoint.Stored{Image: "img-w", Bytes: n, StoredBytes: n}, nil
-}
-
-func (s *imageDir) Checkout(_ context.Context, id, dir string) (checkpoint.Meta, error) {
-	ents, err := os.ReadDir(s.dir)
-	if err != nil {
-		return checkpoint.Meta{}, err
-	}
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(s.dir, e.Name()))
-		if err != nil {
-			return checkpoint.Meta{}, err
-		}
-		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o600); err != nil {
-			return checkpoint.Meta{}, err
-		}
-	}
-	return s.meta, nil
-}
-
 // TestRealWorker runs the pipelines on a real worker process (emulated
 // backend): checkpoint leaving it running, then two restores of the image
 // beside it, each reattached through its nonce and reporting the session.
@@ -97,7 +56,7 @@ func TestRealWorker(t *testing.T) {
 	}
 	t.Cleanup(func() { h.Kill(); _ = h.Wait() })
 
-	store := &imageDir{dir: filepath.Join(t.TempDir(), "img")}
+	store := checkpointtest.NewImages(t)
 	p := &checkpoint.Pipeline{WorkDir: t.TempDir(), Store: store, Reattach: reattacher{opts}, Backend: "emulated"}
 	fr, err := p.Checkpoint(ctx, checkpoint.Request{Session: id, Worker: handle{h}})
 	if err != nil {
@@ -115,7 +74,7 @@ func TestRealWorker(t *testing.T) {
 	r := &restore.Restorer{WorkDir: t.TempDir(), Store: store, Reattach: reattacher{opts}, Backend: "emulated"}
 	var pids []int
 	for i := 0; i < 2; i++ {
-		res, err := r.Restore(ctx, "img-w")
+		res, err := r.Restore(ctx, fr.Image)
 		if err != nil {
 			t.Fatalf("restore %d: %v", i+1, err)
 		}

@@ -2,8 +2,6 @@ package images
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -16,6 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/failpoint"
+	"github.com/gpuctl/gpuctl/ids"
 	"github.com/gpuctl/gpuctl/images/chunker"
 	"github.com/gpuctl/gpuctl/store"
 )
@@ -30,13 +30,6 @@ type Stats struct {
 	Duration     time.Duration `json:"duration_ns"`
 }
 
-// NewID returns a fresh image id.
-func NewID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "img-" + hex.EncodeToString(b[:])
-}
-
 // Commit chunks and stores every file under srcDir and indexes the image
 // described by meta, all or nothing: until it returns successfully no one
 // sees the image, and a failure or a crash leaves only garbage that GC
@@ -46,83 +39,125 @@ func NewID() string {
 func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Manifest, Stats, error) {
 	start := time.Now()
 	if meta.ID == "" {
-		meta.ID = NewID()
+		meta.ID = ids.NewImage()
 	}
-	if err := ValidID(meta.ID); err != nil {
+	if err := ids.CheckImage(meta.ID); err != nil {
 		return nil, Stats{}, err
 	}
-	subj := errs.Image(meta.ID)
-	m := &Manifest{Version: ManifestVersion, Meta: meta, Created: time.Now().UTC(), Chunking: chunker.Default.String()}
-
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	in := st.NewIngest()
-	defer in.Abort()
+	c := newCommit(st, meta)
+	defer c.release()
 
-	// A large file is cut into segments at offsets where the chunker is
-	// certain to end a chunk anyway (chunker.Cuts), and the workers chunk,
-	// hash and compress whole segments: the chunking, like the rest, runs
-	// on every core, and the chunks are exactly those of one sequential
-	// pass. Each worker hands the store its segment's chunks in batches,
-	// which the store looks up in one read transaction.
-	type segment struct {
-		data  []byte // the file's mapping
-		start int64
-		end   int64
-		out   *segResult
+	// The steps: workers chunk, hash and compress while the walk lists
+	// the tree and queues regular files; then each file's chunks are
+	// joined in order and the image is indexed in one transaction.
+	c.startWorkers(ctx, cancel)
+	walkErr := c.walk(ctx, srcDir)
+	if err := c.wait(ctx, walkErr); err != nil {
+		return nil, Stats{}, err
 	}
-	segs := make(chan segment, 2*st.Workers())
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		newCount int
-		chunks   int
-		zeroB    int64
-	)
-	for range st.Workers() {
-		wg.Go(func() {
-			for sg := range segs {
+	c.collect()
+	if err := c.index(ctx); err != nil {
+		return nil, Stats{}, err
+	}
+	c.stats.Duration = time.Since(start)
+	return c.m, c.stats, nil
+}
+
+// commit is one Commit in progress.
+//
+// A large file is cut into segments at offsets where the chunker is
+// certain to end a chunk anyway (chunker.Cuts), and the workers chunk,
+// hash and compress whole segments: the chunking, like the rest, runs on
+// every core, and the chunks are exactly those of one sequential pass.
+// Each worker hands the store its segment's chunks in batches, which the
+// store looks up in one read transaction.
+type commit struct {
+	st   *store.Store
+	in   *store.Ingest
+	m    *Manifest
+	subj string
+
+	segs    chan segment
+	wg      sync.WaitGroup
+	maps    [][]byte      // the files' mappings, unmapped by release
+	pending []pendingFile // regular files whose chunks the workers find
+
+	mu        sync.Mutex // guards the three counts the workers add to
+	newChunks int
+	chunks    int
+	zeroBytes int64
+
+	stats Stats
+}
+
+// segment is data[start:end] of a mapped file, whose chunks a worker puts
+// in out.
+type segment struct {
+	data  []byte
+	start int64
+	end   int64
+	out   *segResult
+}
+
+// pendingFile is m.Files[index], waiting for its segments' chunks.
+type pendingFile struct {
+	index int
+	segs  []*segResult
+}
+
+func newCommit(st *store.Store, meta Meta) *commit {
+	return &commit{
+		st:   st,
+		in:   st.NewIngest(),
+		m:    &Manifest{Version: ManifestVersion, Meta: meta, Created: time.Now().UTC(), Chunking: chunker.Default.String()},
+		subj: errs.Image(meta.ID),
+		segs: make(chan segment, 2*st.Workers()),
+	}
+}
+
+// release drops what a commit holds: the file mappings, and the ingest,
+// which keeps nothing once committed.
+func (c *commit) release() {
+	for _, b := range c.maps {
+		_ = unix.Munmap(b)
+	}
+	c.in.Abort()
+}
+
+// startWorkers runs the workers; the first one to fail cancels ctx with
+// its error, and the others then drain the queue without work.
+func (c *commit) startWorkers(ctx context.Context, cancel context.CancelCauseFunc) {
+	for range c.st.Workers() {
+		c.wg.Go(func() {
+			for sg := range c.segs {
 				if ctx.Err() != nil {
 					continue
 				}
 				var res segResult
-				err := faultSafe(subj, func() error { return chunkSegment(ctx, in, sg.data, sg.start, sg.end, &res) })
+				err := faultSafe(c.subj, func() error { return chunkSegment(ctx, c.in, sg.data, sg.start, sg.end, &res) })
 				if err != nil {
 					cancel(err)
 					continue
 				}
 				*sg.out = res
-				mu.Lock()
-				newCount += res.fresh
-				chunks += res.chunks
-				zeroB += res.zero
-				mu.Unlock()
+				c.mu.Lock()
+				c.newChunks += res.fresh
+				c.chunks += res.chunks
+				c.zeroBytes += res.zero
+				c.mu.Unlock()
 			}
 		})
 	}
-	send := func(sg segment) error {
-		select {
-		case segs <- sg:
-			return nil
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-	}
-	var maps [][]byte
-	defer func() {
-		for _, b := range maps {
-			_ = unix.Munmap(b)
-		}
-	}()
-	var stats Stats
-	type pendingFile struct {
-		index int
-		segs  []*segResult
-	}
-	var pending []pendingFile
-	walkErr := filepath.WalkDir(srcDir, func(p string, de fs.DirEntry, err error) error {
+}
+
+// walk lists srcDir into the manifest, parents before children, and
+// queues each regular file's segments for the workers.
+func (c *commit) walk(ctx context.Context, srcDir string) error {
+	return filepath.WalkDir(srcDir, func(p string, de fs.DirEntry, err error) error {
 		if err != nil {
-			return errs.Wrap(err, errs.InvalidArgument, subj, "read %s", p)
+			return errs.Wrap(err, errs.InvalidArgument, c.subj, "read %s", p)
 		}
 		if cerr := context.Cause(ctx); cerr != nil {
 			return cerr
@@ -134,7 +169,7 @@ func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Ma
 		rel = filepath.ToSlash(rel)
 		fi, err := de.Info()
 		if err != nil {
-			return errs.Wrap(err, errs.InvalidArgument, subj, "stat %s", p)
+			return errs.Wrap(err, errs.InvalidArgument, c.subj, "stat %s", p)
 		}
 		f := File{Path: rel, Mode: fi.Mode().Perm()}
 		switch {
@@ -143,61 +178,79 @@ func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Ma
 		case fi.Mode()&fs.ModeSymlink != 0:
 			f.Type = TypeSymlink
 			if f.Link, err = os.Readlink(p); err != nil {
-				return errs.Wrap(err, errs.InvalidArgument, subj, "read link %s", p)
+				return errs.Wrap(err, errs.InvalidArgument, c.subj, "read link %s", p)
 			}
 			if err := checkLink(rel, f.Link); err != nil {
-				return errs.New(errs.InvalidArgument, subj, "%s: %v", p, err)
+				return errs.New(errs.InvalidArgument, c.subj, "%s: %v", p, err)
 			}
 			f.Mode = 0o777
 		case fi.Mode().IsRegular():
 			f.Type = TypeFile
-			data, err := mapFile(p, fi.Size())
-			if err != nil {
-				return errs.Wrap(err, errs.InvalidArgument, subj, "read %s", p)
+			if err := c.queueFile(ctx, p, fi.Size(), &f); err != nil {
+				return err
 			}
-			if data != nil {
-				maps = append(maps, data)
-			}
-			f.Size = int64(len(data))
-			var cuts []int64
-			if err := faultSafe(subj, func() error {
-				cuts = chunker.Cuts(data, chunker.Default, commitSegment)
-				return nil
-			}); err != nil {
-				return errs.Wrap(err, errs.KindOf(err), subj, "chunk %s", p)
-			}
-			pf := pendingFile{index: len(m.Files)}
-			for i, a := range cuts {
-				b := int64(len(data))
-				if i+1 < len(cuts) {
-					b = cuts[i+1]
-				}
-				if a == b {
-					break // an empty file
-				}
-				res := &segResult{}
-				pf.segs = append(pf.segs, res)
-				if err := send(segment{data: data, start: a, end: b, out: res}); err != nil {
-					return err
-				}
-			}
-			pending = append(pending, pf)
 		default:
-			return errs.New(errs.InvalidArgument, subj, "%s is a %v; an image holds only files, directories and symlinks", p, fi.Mode().Type())
+			return errs.New(errs.InvalidArgument, c.subj, "%s is a %v; an image holds only files, directories and symlinks", p, fi.Mode().Type())
 		}
-		m.Files = append(m.Files, f)
+		c.m.Files = append(c.m.Files, f)
 		return nil
 	})
-	close(segs)
-	wg.Wait()
+}
+
+// queueFile maps regular file p, which becomes manifest entry f, and
+// queues its segments.
+func (c *commit) queueFile(ctx context.Context, p string, size int64, f *File) error {
+	data, err := mapFile(p, size)
+	if err != nil {
+		return errs.Wrap(err, errs.InvalidArgument, c.subj, "read %s", p)
+	}
+	if data != nil {
+		c.maps = append(c.maps, data)
+	}
+	f.Size = int64(len(data))
+	var cuts []int64
+	if err := faultSafe(c.subj, func() error {
+		cuts = chunker.Cuts(data, chunker.Default, commitSegment)
+		return nil
+	}); err != nil {
+		return errs.Wrap(err, errs.KindOf(err), c.subj, "chunk %s", p)
+	}
+	pf := pendingFile{index: len(c.m.Files)}
+	for i, a := range cuts {
+		b := int64(len(data))
+		if i+1 < len(cuts) {
+			b = cuts[i+1]
+		}
+		if a == b {
+			break // an empty file
+		}
+		res := &segResult{}
+		pf.segs = append(pf.segs, res)
+		select {
+		case c.segs <- segment{data: data, start: a, end: b, out: res}:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	c.pending = append(c.pending, pf)
+	return nil
+}
+
+// wait closes the queue and waits for the workers. The walk's error comes
+// first, then a worker's.
+func (c *commit) wait(ctx context.Context, walkErr error) error {
+	close(c.segs)
+	c.wg.Wait()
 	if walkErr != nil {
-		return nil, Stats{}, walkErr
+		return walkErr
 	}
-	if err := context.Cause(ctx); err != nil {
-		return nil, Stats{}, err
-	}
-	for _, pf := range pending {
-		f := &m.Files[pf.index]
+	return context.Cause(ctx)
+}
+
+// collect joins each regular file's segments into its chunk list.
+func (c *commit) collect() {
+	for _, pf := range c.pending {
+		f := &c.m.Files[pf.index]
 		n := 0
 		for _, res := range pf.segs {
 			n += len(res.chunkList)
@@ -207,23 +260,26 @@ func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Ma
 			f.Chunks = append(f.Chunks, res.chunkList...)
 		}
 	}
-	stats.Chunks = chunks
-	stats.ZeroBytes = zeroB
-	if err := m.Validate(); err != nil {
-		return nil, Stats{}, errs.Wrap(err, errs.Internal, "", "the manifest Commit built is invalid")
+}
+
+// index checks the manifest and commits the ingest with the image's
+// record: the chunks become durable and the image visible together.
+func (c *commit) index(ctx context.Context) error {
+	if err := failpoint.Inject(ctx, "images/commit/index"); err != nil {
+		return err
 	}
-	stats.LogicalBytes = m.Bytes()
-	stats.NewChunks = newCount
-	stats.StoredBytes = in.StoredBytes()
-	rec, err := record(m, stats.StoredBytes)
+	if err := c.m.Validate(); err != nil {
+		return errs.Wrap(err, errs.Internal, "", "the manifest Commit built is invalid")
+	}
+	c.stats = Stats{
+		LogicalBytes: c.m.Bytes(), StoredBytes: c.in.StoredBytes(), ZeroBytes: c.zeroBytes,
+		Chunks: c.chunks, NewChunks: c.newChunks,
+	}
+	rec, err := record(c.m, c.stats.StoredBytes)
 	if err != nil {
-		return nil, Stats{}, err
+		return err
 	}
-	if err := in.Commit(ctx, rec); err != nil {
-		return nil, Stats{}, err
-	}
-	stats.Duration = time.Since(start)
-	return m, stats, nil
+	return c.in.Commit(ctx, rec)
 }
 
 // commitSegment is how much of a file one worker chunks at a time: small

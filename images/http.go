@@ -25,9 +25,7 @@ type RouteOptions struct {
 func detail(info api.Image, m *Manifest) api.ImageDetail {
 	d := api.ImageDetail{Image: info, Version: m.Version, Driver: m.Driver, CRIU: m.CRIU, Kernel: m.Kernel,
 		AttachNonce: m.AttachNonce, Labels: m.Labels, Chunking: m.Chunking, FileList: make([]api.ImageFile, len(m.Files))}
-	for _, g := range m.GPUs {
-		d.GPUs = append(d.GPUs, api.ImageGPU{Model: g.Model, UUID: g.UUID})
-	}
+	d.GPUs = m.GPUs
 	for i, f := range m.Files {
 		d.FileList[i] = api.ImageFile{Path: f.Path, Type: f.Type, Mode: fmt.Sprintf("%04o", uint32(f.Mode)), Size: f.Size, Link: f.Link, Chunks: len(f.Chunks)}
 	}

@@ -9,11 +9,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/images/imagegen"
+	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/store"
 )
 
@@ -124,7 +126,11 @@ func TestCommitCheckoutRoundTrip(t *testing.T) {
 	st := openStore(t)
 	pages := imagegen.Pages(1, 16<<20, imagegen.Realistic)
 	src := dumpDir(t, pages)
-	meta := Meta{Session: "s-0123456789ab", Host: "hostA", Backend: "emulated", GPUs: []GPU{{Model: "Emulated", UUID: "GPU-0"}},
+	meta := Meta{Session: "s-0123456789ab", Host: "hostA", Backend: "cuda", Driver: "580.159.04",
+		GPUs: []backend.GPU{
+			{Index: 1, Name: "NVIDIA H200", UUID: "GPU-1", MemoryBytes: 150754820096, PCIBusID: "00000000:19:00.0"},
+			{Index: 0, Name: "NVIDIA H200", UUID: "GPU-0", MemoryBytes: 150754820096, PCIBusID: "00000000:18:00.0"},
+		},
 		CRIU: "4.1.1", Kernel: "6.18", AttachNonce: "n0nce", Labels: map[string]string{"step": "1"}}
 	m, stats, err := Commit(ctx, st, src, meta)
 	if err != nil {
@@ -133,13 +139,17 @@ func TestCommitCheckoutRoundTrip(t *testing.T) {
 	if stats.LogicalBytes != m.Bytes() || stats.StoredBytes <= 0 || stats.StoredBytes >= stats.LogicalBytes || stats.ZeroBytes == 0 {
 		t.Fatalf("stats %+v", stats)
 	}
+	// Every fact the pipeline gave comes back, GPU memory and PCI bus
+	// included.
+	want := meta
+	want.ID = m.ID
 	got, err := Get(ctx, st, m.ID)
-	if err != nil || got.AttachNonce != "n0nce" || got.Labels["step"] != "1" || got.GPUs[0].UUID != "GPU-0" || got.Session != meta.Session {
-		t.Fatalf("get: %+v, %v", got, err)
+	if err != nil || !reflect.DeepEqual(got.Meta, want) {
+		t.Fatalf("get: %+v, %v\nwant %+v", got, err, want)
 	}
 	dst := filepath.Join(t.TempDir(), "out")
-	if _, err := Checkout(ctx, st, m.ID, dst); err != nil {
-		t.Fatal(err)
+	if out, err := Checkout(ctx, st, m.ID, dst); err != nil || !reflect.DeepEqual(out.Meta, want) {
+		t.Fatalf("checkout: %+v, %v", out, err)
 	}
 	sameTree(t, src, dst)
 	if _, err := Checkout(ctx, st, m.ID, dst); !errs.IsFailedPrecondition(err) {

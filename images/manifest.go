@@ -10,18 +10,20 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/ids"
+	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/store"
 )
 
-// ManifestVersion is the manifest format this build writes and reads.
-const ManifestVersion = 1
+// ManifestVersion is the manifest format this build writes. It reads this
+// one and version 1, which it upgrades as it decodes (see manifestV1).
+const ManifestVersion = 2
 
 // Limits on what a manifest may describe, so that a hostile import cannot
 // make a host allocate or write without bound.
@@ -34,14 +36,10 @@ const (
 	maxImageBytes    = 1 << 42 // 4 TiB of logical content
 )
 
-// GPU is one GPU the checkpointed session used.
-type GPU struct {
-	Model string `json:"model"`
-	UUID  string `json:"uuid"`
-}
-
-// Meta is what the checkpoint pipeline knows about an image; Commit adds
-// the files.
+// Meta is what an image records about where it came from: the one model
+// of those facts. The checkpoint pipeline fills it in, Commit stores it in
+// the manifest with the files, and the restore pipeline reads it back on
+// any host to check compatibility and reattach the worker.
 type Meta struct {
 	ID      string `json:"id"`      // empty: Commit picks "img-" + 12 hex digits
 	Session string `json:"session"` // the session id, kept across migrations
@@ -49,15 +47,20 @@ type Meta struct {
 
 	Host    string `json:"host"`    // gpud --name of the source host
 	Backend string `json:"backend"` // "cuda" or "emulated"
-	GPUs    []GPU  `json:"gpus,omitempty"`
-	Driver  string `json:"driver,omitempty"` // driver version on the source
-	CRIU    string `json:"criu,omitempty"`
-	Kernel  string `json:"kernel,omitempty"`
+	// GPUs are the GPUs the session's worker saw, the session's own GPU
+	// first (cuda.ManifestGPUs), as the source host reported them: a
+	// restore matches model and memory, and maps every UUID.
+	GPUs   []backend.GPU `json:"gpus,omitempty"`
+	Driver string        `json:"driver,omitempty"` // driver version on the source
+	CRIU   string        `json:"criu,omitempty"`   // CRIU version on the source
+	Kernel string        `json:"kernel,omitempty"` // kernel release on the source
 
 	// AttachNonce names the abstract socket a restored worker dials
 	// (@gpuctl-attach-<nonce>); any host restoring the image listens there.
 	AttachNonce string `json:"attach_nonce,omitempty"`
 
+	// Labels decorate an image; nothing gpuctl needs to restore it lives
+	// here.
 	Labels map[string]string `json:"labels,omitempty"`
 }
 
@@ -168,16 +171,6 @@ func (m *Manifest) Refs() ([]store.Digest, map[store.Digest]int64) {
 	return out, sizes
 }
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-
-// ValidID reports whether id can name an image.
-func ValidID(id string) error {
-	if !idPattern.MatchString(id) {
-		return errs.New(errs.InvalidArgument, errs.Image(id), "not a valid image id: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit")
-	}
-	return nil
-}
-
 // Validate checks everything a restore relies on, so that a manifest from
 // an import or a peer can be trusted as far as its shape goes: version,
 // id, paths (relative, clean, no "..", unique, parents present as dirs),
@@ -186,9 +179,9 @@ func ValidID(id string) error {
 func (m *Manifest) Validate() error {
 	subj := errs.Image(m.ID)
 	if m.Version != ManifestVersion {
-		return errs.New(errs.InvalidArgument, subj, "manifest version %d; this gpud reads version %d", m.Version, ManifestVersion)
+		return errs.New(errs.InvalidArgument, subj, "manifest version %d; this gpud works with version %d (decoding upgrades older ones)", m.Version, ManifestVersion)
 	}
-	if err := ValidID(m.ID); err != nil {
+	if err := ids.CheckImage(m.ID); err != nil {
 		return err
 	}
 	if len(m.Files) > maxFiles {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/ids"
 	"github.com/gpuctl/gpuctl/store"
 )
 
@@ -30,7 +31,7 @@ func List(ctx context.Context, st *store.Store) ([]api.Image, error) {
 
 // Get returns an image's manifest, validated.
 func Get(ctx context.Context, st *store.Store, id string) (*Manifest, error) {
-	if err := ValidID(id); err != nil {
+	if err := ids.CheckImage(id); err != nil {
 		return nil, err
 	}
 	_, body, err := st.GetImage(ctx, id)
@@ -46,7 +47,7 @@ func Get(ctx context.Context, st *store.Store, id string) (*Manifest, error) {
 
 // Stat returns an image's summary.
 func Stat(ctx context.Context, st *store.Store, id string) (api.Image, error) {
-	if err := ValidID(id); err != nil {
+	if err := ids.CheckImage(id); err != nil {
 		return api.Image{}, err
 	}
 	raw, _, err := st.GetImage(ctx, id)
@@ -62,7 +63,7 @@ func Stat(ctx context.Context, st *store.Store, id string) (api.Image, error) {
 
 // Delete removes an image; GC reclaims the chunks no other image uses.
 func Delete(ctx context.Context, st *store.Store, id string) error {
-	if err := ValidID(id); err != nil {
+	if err := ids.CheckImage(id); err != nil {
 		return err
 	}
 	return st.DeleteImage(ctx, id)
@@ -80,22 +81,22 @@ func GC(ctx context.Context, st *store.Store) (api.GCReply, error) {
 // gets chunks done out of the total and may be called from several
 // goroutines at once.
 func Verify(ctx context.Context, st *store.Store, id string, progress store.Progress) (*api.VerifyReport, error) {
-	var ids []string
+	var names []string
 	if id != "" {
-		if err := ValidID(id); err != nil {
+		if err := ids.CheckImage(id); err != nil {
 			return nil, err
 		}
-		ids = []string{id}
+		names = []string{id}
 	} else {
 		ents, err := st.ListImages(ctx)
 		if err != nil {
 			return nil, err
 		}
 		for _, e := range ents {
-			ids = append(ids, e.ID)
+			names = append(names, e.ID)
 		}
 	}
-	rep := &api.VerifyReport{Images: len(ids)}
+	rep := &api.VerifyReport{Images: len(names)}
 	if err := st.Check(ctx); err != nil {
 		if !errs.Is(err, errs.DataLoss) {
 			return nil, err
@@ -104,7 +105,7 @@ func Verify(ctx context.Context, st *store.Store, id string, progress store.Prog
 	}
 	users := map[store.Digest][]string{}
 	var all []store.Digest
-	for _, i := range ids {
+	for _, i := range names {
 		refs, err := st.ImageRefs(ctx, i)
 		if errs.IsNotFound(err) && id == "" {
 			rep.Images-- // removed since the listing
@@ -146,9 +147,9 @@ func Verify(ctx context.Context, st *store.Store, id string, progress store.Prog
 	return rep, nil
 }
 
-func stillThere(ctx context.Context, st *store.Store, ids []string) []string {
+func stillThere(ctx context.Context, st *store.Store, list []string) []string {
 	var out []string
-	for _, id := range ids {
+	for _, id := range list {
 		if _, _, err := st.GetImage(ctx, id); err == nil {
 			out = append(out, id)
 		}

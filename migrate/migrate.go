@@ -38,6 +38,7 @@ import (
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/ids"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 )
 
@@ -102,7 +103,7 @@ func (s *Service) Register(mux *http.ServeMux) {
 // Migrate moves session id to the gpud whose API is at to.
 func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply, error) {
 	t0 := time.Now()
-	if err := checkpoint.CheckSessionID(id); err != nil {
+	if err := ids.CheckSession(id); err != nil {
 		return nil, err
 	}
 	if to == "" {

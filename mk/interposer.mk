@@ -1,7 +1,8 @@
 # The client interposer: build/lib/libcuda.so.1 (+ libcuda.so link) and
 # build/include/cuda.h, built with gcc from remoting/interposer. The
 # generated parts (remoting/interposer/gen, remoting/wire/ops_gen.go,
-# remoting/dispatch/dispatch_gen.go) come from remoting/spec.
+# remoting/dispatch/dispatch_gen.go, remoting/cu/result_gen.go) come from
+# remoting/spec.
 
 CC ?= gcc
 INTERPOSER_DIR    := remoting/interposer
@@ -34,7 +35,7 @@ generate::
 
 # `make check-generated` regenerates into a scratch tree and fails when any
 # checked-in generated file differs.
-GEN_FILES := remoting/wire/ops_gen.go remoting/dispatch/dispatch_gen.go \
+GEN_FILES := remoting/wire/ops_gen.go remoting/dispatch/dispatch_gen.go remoting/cu/result_gen.go \
              $(wildcard $(INTERPOSER_DIR)/gen/*)
 check-generated::
 	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \

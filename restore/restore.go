@@ -28,15 +28,17 @@ import (
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/checkpoint/criu"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 )
 
 // Store reads images out of the host's store.
 type Store interface {
 	// Checkout writes image id's CRIU files into dir (which exists and is
-	// empty) and returns the image's meta. An unknown image is
-	// errs.NotFound; a damaged one errs.DataLoss.
-	Checkout(ctx context.Context, id, dir string) (checkpoint.Meta, error)
+	// empty) and returns the image's manifest (images.Checkout, with the
+	// host's store). An unknown image is errs.NotFound; a damaged one
+	// errs.DataLoss.
+	Checkout(ctx context.Context, id, dir string) (*images.Manifest, error)
 }
 
 // Resumer is a backend's hook on a restored worker from outside the
@@ -71,7 +73,7 @@ type Result struct {
 	PID        int                 `json:"pid"`
 	DurationMS int64               `json:"duration_ms"`
 	Steps      []checkpoint.Timing `json:"steps,omitempty"`
-	Meta       checkpoint.Meta     `json:"-"`
+	Meta       images.Meta         `json:"-"`
 	Worker     checkpoint.Worker   `json:"-"`
 }
 
@@ -100,7 +102,7 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 	}()
 
 	var (
-		meta checkpoint.Meta
+		meta images.Meta
 		pid  int
 		w    checkpoint.Worker
 	)
@@ -111,11 +113,12 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 			if err := os.Mkdir(imgDir, 0o700); err != nil {
 				return err
 			}
-			var err error
-			if meta, err = r.Store.Checkout(ctx, image, imgDir); err != nil {
+			m, err := r.Store.Checkout(ctx, image, imgDir)
+			if err != nil {
 				return err
 			}
-			if meta.Nonce == "" {
+			meta = m.Meta
+			if meta.AttachNonce == "" {
 				return errs.New(errs.DataLoss, subject, "the manifest has no worker nonce; the image cannot be reattached")
 			}
 			if r.Backend != "" && meta.Backend != "" && meta.Backend != r.Backend {
@@ -142,7 +145,7 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 	}
 	steps = append(steps, checkpoint.Step{Name: "reattach", Do: func(ctx context.Context) error {
 		var err error
-		w, err = r.Reattach.Reattach(ctx, pid, meta.Nonce)
+		w, err = r.Reattach.Reattach(ctx, pid, meta.AttachNonce)
 		return err
 	}})
 	timings, err := checkpoint.Run(ctx, r.Log, "restore", subject, steps)

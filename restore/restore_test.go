@@ -7,92 +7,18 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/gpuctl/gpuctl/checkpoint"
+	"github.com/gpuctl/gpuctl/checkpoint/checkpointtest"
 	"github.com/gpuctl/gpuctl/checkpoint/criu"
 	"github.com/gpuctl/gpuctl/checkpoint/proctest"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 )
 
-func TestMain(m *testing.M) {
-	proctest.MaybeChild()
-	os.Exit(m.Run())
-}
-
-// dirStore serves images kept as plain directories: root/<id>/ holds the
-// CRIU files and metas[id] the manifest meta.
-type dirStore struct {
-	root  string
-	metas map[string]checkpoint.Meta
-}
-
-func (s *dirStore) Checkout(_ context.Context, id, dir string) (checkpoint.Meta, error) {
-	m, ok := s.metas[id]
-	if !ok {
-		return checkpoint.Meta{}, errs.New(errs.NotFound, errs.Image(id), "not in the store")
-	}
-	ents, err := os.ReadDir(filepath.Join(s.root, id))
-	if err != nil {
-		return checkpoint.Meta{}, err
-	}
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(s.root, id, e.Name()))
-		if err != nil {
-			return checkpoint.Meta{}, err
-		}
-		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o600); err != nil {
-			return checkpoint.Meta{}, err
-		}
-	}
-	return m, nil
-}
-
-// worker is the handle Reattach returns.
-type worker struct{ pid int }
-
-func (w worker) PID() int                             { return w.pid }
-func (w worker) Quiesce(context.Context) error        { return nil }
-func (w worker) Resume(context.Context) error         { return nil }
-func (w worker) Detach(context.Context, string) error { return nil }
-
-// reattacher checks what a real reattach needs: a live process and the
-// image's nonce.
-type reattacher struct {
-	nonce string
-	fail  error
-	pids  []int
-}
-
-func (r *reattacher) Reattach(_ context.Context, pid int, nonce string) (checkpoint.Worker, error) {
-	r.pids = append(r.pids, pid)
-	if r.fail != nil {
-		return nil, r.fail
-	}
-	if nonce != r.nonce {
-		return nil, fmt.Errorf("nonce %q, want %q", nonce, r.nonce)
-	}
-	if err := syscall.Kill(pid, 0); err != nil {
-		return nil, fmt.Errorf("restored worker %d is not alive: %w", pid, err)
-	}
-	return worker{pid}, nil
-}
-
-type resumer struct {
-	fail  error
-	gpus  []backend.GPU
-	check error
-}
-
-func (r *resumer) Check([]backend.GPU, string) error { return r.check }
-
-func (r *resumer) Resume(_ context.Context, pid int, g []backend.GPU) error {
-	r.gpus = g
-	return r.fail
-}
+func TestMain(m *testing.M) { proctest.Main(m) }
 
 func TestRestore(t *testing.T) {
 	h := proctest.New(t)
@@ -123,16 +49,17 @@ func TestRestore(t *testing.T) {
 		_ = os.WriteFile(filepath.Join(broken, e.Name()), b, 0o600)
 	}
 	gpus := []backend.GPU{{Index: 0, Name: "emulated", UUID: "GPU-e"}}
-	meta := checkpoint.Meta{Session: "s-00000000000a", Backend: "emulated", Nonce: "n-1", GPUs: gpus}
+	meta := images.Meta{Session: "s-00000000000a", Backend: "emulated", AttachNonce: "n-1", GPUs: gpus}
 	noNonce := meta
-	noNonce.Nonce = ""
+	noNonce.AttachNonce = ""
 	cuda := meta
 	cuda.Backend = "cuda"
-	store := &dirStore{root: root, metas: map[string]checkpoint.Meta{
-		"img-good": meta, "img-broken": meta, "img-nononce": noNonce, "img-cuda": cuda,
-	}}
-	for _, id := range []string{"img-nononce", "img-cuda"} {
-		if err := os.Symlink(good, filepath.Join(root, id)); err != nil {
+	store := checkpointtest.NewImages(t)
+	for _, img := range []struct {
+		id, dir string
+		meta    images.Meta
+	}{{"img-good", good, meta}, {"img-broken", broken, meta}, {"img-nononce", good, noNonce}, {"img-cuda", good, cuda}} {
+		if err := store.Put(img.id, img.dir, img.meta); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -162,22 +89,16 @@ func TestRestore(t *testing.T) {
 	var live []int
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ra := &reattacher{nonce: "n-1", fail: c.attachErr}
-			rs := &resumer{fail: c.resumeErr, check: c.checkErr}
+			calls := &checkpointtest.Calls{}
+			calls.Fail("reattach", c.attachErr)
+			ra := &checkpointtest.Reattacher{Calls: calls, Nonce: "n-1"}
+			rs := &checkpointtest.Resumer{ResumeErr: c.resumeErr, CheckErr: c.checkErr}
 			r := &Restorer{WorkDir: t.TempDir(), Store: store, Resumer: rs, Reattach: ra, Backend: "emulated"}
 			res, err := r.Restore(ctx, c.image)
 			if c.wantStep != "" {
-				if err == nil {
-					t.Fatal("restore succeeded")
-				}
-				if checkpoint.FailedStep(err) != c.wantStep || errs.KindOf(err) != c.wantKind {
-					t.Errorf("step %q kind %q, want %q %q: %v", checkpoint.FailedStep(err), errs.KindOf(err), c.wantStep, c.wantKind, err)
-				}
-				if !strings.Contains(err.Error(), fmt.Sprintf("image %q", c.image)) {
-					t.Errorf("error does not name the image: %v", err)
-				}
+				checkpointtest.WantFailedStep(t, err, c.wantStep, c.wantKind, errs.Image(c.image))
 				// Whatever CRIU restored was killed and reaped.
-				for _, pid := range ra.pids {
+				for _, pid := range ra.PIDs() {
 					if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); !errors.Is(err, os.ErrNotExist) {
 						t.Errorf("restored pid %d left behind after a failed restore", pid)
 					}
@@ -190,8 +111,8 @@ func TestRestore(t *testing.T) {
 			if res.Session != "s-00000000000a" || res.Worker == nil || res.Worker.PID() != res.PID {
 				t.Errorf("result %+v", res)
 			}
-			if len(rs.gpus) != 1 || rs.gpus[0].UUID != "GPU-e" {
-				t.Errorf("backend resume got GPUs %+v, want the image's", rs.gpus)
+			if g := rs.GPUs(); len(g) != 1 || g[0].UUID != "GPU-e" {
+				t.Errorf("backend resume got GPUs %+v, want the image's", g)
 			}
 			if n := h.Next(res.PID); n < before {
 				t.Errorf("restored worker counts from %d, below %d: memory lost", n, before)
@@ -221,34 +142,22 @@ func TestRestoreNeedsAnImage(t *testing.T) {
 	}
 }
 
-// adopter records adoptions and refuses a session already live here.
-type adopter struct{ live map[string]bool }
-
-func (a *adopter) Adopt(_ context.Context, id string, w checkpoint.Worker, image string) error {
-	if a.live[id] {
-		return errs.New(errs.AlreadyExists, errs.Session(id), "already live on this host")
-	}
-	a.live[id] = true
-	return nil
-}
-
 func TestRestoreService(t *testing.T) {
 	h := proctest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	child := h.Start(false)
-	root := t.TempDir()
-	if err := os.Mkdir(filepath.Join(root, "img-1"), 0o700); err != nil {
+	dump := t.TempDir()
+	if err := criu.Dump(ctx, child.Process.Pid, dump, criu.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := criu.Dump(ctx, child.Process.Pid, filepath.Join(root, "img-1"), criu.Options{}); err != nil {
+	store := checkpointtest.NewImages(t)
+	if err := store.Put("img-1", dump, images.Meta{Session: "s-00000000000b", AttachNonce: "n-1", Backend: "emulated"}); err != nil {
 		t.Fatal(err)
 	}
-	store := &dirStore{root: root, metas: map[string]checkpoint.Meta{"img-1": {Session: "s-00000000000b", Nonce: "n-1", Backend: "emulated"}}}
-	ad := &adopter{live: map[string]bool{}}
 	svc := &Service{
-		Restorer: &Restorer{WorkDir: t.TempDir(), Store: store, Reattach: &reattacher{nonce: "n-1"}, Backend: "emulated"},
-		Sessions: ad, Listen: "10.1.0.2:7070",
+		Restorer: &Restorer{WorkDir: t.TempDir(), Store: store, Reattach: &checkpointtest.Reattacher{Nonce: "n-1"}, Backend: "emulated"},
+		Sessions: checkpointtest.NewSessions(), Listen: "10.1.0.2:7070",
 	}
 	cases := []struct {
 		name, image string

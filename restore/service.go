@@ -4,12 +4,12 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"regexp"
 
 	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/ids"
 )
 
 // Adopter is gpud's session table as the restore route uses it.
@@ -32,8 +32,6 @@ type Service struct {
 	Log    *slog.Logger
 }
 
-var imageID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-
 // Register adds POST /v1/images/{id}/restore to mux.
 func (s *Service) Register(mux *http.ServeMux) {
 	mux.Handle(api.RouteRestore, control.Handle(func(w http.ResponseWriter, r *http.Request) error {
@@ -48,8 +46,8 @@ func (s *Service) Register(mux *http.ServeMux) {
 
 // Restore restores image and registers its session here.
 func (s *Service) Restore(ctx context.Context, image string) (*api.RestoreReply, error) {
-	if !imageID.MatchString(image) {
-		return nil, errs.New(errs.InvalidArgument, errs.Image(image), "not an image id; list them with `gpuctl images ls`")
+	if err := ids.CheckImage(image); err != nil {
+		return nil, err
 	}
 	res, err := s.Restorer.Restore(ctx, image)
 	if err != nil {

@@ -83,6 +83,13 @@ func MaybeChild() {
 	}
 }
 
+// Main is a TestMain for packages whose tests start children: it runs
+// the child when the harness started this process as one, else the tests.
+func Main(m *testing.M) {
+	MaybeChild()
+	os.Exit(m.Run())
+}
+
 // NeedCRIU skips the test unless it runs as root with a CRIU >= 4.1, and
 // returns the binary.
 func NeedCRIU(t testing.TB) string {

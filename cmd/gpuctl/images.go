@@ -86,7 +86,7 @@ func (e *env) imagesInspect(ctx context.Context, cl *control.Client, args []stri
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	gpus := make([]string, len(d.GPUs))
 	for i, g := range d.GPUs {
-		gpus[i] = g.Model + " " + g.UUID
+		gpus[i] = g.Name + " " + g.UUID
 	}
 	for _, kv := range [][2]string{
 		{"id", d.ID}, {"session", d.Session}, {"parent", orDash(d.Parent)}, {"created", d.Created.Format(time.RFC3339)},

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"net"
 	"path/filepath"
 	"time"
@@ -10,9 +9,7 @@ import (
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/checkpoint/criu"
 	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
-	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/images"
-	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/backend/cuda"
 	"github.com/gpuctl/gpuctl/remoting/worker"
 	"github.com/gpuctl/gpuctl/restore"
@@ -33,7 +30,7 @@ func (d *daemon) routers() ([]router, error) {
 		d.log.Warn("checkpoints are unavailable until CRIU is installed", "err", err)
 	}
 	work := filepath.Join(d.cfg.stateDir, "work")
-	imgs := imageStore{st: d.store, driver: d.host.DriverVersion}
+	imgs := imageStore{st: d.store}
 
 	var (
 		suspender checkpoint.Suspender
@@ -72,61 +69,17 @@ func (d *daemon) routers() ([]router, error) {
 	return append([]router{d.manager, ckpt, rst}, d.transferRouters(ckpt, rst, imgs)...), nil
 }
 
-// labelGPUs carries the full GPU records (memory, PCI bus) of
-// checkpoint.Meta through an image manifest, which names only models and
-// UUIDs.
-const labelGPUs = "gpuctl.gpus"
+// imageStore is the host's store as the checkpoint pipeline
+// (checkpoint.Store), the restore pipeline (restore.Store) and migration
+// (migrate.Pusher, in transfer.go) use it.
+type imageStore struct{ st *store.Store }
 
-// imageStore adapts package images to the checkpoint pipeline
-// (checkpoint.Store) and the restore pipeline (restore.Store).
-type imageStore struct {
-	st     *store.Store
-	driver string
+func (s imageStore) Commit(ctx context.Context, dir string, meta images.Meta) (*images.Manifest, images.Stats, error) {
+	return images.Commit(ctx, s.st, dir, meta)
 }
 
-func (s imageStore) Commit(ctx context.Context, dir string, meta checkpoint.Meta) (checkpoint.Stored, error) {
-	full, err := json.Marshal(meta.GPUs)
-	if err != nil {
-		return checkpoint.Stored{}, err
-	}
-	gpus := make([]images.GPU, len(meta.GPUs))
-	for i, g := range meta.GPUs {
-		gpus[i] = images.GPU{Model: g.Name, UUID: g.UUID}
-	}
-	driver := meta.Driver
-	if driver == "" {
-		driver = s.driver
-	}
-	m, stats, err := images.Commit(ctx, s.st, dir, images.Meta{
-		Session: meta.Session, Parent: meta.Parent, Host: meta.Host, Backend: meta.Backend, GPUs: gpus,
-		Driver: driver, CRIU: meta.CRIUVersion, Kernel: meta.Kernel, AttachNonce: meta.Nonce,
-		Labels: map[string]string{labelGPUs: string(full)},
-	})
-	if err != nil {
-		return checkpoint.Stored{}, err
-	}
-	return checkpoint.Stored{Image: m.ID, Bytes: stats.LogicalBytes, StoredBytes: stats.StoredBytes}, nil
-}
-
-func (s imageStore) Checkout(ctx context.Context, id, dir string) (checkpoint.Meta, error) {
-	m, err := images.Checkout(ctx, s.st, id, dir)
-	if err != nil {
-		return checkpoint.Meta{}, err
-	}
-	var gpus []backend.GPU
-	if raw, ok := m.Labels[labelGPUs]; ok {
-		if err := json.Unmarshal([]byte(raw), &gpus); err != nil {
-			return checkpoint.Meta{}, errs.Wrap(err, errs.DataLoss, errs.Image(id), "GPU list in the manifest")
-		}
-	} else {
-		for i, g := range m.GPUs {
-			gpus = append(gpus, backend.GPU{Index: i, Name: g.Model, UUID: g.UUID})
-		}
-	}
-	return checkpoint.Meta{
-		Session: m.Session, Parent: m.Parent, Host: m.Host, Backend: m.Backend, Driver: m.Driver, GPUs: gpus,
-		CRIUVersion: m.CRIU, Kernel: m.Kernel, Nonce: m.AttachNonce, Created: m.Created,
-	}, nil
+func (s imageStore) Checkout(ctx context.Context, id, dir string) (*images.Manifest, error) {
+	return images.Checkout(ctx, s.st, id, dir)
 }
 
 // advertised is the address to give clients for a listen address: as is

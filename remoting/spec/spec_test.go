@@ -2,6 +2,7 @@ package spec
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -112,5 +113,83 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 	})
 	if err != nil || n == 0 {
 		t.Fatalf("walked %d generated files: %v", n, err)
+	}
+}
+
+func TestResultsTable(t *testing.T) {
+	codes, names, goNames := map[uint32]string{}, map[string]bool{}, map[string]bool{}
+	for i, r := range Results {
+		if prev, ok := codes[r.Code]; ok {
+			t.Errorf("result code %d used by %s and %s", r.Code, prev, r.Name)
+		}
+		codes[r.Code] = r.Name
+		if names[r.Name] || goNames[r.GoName()] {
+			t.Errorf("result %s (Go %s) listed twice", r.Name, r.GoName())
+		}
+		names[r.Name], goNames[r.GoName()] = true, true
+		if !regexp.MustCompile(`^CUDA_(SUCCESS|ERROR_[A-Z0-9_]+)$`).MatchString(r.Name) {
+			t.Errorf("result %d: %q is not a CUresult enumerator", r.Code, r.Name)
+		}
+		if i > 0 && r.Code <= Results[i-1].Code {
+			t.Errorf("result %s: the table is in ascending order of codes, as cuda.h", r.Name)
+		}
+	}
+	for name, want := range map[string]string{
+		"CUDA_SUCCESS":                           "Success",
+		"CUDA_ERROR_INVALID_VALUE":               "ErrorInvalidValue",
+		"CUDA_ERROR_NO_BINARY_FOR_GPU":           "ErrorNoBinaryForGPU",
+		"CUDA_ERROR_UNSUPPORTED_PTX_VERSION":     "ErrorUnsupportedPTXVersion",
+		"CUDA_ERROR_NVLINK_UNCORRECTABLE":        "ErrorNVLinkUncorrectable",
+		"CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED":  "ErrorHostMemoryNotRegistered",
+		"CUDA_ERROR_INVALID_PC":                  "ErrorInvalidPC",
+		"CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD": "ErrorStreamCaptureWrongThread",
+	} {
+		if got := (Result{Name: name}).GoName(); got != want {
+			t.Errorf("GoName of %s = %s, want %s", name, got, want)
+		}
+	}
+	for _, must := range []string{"CUDA_SUCCESS", "CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_OUT_OF_MEMORY", "CUDA_ERROR_NOT_SUPPORTED", "CUDA_ERROR_UNKNOWN"} {
+		for _, r := range Results {
+			if r.Name == must && r.Text == "" {
+				t.Errorf("%s has no cuGetErrorString text", must)
+			}
+		}
+	}
+}
+
+// TestResultsMatchHeader holds the CUresult enum of the interposer's
+// cuda.h, which programs compile against, to the table: the same
+// enumerators with the same values in the same order.
+func TestResultsMatchHeader(t *testing.T) {
+	h, err := os.ReadFile("../interposer/include/cuda.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := regexp.MustCompile(`(?s)typedef enum cudaError_enum \{(.*?)\} CUresult;`).FindSubmatch(h)
+	if body == nil {
+		t.Fatal("cuda.h has no `typedef enum cudaError_enum { ... } CUresult;`")
+	}
+	var header []Result
+	for _, m := range regexp.MustCompile(`(?m)^\s*(\w+)\s*=\s*(\d+)\s*,?\s*$`).FindAllSubmatch(body[1], -1) {
+		var code uint32
+		if _, err := fmt.Sscan(string(m[2]), &code); err != nil {
+			t.Fatalf("%s = %s: %v", m[1], m[2], err)
+		}
+		header = append(header, Result{Code: code, Name: string(m[1])})
+	}
+	if lines := bytes.Count(bytes.TrimSpace(body[1]), []byte("\n")) + 1; lines != len(header) {
+		t.Errorf("the enum has %d lines and %d read as NAME = VALUE: keep one enumerator per line", lines, len(header))
+	}
+	for i := 0; i < max(len(header), len(Results)); i++ {
+		var h, r Result
+		if i < len(header) {
+			h = header[i]
+		}
+		if i < len(Results) {
+			r = Results[i]
+		}
+		if h.Name != r.Name || h.Code != r.Code {
+			t.Errorf("enumerator %d: cuda.h has %s = %d, the table %s = %d", i, h.Name, h.Code, r.Name, r.Code)
+		}
 	}
 }

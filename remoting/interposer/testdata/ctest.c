@@ -307,8 +307,13 @@ static void test_basic(void)
 	OK(cuGetErrorName(CUDA_ERROR_OUT_OF_MEMORY, &str));
 	EXPECT(str && strcmp(str, "CUDA_ERROR_OUT_OF_MEMORY") == 0);
 	OK(cuGetErrorString(CUDA_ERROR_INVALID_VALUE, &str));
-	EXPECT(str && strlen(str) > 0);
+	EXPECT(str && strcmp(str, "invalid argument") == 0);
+	OK(cuGetErrorName(CUDA_ERROR_KEY_ROTATION, &str)); /* every code of the enum has a name */
+	EXPECT(str && strcmp(str, "CUDA_ERROR_KEY_ROTATION") == 0);
 	CHECK(cuGetErrorName((CUresult)12345, &str), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(str == NULL);
+	CHECK(cuGetErrorString((CUresult)12345, &str), CUDA_ERROR_INVALID_VALUE);
+	CHECK(cuGetErrorName(CUDA_SUCCESS, NULL), CUDA_ERROR_INVALID_VALUE);
 	/* An asynchronous failure surfaces at the next synchronising call. */
 	OK(cuMemsetD32Async(0x10, 1, 4, NULL));
 	EXPECT(cuCtxSynchronize() != CUDA_SUCCESS);

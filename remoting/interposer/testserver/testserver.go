@@ -16,6 +16,7 @@ import (
 	"net"
 	"sync"
 
+	"github.com/gpuctl/gpuctl/ids"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/backend/emulated"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
@@ -201,7 +202,7 @@ func (s *Server) serve(c net.Conn) error {
 		info.SessionID = ss.id
 	} else {
 		dev := emulated.New(emulated.Config{MemBytes: 4 << 30, Seed: "testserver"})
-		ss = &session{id: "s-" + randHex(6), secret: randHex(16), dev: dev}
+		ss = &session{id: ids.NewSession(), secret: randHex(16), dev: dev}
 		var bd backend.Device = dev
 		if s.opt.NullLaunch {
 			bd = nullLaunch{dev}

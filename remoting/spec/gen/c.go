@@ -24,6 +24,7 @@ func cOutputs() map[string][]byte {
 		cdir + "gc_procaddr.c":    cProcAddr(),
 		cdir + "libcuda.map":      cVersionScript(),
 		cdir + "gc_undef.h":       cUndef(),
+		cdir + "gc_results.h":     cResults(),
 	}
 }
 

@@ -1,5 +1,6 @@
 // Command gen writes the code that package spec describes: the Go op
-// codes, the Go dispatch and the interposer's C stubs. It is run by
+// codes, the Go dispatch, the CUDA result codes on both sides and the
+// interposer's C stubs. It is run by
 // `go generate ./remoting/...` from remoting/spec.
 package main
 
@@ -25,6 +26,7 @@ func main() {
 	outs := map[string][]byte{
 		"remoting/wire/ops_gen.go":          goSource(opsGo()),
 		"remoting/dispatch/dispatch_gen.go": goSource(dispatchGo()),
+		"remoting/cu/result_gen.go":         goSource(resultsGo()),
 	}
 	for name, b := range cOutputs() {
 		outs[name] = b
