@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"github.com/gpuctl/gpuctl/ids"
 	"log/slog"
 	"net"
 	"sort"
@@ -110,12 +111,14 @@ func NewManager(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
+// newID is a new session's id (the one format package ids defines) and
+// the secret only its client learns.
 func newID() (id, secret string, err error) {
-	var b [6 + 16]byte
+	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", "", err
 	}
-	return "s-" + hex.EncodeToString(b[:6]), hex.EncodeToString(b[6:]), nil
+	return ids.NewSession(), hex.EncodeToString(b[:]), nil
 }
 
 func hashSecret(secret string) []byte {
