@@ -29,8 +29,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
+	"github.com/gpuctl/gpuctl/childproc"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -246,7 +246,9 @@ func (f *Frozen) Release(ctx context.Context) error {
 		return errs.New(errs.FailedPrecondition, errs.Session(f.Session), "checkpoint already resumed or released")
 	}
 	f.settled = true
-	if err := syscall.Kill(f.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+	// The worker may already be gone and reaped, its PID someone else's:
+	// childproc only ever signals this gpud's own child.
+	if err := childproc.Kill(f.PID); err != nil {
 		return errs.Wrap(err, errs.Internal, errs.Session(f.Session), "release worker %d", f.PID)
 	}
 	return nil

@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpuctl/gpuctl/childproc"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -165,7 +166,7 @@ func kill(pid int) error {
 	if pid <= 0 {
 		return nil
 	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+	if err := childproc.Kill(pid); err != nil {
 		return fmt.Errorf("kill restored worker %d: %w", pid, err)
 	}
 	var ws syscall.WaitStatus

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpuctl/gpuctl/childproc"
 	"log/slog"
 	"net"
 	"os"
@@ -470,7 +471,9 @@ func (h *Handle) Kill() {
 		return
 	default:
 	}
-	_ = unix.Kill(h.pid, unix.SIGKILL)
+	// Between the check above and here the reaper may have reaped the
+	// worker and its PID gone to another process: signal only our child.
+	_ = childproc.Kill(h.pid)
 }
 
 // Wait blocks until the worker is gone.
