@@ -134,6 +134,7 @@ type PitchedCopies interface {
 	// before writing any.
 	MemcpyDtoH3D(ctx context.Context, c Ctx, dst io.Writer, src Pitched, e Extent, s Stream) error
 	MemcpyDtoD3D(ctx context.Context, c Ctx, dst, src Pitched, e Extent, s Stream) error
-	// MemcpyPeer copies n bytes from srcCtx's src to dst in c.
-	MemcpyPeer(ctx context.Context, c Ctx, dst DevPtr, srcCtx Ctx, src DevPtr, n uint64, s Stream) error
+	// MemcpyPeer copies n bytes from src in srcCtx to dst in dstCtx, on
+	// stream s of c.
+	MemcpyPeer(ctx context.Context, c Ctx, dst DevPtr, dstCtx Ctx, src DevPtr, srcCtx Ctx, n uint64, s Stream) error
 }

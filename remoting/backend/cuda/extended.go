@@ -709,8 +709,12 @@ func (d *Device) MemcpyDtoD3D(_ context.Context, h backend.Ctx, dst, src backend
 	return d.drv.check(r, "cuMemcpy3DAsync")
 }
 
-func (d *Device) MemcpyPeer(_ context.Context, h backend.Ctx, dst backend.DevPtr, srcCtx backend.Ctx, src backend.DevPtr, n uint64, s backend.Stream) error {
+func (d *Device) MemcpyPeer(_ context.Context, h backend.Ctx, dst backend.DevPtr, dstCtx backend.Ctx, src backend.DevPtr, srcCtx backend.Ctx, n uint64, s backend.Stream) error {
 	c, rs, err := d.ctxStream(h, s)
+	if err != nil {
+		return err
+	}
+	dc, err := d.ctx(dstCtx)
 	if err != nil {
 		return err
 	}
@@ -718,7 +722,7 @@ func (d *Device) MemcpyPeer(_ context.Context, h backend.Ctx, dst backend.DevPtr
 	if err != nil {
 		return err
 	}
-	if err := d.span(c, dst, n); err != nil {
+	if err := d.span(dc, dst, n); err != nil {
 		return err
 	}
 	if err := d.span(sc, src, n); err != nil {
@@ -731,5 +735,5 @@ func (d *Device) MemcpyPeer(_ context.Context, h backend.Ctx, dst backend.DevPtr
 	if n == 0 {
 		return nil
 	}
-	return d.drv.check(C.gc_copy_peer(d.drv.api, x.x, c.raw, C.CUdeviceptr(dst), c.raw, C.CUdeviceptr(src), sc.raw, C.size_t(n), rs), "cuMemcpyPeerAsync")
+	return d.drv.check(C.gc_copy_peer(d.drv.api, x.x, c.raw, C.CUdeviceptr(dst), dc.raw, C.CUdeviceptr(src), sc.raw, C.size_t(n), rs), "cuMemcpyPeerAsync")
 }

@@ -122,9 +122,11 @@ func (d *Device) MemcpyDtoD3D(_ context.Context, h backend.Ctx, dst, src backend
 
 // MemcpyPeer copies between two contexts of this device, which share one
 // address space.
-func (d *Device) MemcpyPeer(ctx context.Context, h backend.Ctx, dst backend.DevPtr, srcCtx backend.Ctx, src backend.DevPtr, n uint64, s backend.Stream) error {
-	if _, err := d.ctx(srcCtx); err != nil {
-		return err
+func (d *Device) MemcpyPeer(ctx context.Context, h backend.Ctx, dst backend.DevPtr, dstCtx backend.Ctx, src backend.DevPtr, srcCtx backend.Ctx, n uint64, s backend.Stream) error {
+	for _, c := range []backend.Ctx{dstCtx, srcCtx} {
+		if _, err := d.ctx(c); err != nil {
+			return err
+		}
 	}
 	return d.MemcpyDtoD(ctx, h, dst, src, n, s)
 }

@@ -46,6 +46,7 @@ extern void cuDeviceGetByPCIBusId(void);
 extern void cuDeviceGetCount(void);
 extern void cuDeviceGetDefaultMemPool(void);
 extern void cuDeviceGetLuid(void);
+extern void cuDeviceGetMemPool(void);
 extern void cuDeviceGetName(void);
 extern void cuDeviceGetP2PAttribute(void);
 extern void cuDeviceGetPCIBusId(void);
@@ -53,10 +54,14 @@ extern void cuDeviceGetProperties(void);
 extern void cuDeviceGetUuid(void);
 extern void cuDeviceGetUuid_v2(void);
 extern void cuDevicePrimaryCtxGetState(void);
+extern void cuDevicePrimaryCtxRelease(void);
 extern void cuDevicePrimaryCtxRelease_v2(void);
+extern void cuDevicePrimaryCtxReset(void);
 extern void cuDevicePrimaryCtxReset_v2(void);
 extern void cuDevicePrimaryCtxRetain(void);
+extern void cuDevicePrimaryCtxSetFlags(void);
 extern void cuDevicePrimaryCtxSetFlags_v2(void);
+extern void cuDeviceSetMemPool(void);
 extern void cuDeviceTotalMem_v2(void);
 extern void cuDriverGetVersion(void);
 extern void cuEventCreate(void);
@@ -78,11 +83,35 @@ extern void cuGetErrorString(void);
 extern void cuGetExportTable(void);
 extern void cuGetProcAddress(void);
 extern void cuGetProcAddress_v2(void);
+extern void cuGraphAddDependencies(void);
+extern void cuGraphAddDependencies_v2(void);
+extern void cuGraphAddEmptyNode(void);
+extern void cuGraphAddKernelNode(void);
+extern void cuGraphAddKernelNode_v2(void);
+extern void cuGraphAddMemcpyNode(void);
+extern void cuGraphAddMemsetNode(void);
 extern void cuGraphCreate(void);
 extern void cuGraphDestroy(void);
 extern void cuGraphExecDestroy(void);
+extern void cuGraphExecKernelNodeSetParams(void);
+extern void cuGraphExecKernelNodeSetParams_v2(void);
+extern void cuGraphGetEdges(void);
+extern void cuGraphGetEdges_v2(void);
+extern void cuGraphGetNodes(void);
+extern void cuGraphGetRootNodes(void);
+extern void cuGraphInstantiate(void);
 extern void cuGraphInstantiateWithFlags(void);
+extern void cuGraphInstantiateWithParams(void);
+extern void cuGraphInstantiate_v2(void);
+extern void cuGraphKernelNodeGetParams(void);
+extern void cuGraphKernelNodeGetParams_v2(void);
+extern void cuGraphKernelNodeSetParams(void);
+extern void cuGraphKernelNodeSetParams_v2(void);
 extern void cuGraphLaunch(void);
+extern void cuGraphNodeGetDependencies(void);
+extern void cuGraphNodeGetDependencies_v2(void);
+extern void cuGraphNodeGetType(void);
+extern void cuGraphUpload(void);
 extern void cuInit(void);
 extern void cuIpcCloseMemHandle(void);
 extern void cuIpcGetEventHandle(void);
@@ -120,8 +149,10 @@ extern void cuMemCreate(void);
 extern void cuMemFreeAsync(void);
 extern void cuMemFreeHost(void);
 extern void cuMemFree_v2(void);
+extern void cuMemGetAccess(void);
 extern void cuMemGetAddressRange_v2(void);
 extern void cuMemGetAllocationGranularity(void);
+extern void cuMemGetAllocationPropertiesFromHandle(void);
 extern void cuMemGetInfo_v2(void);
 extern void cuMemHostAlloc(void);
 extern void cuMemHostGetDevicePointer_v2(void);
@@ -131,8 +162,14 @@ extern void cuMemHostUnregister(void);
 extern void cuMemMap(void);
 extern void cuMemPoolCreate(void);
 extern void cuMemPoolDestroy(void);
+extern void cuMemPoolGetAccess(void);
+extern void cuMemPoolGetAttribute(void);
+extern void cuMemPoolSetAccess(void);
+extern void cuMemPoolSetAttribute(void);
+extern void cuMemPoolTrimTo(void);
 extern void cuMemPrefetchAsync(void);
 extern void cuMemRelease(void);
+extern void cuMemRetainAllocationHandle(void);
 extern void cuMemSetAccess(void);
 extern void cuMemUnmap(void);
 extern void cuMemcpy(void);
@@ -183,11 +220,15 @@ extern void cuProfilerStart(void);
 extern void cuProfilerStop(void);
 extern void cuStreamAddCallback(void);
 extern void cuStreamAttachMemAsync(void);
+extern void cuStreamBatchMemOp(void);
+extern void cuStreamBatchMemOp_v2(void);
+extern void cuStreamBeginCapture(void);
 extern void cuStreamBeginCapture_v2(void);
 extern void cuStreamCreate(void);
 extern void cuStreamCreateWithPriority(void);
 extern void cuStreamDestroy_v2(void);
 extern void cuStreamEndCapture(void);
+extern void cuStreamGetCaptureInfo(void);
 extern void cuStreamGetCaptureInfo_v2(void);
 extern void cuStreamGetCaptureInfo_v3(void);
 extern void cuStreamGetCtx(void);
@@ -197,9 +238,20 @@ extern void cuStreamGetPriority(void);
 extern void cuStreamIsCapturing(void);
 extern void cuStreamQuery(void);
 extern void cuStreamSynchronize(void);
+extern void cuStreamUpdateCaptureDependencies(void);
+extern void cuStreamUpdateCaptureDependencies_v2(void);
 extern void cuStreamWaitEvent(void);
+extern void cuStreamWaitValue32(void);
 extern void cuStreamWaitValue32_v2(void);
+extern void cuStreamWaitValue64(void);
+extern void cuStreamWaitValue64_v2(void);
+extern void cuStreamWriteValue32(void);
 extern void cuStreamWriteValue32_v2(void);
+extern void cuStreamWriteValue64(void);
+extern void cuStreamWriteValue64_v2(void);
+extern void cuTensorMapEncodeIm2col(void);
+extern void cuTensorMapEncodeTiled(void);
+extern void cuThreadExchangeStreamCaptureMode(void);
 
 const struct gc_proc gc_procs[] = {
 	{ "cuCheckpointProcessCheckpoint", 2000, (void *)cuCheckpointProcessCheckpoint },
@@ -212,14 +264,14 @@ const struct gc_proc gc_procs[] = {
 	{ "cuCtxCreate", 11040, (void *)cuCtxCreate_v3 },
 	{ "cuCtxCreate", 12050, (void *)cuCtxCreate_v4 },
 	{ "cuCtxDestroy", 4000, (void *)cuCtxDestroy_v2 },
-	{ "cuCtxDisablePeerAccess", 2000, (void *)cuCtxDisablePeerAccess },
-	{ "cuCtxEnablePeerAccess", 2000, (void *)cuCtxEnablePeerAccess },
+	{ "cuCtxDisablePeerAccess", 4000, (void *)cuCtxDisablePeerAccess },
+	{ "cuCtxEnablePeerAccess", 4000, (void *)cuCtxEnablePeerAccess },
 	{ "cuCtxGetApiVersion", 2000, (void *)cuCtxGetApiVersion },
 	{ "cuCtxGetCacheConfig", 2000, (void *)cuCtxGetCacheConfig },
 	{ "cuCtxGetCurrent", 2000, (void *)cuCtxGetCurrent },
 	{ "cuCtxGetDevice", 2000, (void *)cuCtxGetDevice },
 	{ "cuCtxGetExecAffinity", 2000, (void *)cuCtxGetExecAffinity },
-	{ "cuCtxGetFlags", 2000, (void *)cuCtxGetFlags },
+	{ "cuCtxGetFlags", 7000, (void *)cuCtxGetFlags },
 	{ "cuCtxGetId", 2000, (void *)cuCtxGetId },
 	{ "cuCtxGetLimit", 2000, (void *)cuCtxGetLimit },
 	{ "cuCtxGetSharedMemConfig", 2000, (void *)cuCtxGetSharedMemConfig },
@@ -233,25 +285,30 @@ const struct gc_proc gc_procs[] = {
 	{ "cuCtxSetLimit", 2000, (void *)cuCtxSetLimit },
 	{ "cuCtxSetSharedMemConfig", 2000, (void *)cuCtxSetSharedMemConfig },
 	{ "cuCtxSynchronize", 2000, (void *)cuCtxSynchronize },
-	{ "cuDeviceCanAccessPeer", 2000, (void *)cuDeviceCanAccessPeer },
+	{ "cuDeviceCanAccessPeer", 4000, (void *)cuDeviceCanAccessPeer },
 	{ "cuDeviceComputeCapability", 2000, (void *)cuDeviceComputeCapability },
 	{ "cuDeviceGet", 2000, (void *)cuDeviceGet },
 	{ "cuDeviceGetAttribute", 2000, (void *)cuDeviceGetAttribute },
 	{ "cuDeviceGetByPCIBusId", 2000, (void *)cuDeviceGetByPCIBusId },
 	{ "cuDeviceGetCount", 2000, (void *)cuDeviceGetCount },
-	{ "cuDeviceGetDefaultMemPool", 2000, (void *)cuDeviceGetDefaultMemPool },
+	{ "cuDeviceGetDefaultMemPool", 11020, (void *)cuDeviceGetDefaultMemPool },
 	{ "cuDeviceGetLuid", 2000, (void *)cuDeviceGetLuid },
+	{ "cuDeviceGetMemPool", 11020, (void *)cuDeviceGetMemPool },
 	{ "cuDeviceGetName", 2000, (void *)cuDeviceGetName },
-	{ "cuDeviceGetP2PAttribute", 2000, (void *)cuDeviceGetP2PAttribute },
+	{ "cuDeviceGetP2PAttribute", 8000, (void *)cuDeviceGetP2PAttribute },
 	{ "cuDeviceGetPCIBusId", 2000, (void *)cuDeviceGetPCIBusId },
 	{ "cuDeviceGetProperties", 2000, (void *)cuDeviceGetProperties },
 	{ "cuDeviceGetUuid", 9020, (void *)cuDeviceGetUuid },
 	{ "cuDeviceGetUuid", 11040, (void *)cuDeviceGetUuid_v2 },
 	{ "cuDevicePrimaryCtxGetState", 2000, (void *)cuDevicePrimaryCtxGetState },
+	{ "cuDevicePrimaryCtxRelease", 7000, (void *)cuDevicePrimaryCtxRelease },
 	{ "cuDevicePrimaryCtxRelease", 11000, (void *)cuDevicePrimaryCtxRelease_v2 },
+	{ "cuDevicePrimaryCtxReset", 7000, (void *)cuDevicePrimaryCtxReset },
 	{ "cuDevicePrimaryCtxReset", 11000, (void *)cuDevicePrimaryCtxReset_v2 },
 	{ "cuDevicePrimaryCtxRetain", 2000, (void *)cuDevicePrimaryCtxRetain },
+	{ "cuDevicePrimaryCtxSetFlags", 7000, (void *)cuDevicePrimaryCtxSetFlags },
 	{ "cuDevicePrimaryCtxSetFlags", 11000, (void *)cuDevicePrimaryCtxSetFlags_v2 },
+	{ "cuDeviceSetMemPool", 11020, (void *)cuDeviceSetMemPool },
 	{ "cuDeviceTotalMem", 3020, (void *)cuDeviceTotalMem_v2 },
 	{ "cuDriverGetVersion", 2000, (void *)cuDriverGetVersion },
 	{ "cuEventCreate", 2000, (void *)cuEventCreate },
@@ -273,11 +330,35 @@ const struct gc_proc gc_procs[] = {
 	{ "cuGetExportTable", 2000, (void *)cuGetExportTable },
 	{ "cuGetProcAddress", 11030, (void *)cuGetProcAddress },
 	{ "cuGetProcAddress", 12000, (void *)cuGetProcAddress_v2 },
-	{ "cuGraphCreate", 2000, (void *)cuGraphCreate },
-	{ "cuGraphDestroy", 2000, (void *)cuGraphDestroy },
-	{ "cuGraphExecDestroy", 2000, (void *)cuGraphExecDestroy },
-	{ "cuGraphInstantiateWithFlags", 2000, (void *)cuGraphInstantiateWithFlags },
-	{ "cuGraphLaunch", 2000, (void *)cuGraphLaunch },
+	{ "cuGraphAddDependencies", 10000, (void *)cuGraphAddDependencies },
+	{ "cuGraphAddDependencies", 12030, (void *)cuGraphAddDependencies_v2 },
+	{ "cuGraphAddEmptyNode", 10000, (void *)cuGraphAddEmptyNode },
+	{ "cuGraphAddKernelNode", 10000, (void *)cuGraphAddKernelNode },
+	{ "cuGraphAddKernelNode", 12000, (void *)cuGraphAddKernelNode_v2 },
+	{ "cuGraphAddMemcpyNode", 10000, (void *)cuGraphAddMemcpyNode },
+	{ "cuGraphAddMemsetNode", 10000, (void *)cuGraphAddMemsetNode },
+	{ "cuGraphCreate", 10000, (void *)cuGraphCreate },
+	{ "cuGraphDestroy", 10000, (void *)cuGraphDestroy },
+	{ "cuGraphExecDestroy", 10000, (void *)cuGraphExecDestroy },
+	{ "cuGraphExecKernelNodeSetParams", 10010, (void *)cuGraphExecKernelNodeSetParams },
+	{ "cuGraphExecKernelNodeSetParams", 12000, (void *)cuGraphExecKernelNodeSetParams_v2 },
+	{ "cuGraphGetEdges", 10000, (void *)cuGraphGetEdges },
+	{ "cuGraphGetEdges", 12030, (void *)cuGraphGetEdges_v2 },
+	{ "cuGraphGetNodes", 10000, (void *)cuGraphGetNodes },
+	{ "cuGraphGetRootNodes", 10000, (void *)cuGraphGetRootNodes },
+	{ "cuGraphInstantiate", 10000, (void *)cuGraphInstantiate },
+	{ "cuGraphInstantiate", 11000, (void *)cuGraphInstantiate_v2 },
+	{ "cuGraphInstantiateWithFlags", 11040, (void *)cuGraphInstantiateWithFlags },
+	{ "cuGraphInstantiateWithParams", 12000, (void *)cuGraphInstantiateWithParams },
+	{ "cuGraphKernelNodeGetParams", 10000, (void *)cuGraphKernelNodeGetParams },
+	{ "cuGraphKernelNodeGetParams", 12000, (void *)cuGraphKernelNodeGetParams_v2 },
+	{ "cuGraphKernelNodeSetParams", 10000, (void *)cuGraphKernelNodeSetParams },
+	{ "cuGraphKernelNodeSetParams", 12000, (void *)cuGraphKernelNodeSetParams_v2 },
+	{ "cuGraphLaunch", 10000, (void *)cuGraphLaunch },
+	{ "cuGraphNodeGetDependencies", 10000, (void *)cuGraphNodeGetDependencies },
+	{ "cuGraphNodeGetDependencies", 12030, (void *)cuGraphNodeGetDependencies_v2 },
+	{ "cuGraphNodeGetType", 10000, (void *)cuGraphNodeGetType },
+	{ "cuGraphUpload", 11010, (void *)cuGraphUpload },
 	{ "cuInit", 2000, (void *)cuInit },
 	{ "cuIpcCloseMemHandle", 2000, (void *)cuIpcCloseMemHandle },
 	{ "cuIpcGetEventHandle", 2000, (void *)cuIpcGetEventHandle },
@@ -288,7 +369,7 @@ const struct gc_proc gc_procs[] = {
 	{ "cuKernelGetFunction", 2000, (void *)cuKernelGetFunction },
 	{ "cuKernelSetAttribute", 2000, (void *)cuKernelSetAttribute },
 	{ "cuLaunchCooperativeKernel", 2000, (void *)cuLaunchCooperativeKernel },
-	{ "cuLaunchHostFunc", 2000, (void *)cuLaunchHostFunc },
+	{ "cuLaunchHostFunc", 10000, (void *)cuLaunchHostFunc },
 	{ "cuLaunchKernel", 2000, (void *)cuLaunchKernel },
 	{ "cuLaunchKernelEx", 2000, (void *)cuLaunchKernelEx },
 	{ "cuLibraryGetGlobal", 2000, (void *)cuLibraryGetGlobal },
@@ -302,40 +383,48 @@ const struct gc_proc gc_procs[] = {
 	{ "cuLinkComplete", 2000, (void *)cuLinkComplete },
 	{ "cuLinkCreate", 2000, (void *)cuLinkCreate_v2 },
 	{ "cuLinkDestroy", 2000, (void *)cuLinkDestroy },
-	{ "cuMemAddressFree", 2000, (void *)cuMemAddressFree },
-	{ "cuMemAddressReserve", 2000, (void *)cuMemAddressReserve },
+	{ "cuMemAddressFree", 10020, (void *)cuMemAddressFree },
+	{ "cuMemAddressReserve", 10020, (void *)cuMemAddressReserve },
 	{ "cuMemAdvise", 2000, (void *)cuMemAdvise },
 	{ "cuMemAlloc", 3020, (void *)cuMemAlloc_v2 },
-	{ "cuMemAllocAsync", 2000, (void *)cuMemAllocAsync },
-	{ "cuMemAllocFromPoolAsync", 2000, (void *)cuMemAllocFromPoolAsync },
+	{ "cuMemAllocAsync", 11020, (void *)cuMemAllocAsync },
+	{ "cuMemAllocFromPoolAsync", 11020, (void *)cuMemAllocFromPoolAsync },
 	{ "cuMemAllocHost", 3020, (void *)cuMemAllocHost_v2 },
 	{ "cuMemAllocManaged", 2000, (void *)cuMemAllocManaged },
 	{ "cuMemAllocPitch", 2000, (void *)cuMemAllocPitch_v2 },
-	{ "cuMemCreate", 2000, (void *)cuMemCreate },
+	{ "cuMemCreate", 10020, (void *)cuMemCreate },
 	{ "cuMemFree", 3020, (void *)cuMemFree_v2 },
-	{ "cuMemFreeAsync", 2000, (void *)cuMemFreeAsync },
+	{ "cuMemFreeAsync", 11020, (void *)cuMemFreeAsync },
 	{ "cuMemFreeHost", 2000, (void *)cuMemFreeHost },
+	{ "cuMemGetAccess", 10020, (void *)cuMemGetAccess },
 	{ "cuMemGetAddressRange", 3020, (void *)cuMemGetAddressRange_v2 },
-	{ "cuMemGetAllocationGranularity", 2000, (void *)cuMemGetAllocationGranularity },
+	{ "cuMemGetAllocationGranularity", 10020, (void *)cuMemGetAllocationGranularity },
+	{ "cuMemGetAllocationPropertiesFromHandle", 10020, (void *)cuMemGetAllocationPropertiesFromHandle },
 	{ "cuMemGetInfo", 3020, (void *)cuMemGetInfo_v2 },
 	{ "cuMemHostAlloc", 2000, (void *)cuMemHostAlloc },
 	{ "cuMemHostGetDevicePointer", 2000, (void *)cuMemHostGetDevicePointer_v2 },
 	{ "cuMemHostGetFlags", 2000, (void *)cuMemHostGetFlags },
 	{ "cuMemHostRegister", 6050, (void *)cuMemHostRegister_v2 },
 	{ "cuMemHostUnregister", 2000, (void *)cuMemHostUnregister },
-	{ "cuMemMap", 2000, (void *)cuMemMap },
-	{ "cuMemPoolCreate", 2000, (void *)cuMemPoolCreate },
-	{ "cuMemPoolDestroy", 2000, (void *)cuMemPoolDestroy },
+	{ "cuMemMap", 10020, (void *)cuMemMap },
+	{ "cuMemPoolCreate", 11020, (void *)cuMemPoolCreate },
+	{ "cuMemPoolDestroy", 11020, (void *)cuMemPoolDestroy },
+	{ "cuMemPoolGetAccess", 11020, (void *)cuMemPoolGetAccess },
+	{ "cuMemPoolGetAttribute", 11020, (void *)cuMemPoolGetAttribute },
+	{ "cuMemPoolSetAccess", 11020, (void *)cuMemPoolSetAccess },
+	{ "cuMemPoolSetAttribute", 11020, (void *)cuMemPoolSetAttribute },
+	{ "cuMemPoolTrimTo", 11020, (void *)cuMemPoolTrimTo },
 	{ "cuMemPrefetchAsync", 2000, (void *)cuMemPrefetchAsync },
-	{ "cuMemRelease", 2000, (void *)cuMemRelease },
-	{ "cuMemSetAccess", 2000, (void *)cuMemSetAccess },
-	{ "cuMemUnmap", 2000, (void *)cuMemUnmap },
+	{ "cuMemRelease", 10020, (void *)cuMemRelease },
+	{ "cuMemRetainAllocationHandle", 11000, (void *)cuMemRetainAllocationHandle },
+	{ "cuMemSetAccess", 10020, (void *)cuMemSetAccess },
+	{ "cuMemUnmap", 10020, (void *)cuMemUnmap },
 	{ "cuMemcpy", 2000, (void *)cuMemcpy },
-	{ "cuMemcpy2D", 2000, (void *)cuMemcpy2D_v2 },
-	{ "cuMemcpy2DAsync", 2000, (void *)cuMemcpy2DAsync_v2 },
-	{ "cuMemcpy2DUnaligned", 2000, (void *)cuMemcpy2DUnaligned_v2 },
-	{ "cuMemcpy3D", 2000, (void *)cuMemcpy3D_v2 },
-	{ "cuMemcpy3DAsync", 2000, (void *)cuMemcpy3DAsync_v2 },
+	{ "cuMemcpy2D", 3020, (void *)cuMemcpy2D_v2 },
+	{ "cuMemcpy2DAsync", 3020, (void *)cuMemcpy2DAsync_v2 },
+	{ "cuMemcpy2DUnaligned", 3020, (void *)cuMemcpy2DUnaligned_v2 },
+	{ "cuMemcpy3D", 3020, (void *)cuMemcpy3D_v2 },
+	{ "cuMemcpy3DAsync", 3020, (void *)cuMemcpy3DAsync_v2 },
 	{ "cuMemcpyAsync", 2000, (void *)cuMemcpyAsync },
 	{ "cuMemcpyAtoH", 2000, (void *)cuMemcpyAtoH_v2 },
 	{ "cuMemcpyDtoD", 3020, (void *)cuMemcpyDtoD_v2 },
@@ -345,8 +434,8 @@ const struct gc_proc gc_procs[] = {
 	{ "cuMemcpyHtoA", 2000, (void *)cuMemcpyHtoA_v2 },
 	{ "cuMemcpyHtoD", 3020, (void *)cuMemcpyHtoD_v2 },
 	{ "cuMemcpyHtoDAsync", 3020, (void *)cuMemcpyHtoDAsync_v2 },
-	{ "cuMemcpyPeer", 2000, (void *)cuMemcpyPeer },
-	{ "cuMemcpyPeerAsync", 2000, (void *)cuMemcpyPeerAsync },
+	{ "cuMemcpyPeer", 4000, (void *)cuMemcpyPeer },
+	{ "cuMemcpyPeerAsync", 4000, (void *)cuMemcpyPeerAsync },
 	{ "cuMemsetD16", 3020, (void *)cuMemsetD16_v2 },
 	{ "cuMemsetD16Async", 2000, (void *)cuMemsetD16Async },
 	{ "cuMemsetD2D16", 2000, (void *)cuMemsetD2D16_v2 },
@@ -378,23 +467,38 @@ const struct gc_proc gc_procs[] = {
 	{ "cuProfilerStop", 2000, (void *)cuProfilerStop },
 	{ "cuStreamAddCallback", 2000, (void *)cuStreamAddCallback },
 	{ "cuStreamAttachMemAsync", 2000, (void *)cuStreamAttachMemAsync },
-	{ "cuStreamBeginCapture", 2000, (void *)cuStreamBeginCapture_v2 },
+	{ "cuStreamBatchMemOp", 8000, (void *)cuStreamBatchMemOp },
+	{ "cuStreamBatchMemOp", 11070, (void *)cuStreamBatchMemOp_v2 },
+	{ "cuStreamBeginCapture", 10000, (void *)cuStreamBeginCapture },
+	{ "cuStreamBeginCapture", 10010, (void *)cuStreamBeginCapture_v2 },
 	{ "cuStreamCreate", 2000, (void *)cuStreamCreate },
-	{ "cuStreamCreateWithPriority", 2000, (void *)cuStreamCreateWithPriority },
+	{ "cuStreamCreateWithPriority", 5050, (void *)cuStreamCreateWithPriority },
 	{ "cuStreamDestroy", 4000, (void *)cuStreamDestroy_v2 },
-	{ "cuStreamEndCapture", 2000, (void *)cuStreamEndCapture },
-	{ "cuStreamGetCaptureInfo", 2000, (void *)cuStreamGetCaptureInfo_v3 },
-	{ "cuStreamGetCaptureInfo", 2000, (void *)cuStreamGetCaptureInfo_v2 },
-	{ "cuStreamGetCtx", 2000, (void *)cuStreamGetCtx },
-	{ "cuStreamGetFlags", 2000, (void *)cuStreamGetFlags },
+	{ "cuStreamEndCapture", 10000, (void *)cuStreamEndCapture },
+	{ "cuStreamGetCaptureInfo", 10010, (void *)cuStreamGetCaptureInfo },
+	{ "cuStreamGetCaptureInfo", 11030, (void *)cuStreamGetCaptureInfo_v2 },
+	{ "cuStreamGetCaptureInfo", 12030, (void *)cuStreamGetCaptureInfo_v3 },
+	{ "cuStreamGetCtx", 9020, (void *)cuStreamGetCtx },
+	{ "cuStreamGetFlags", 5050, (void *)cuStreamGetFlags },
 	{ "cuStreamGetId", 2000, (void *)cuStreamGetId },
-	{ "cuStreamGetPriority", 2000, (void *)cuStreamGetPriority },
-	{ "cuStreamIsCapturing", 2000, (void *)cuStreamIsCapturing },
+	{ "cuStreamGetPriority", 5050, (void *)cuStreamGetPriority },
+	{ "cuStreamIsCapturing", 10000, (void *)cuStreamIsCapturing },
 	{ "cuStreamQuery", 2000, (void *)cuStreamQuery },
 	{ "cuStreamSynchronize", 2000, (void *)cuStreamSynchronize },
+	{ "cuStreamUpdateCaptureDependencies", 11030, (void *)cuStreamUpdateCaptureDependencies },
+	{ "cuStreamUpdateCaptureDependencies", 12030, (void *)cuStreamUpdateCaptureDependencies_v2 },
 	{ "cuStreamWaitEvent", 2000, (void *)cuStreamWaitEvent },
-	{ "cuStreamWaitValue32", 2000, (void *)cuStreamWaitValue32_v2 },
-	{ "cuStreamWriteValue32", 2000, (void *)cuStreamWriteValue32_v2 },
+	{ "cuStreamWaitValue32", 8000, (void *)cuStreamWaitValue32 },
+	{ "cuStreamWaitValue32", 11070, (void *)cuStreamWaitValue32_v2 },
+	{ "cuStreamWaitValue64", 9000, (void *)cuStreamWaitValue64 },
+	{ "cuStreamWaitValue64", 11070, (void *)cuStreamWaitValue64_v2 },
+	{ "cuStreamWriteValue32", 8000, (void *)cuStreamWriteValue32 },
+	{ "cuStreamWriteValue32", 11070, (void *)cuStreamWriteValue32_v2 },
+	{ "cuStreamWriteValue64", 9000, (void *)cuStreamWriteValue64 },
+	{ "cuStreamWriteValue64", 11070, (void *)cuStreamWriteValue64_v2 },
+	{ "cuTensorMapEncodeIm2col", 12000, (void *)cuTensorMapEncodeIm2col },
+	{ "cuTensorMapEncodeTiled", 12000, (void *)cuTensorMapEncodeTiled },
+	{ "cuThreadExchangeStreamCaptureMode", 10010, (void *)cuThreadExchangeStreamCaptureMode },
 };
 
-const size_t gc_nprocs = 193;
+const size_t gc_nprocs = 245;

@@ -25,30 +25,6 @@ int cuDeviceGetLuid(void)
 	return gc_unsupported("cuDeviceGetLuid", &once);
 }
 
-int cuDeviceGetDefaultMemPool(void)
-{
-	static int once;
-	return gc_unsupported("cuDeviceGetDefaultMemPool", &once);
-}
-
-int cuDeviceCanAccessPeer(void)
-{
-	static int once;
-	return gc_unsupported("cuDeviceCanAccessPeer", &once);
-}
-
-int cuDeviceGetP2PAttribute(void)
-{
-	static int once;
-	return gc_unsupported("cuDeviceGetP2PAttribute", &once);
-}
-
-int cuCtxGetFlags(void)
-{
-	static int once;
-	return gc_unsupported("cuCtxGetFlags", &once);
-}
-
 int cuCtxSetFlags(void)
 {
 	static int once;
@@ -91,18 +67,6 @@ int cuCtxSetSharedMemConfig(void)
 	return gc_unsupported("cuCtxSetSharedMemConfig", &once);
 }
 
-int cuCtxEnablePeerAccess(void)
-{
-	static int once;
-	return gc_unsupported("cuCtxEnablePeerAccess", &once);
-}
-
-int cuCtxDisablePeerAccess(void)
-{
-	static int once;
-	return gc_unsupported("cuCtxDisablePeerAccess", &once);
-}
-
 int cuCtxGetId(void)
 {
 	static int once;
@@ -139,36 +103,6 @@ int cuMemHostGetDevicePointer_v2(void)
 	return gc_unsupported("cuMemHostGetDevicePointer_v2", &once);
 }
 
-int cuMemAllocAsync(void)
-{
-	static int once;
-	return gc_unsupported("cuMemAllocAsync", &once);
-}
-
-int cuMemFreeAsync(void)
-{
-	static int once;
-	return gc_unsupported("cuMemFreeAsync", &once);
-}
-
-int cuMemAllocFromPoolAsync(void)
-{
-	static int once;
-	return gc_unsupported("cuMemAllocFromPoolAsync", &once);
-}
-
-int cuMemPoolCreate(void)
-{
-	static int once;
-	return gc_unsupported("cuMemPoolCreate", &once);
-}
-
-int cuMemPoolDestroy(void)
-{
-	static int once;
-	return gc_unsupported("cuMemPoolDestroy", &once);
-}
-
 int cuMemPrefetchAsync(void)
 {
 	static int once;
@@ -179,96 +113,6 @@ int cuMemAdvise(void)
 {
 	static int once;
 	return gc_unsupported("cuMemAdvise", &once);
-}
-
-int cuMemAddressReserve(void)
-{
-	static int once;
-	return gc_unsupported("cuMemAddressReserve", &once);
-}
-
-int cuMemAddressFree(void)
-{
-	static int once;
-	return gc_unsupported("cuMemAddressFree", &once);
-}
-
-int cuMemCreate(void)
-{
-	static int once;
-	return gc_unsupported("cuMemCreate", &once);
-}
-
-int cuMemRelease(void)
-{
-	static int once;
-	return gc_unsupported("cuMemRelease", &once);
-}
-
-int cuMemMap(void)
-{
-	static int once;
-	return gc_unsupported("cuMemMap", &once);
-}
-
-int cuMemUnmap(void)
-{
-	static int once;
-	return gc_unsupported("cuMemUnmap", &once);
-}
-
-int cuMemSetAccess(void)
-{
-	static int once;
-	return gc_unsupported("cuMemSetAccess", &once);
-}
-
-int cuMemGetAllocationGranularity(void)
-{
-	static int once;
-	return gc_unsupported("cuMemGetAllocationGranularity", &once);
-}
-
-int cuMemcpy2D_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuMemcpy2D_v2", &once);
-}
-
-int cuMemcpy2DAsync_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuMemcpy2DAsync_v2", &once);
-}
-
-int cuMemcpy2DUnaligned_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuMemcpy2DUnaligned_v2", &once);
-}
-
-int cuMemcpy3D_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuMemcpy3D_v2", &once);
-}
-
-int cuMemcpy3DAsync_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuMemcpy3DAsync_v2", &once);
-}
-
-int cuMemcpyPeer(void)
-{
-	static int once;
-	return gc_unsupported("cuMemcpyPeer", &once);
-}
-
-int cuMemcpyPeerAsync(void)
-{
-	static int once;
-	return gc_unsupported("cuMemcpyPeerAsync", &once);
 }
 
 int cuMemcpyHtoA_v2(void)
@@ -457,12 +301,6 @@ int cuLaunchCooperativeKernel(void)
 	return gc_unsupported("cuLaunchCooperativeKernel", &once);
 }
 
-int cuLaunchHostFunc(void)
-{
-	static int once;
-	return gc_unsupported("cuLaunchHostFunc", &once);
-}
-
 int cuOccupancyMaxActiveBlocksPerMultiprocessor(void)
 {
 	static int once;
@@ -487,24 +325,6 @@ int cuOccupancyAvailableDynamicSMemPerBlock(void)
 	return gc_unsupported("cuOccupancyAvailableDynamicSMemPerBlock", &once);
 }
 
-int cuStreamGetPriority(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamGetPriority", &once);
-}
-
-int cuStreamGetFlags(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamGetFlags", &once);
-}
-
-int cuStreamGetCtx(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamGetCtx", &once);
-}
-
 int cuStreamGetId(void)
 {
 	static int once;
@@ -521,78 +341,6 @@ int cuStreamAttachMemAsync(void)
 {
 	static int once;
 	return gc_unsupported("cuStreamAttachMemAsync", &once);
-}
-
-int cuStreamBeginCapture_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamBeginCapture_v2", &once);
-}
-
-int cuStreamEndCapture(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamEndCapture", &once);
-}
-
-int cuStreamIsCapturing(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamIsCapturing", &once);
-}
-
-int cuStreamGetCaptureInfo_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamGetCaptureInfo_v2", &once);
-}
-
-int cuStreamGetCaptureInfo_v3(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamGetCaptureInfo_v3", &once);
-}
-
-int cuStreamWriteValue32_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamWriteValue32_v2", &once);
-}
-
-int cuStreamWaitValue32_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamWaitValue32_v2", &once);
-}
-
-int cuGraphCreate(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphCreate", &once);
-}
-
-int cuGraphDestroy(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphDestroy", &once);
-}
-
-int cuGraphInstantiateWithFlags(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphInstantiateWithFlags", &once);
-}
-
-int cuGraphLaunch(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphLaunch", &once);
-}
-
-int cuGraphExecDestroy(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphExecDestroy", &once);
 }
 
 int cuIpcGetMemHandle(void)

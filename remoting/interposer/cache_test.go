@@ -1,0 +1,189 @@
+package interposer_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuctl/gpuctl/remoting/interposer/testserver"
+	"github.com/gpuctl/gpuctl/remoting/modcache"
+)
+
+// stats is what GPUCTL_STATS=FILE writes at exit.
+type stats struct {
+	RoundTrips map[string]int `json:"round_trips"`
+	Async      map[string]int `json:"async"`
+	Total      int            `json:"total_round_trips"`
+}
+
+func readStats(t *testing.T, path string) stats {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the client wrote no statistics: %v", err)
+	}
+	var s stats
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatalf("statistics %q: %v", b, err)
+	}
+	return s
+}
+
+func cachetest(ctx context.Context, t *testing.T, srv *testserver.Server, statsFile string, env []string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, filepath.Join(build(t), "cachetest"), args...)
+	cmd.Env = append(os.Environ(), "GPUCTL_SERVER="+srv.Addr(), "GPUCTL_TOKEN=secret-token", "GPUCTL_RECONNECT_TIMEOUT=5",
+		"GPUCTL_STATS="+statsFile)
+	cmd.Env = append(cmd.Env, env...)
+	return cmd
+}
+
+// TestClientCachesAnswerLocally asks the hot questions of a training step
+// a thousand times: with the caches they cost a handful of round trips in
+// all; without (GPUCTL_NO_CACHE) one each.
+func TestClientCachesAnswerLocally(t *testing.T) {
+	srv := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		name     string
+		env      []string
+		min, max int
+	}{
+		{"cached", nil, 1, 20},
+		{"uncached", []string{"GPUCTL_NO_CACHE=1"}, 1000 * 10, 1 << 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := filepath.Join(t.TempDir(), "stats.json")
+			out, err := cachetest(ctx, t, srv, f, tc.env, "hot", "1000").CombinedOutput()
+			if err != nil || !bytes.Contains(out, []byte("PASS hot")) {
+				t.Fatalf("cachetest hot: %v\n%s", err, out)
+			}
+			s := readStats(t, f)
+			if s.Total < tc.min || s.Total > tc.max {
+				t.Fatalf("%d round trips for 1000 rounds of questions, want %d..%d: %v", s.Total, tc.min, tc.max, s.RoundTrips)
+			}
+			t.Logf("%d round trips: %v", s.Total, s.RoundTrips)
+		})
+	}
+}
+
+// TestClientCachesRefreshAfterReconnect cuts the connection half-way: the
+// answers stay the same, and the attributes are fetched again, once, by
+// the first question after the reconnect.
+func TestClientCachesRefreshAfterReconnect(t *testing.T) {
+	srv := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f := filepath.Join(t.TempDir(), "stats.json")
+	cmd := cachetest(ctx, t, srv, f, []string{"GPUCTL_CACHETEST_PAUSE=1"}, "hot", "200")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	if !sc.Scan() || sc.Text() != "READY" {
+		t.Fatalf("cachetest did not pause: %q\n%s", sc.Text(), stderr.String())
+	}
+	if srv.DropConnections() == 0 {
+		t.Fatal("no connection to drop")
+	}
+	fmt.Fprintln(stdin)
+	var rest strings.Builder
+	for sc.Scan() {
+		rest.WriteString(sc.Text() + "\n")
+	}
+	if err := cmd.Wait(); err != nil || !strings.Contains(rest.String(), "PASS hot") {
+		t.Fatalf("cachetest hot: %v\n%s%s", err, rest.String(), stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "reconnected") {
+		t.Fatalf("the client never reconnected:\n%s", stderr.String())
+	}
+	s := readStats(t, f)
+	if got := s.RoundTrips["DeviceAttributes"]; got != 2 {
+		t.Fatalf("attributes fetched %d times, want 2 (once per connection): %v", got, s.RoundTrips)
+	}
+}
+
+// TestModuleUploadByHash loads modules of awkward sizes from two processes
+// against a server with a module cache: the first uploads each, the
+// second sends hashes only. The server checks every upload against its
+// hash, so a wrong SHA-256 in the client fails the loads.
+func TestModuleUploadByHash(t *testing.T) {
+	mc, err := modcache.Open(t.TempDir(), 64<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := testserver.StartWith("127.0.0.1:0", "secret-token", nil, testserver.Options{ModuleCache: mc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const modules = 11
+	for i, want := range []int{modules, 0} {
+		f := filepath.Join(t.TempDir(), "stats.json")
+		out, err := cachetest(ctx, t, srv, f, nil, "sizes").CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte("PASS sizes")) {
+			t.Fatalf("run %d: cachetest sizes: %v\n%s", i+1, err, out)
+		}
+		s := readStats(t, f)
+		if s.RoundTrips["ModuleUpload"] != want || s.RoundTrips["ModuleLoadCached"] != modules || s.RoundTrips["ModuleLoad"] != 0 {
+			t.Fatalf("run %d: %v; want %d uploads and %d loads by hash", i+1, s.RoundTrips, want, modules)
+		}
+	}
+	if n, _ := mc.Stats(); n != modules {
+		t.Fatalf("the cache holds %d images, want %d", n, modules)
+	}
+	// Turned off, every load sends the image.
+	f := filepath.Join(t.TempDir(), "stats.json")
+	out, err := cachetest(ctx, t, srv, f, []string{"GPUCTL_NO_CACHE=1"}, "sizes").CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("PASS sizes")) {
+		t.Fatalf("cachetest sizes without the cache: %v\n%s", err, out)
+	}
+	if s := readStats(t, f); s.RoundTrips["ModuleLoad"] != modules {
+		t.Fatalf("without the cache: %v", s.RoundTrips)
+	}
+}
+
+// TestGraphReplayAcrossDrops replays a captured graph thousands of times
+// while the connection is cut again and again: each replay's launches run
+// exactly once.
+func TestGraphReplayAcrossDrops(t *testing.T) {
+	srv := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := cachetest(ctx, t, srv, filepath.Join(t.TempDir(), "stats.json"), nil, "graph", "3000")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	drops := 0
+	var err error
+	for waiting := true; waiting; {
+		select {
+		case err = <-done:
+			waiting = false
+		case <-time.After(15 * time.Millisecond):
+			drops += srv.DropConnections()
+		}
+	}
+	if err != nil || !strings.Contains(out.String(), "PASS graph") {
+		t.Fatalf("cachetest graph: %v\n%s", err, out.String())
+	}
+	t.Logf("%d connections dropped", drops)
+}
