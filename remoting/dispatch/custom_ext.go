@@ -121,12 +121,21 @@ func (s *Session) doModuleUpload(ctx context.Context, x *call, c backend.Ctx, ha
 		return 0, err
 	}
 	// Only images the device accepted are kept: garbage never fills the
-	// cache.
+	// cache. Writing a large image takes a while, and the client need not
+	// wait for it: it happens beside the session's next calls.
 	if mc := s.moduleCache(); mc != nil {
-		mc.Put(sum, img)
+		s.cacheWrites.Add(1)
+		go func() {
+			defer s.cacheWrites.Done()
+			mc.Put(sum, img)
+		}()
 	}
 	return m, nil
 }
+
+// FlushModuleCache waits for the module cache writes in progress. A
+// worker calls it before it is dumped, so that it holds no file then.
+func (s *Session) FlushModuleCache() { s.cacheWrites.Wait() }
 
 // readImage reads a module image from the frame's bulk payload.
 func (s *Session) readImage(x *call) ([]byte, error) {

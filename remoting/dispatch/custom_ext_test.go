@@ -68,6 +68,7 @@ func TestModuleUploadOnce(t *testing.T) {
 	if r != cu.Success || d.U64() == 0 {
 		t.Fatalf("upload: %v", r)
 	}
+	s1.FlushModuleCache()
 	if mc.puts != 1 {
 		t.Fatalf("%d images kept after one upload", mc.puts)
 	}
@@ -93,6 +94,7 @@ func TestModuleUploadOnce(t *testing.T) {
 	if r != cu.ErrorInvalidImage {
 		t.Fatalf("mismatched upload: %v, want INVALID_IMAGE", r)
 	}
+	s2.FlushModuleCache()
 	if _, ok := mc.Get(bad); ok || mc.puts != 1 {
 		t.Fatal("a mismatched upload was kept")
 	}
@@ -100,6 +102,7 @@ func TestModuleUploadOnce(t *testing.T) {
 	junk := []byte(strings.Repeat("junk", 100))
 	js := sha256.Sum256(junk)
 	r, _, _ = tc2.call(wire.OpModuleUpload, enc(func(e *wire.Enc) { e.U64(ctx2); e.Bytes(js[:]) }), junk)
+	s2.FlushModuleCache()
 	if r == cu.Success || mc.puts != 1 {
 		t.Fatalf("garbage upload: %v, %d kept", r, mc.puts)
 	}

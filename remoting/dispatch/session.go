@@ -64,6 +64,8 @@ type Session struct {
 	cache     replyCache            // replies of recent sync requests
 	scratch   []byte                // reused reply encoding buffer
 	modules   atomic.Pointer[ModuleCache]
+	// cacheWrites counts module cache writes still in progress.
+	cacheWrites sync.WaitGroup
 }
 
 // replyCache keeps the reply frames of the last replyCacheSize synchronous

@@ -34,7 +34,7 @@ func TestPutGet(t *testing.T) {
 	if !ok || !bytes.Equal(got, b) {
 		t.Fatalf("got %d bytes, %v", len(got), ok)
 	}
-	if n, size := c.Stats(); n != 1 || size != 1000 {
+	if n, size := c.Stats(); n != 1 || size != 1000+trailerLen {
 		t.Fatalf("stats %d entries, %d bytes", n, size)
 	}
 	// A second cache on the same directory (another worker) sees it.
@@ -49,7 +49,9 @@ func TestDamagedEntryIsAMiss(t *testing.T) {
 	b, sum := img(4096, 2)
 	c.Put(sum, b)
 	p := filepath.Join(c.Dir(), hex.EncodeToString(sum[:]))
-	if err := os.WriteFile(p, append(b[:100:100], 0xff), 0o600); err != nil {
+	good, _ := os.ReadFile(p)
+	good[10] ^= 1 // one flipped bit
+	if err := os.WriteFile(p, good, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := c.Get(sum); ok {
@@ -61,7 +63,7 @@ func TestDamagedEntryIsAMiss(t *testing.T) {
 }
 
 func TestEvictsLeastRecentlyUsedByBytes(t *testing.T) {
-	c, _ := Open(t.TempDir(), 10_000, nil)
+	c, _ := Open(t.TempDir(), 10_000+4*trailerLen, nil)
 	var sums [4][32]byte
 	base := time.Now().Add(-time.Hour)
 	for i := range sums {
@@ -98,7 +100,7 @@ func TestEvictsLeastRecentlyUsedByBytes(t *testing.T) {
 
 func TestTooLargeAndStaleTemporaries(t *testing.T) {
 	c, _ := Open(t.TempDir(), 100, nil)
-	b, sum := img(101, 3)
+	b, sum := img(100-trailerLen+1, 3)
 	c.Put(sum, b)
 	if n, _ := c.Stats(); n != 0 {
 		t.Fatal("an image larger than the whole cache was kept")

@@ -328,6 +328,9 @@ func (w *worker) quiesce() (uint64, error) {
 	if err := w.endServe(); err != nil {
 		w.log.Info("client connection ended during quiesce", "err", err)
 	}
+	// A dump must find no file open, and a module being written to the
+	// cache is one.
+	w.sess.FlushModuleCache()
 	var err error
 	if s, ok := w.dev.(backend.Suspender); ok {
 		w.thread.run(func() { err = s.Suspend(context.Background()) })

@@ -7,6 +7,7 @@
  * The client never assumes what a host has: every load asks, so a session
  * moved to a host with an empty cache just uploads again. */
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda.h"
@@ -69,11 +70,69 @@ static void compress(uint32_t st[8], const uint8_t *p, size_t blocks)
 	}
 }
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+
+/* compress_ni is compress on the x86 SHA extensions, about ten times
+ * faster: a 100 MiB fatbin hashes in tens of milliseconds. The state
+ * lives in two registers, (A,B,E,F) and (C,D,G,H), the layout
+ * sha256rnds2 works on; each call of it does two rounds and swaps the
+ * roles of the two registers. */
+__attribute__((target("sha,sse4.1"))) static void compress_ni(uint32_t st[8], const uint8_t *p, size_t blocks)
+{
+	const __m128i bswap = _mm_set_epi8(12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3);
+	__m128i abcd = _mm_loadu_si128((const __m128i *)&st[0]);
+	__m128i efgh = _mm_loadu_si128((const __m128i *)&st[4]);
+	abcd = _mm_shuffle_epi32(abcd, 0xB1);              /* b a d c */
+	efgh = _mm_shuffle_epi32(efgh, 0x1B);              /* h g f e */
+	__m128i abef = _mm_alignr_epi8(abcd, efgh, 8);     /* f e b a */
+	__m128i cdgh = _mm_blend_epi16(efgh, abcd, 0xF0);  /* h g d c */
+	for (; blocks > 0; blocks--, p += 64) {
+		__m128i abef0 = abef, cdgh0 = cdgh, w[16];
+		for (int i = 0; i < 4; i++)
+			w[i] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * i)), bswap);
+		for (int i = 4; i < 16; i++) {
+			__m128i x = _mm_sha256msg1_epu32(w[i - 4], w[i - 3]);
+			x = _mm_add_epi32(x, _mm_alignr_epi8(w[i - 1], w[i - 2], 4));
+			w[i] = _mm_sha256msg2_epu32(x, w[i - 1]);
+		}
+		for (int i = 0; i < 16; i++) {
+			__m128i wk = _mm_add_epi32(w[i], _mm_loadu_si128((const __m128i *)&K[4 * i]));
+			cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);
+			abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(wk, 0x0E));
+		}
+		abef = _mm_add_epi32(abef, abef0);
+		cdgh = _mm_add_epi32(cdgh, cdgh0);
+	}
+	__m128i feba = _mm_shuffle_epi32(abef, 0x1B);      /* a b e f */
+	__m128i dchg = _mm_shuffle_epi32(cdgh, 0xB1);      /* g h c d */
+	_mm_storeu_si128((__m128i *)&st[0], _mm_blend_epi16(feba, dchg, 0xF0));
+	_mm_storeu_si128((__m128i *)&st[4], _mm_alignr_epi8(dchg, feba, 8));
+}
+
+static int have_sha_ni(void)
+{
+	static int have = -1;
+	if (__atomic_load_n(&have, __ATOMIC_RELAXED) < 0) {
+		unsigned a, b, c, d;
+		int yes = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 29)) != 0 && /* SHA */
+			  __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 19)) != 0;                 /* SSE4.1 */
+		__atomic_store_n(&have, yes, __ATOMIC_RELAXED);
+	}
+	return have;
+}
+#else
+static void compress_ni(uint32_t st[8], const uint8_t *p, size_t blocks) { compress(st, p, blocks); }
+static int have_sha_ni(void) { return 0; }
+#endif
+
 void gc_sha256(const void *data, size_t n, uint8_t out[32])
 {
 	uint32_t st[8] = { 0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19 };
 	const uint8_t *p = data;
-	compress(st, p, n / 64);
+	void (*fold)(uint32_t *, const uint8_t *, size_t) = have_sha_ni() && getenv("GPUCTL_SHA_PORTABLE") == NULL ? compress_ni : compress;
+	fold(st, p, n / 64);
 	/* The tail, a one bit, zeros, and the length in bits (big endian). */
 	uint8_t last[128] = { 0 };
 	size_t rest = n % 64;
@@ -83,7 +142,7 @@ void gc_sha256(const void *data, size_t n, uint8_t out[32])
 	uint64_t bits = (uint64_t)n * 8;
 	for (int i = 0; i < 8; i++)
 		last[tail - 1 - i] = (uint8_t)(bits >> (8 * i));
-	compress(st, last, tail / 64);
+	fold(st, last, tail / 64);
 	for (int i = 0; i < 8; i++) {
 		out[4 * i] = (uint8_t)(st[i] >> 24);
 		out[4 * i + 1] = (uint8_t)(st[i] >> 16);
