@@ -46,15 +46,22 @@ func (d *Device) MemcpyHtoD3D(_ context.Context, h backend.Ctx, dst backend.Pitc
 	if _, err := io.ReadFull(src, packed); err != nil {
 		return fmt.Errorf("read %d bytes of a pitched copy: %w", n, err)
 	}
-	scatter := func() {
+	if d.later(c, s, func() {
+		// Looked up again when it runs: the memory may be gone.
+		rows, err := d.rows(dst, e)
+		if err != nil {
+			c.fail(cu.Errorf(cu.ErrorIllegalAddress, "queued pitched copy: %v", err))
+			return
+		}
 		for i, r := range rows {
 			copy(r, packed[uint64(i)*e.Width:])
 		}
-	}
-	if d.later(c, s, scatter) {
+	}) {
 		return nil
 	}
-	scatter()
+	for i, r := range rows {
+		copy(r, packed[uint64(i)*e.Width:])
+	}
 	d.pump()
 	return nil
 }
@@ -101,7 +108,7 @@ func (d *Device) MemcpyDtoD3D(_ context.Context, h backend.Ctx, dst, src backend
 	if err != nil {
 		return err
 	}
-	run := func() {
+	run := func(to, from [][]byte) {
 		// Overlapping pitched copies are undefined in CUDA; staging the
 		// source keeps them at least deterministic here.
 		buf := make([]byte, 0, uint64(len(from))*e.Width)
@@ -112,10 +119,20 @@ func (d *Device) MemcpyDtoD3D(_ context.Context, h backend.Ctx, dst, src backend
 			copy(r, buf[uint64(i)*e.Width:])
 		}
 	}
-	if d.later(c, s, run) {
+	if d.later(c, s, func() {
+		to, err := d.rows(dst, e)
+		if err == nil {
+			var from [][]byte
+			if from, err = d.rows(src, e); err == nil {
+				run(to, from)
+				return
+			}
+		}
+		c.fail(cu.Errorf(cu.ErrorIllegalAddress, "queued pitched copy: %v", err))
+	}) {
 		return nil
 	}
-	run()
+	run(to, from)
 	d.pump()
 	return nil
 }

@@ -456,3 +456,45 @@ func TestTensorMapEncodeChecks(t *testing.T) {
 		}
 	}
 }
+
+// TestQueuedWorkOnFreedMemoryFaults frees memory that work queued behind a
+// stream wait still targets: when the wait is released the work faults
+// (a sticky error on the context, as on a GPU) instead of touching memory
+// that is gone.
+func TestQueuedWorkOnFreedMemoryFaults(t *testing.T) {
+	d, c := newTestDevice(t, 16<<20)
+	ctx := context.Background()
+	s, _ := d.StreamCreate(ctx, c, 1, 0)
+	flag, _ := d.MemAlloc(ctx, c, 8)
+	mustPut(t, d, c, flag, make([]byte, 8))
+	p, _ := d.MemAlloc(ctx, c, 1<<20)
+	q, _ := d.MemAllocAsync(ctx, c, 1<<20, 0, 0)
+	if err := d.StreamWaitValue(ctx, c, s, flag, 1, waitEQ, 32); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Memset(ctx, c, p, 7, 1, 1<<20, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.MemcpyHtoD(ctx, c, p, bytes.NewReader(make([]byte, 64)), 64, s); err != nil {
+		t.Fatal(err)
+	}
+	// A stream-ordered free behind the wait waits too.
+	if err := d.MemFreeAsync(ctx, c, q, s); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d.poolOf[uint64(q)]; !ok {
+		t.Fatal("a free queued behind a wait happened at once")
+	}
+	if err := d.MemFree(ctx, c, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.StreamWriteValue(ctx, c, 0, flag, 1, 0, 32); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d.poolOf[uint64(q)]; ok {
+		t.Fatal("the queued free did not run after the release")
+	}
+	if err := d.CtxSynchronize(ctx, c); cu.Code(err) != cu.ErrorIllegalAddress {
+		t.Fatalf("queued work on freed memory: %v, want ILLEGAL_ADDRESS", err)
+	}
+}

@@ -93,6 +93,19 @@ func (d *Device) pump() {
 	}
 }
 
+// deferredCopy writes b to device address dst for work that ran after a
+// wait: the memory is looked up again, since it may have been freed since
+// the work was queued, and a copy to memory that is gone fails the
+// context as a fault would.
+func (d *Device) deferredCopy(c *context_, dst uint64, b []byte) {
+	to, err := d.mem.slice(dst, uint64(len(b)))
+	if err != nil {
+		c.fail(cu.Errorf(cu.ErrorIllegalAddress, "queued copy to %#x: %v", dst, err))
+		return
+	}
+	copy(to, b)
+}
+
 // errBlocked is the failure of a synchronous call that would wait for a
 // blocked stream forever.
 func errBlocked(what string) error {

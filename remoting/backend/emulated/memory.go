@@ -79,7 +79,7 @@ func (d *Device) MemcpyHtoD(_ context.Context, h backend.Ctx, dst backend.DevPtr
 	if len(d.blocked) > 0 {
 		c, _ := d.ctx(h)
 		var tmp []byte
-		if d.later(c, s, func() { copy(buf, tmp) }) {
+		if d.later(c, s, func() { d.deferredCopy(c, uint64(dst), tmp) }) {
 			tmp = make([]byte, n)
 			if _, err := io.ReadFull(src, tmp); err != nil {
 				return fmt.Errorf("read %d bytes for device address %#x: %w", n, uint64(dst), err)
@@ -141,7 +141,14 @@ func (d *Device) MemcpyDtoD(_ context.Context, h backend.Ctx, dst, src backend.D
 		return err
 	}
 	c, _ := d.ctx(h)
-	if d.later(c, s, func() { copy(to, from) }) {
+	if d.later(c, s, func() {
+		// The memory is looked up again: it may be gone by now.
+		if from, err := d.mem.slice(uint64(src), n); err != nil {
+			c.fail(cu.Errorf(cu.ErrorIllegalAddress, "queued copy from %#x: %v", uint64(src), err))
+		} else {
+			d.deferredCopy(c, uint64(dst), from)
+		}
+	}) {
 		return nil
 	}
 	copy(to, from) // copy handles overlap like memmove
@@ -165,7 +172,13 @@ func (d *Device) Memset(_ context.Context, h backend.Ctx, dst backend.DevPtr, va
 		return err
 	}
 	c, _ := d.ctx(h)
-	if d.later(c, s, func() { fill(buf, value, elemSize) }) {
+	if d.later(c, s, func() {
+		if buf, err := d.mem.slice(uint64(dst), n); err != nil {
+			c.fail(cu.Errorf(cu.ErrorIllegalAddress, "queued memset of %#x: %v", uint64(dst), err))
+		} else {
+			fill(buf, value, elemSize)
+		}
+	}) {
 		return nil
 	}
 	fill(buf, value, elemSize)

@@ -281,6 +281,14 @@ func (d *Device) MemFreeAsync(_ context.Context, h backend.Ctx, ptr backend.DevP
 	if !ok {
 		return cu.Errorf(cu.ErrorInvalidValue, "%#x was not allocated from a memory pool", uint64(ptr))
 	}
+	// Stream-ordered: behind a wait, the free waits too.
+	if d.later(c, s, func() {
+		if q, ok := d.poolOf[uint64(ptr)]; ok {
+			d.poolFree(q, uint64(ptr))
+		}
+	}) {
+		return nil
+	}
 	d.poolFree(p, uint64(ptr))
 	return nil
 }
