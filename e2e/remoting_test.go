@@ -161,6 +161,10 @@ func TestRemotingKernelPrograms(t *testing.T) {
 		{"warpreduce", []string{"262144"}},
 		{"pipeline", []string{"65536", "4"}},
 		{"errors", []string{"all"}},
+		{"graphs", []string{"4096"}},
+		{"mempool", []string{"65536"}},
+		{"vmm", nil},
+		{"memops", nil},
 	} {
 		t.Run(tc.prog, func(t *testing.T) {
 			// -ffp-contract=off: the programs compare floats bit for bit.

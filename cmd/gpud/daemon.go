@@ -23,6 +23,7 @@ import (
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/migrate"
 	"github.com/gpuctl/gpuctl/remoting/backend"
+	"github.com/gpuctl/gpuctl/remoting/modcache"
 	"github.com/gpuctl/gpuctl/remoting/server"
 	"github.com/gpuctl/gpuctl/remoting/worker"
 	"github.com/gpuctl/gpuctl/session"
@@ -104,6 +105,17 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 	}
 	d.workerOp = worker.Options{Backend: name, Device: cfg.device, EmulatedMemBytes: cfg.emulatedMem, Seed: cfg.name, Exe: exe, Log: log,
 		Spawner: worker.NewSpawner()}
+	if cfg.moduleCacheBytes > 0 {
+		d.workerOp.ModuleCacheDir, d.workerOp.ModuleCacheBytes = filepath.Join(cfg.stateDir, "modules"), cfg.moduleCacheBytes
+		mc, err := modcache.Open(d.workerOp.ModuleCacheDir, cfg.moduleCacheBytes, log)
+		if err != nil {
+			return err
+		}
+		// A smaller bound than last time takes effect at once.
+		if err := mc.Trim(); err != nil {
+			log.Warn("module cache trim failed", "err", err)
+		}
+	}
 	if d.host, err = worker.HostInfo(name, d.workerOp); err != nil {
 		return err
 	}

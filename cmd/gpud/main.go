@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpuctl/gpuctl/remoting/modcache"
 	"github.com/gpuctl/gpuctl/remoting/server"
 	"github.com/gpuctl/gpuctl/remoting/worker"
 	"github.com/gpuctl/gpuctl/session"
@@ -54,6 +55,7 @@ type config struct {
 	handshakeTimeout      time.Duration
 	emulatedMem           uint64
 	criu                  string
+	moduleCacheBytes      int64
 	logLevel              slog.Level
 	// TLS: tlsCert and tlsKey serve --api over HTTPS; tlsCA is what this
 	// gpud trusts when it calls a peer's API (a migration target).
@@ -75,6 +77,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.grace, "grace", session.DefaultGrace, "how long a session whose client disconnected waits for it")
 	fs.DurationVar(&c.handshakeTimeout, "handshake-timeout", server.DefaultHandshakeTimeout, "how long a new connection may take to present its token")
 	fs.Uint64Var(&c.emulatedMem, "emulated-mem", 16<<30, "device memory of the emulated backend, in bytes")
+	fs.Int64Var(&c.moduleCacheBytes, "module-cache-bytes", modcache.DefaultBytes, "bound of the module cache (DIR/modules) that sessions share, in bytes; 0 turns it off")
 	fs.StringVar(&c.criu, "criu", "", "the criu `BINARY` (>= 4.1) for checkpoints (default: GPUCTL_CRIU, the make-deps bundle, or criu on PATH)")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve --api over HTTPS (TLS 1.3) with this PEM certificate `FILE` (with --tls-key; default: plain HTTP)")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "the PEM private key `FILE` of --tls-cert")
@@ -97,6 +100,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if (c.tlsCert == "") != (c.tlsKey == "") {
 		return c, errors.New("--tls-cert and --tls-key go together: pass both, or neither for plain HTTP")
+	}
+	if c.moduleCacheBytes < 0 {
+		return c, errors.New("--module-cache-bytes must be 0 (off) or a positive size")
 	}
 	if c.grace <= 0 || c.handshakeTimeout <= 0 {
 		return c, errors.New("--grace and --handshake-timeout must be positive")

@@ -13,6 +13,13 @@
  * When MiB*STEPS is at most 2048 (or STATEFUL_VERIFY=1), it also replays the
  * whole computation on the CPU and fails unless every checksum matches;
  * STATEFUL_VERIFY=0 turns that off.
+ *
+ * STATEFUL_MEMORY picks where the state lives: "plain" (cuMemAlloc, the
+ * default), "pool" (cuMemAllocFromPoolAsync from a pool of its own), "vmm"
+ * (2 MiB physical allocations mapped back to back into one reservation, as
+ * PyTorch's expandable segments do) or "vmm+pool" (the state in VMM memory,
+ * the checksum in pool memory). The result does not depend on it.
+ * STATEFUL_LOAD=STEM also loads and unloads module STEM at every step.
  */
 #include "common.h"
 
@@ -63,8 +70,50 @@ int main(int argc, char **argv)
     unsigned long long n = (unsigned long long)mib << 18; /* 4-byte elements */
     const unsigned seed = 0x5eed1234u;
     CUdeviceptr ds, dsum;
-    CK(cuMemAlloc(&ds, (size_t)n * 4));
-    CK(cuMemAlloc(&dsum, 8));
+    const char *where = getenv("STATEFUL_MEMORY");
+    if (!where || !*where)
+        where = "plain";
+    int use_vmm = strcmp(where, "vmm") == 0 || strcmp(where, "vmm+pool") == 0;
+    int use_pool = strcmp(where, "pool") == 0 || strcmp(where, "vmm+pool") == 0;
+    if (!use_vmm && !use_pool && strcmp(where, "plain") != 0)
+        fail("STATEFUL_MEMORY=%s: want plain, pool, vmm or vmm+pool", where);
+    CUmemoryPool pool = NULL;
+    if (use_pool) {
+        CUmemPoolProps pp;
+        memset(&pp, 0, sizeof pp);
+        pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        pp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        pp.location.id = 0;
+        CK(cuMemPoolCreate(&pool, &pp));
+    }
+    size_t vmm_size = 0, chunk = 0;
+    CUmemGenericAllocationHandle *chunks = NULL;
+    if (use_vmm) {
+        CUmemAllocationProp prop;
+        memset(&prop, 0, sizeof prop);
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = 0;
+        CK(cuMemGetAllocationGranularity(&chunk, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+        vmm_size = ((size_t)n * 4 + chunk - 1) / chunk * chunk;
+        CK(cuMemAddressReserve(&ds, vmm_size, 0, 0, 0));
+        chunks = calloc(vmm_size / chunk, sizeof *chunks);
+        for (size_t i = 0; i < vmm_size / chunk; i++) {
+            CK(cuMemCreate(&chunks[i], chunk, &prop, 0));
+            CK(cuMemMap(ds + i * chunk, chunk, 0, chunks[i], 0));
+        }
+        CUmemAccessDesc acc = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+        CK(cuMemSetAccess(ds, vmm_size, &acc, 1));
+    } else if (use_pool) {
+        CK(cuMemAllocFromPoolAsync(&ds, (size_t)n * 4, pool, NULL));
+    } else {
+        CK(cuMemAlloc(&ds, (size_t)n * 4));
+    }
+    if (use_pool)
+        CK(cuMemAllocFromPoolAsync(&dsum, 8, pool, NULL));
+    else
+        CK(cuMemAlloc(&dsum, 8));
+    const char *reload = getenv("STATEFUL_LOAD");
     unsigned block = 256;
     unsigned grid = (unsigned)((n + block - 1) / block < 4096 ? (n + block - 1) / block : 4096);
 
@@ -91,6 +140,8 @@ int main(int argc, char **argv)
         void *pc[] = {&ds, &n, &dsum};
         CK(cuLaunchKernel(sum_fn, grid, 1, 1, block, 1, 1, 0, NULL, pc, NULL));
         CK(cuMemcpyDtoH(&sum, dsum, sizeof sum));
+        if (reload && *reload)
+            CK(cuModuleUnload(load_module(reload)));
         if (verify) {
             uint64_t want = cpu_step_and_sum(cpu, n, iter);
             if (sum != want)
@@ -101,8 +152,24 @@ int main(int argc, char **argv)
         if (sleep_ms > 0)
             usleep((useconds_t)sleep_ms * 1000);
     }
-    CK(cuMemFree(ds));
-    CK(cuMemFree(dsum));
+    if (use_vmm) {
+        CK(cuMemUnmap(ds, vmm_size));
+        for (size_t i = 0; i < vmm_size / chunk; i++)
+            CK(cuMemRelease(chunks[i]));
+        CK(cuMemAddressFree(ds, vmm_size));
+        free(chunks);
+    } else if (use_pool) {
+        CK(cuMemFreeAsync(ds, NULL));
+    } else {
+        CK(cuMemFree(ds));
+    }
+    if (use_pool) {
+        CK(cuMemFreeAsync(dsum, NULL));
+        CK(cuCtxSynchronize());
+        CK(cuMemPoolDestroy(pool));
+    } else {
+        CK(cuMemFree(dsum));
+    }
     CK(cuModuleUnload(mod));
     free(cpu);
     printf("RESULT %016llx\n", sum);

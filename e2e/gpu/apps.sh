@@ -143,7 +143,7 @@ if ((HAVE_TF)); then
 	time_for 90 "GPT-2 training" && compare torch-gpt2 measured "$WORK" "$PY" "$APPS" gpt2 --steps "$STEPS"
 	if time_for 90 "training-step throughput"; then
 		native "$PY" "$APPS" bench-step --steps "$BENCH_STEPS" >"$OUT/bench-step.native" 2>&1
-		GPUCTL_CALLSTATS=$OUT/callstats.txt remote "$PY" "$APPS" bench-step --steps "$BENCH_STEPS" >"$OUT/bench-step.remote" 2>&1
+		GPUCTL_STATS=$OUT/stats.json remote "$PY" "$APPS" bench-step --steps "$BENCH_STEPS" >"$OUT/bench-step.remote" 2>&1
 		R[step_native]=$(awk '/^rate gpt2_steps_per_s/ {print $3}' "$OUT/bench-step.native")
 		R[step_remote]=$(awk '/^rate gpt2_steps_per_s/ {print $3}' "$OUT/bench-step.remote")
 		[[ -n ${R[step_remote]} ]] && pass "GPT-2 training steps/s: ${R[step_remote]} through gpuctl, ${R[step_native]} native" ||
@@ -215,9 +215,10 @@ row() { printf '| %-46s | %12s | %12s | %7s |\n' "$1" "$(fmt "$2")" "$(fmt "$3")
 	done
 	[[ -n ${R[torch_downtime_ms]:-} ]] && row "GPT-2 training live migration downtime (ms)" "${R[torch_downtime_ms]}" "" ""
 	[[ -n ${R[torch_ckpt_ms]:-} ]] && row "GPT-2 training checkpoint --leave-running (ms)" "${R[torch_ckpt_ms]}" "" ""
-	if [[ -s $OUT/callstats.txt ]]; then
-		echo "calls that made a round trip during bench-step (${BENCH_STEPS} steps + 3 warm-up), top 10:"
-		sort -k2 -nr "$OUT/callstats.txt" | head -n 10 | sed 's/^/  /'
+	if [[ -s $OUT/stats.json ]]; then
+		echo "round trips during bench-step (${BENCH_STEPS} steps + 3 warm-up): $(jget "$OUT/stats.json" total_round_trips); top 10 ops:"
+		tr -d '\n' <"$OUT/stats.json" | sed 's/.*"round_trips": *{\([^}]*\)}.*/\1/' | tr ',' '\n' |
+			sed 's/^ *"\([^"]*\)": *\([0-9]*\)/\1 \2/' | sort -k2 -nr | head -n 10 | sed 's/^/  /'
 	fi
 	echo "ratio: gpuctl/native"
 	for f in "${FAILED[@]}"; do echo "failed: ${f:0:300}"; done

@@ -161,7 +161,7 @@ export GPUCTL_PTX_DIR=$WORK/ptx GPUCTL_PTX_TARGET=sm_$CAP
 untimed() { sed -E 's/[0-9]+(\.[0-9]+)? (ms|GFLOP\/s|GB\/s)/# \2/g' "$1"; }
 remote() { timeout 180 "$GPUCTL" run --server "$A_LISTEN" --token-file "$TOKEN" -- "$@"; }
 if ((CPROGS)); then
-	for run in vecadd reduction matmul warpreduce pipeline errors "stateful 16 40 0"; do
+	for run in vecadd reduction matmul warpreduce pipeline errors graphs mempool vmm memops "stateful 16 40 0"; do
 		set -- $run
 		name=$1
 		shift

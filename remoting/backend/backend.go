@@ -43,6 +43,7 @@ type Device interface {
 	Launcher
 	Streams
 	Events
+	Extended
 	// Close releases everything the device holds. The worker calls it when
 	// its session ends.
 	Close() error

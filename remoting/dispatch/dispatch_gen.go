@@ -634,6 +634,460 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 		}
 		x.e.F32(float32(outMs))
 		return nil
+	case wire.OpDeviceAttributes:
+		inDev := int32(x.d.I32())
+		inCount := uint32(x.d.U32())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		outValues, err := s.doDeviceAttributes(ctx, x, inDev, inCount)
+		if err != nil {
+			return err
+		}
+		x.e.Bytes(outValues)
+		return nil
+	case wire.OpModuleLoadCached:
+		c := backend.Ctx(x.d.U64())
+		x.c = c
+		inHash := x.d.Bytes()
+		inSize := uint64(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		if err := s.takePending(x, c); err != nil {
+			return err
+		}
+		outM, outFound, err := s.doModuleLoadCached(ctx, x, c, inHash, inSize)
+		if err != nil {
+			return err
+		}
+		x.e.U64(uint64(outM))
+		x.e.Bool(outFound)
+		return nil
+	case wire.OpModuleUpload:
+		c := backend.Ctx(x.d.U64())
+		x.c = c
+		inHash := x.d.Bytes()
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		if err := s.takePending(x, c); err != nil {
+			return err
+		}
+		outM, err := s.doModuleUpload(ctx, x, c, inHash)
+		if err != nil {
+			return err
+		}
+		x.e.U64(uint64(outM))
+		return nil
+	case wire.OpDeviceGetMemPool:
+		inDev := int32(x.d.I32())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		outPool, err := s.dev.DeviceGetMemPool(ctx, inDev)
+		if err != nil {
+			return err
+		}
+		x.e.U64(uint64(outPool))
+		return nil
+	case wire.OpDeviceGetDefaultMemPool:
+		inDev := int32(x.d.I32())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		outPool, err := s.dev.DeviceGetDefaultMemPool(ctx, inDev)
+		if err != nil {
+			return err
+		}
+		x.e.U64(uint64(outPool))
+		return nil
+	case wire.OpDeviceSetMemPool:
+		inDev := int32(x.d.I32())
+		inPool := backend.MemPool(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		err := s.dev.DeviceSetMemPool(ctx, inDev, inPool)
+		if err != nil {
+			return err
+		}
+		return nil
+	case wire.OpMemPoolCreate:
+		inAllocType := uint32(x.d.U32())
+		inHandleTypes := uint32(x.d.U32())
+		inLocType := uint32(x.d.U32())
+		inLocID := int32(x.d.I32())
+		inMaxSize := uint64(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		outPool, err := s.dev.MemPoolCreate(ctx, inAllocType, inHandleTypes, inLocType, inLocID, inMaxSize)
+		if err != nil {
+			return err
+		}
+		x.e.U64(uint64(outPool))
+		return nil
+	case wire.OpMemPoolDestroy:
+		inPool := backend.MemPool(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		err := s.dev.MemPoolDestroy(ctx, inPool)
+		if err != nil {
+			return err
+		}
+		return nil
+	case wire.OpMemPoolSetAttribute:
+		inPool := backend.MemPool(x.d.U64())
+		inAttr := int32(x.d.I32())
+		inValue := uint64(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		err := s.dev.MemPoolSetAttribute(ctx, inPool, inAttr, inValue)
+		if err != nil {
+			return err
+		}
+		return nil
+	case wire.OpMemPoolGetAttribute:
+		inPool := backend.MemPool(x.d.U64())
+		inAttr := int32(x.d.I32())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		outValue, err := s.dev.MemPoolGetAttribute(ctx, inPool, inAttr)
+		if err != nil {
+			return err
+		}
+		x.e.U64(uint64(outValue))
+		return nil
+	case wire.OpMemPoolTrimTo:
+		inPool := backend.MemPool(x.d.U64())
+		inKeep := uint64(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		err := s.dev.MemPoolTrimTo(ctx, inPool, inKeep)
+		if err != nil {
+			return err
+		}
+		return nil
+	case wire.OpMemAllocAsync:
+		c := backend.Ctx(x.d.U64())
+		x.c = c
+		inSize := uint64(x.d.U64())
+		inPool := backend.MemPool(x.d.U64())
+		inS := backend.Stream(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		if err := s.takePending(x, c); err != nil {
+			return err
+		}
+		outPtr, err := s.dev.MemAllocAsync(ctx, c, inSize, inPool, inS)
+		if err != nil {
+			return err
+		}
+		x.e.U64(uint64(outPtr))
+		return nil
+	case wire.OpMemFreeAsync:
+		c := backend.Ctx(x.d.U64())
+		x.c = c
+		inPtr := backend.DevPtr(x.d.U64())
+		inS := backend.Stream(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		if err := s.takePending(x, c); err != nil {
+			return err
+		}
+		err := s.dev.MemFreeAsync(ctx, c, inPtr, inS)
+		if err != nil {
+			return err
+		}
+		return nil
+	case wire.OpMemAddressReserve:
+		inSize := uint64(x.d.U64())
+		inAlign := uint64(x.d.U64())
+		inAddr := backend.DevPtr(x.d.U64())
+		inFlags := uint64(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		outPtr, err := s.dev.MemAddressReserve(ctx, inSize, inAlign, inAddr, inFlags)
+		if err != nil {
+			return err
+		}
+		x.e.U64(uint64(outPtr))
+		return nil
+	case wire.OpMemAddressFree:
+		inPtr := backend.DevPtr(x.d.U64())
+		inSize := uint64(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		err := s.dev.MemAddressFree(ctx, inPtr, inSize)
+		if err != nil {
+			return err
+		}
+		return nil
+	case wire.OpMemCreate:
+		inSize := uint64(x.d.U64())
+		inAllocType := uint32(x.d.U32())
+		inHandleTypes := uint32(x.d.U32())
+		inLocType := uint32(x.d.U32())
+		inLocID := int32(x.d.I32())
+		inCompression := uint32(x.d.U32())
+		inFlags := uint64(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		outH, err := s.dev.MemCreate(ctx, inSize, inAllocType, inHandleTypes, inLocType, inLocID, inCompression, inFlags)
+		if err != nil {
+			return err
+		}
+		x.e.U64(uint64(outH))
+		return nil
+	case wire.OpMemRelease:
+		inH := backend.MemHandle(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		err := s.dev.MemRelease(ctx, inH)
+		if err != nil {
+			return err
+		}
+		return nil
+	case wire.OpMemMap:
+		inPtr := backend.DevPtr(x.d.U64())
+		inSize := uint64(x.d.U64())
+		inOffset := uint64(x.d.U64())
+		inH := backend.MemHandle(x.d.U64())
+		inFlags := uint64(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		err := s.dev.MemMap(ctx, inPtr, inSize, inOffset, inH, inFlags)
+		if err != nil {
+			return err
+		}
+		return nil
+	case wire.OpMemUnmap:
+		inPtr := backend.DevPtr(x.d.U64())
+		inSize := uint64(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		err := s.dev.MemUnmap(ctx, inPtr, inSize)
+		if err != nil {
+			return err
+		}
+		return nil
+	case wire.OpMemSetAccess:
+		inPtr := backend.DevPtr(x.d.U64())
+		inSize := uint64(x.d.U64())
+		inDescs := x.d.Bytes()
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		err := s.doMemSetAccess(ctx, x, inPtr, inSize, inDescs)
+		if err != nil {
+			return err
+		}
+		return nil
+	case wire.OpMemGetAccess:
+		inLocType := uint32(x.d.U32())
+		inLocID := int32(x.d.I32())
+		inPtr := backend.DevPtr(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		outFlags, err := s.dev.MemGetAccess(ctx, inLocType, inLocID, inPtr)
+		if err != nil {
+			return err
+		}
+		x.e.U64(uint64(outFlags))
+		return nil
+	case wire.OpMemGetAllocationGranularity:
+		inAllocType := uint32(x.d.U32())
+		inHandleTypes := uint32(x.d.U32())
+		inLocType := uint32(x.d.U32())
+		inLocID := int32(x.d.I32())
+		inOption := uint32(x.d.U32())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		outGranularity, err := s.dev.MemGetAllocationGranularity(ctx, inAllocType, inHandleTypes, inLocType, inLocID, inOption)
+		if err != nil {
+			return err
+		}
+		x.e.U64(uint64(outGranularity))
+		return nil
+	case wire.OpMemRetainAllocationHandle:
+		inPtr := backend.DevPtr(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		outH, err := s.dev.MemRetainAllocationHandle(ctx, inPtr)
+		if err != nil {
+			return err
+		}
+		x.e.U64(uint64(outH))
+		return nil
+	case wire.OpStreamWaitValue:
+		c := backend.Ctx(x.d.U64())
+		x.c = c
+		inS := backend.Stream(x.d.U64())
+		inAddr := backend.DevPtr(x.d.U64())
+		inValue := uint64(x.d.U64())
+		inFlags := uint32(x.d.U32())
+		inWidth := uint32(x.d.U32())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		if err := s.takePending(x, c); err != nil {
+			return err
+		}
+		err := s.dev.StreamWaitValue(ctx, c, inS, inAddr, inValue, inFlags, inWidth)
+		if err != nil {
+			return err
+		}
+		return nil
+	case wire.OpStreamWriteValue:
+		c := backend.Ctx(x.d.U64())
+		x.c = c
+		inS := backend.Stream(x.d.U64())
+		inAddr := backend.DevPtr(x.d.U64())
+		inValue := uint64(x.d.U64())
+		inFlags := uint32(x.d.U32())
+		inWidth := uint32(x.d.U32())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		if err := s.takePending(x, c); err != nil {
+			return err
+		}
+		err := s.dev.StreamWriteValue(ctx, c, inS, inAddr, inValue, inFlags, inWidth)
+		if err != nil {
+			return err
+		}
+		return nil
+	case wire.OpStreamBatchMemOp:
+		c := backend.Ctx(x.d.U64())
+		x.c = c
+		inS := backend.Stream(x.d.U64())
+		inFlags := uint32(x.d.U32())
+		inOps := x.d.Bytes()
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		if err := s.takePending(x, c); err != nil {
+			return err
+		}
+		err := s.doStreamBatchMemOp(ctx, x, c, inS, inFlags, inOps)
+		if err != nil {
+			return err
+		}
+		return nil
+	case wire.OpTensorMapEncode:
+		inKind := uint32(x.d.U32())
+		inParams := x.d.Bytes()
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		outTmap, err := s.doTensorMapEncode(ctx, x, inKind, inParams)
+		if err != nil {
+			return err
+		}
+		x.e.Bytes(outTmap)
+		return nil
+	case wire.OpMemcpyHtoD3D:
+		c := backend.Ctx(x.d.U64())
+		x.c = c
+		inDst := backend.DevPtr(x.d.U64())
+		inDstPitch := uint64(x.d.U64())
+		inDstHeight := uint64(x.d.U64())
+		inWidth := uint64(x.d.U64())
+		inHeight := uint64(x.d.U64())
+		inDepth := uint64(x.d.U64())
+		inS := backend.Stream(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		if err := s.takePending(x, c); err != nil {
+			return err
+		}
+		err := s.doMemcpyHtoD3D(ctx, x, c, inDst, inDstPitch, inDstHeight, inWidth, inHeight, inDepth, inS)
+		if err != nil {
+			return err
+		}
+		return nil
+	case wire.OpMemcpyDtoH3D:
+		c := backend.Ctx(x.d.U64())
+		x.c = c
+		inSrc := backend.DevPtr(x.d.U64())
+		inSrcPitch := uint64(x.d.U64())
+		inSrcHeight := uint64(x.d.U64())
+		inWidth := uint64(x.d.U64())
+		inHeight := uint64(x.d.U64())
+		inDepth := uint64(x.d.U64())
+		inS := backend.Stream(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		if err := s.takePending(x, c); err != nil {
+			return err
+		}
+		err := s.doMemcpyDtoH3D(ctx, x, c, inSrc, inSrcPitch, inSrcHeight, inWidth, inHeight, inDepth, inS)
+		if err != nil {
+			return err
+		}
+		return nil
+	case wire.OpMemcpyDtoD3D:
+		c := backend.Ctx(x.d.U64())
+		x.c = c
+		inDst := backend.DevPtr(x.d.U64())
+		inDstPitch := uint64(x.d.U64())
+		inDstHeight := uint64(x.d.U64())
+		inSrc := backend.DevPtr(x.d.U64())
+		inSrcPitch := uint64(x.d.U64())
+		inSrcHeight := uint64(x.d.U64())
+		inWidth := uint64(x.d.U64())
+		inHeight := uint64(x.d.U64())
+		inDepth := uint64(x.d.U64())
+		inS := backend.Stream(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		if err := s.takePending(x, c); err != nil {
+			return err
+		}
+		err := s.doMemcpyDtoD3D(ctx, x, c, inDst, inDstPitch, inDstHeight, inSrc, inSrcPitch, inSrcHeight, inWidth, inHeight, inDepth, inS)
+		if err != nil {
+			return err
+		}
+		return nil
+	case wire.OpMemcpyPeer:
+		c := backend.Ctx(x.d.U64())
+		x.c = c
+		inDst := backend.DevPtr(x.d.U64())
+		inDstCtx := backend.Ctx(x.d.U64())
+		inSrc := backend.DevPtr(x.d.U64())
+		inSrcCtx := backend.Ctx(x.d.U64())
+		inN := uint64(x.d.U64())
+		inS := backend.Stream(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		if err := s.takePending(x, c); err != nil {
+			return err
+		}
+		err := s.dev.MemcpyPeer(ctx, c, inDst, inDstCtx, inSrc, inSrcCtx, inN, inS)
+		if err != nil {
+			return err
+		}
+		return nil
 	}
 	return s.unknownOp(x)
 }

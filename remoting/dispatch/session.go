@@ -63,6 +63,9 @@ type Session struct {
 	pending   map[backend.Ctx]error // failures of async work not yet reported
 	cache     replyCache            // replies of recent sync requests
 	scratch   []byte                // reused reply encoding buffer
+	modules   atomic.Pointer[ModuleCache]
+	// cacheWrites counts module cache writes still in progress.
+	cacheWrites sync.WaitGroup
 }
 
 // replyCache keeps the reply frames of the last replyCacheSize synchronous
@@ -279,7 +282,7 @@ func (s *Session) duplicate(ctx context.Context, x *call, bw *bufio.Writer) erro
 		_, err := bw.Write(b)
 		return err
 	}
-	if h.Op == wire.OpMemcpyDtoH {
+	if h.Op == wire.OpMemcpyDtoH || h.Op == wire.OpMemcpyDtoH3D {
 		// Bulk replies are not cached; reading device memory again is
 		// what the client asked for.
 		err := s.run(ctx, x, bw)

@@ -43,7 +43,7 @@ func TestRuntimeSurface(t *testing.T) {
 		"unknown export table 00112233445566778899aabbccddeeff; handing out a stub table",
 		"unknown export table 00112233445566778899aabbccddeeff: slot 5 called",
 		"export table CUDART_INTERFACE: slot 4 is not implemented",
-		"cuGraphAddKernelNode is not supported",
+		"cuGraphAddChildGraphNode is not supported",
 		"cuLaunchKernelEx: thread-block clusters are not supported",
 	} {
 		if n := strings.Count(stderr, want); n != 1 {

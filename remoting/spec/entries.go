@@ -1,5 +1,10 @@
 package spec
 
+import (
+	"fmt"
+	"slices"
+)
+
 // EntryKind says who implements a C entry point.
 type EntryKind int
 
@@ -77,6 +82,14 @@ func local(name string, syms ...Symbol) Entry {
 	return e
 }
 
+func lookupOnly(names ...string) []Entry {
+	var es []Entry
+	for _, n := range names {
+		es = append(es, Entry{Name: n, Symbols: []Symbol{sym(n, 2000)}, Kind: LookupOnly})
+	}
+	return es
+}
+
 func unsupported(names ...string) []Entry {
 	var es []Entry
 	for _, n := range names {
@@ -88,11 +101,11 @@ func unsupported(names ...string) []Entry {
 // a is shorthand for a list of C expressions or parameter names.
 func a(s ...string) []string { return s }
 
-// Entries is every C entry point of libcuda.so.1: the core calls below,
-// the runtime-API surface (entries_runtime.go) and the unsupported and
-// lookup-only stubs, minus any stub whose name an implemented entry
-// already serves.
-var Entries = resolveEntries(coreEntries, runtimeEntries)
+// Entries is every C entry point of libcuda.so.1, each symbol once: the
+// core calls below, the CUDA runtime's surface (entries_runtime.go) and
+// the surface of cuBLAS and PyTorch (entries_torch.go), joined by
+// resolveEntries here and nowhere else.
+var Entries = resolveEntries(coreEntries, runtimeEntries, torchEntries)
 
 // coreEntries are the driver calls of driver-API programs. The C helpers used in
 // Args: GC_H(handle) passes an opaque handle, GC_S(stream) also maps the
@@ -120,7 +133,8 @@ var coreEntries = append([]Entry{
 	custom("cuDeviceGetByPCIBusId"),
 
 	// Primary contexts.
-	remote("cuDevicePrimaryCtxRetain", "CUcontext *pctx, CUdevice dev", "PrimaryCtxRetain", a("dev"), a("pctx")),
+	remote("cuDevicePrimaryCtxRetain", "CUcontext *pctx, CUdevice dev", "PrimaryCtxRetain", a("dev"), a("pctx"),
+		sym("cuDevicePrimaryCtxRetain", 7000)),
 	remote("cuDevicePrimaryCtxRelease", "CUdevice dev", "PrimaryCtxRelease", a("dev"), nil,
 		sym("cuDevicePrimaryCtxRelease_v2", 11000)),
 	remote("cuDevicePrimaryCtxReset", "CUdevice dev", "PrimaryCtxReset", a("dev"), nil,
@@ -186,15 +200,15 @@ var coreEntries = append([]Entry{
 
 	// Execution.
 	remote("cuFuncGetAttribute", "int *pi, CUfunction_attribute attrib, CUfunction hfunc", "FuncGetAttribute",
-		a("GC_F(hfunc)", "(int32_t)attrib"), a("pi")),
+		a("GC_F(hfunc)", "(int32_t)attrib"), a("pi"), sym("cuFuncGetAttribute", 2020)),
 	remote("cuFuncSetAttribute", "CUfunction hfunc, CUfunction_attribute attrib, int value", "FuncSetAttribute",
-		a("GC_F(hfunc)", "(int32_t)attrib", "value"), nil),
+		a("GC_F(hfunc)", "(int32_t)attrib", "value"), nil, sym("cuFuncSetAttribute", 9000)),
 	custom("cuLaunchKernel"),
 
 	// Streams.
 	remote("cuStreamCreate", "CUstream *phStream, unsigned int Flags", "StreamCreate", a("Flags", "0"), a("phStream")),
 	remote("cuStreamCreateWithPriority", "CUstream *phStream, unsigned int flags, int priority", "StreamCreate",
-		a("flags", "priority"), a("phStream")),
+		a("flags", "priority"), a("phStream"), sym("cuStreamCreateWithPriority", 5050)),
 	remote("cuStreamQuery", "CUstream hStream", "StreamQuery", a("GC_S(hStream)"), nil),
 	remote("cuStreamSynchronize", "CUstream hStream", "StreamSynchronize", a("GC_S(hStream)"), nil),
 	custom("cuStreamWaitEvent"),
@@ -242,3 +256,125 @@ var coreEntries = append([]Entry{
 		"cuCheckpointProcessGetRestoreThreadId", "cuCheckpointProcessGetState", "cuCheckpointProcessLock",
 		"cuCheckpointProcessCheckpoint", "cuCheckpointProcessRestore", "cuCheckpointProcessUnlock",
 	)...)
+
+// implemented reports whether e is served by generated or hand-written C
+// (not a stub).
+func (e Entry) implemented() bool { return e.Kind == Remote || e.Kind == Custom || e.Kind == Local }
+
+// resolveEntries joins entry lists into one table in which every symbol
+// is exported once and every call has one implementation, so that each
+// list can add to a call without editing another list:
+//
+//   - Implemented entries of the same base name become one entry, at the
+//     place of the first. It exports the union of their symbols (a later
+//     list adds the per-thread-default-stream forms or CUDA 13's
+//     context-taking forms of a call an earlier list serves) and takes its
+//     kind and wire description from the last, which thereby takes over
+//     every symbol of the call: the runtime's cached cuFuncGetAttribute
+//     replaces the core's forwarding one, and the client-side caches'
+//     cuCtxGetDevice serves the runtime's cuCtxGetDevice_v2 too. Listing a
+//     symbol again must repeat its version and per-thread flag.
+//   - A stub (Unsupported, LookupOnly) is dropped when an implemented
+//     entry exports its symbol or serves its name, so implementing a call
+//     is adding its entry, never editing a stub list.
+//
+// A contradiction (a symbol listed with two versions, a symbol claimed by
+// two calls, a Remote entry left to serve symbols it does not list) is a
+// mistake in the tables and panics, which fails go generate and every
+// test of the package.
+func resolveEntries(lists ...[]Entry) []Entry {
+	all := slices.Concat(lists...)
+	var out []Entry
+	at := map[string]int{}       // base name -> index in out
+	owner := map[string]string{} // symbol -> base name
+	for _, e := range all {
+		if !e.implemented() {
+			continue
+		}
+		for _, s := range e.Symbols {
+			if o, ok := owner[s.Name]; ok && o != e.Name {
+				panic(fmt.Sprintf("spec: symbol %s is exported by both %s and %s", s.Name, o, e.Name))
+			}
+			owner[s.Name] = e.Name
+		}
+		i, ok := at[e.Name]
+		if !ok {
+			at[e.Name] = len(out)
+			e.Symbols = slices.Clone(e.Symbols)
+			out = append(out, e)
+			continue
+		}
+		out[i] = mergeEntry(out[i], e)
+	}
+	var stubs []Entry
+	for _, e := range all {
+		switch e.Kind {
+		case Unsupported:
+			_, served := owner[e.Symbols[0].Name]
+			if _, named := at[e.Name]; served || named {
+				continue
+			}
+		case LookupOnly:
+			_, served := owner[e.Name]
+			if _, named := at[e.Name]; served || named || exported(all, e.Name) {
+				continue
+			}
+		default:
+			continue
+		}
+		stubs = append(stubs, e)
+	}
+	return append(out, stubs...)
+}
+
+// mergeEntry joins a later entry of a call into the one already listed:
+// the union of their symbols, oldest first, with the later entry's kind,
+// prototype and op.
+//
+// Only a Remote entry's newest symbol is generated from its prototype
+// (the others are aliases of it), so a Remote entry cannot take over a
+// symbol it does not list: that form has parameters of its own (a _v2
+// that takes a context, a per-thread form) and needs a Custom entry.
+func mergeEntry(prev, next Entry) Entry {
+	syms := prev.Symbols
+	if next.Kind == Remote {
+		for _, p := range prev.Symbols {
+			if !slices.ContainsFunc(next.Symbols, func(s Symbol) bool { return s.Name == p.Name }) {
+				panic(fmt.Sprintf("spec: Remote entry %s cannot serve %s, which it does not list; make it Custom", next.Name, p.Name))
+			}
+		}
+	}
+	for _, s := range next.Symbols {
+		j := slices.IndexFunc(syms, func(p Symbol) bool { return p.Name == s.Name })
+		if j < 0 {
+			syms = append(syms, s)
+			continue
+		}
+		if syms[j] != s {
+			panic(fmt.Sprintf("spec: %s lists symbol %s as %+v and again as %+v", next.Name, s.Name, syms[j], s))
+		}
+	}
+	if next.Kind == Remote {
+		next.Symbols = slices.Clone(next.Symbols) // its own order: the last is generated
+		return next
+	}
+	slices.SortStableFunc(syms, func(a, b Symbol) int { return a.Version - b.Version })
+	next.Symbols = syms
+	return next
+}
+
+// exported reports whether an Unsupported entry already exports name
+// (cuGetProcAddress finds it under its base name).
+func exported(all []Entry, name string) bool {
+	for _, e := range all {
+		if e.Kind != Unsupported {
+			continue
+		}
+		for _, s := range e.Symbols {
+			if s.Name == name || s.Name == name+"_v2" || s.Name == name+"_v3" || s.Name == name+"_v4" {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,7 +1,5 @@
 package spec
 
-import "slices"
-
 // runtimeEntries are the calls the CUDA runtime (cudart, static or shared,
 // and the copies inside cuBLAS, cuBLASLt and cuDNN) makes beyond the core
 // driver API: export tables, libraries and kernels, occupancy, the CUDA
@@ -186,82 +184,3 @@ var runtimeEntries = append([]Entry{
 		"cuThreadExchangeStreamCaptureMode", "cuUserObjectCreate", "cuUserObjectRelease", "cuUserObjectRetain",
 		"cuVDPAUCtxCreate", "cuVDPAUGetDevice", "cuWaitExternalSemaphoresAsync",
 	)...)
-
-func lookupOnly(names ...string) []Entry {
-	var es []Entry
-	for _, n := range names {
-		es = append(es, Entry{Name: n, Symbols: []Symbol{sym(n, 2000)}, Kind: LookupOnly})
-	}
-	return es
-}
-
-// resolveEntries concatenates entry lists. An implemented entry whose
-// symbols a later list implements again is replaced by the later one (the
-// runtime's cached cuFuncGetAttribute replaces the core's forwarding
-// one). An entry that is only a stub
-// (Unsupported, LookupOnly) is dropped when an implemented entry exports
-// the same symbol or serves the same base name, so the lists can grow
-// independently: implementing a call is adding its entry, never editing
-// a stub list.
-func resolveEntries(lists ...[]Entry) []Entry {
-	all := slices.Concat(lists...)
-	served, names := map[string]bool{}, map[string]bool{}
-	for _, e := range all {
-		if e.Kind == Unsupported || e.Kind == LookupOnly {
-			continue
-		}
-		names[e.Name] = true
-		for _, s := range e.Symbols {
-			served[s.Name] = true
-		}
-	}
-	last := map[string]int{}
-	for i, e := range all {
-		if e.Kind != Unsupported && e.Kind != LookupOnly {
-			for _, s := range e.Symbols {
-				last[s.Name] = i
-			}
-		}
-	}
-	var out []Entry
-	for i, e := range all {
-		switch e.Kind {
-		case Remote, Custom, Local:
-			replaced := true
-			for _, s := range e.Symbols {
-				if last[s.Name] == i {
-					replaced = false
-				}
-			}
-			if replaced {
-				continue
-			}
-		case Unsupported:
-			if served[e.Symbols[0].Name] {
-				continue
-			}
-		case LookupOnly:
-			if names[e.Name] || served[e.Name] || exported(all, e.Name) {
-				continue
-			}
-		}
-		out = append(out, e)
-	}
-	return out
-}
-
-// exported reports whether an Unsupported entry already exports name
-// (cuGetProcAddress finds it under its base name).
-func exported(all []Entry, name string) bool {
-	for _, e := range all {
-		if e.Kind != Unsupported {
-			continue
-		}
-		for _, s := range e.Symbols {
-			if s.Name == name || s.Name == name+"_v2" || s.Name == name+"_v3" || s.Name == name+"_v4" {
-				return true
-			}
-		}
-	}
-	return false
-}

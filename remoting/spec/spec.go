@@ -15,6 +15,8 @@
 // checked in and `make check-generated` fails when they are stale.
 package spec
 
+import "slices"
+
 //go:generate go run ./gen -root ../..
 
 // Wire field types. Every field is little endian; variable-length fields
@@ -79,9 +81,13 @@ var (
 	ptr    = f("ptr", U64, "backend.DevPtr")
 )
 
-// Ops is the table of wire operations. Codes never change meaning; new ops
-// take new codes.
-var Ops = []Op{
+// Ops is the table of wire operations: the core ops below and the ops of
+// the extended surface (entries_torch.go, codes 300-399), joined here and
+// nowhere else. Codes never change meaning; new ops take new codes.
+var Ops = slices.Concat(coreOps, torchOps)
+
+// coreOps are the ops of driver-API programs.
+var coreOps = []Op{
 	{Code: 1, Name: "DriverVersion", Out: []Field{f("version", I32, "int32")}},
 	{Code: 2, Name: "DeviceCount", Out: []Field{f("count", I32, "int32")}},
 	{Code: 3, Name: "DeviceName", In: []Field{dev}, Out: []Field{f("name", Str, "string")}},

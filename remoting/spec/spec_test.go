@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -190,6 +192,110 @@ func TestResultsMatchHeader(t *testing.T) {
 		}
 		if h.Name != r.Name || h.Code != r.Code {
 			t.Errorf("enumerator %d: cuda.h has %s = %d, the table %s = %d", i, h.Name, h.Code, r.Name, r.Code)
+		}
+	}
+}
+
+func TestResolveEntries(t *testing.T) {
+	names := func(es []Entry) []string {
+		var out []string
+		for _, e := range es {
+			for _, s := range e.Symbols {
+				out = append(out, fmt.Sprintf("%s:%s@%d/%v/%d", e.Name, s.Name, s.Version, s.PerThread, e.Kind))
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		lists [][]Entry
+		want  []string // entry:symbol@version/perthread/kind, in order
+		panic string   // non-empty: resolveEntries must panic with this in its message
+	}{
+		{
+			name: "a later entry of a call takes it over and keeps the earlier symbols",
+			lists: [][]Entry{
+				{remote("cuA", "void", "Op", nil, nil)},
+				{custom("cuA", sym("cuA_v2", 13000)), custom("cuB", ptsym("cuB_ptsz", 7000))},
+				{local("cuA", sym("cuA", 2000)), custom("cuB")},
+			},
+			want: []string{"cuA:cuA@2000/false/2", "cuA:cuA_v2@13000/false/2", "cuB:cuB@2000/false/1", "cuB:cuB_ptsz@7000/true/1"},
+		},
+		{
+			name: "stubs of served symbols and names are dropped",
+			lists: [][]Entry{
+				append(unsupported("cuA", "cuB_v2", "cuC"), lookupOnly("cuD", "cuB", "cuE")...),
+				{custom("cuA"), custom("cuB", sym("cuB_v2", 3020))},
+			},
+			want: []string{"cuA:cuA@2000/false/1", "cuB:cuB_v2@3020/false/1", "cuC:cuC@2000/false/3", "cuD:cuD@2000/false/4", "cuE:cuE@2000/false/4"},
+		},
+		{
+			name:  "a symbol restated with another version",
+			lists: [][]Entry{{custom("cuA", sym("cuA", 7000))}, {custom("cuA")}},
+			panic: "lists symbol cuA",
+		},
+		{
+			name:  "a symbol claimed by two calls",
+			lists: [][]Entry{{custom("cuA", sym("cuX", 2000))}, {custom("cuB", sym("cuX", 2000))}},
+			panic: "exported by both cuA and cuB",
+		},
+		{
+			name:  "a Remote entry cannot take over a form it does not list",
+			lists: [][]Entry{{custom("cuA", sym("cuA_v2", 13000))}, {remote("cuA", "void", "Op", nil, nil)}},
+			panic: "cannot serve cuA_v2",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				if tc.panic == "" && r != nil {
+					t.Fatalf("panicked: %v", r)
+				}
+				if tc.panic != "" && (r == nil || !strings.Contains(fmt.Sprint(r), tc.panic)) {
+					t.Fatalf("panic %v, want one mentioning %q", r, tc.panic)
+				}
+			}()
+			got := names(resolveEntries(tc.lists...))
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("got  %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestJoinedEntries holds the joined table to what each list contributes
+// for the calls that several of them serve: every form survives, under
+// one implementation.
+func TestJoinedEntries(t *testing.T) {
+	byName := map[string]Entry{}
+	for _, e := range Entries {
+		if e.Kind != Unsupported && e.Kind != LookupOnly {
+			byName[e.Name] = e
+		}
+	}
+	for name, want := range map[string][]Symbol{
+		"cuCtxGetDevice":            {sym("cuCtxGetDevice", 2000), sym("cuCtxGetDevice_v2", 13000)},
+		"cuCtxSynchronize":          {sym("cuCtxSynchronize", 2000), sym("cuCtxSynchronize_v2", 13000)},
+		"cuStreamQuery":             {sym("cuStreamQuery", 2000), ptsym("cuStreamQuery_ptsz", 7000)},
+		"cuStreamSynchronize":       {sym("cuStreamSynchronize", 2000), ptsym("cuStreamSynchronize_ptsz", 7000)},
+		"cuDevicePrimaryCtxRetain":  {sym("cuDevicePrimaryCtxRetain", 7000)},
+		"cuDevicePrimaryCtxRelease": {sym("cuDevicePrimaryCtxRelease", 7000), sym("cuDevicePrimaryCtxRelease_v2", 11000)},
+		"cuDevicePrimaryCtxReset":   {sym("cuDevicePrimaryCtxReset", 7000), sym("cuDevicePrimaryCtxReset_v2", 11000)},
+		"cuCtxGetFlags":             {sym("cuCtxGetFlags", 7000)},
+		"cuLaunchKernel":            {sym("cuLaunchKernel", 2000), ptsym("cuLaunchKernel_ptsz", 7000)},
+		"cuEventRecord":             {sym("cuEventRecord", 2000), ptsym("cuEventRecord_ptsz", 7000)},
+		"cuStreamWaitEvent":         {sym("cuStreamWaitEvent", 2000), ptsym("cuStreamWaitEvent_ptsz", 7000)},
+	} {
+		e, ok := byName[name]
+		if !ok {
+			t.Errorf("%s: no implemented entry", name)
+			continue
+		}
+		if e.Kind == Remote {
+			t.Errorf("%s: generated, but the client's caches or capture serve it", name)
+		}
+		if !slices.Equal(e.Symbols, want) {
+			t.Errorf("%s exports %+v, want %+v", name, e.Symbols, want)
 		}
 	}
 }

@@ -7,48 +7,79 @@ package wire
 type Op uint16
 
 const (
-	OpDriverVersion      Op = 1
-	OpDeviceCount        Op = 2
-	OpDeviceName         Op = 3
-	OpDeviceUUID         Op = 4
-	OpDeviceTotalMem     Op = 5
-	OpDeviceAttribute    Op = 6
-	OpDevicePCIBusID     Op = 7
-	OpPrimaryCtxRetain   Op = 16
-	OpPrimaryCtxRelease  Op = 17
-	OpPrimaryCtxReset    Op = 18
-	OpPrimaryCtxState    Op = 19
-	OpPrimaryCtxSetFlags Op = 20
-	OpCtxCreate          Op = 21
-	OpCtxDestroy         Op = 22
-	OpCtxDevice          Op = 23
-	OpCtxSynchronize     Op = 24
-	OpMemAlloc           Op = 32
-	OpMemFree            Op = 33
-	OpMemGetInfo         Op = 34
-	OpMemGetAddressRange Op = 35
-	OpMemcpyHtoD         Op = 36
-	OpMemcpyDtoH         Op = 37
-	OpMemcpyDtoD         Op = 38
-	OpMemset             Op = 39
-	OpModuleLoad         Op = 48
-	OpModuleUnload       Op = 49
-	OpModuleGetFunction  Op = 50
-	OpModuleGetGlobal    Op = 51
-	OpFuncGetAttribute   Op = 52
-	OpFuncSetAttribute   Op = 53
-	OpLaunch             Op = 64
-	OpStreamCreate       Op = 80
-	OpStreamDestroy      Op = 81
-	OpStreamQuery        Op = 82
-	OpStreamSynchronize  Op = 83
-	OpStreamWaitEvent    Op = 84
-	OpEventCreate        Op = 96
-	OpEventDestroy       Op = 97
-	OpEventRecord        Op = 98
-	OpEventQuery         Op = 99
-	OpEventSynchronize   Op = 100
-	OpEventElapsedTime   Op = 101
+	OpDriverVersion               Op = 1
+	OpDeviceCount                 Op = 2
+	OpDeviceName                  Op = 3
+	OpDeviceUUID                  Op = 4
+	OpDeviceTotalMem              Op = 5
+	OpDeviceAttribute             Op = 6
+	OpDevicePCIBusID              Op = 7
+	OpPrimaryCtxRetain            Op = 16
+	OpPrimaryCtxRelease           Op = 17
+	OpPrimaryCtxReset             Op = 18
+	OpPrimaryCtxState             Op = 19
+	OpPrimaryCtxSetFlags          Op = 20
+	OpCtxCreate                   Op = 21
+	OpCtxDestroy                  Op = 22
+	OpCtxDevice                   Op = 23
+	OpCtxSynchronize              Op = 24
+	OpMemAlloc                    Op = 32
+	OpMemFree                     Op = 33
+	OpMemGetInfo                  Op = 34
+	OpMemGetAddressRange          Op = 35
+	OpMemcpyHtoD                  Op = 36
+	OpMemcpyDtoH                  Op = 37
+	OpMemcpyDtoD                  Op = 38
+	OpMemset                      Op = 39
+	OpModuleLoad                  Op = 48
+	OpModuleUnload                Op = 49
+	OpModuleGetFunction           Op = 50
+	OpModuleGetGlobal             Op = 51
+	OpFuncGetAttribute            Op = 52
+	OpFuncSetAttribute            Op = 53
+	OpLaunch                      Op = 64
+	OpStreamCreate                Op = 80
+	OpStreamDestroy               Op = 81
+	OpStreamQuery                 Op = 82
+	OpStreamSynchronize           Op = 83
+	OpStreamWaitEvent             Op = 84
+	OpEventCreate                 Op = 96
+	OpEventDestroy                Op = 97
+	OpEventRecord                 Op = 98
+	OpEventQuery                  Op = 99
+	OpEventSynchronize            Op = 100
+	OpEventElapsedTime            Op = 101
+	OpDeviceAttributes            Op = 300
+	OpModuleLoadCached            Op = 301
+	OpModuleUpload                Op = 302
+	OpDeviceGetMemPool            Op = 310
+	OpDeviceGetDefaultMemPool     Op = 311
+	OpDeviceSetMemPool            Op = 312
+	OpMemPoolCreate               Op = 313
+	OpMemPoolDestroy              Op = 314
+	OpMemPoolSetAttribute         Op = 315
+	OpMemPoolGetAttribute         Op = 316
+	OpMemPoolTrimTo               Op = 317
+	OpMemAllocAsync               Op = 318
+	OpMemFreeAsync                Op = 319
+	OpMemAddressReserve           Op = 320
+	OpMemAddressFree              Op = 321
+	OpMemCreate                   Op = 322
+	OpMemRelease                  Op = 323
+	OpMemMap                      Op = 324
+	OpMemUnmap                    Op = 325
+	OpMemSetAccess                Op = 326
+	OpMemGetAccess                Op = 327
+	OpMemGetAllocationGranularity Op = 328
+	OpMemRetainAllocationHandle   Op = 329
+	OpStreamWaitValue             Op = 330
+	OpStreamWriteValue            Op = 331
+	OpStreamBatchMemOp            Op = 332
+	OpTensorMapEncode             Op = 335
+	OpMemcpyHtoD3D                Op = 340
+	OpMemcpyDtoH3D                Op = 341
+	OpMemcpyDtoD3D                Op = 342
+	OpMemcpyPeer                  Op = 343
 )
 
 // String returns the op's name.
@@ -138,6 +169,68 @@ func (o Op) String() string {
 		return "EventSynchronize"
 	case OpEventElapsedTime:
 		return "EventElapsedTime"
+	case OpDeviceAttributes:
+		return "DeviceAttributes"
+	case OpModuleLoadCached:
+		return "ModuleLoadCached"
+	case OpModuleUpload:
+		return "ModuleUpload"
+	case OpDeviceGetMemPool:
+		return "DeviceGetMemPool"
+	case OpDeviceGetDefaultMemPool:
+		return "DeviceGetDefaultMemPool"
+	case OpDeviceSetMemPool:
+		return "DeviceSetMemPool"
+	case OpMemPoolCreate:
+		return "MemPoolCreate"
+	case OpMemPoolDestroy:
+		return "MemPoolDestroy"
+	case OpMemPoolSetAttribute:
+		return "MemPoolSetAttribute"
+	case OpMemPoolGetAttribute:
+		return "MemPoolGetAttribute"
+	case OpMemPoolTrimTo:
+		return "MemPoolTrimTo"
+	case OpMemAllocAsync:
+		return "MemAllocAsync"
+	case OpMemFreeAsync:
+		return "MemFreeAsync"
+	case OpMemAddressReserve:
+		return "MemAddressReserve"
+	case OpMemAddressFree:
+		return "MemAddressFree"
+	case OpMemCreate:
+		return "MemCreate"
+	case OpMemRelease:
+		return "MemRelease"
+	case OpMemMap:
+		return "MemMap"
+	case OpMemUnmap:
+		return "MemUnmap"
+	case OpMemSetAccess:
+		return "MemSetAccess"
+	case OpMemGetAccess:
+		return "MemGetAccess"
+	case OpMemGetAllocationGranularity:
+		return "MemGetAllocationGranularity"
+	case OpMemRetainAllocationHandle:
+		return "MemRetainAllocationHandle"
+	case OpStreamWaitValue:
+		return "StreamWaitValue"
+	case OpStreamWriteValue:
+		return "StreamWriteValue"
+	case OpStreamBatchMemOp:
+		return "StreamBatchMemOp"
+	case OpTensorMapEncode:
+		return "TensorMapEncode"
+	case OpMemcpyHtoD3D:
+		return "MemcpyHtoD3D"
+	case OpMemcpyDtoH3D:
+		return "MemcpyDtoH3D"
+	case OpMemcpyDtoD3D:
+		return "MemcpyDtoD3D"
+	case OpMemcpyPeer:
+		return "MemcpyPeer"
 	}
 	return "op(" + itoa(uint64(o)) + ")"
 }
@@ -145,7 +238,7 @@ func (o Op) String() string {
 // Known reports whether o is an op of this protocol version.
 func (o Op) Known() bool {
 	switch o {
-	case OpDriverVersion, OpDeviceCount, OpDeviceName, OpDeviceUUID, OpDeviceTotalMem, OpDeviceAttribute, OpDevicePCIBusID, OpPrimaryCtxRetain, OpPrimaryCtxRelease, OpPrimaryCtxReset, OpPrimaryCtxState, OpPrimaryCtxSetFlags, OpCtxCreate, OpCtxDestroy, OpCtxDevice, OpCtxSynchronize, OpMemAlloc, OpMemFree, OpMemGetInfo, OpMemGetAddressRange, OpMemcpyHtoD, OpMemcpyDtoH, OpMemcpyDtoD, OpMemset, OpModuleLoad, OpModuleUnload, OpModuleGetFunction, OpModuleGetGlobal, OpFuncGetAttribute, OpFuncSetAttribute, OpLaunch, OpStreamCreate, OpStreamDestroy, OpStreamQuery, OpStreamSynchronize, OpStreamWaitEvent, OpEventCreate, OpEventDestroy, OpEventRecord, OpEventQuery, OpEventSynchronize, OpEventElapsedTime:
+	case OpDriverVersion, OpDeviceCount, OpDeviceName, OpDeviceUUID, OpDeviceTotalMem, OpDeviceAttribute, OpDevicePCIBusID, OpPrimaryCtxRetain, OpPrimaryCtxRelease, OpPrimaryCtxReset, OpPrimaryCtxState, OpPrimaryCtxSetFlags, OpCtxCreate, OpCtxDestroy, OpCtxDevice, OpCtxSynchronize, OpMemAlloc, OpMemFree, OpMemGetInfo, OpMemGetAddressRange, OpMemcpyHtoD, OpMemcpyDtoH, OpMemcpyDtoD, OpMemset, OpModuleLoad, OpModuleUnload, OpModuleGetFunction, OpModuleGetGlobal, OpFuncGetAttribute, OpFuncSetAttribute, OpLaunch, OpStreamCreate, OpStreamDestroy, OpStreamQuery, OpStreamSynchronize, OpStreamWaitEvent, OpEventCreate, OpEventDestroy, OpEventRecord, OpEventQuery, OpEventSynchronize, OpEventElapsedTime, OpDeviceAttributes, OpModuleLoadCached, OpModuleUpload, OpDeviceGetMemPool, OpDeviceGetDefaultMemPool, OpDeviceSetMemPool, OpMemPoolCreate, OpMemPoolDestroy, OpMemPoolSetAttribute, OpMemPoolGetAttribute, OpMemPoolTrimTo, OpMemAllocAsync, OpMemFreeAsync, OpMemAddressReserve, OpMemAddressFree, OpMemCreate, OpMemRelease, OpMemMap, OpMemUnmap, OpMemSetAccess, OpMemGetAccess, OpMemGetAllocationGranularity, OpMemRetainAllocationHandle, OpStreamWaitValue, OpStreamWriteValue, OpStreamBatchMemOp, OpTensorMapEncode, OpMemcpyHtoD3D, OpMemcpyDtoH3D, OpMemcpyDtoD3D, OpMemcpyPeer:
 		return true
 	}
 	return false
@@ -154,7 +247,7 @@ func (o Op) Known() bool {
 // AsyncAllowed reports whether o may be sent with FlagAsync.
 func (o Op) AsyncAllowed() bool {
 	switch o {
-	case OpMemcpyHtoD, OpMemcpyDtoD, OpMemset, OpLaunch, OpStreamWaitEvent, OpEventRecord:
+	case OpMemcpyHtoD, OpMemcpyDtoD, OpMemset, OpLaunch, OpStreamWaitEvent, OpEventRecord, OpMemFreeAsync, OpStreamWaitValue, OpStreamWriteValue, OpStreamBatchMemOp, OpMemcpyHtoD3D, OpMemcpyDtoD3D, OpMemcpyPeer:
 		return true
 	}
 	return false

@@ -41,6 +41,13 @@ type Options struct {
 	// that their PDEATHSIG fires only when gpud exits. Nil forks from the
 	// calling thread (tests).
 	Spawner *Spawner
+	// ModuleCacheDir is the host's module cache (package modcache),
+	// shared by its sessions, and ModuleCacheBytes its bound; an empty
+	// directory turns the cache off. A worker learns them with every
+	// client it is handed, so a worker restored on another host uses
+	// that host's cache.
+	ModuleCacheDir   string
+	ModuleCacheBytes int64
 }
 
 // Event is an unsolicited report from a worker.
@@ -53,10 +60,11 @@ type Event struct {
 
 // Handle is gpud's side of one worker process.
 type Handle struct {
-	pid  int
-	cmd  *exec.Cmd // nil for a worker adopted with Reattach
-	log  *slog.Logger
-	sess string
+	pid      int
+	cmd      *exec.Cmd // nil for a worker adopted with Reattach
+	log      *slog.Logger
+	sess     string
+	modCache *moduleCache
 
 	mu      sync.Mutex
 	ctrl    *net.UnixConn
@@ -128,13 +136,18 @@ func newHandle(pid int, ctrl *net.UnixConn, opts Options) *Handle {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	var mc *moduleCache
+	if opts.ModuleCacheDir != "" {
+		mc = &moduleCache{Dir: opts.ModuleCacheDir, Bytes: opts.ModuleCacheBytes}
+	}
 	h := &Handle{
-		pid:     pid,
-		log:     log.With("session", opts.SessionID, "worker_pid", pid),
-		sess:    opts.SessionID,
-		pending: map[uint64]chan reply{},
-		events:  make(chan Event, 16),
-		exited:  make(chan struct{}),
+		modCache: mc,
+		pid:      pid,
+		log:      log.With("session", opts.SessionID, "worker_pid", pid),
+		sess:     opts.SessionID,
+		pending:  map[uint64]chan reply{},
+		events:   make(chan Event, 16),
+		exited:   make(chan struct{}),
 	}
 	h.setCtrl(ctrl)
 	return h
@@ -289,7 +302,7 @@ func withConnFD(conn syscall.Conn, fn func(fd int) error) error {
 // the worker served before a Quiesce, which needs no greeting.
 func (h *Handle) Attach(ctx context.Context, conn *net.TCPConn, welcome dispatch.WelcomeInfo, resume bool) error {
 	return withConnFD(conn, func(fd int) error {
-		_, err := h.call(ctx, request{Op: opAttach, Welcome: &welcome, Resume: resume}, fd)
+		_, err := h.call(ctx, request{Op: opAttach, Welcome: &welcome, Resume: resume, ModuleCache: h.modCache}, fd)
 		return err
 	})
 }
@@ -308,11 +321,11 @@ func (h *Handle) Quiesce(ctx context.Context) error {
 // reconnected on a new socket is handed over with Attach.
 func (h *Handle) Resume(ctx context.Context, conn *net.TCPConn) error {
 	if conn == nil {
-		_, err := h.call(ctx, request{Op: opResume}, -1)
+		_, err := h.call(ctx, request{Op: opResume, ModuleCache: h.modCache}, -1)
 		return err
 	}
 	return withConnFD(conn, func(fd int) error {
-		_, err := h.call(ctx, request{Op: opResume, Resume: true}, fd)
+		_, err := h.call(ctx, request{Op: opResume, Resume: true, ModuleCache: h.modCache}, fd)
 		return err
 	})
 }

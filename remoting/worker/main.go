@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
+	"github.com/gpuctl/gpuctl/remoting/modcache"
 )
 
 // ControlFD is the descriptor on which a worker finds its control socket.
@@ -132,6 +133,30 @@ type worker struct {
 	// secretHash is the SHA-256 of the session's secret, kept for a host
 	// that restores this worker from an image.
 	secretHash []byte
+	// modCache is the module cache in use, as gpud last named it.
+	modCache moduleCache
+}
+
+// useModuleCache points the session at the module cache gpud names (a
+// restored worker may run on another host than the one that started it);
+// nil leaves the cache as it is. A cache that cannot be opened is turned
+// off: modules are then uploaded every time, nothing fails.
+func (w *worker) useModuleCache(mc *moduleCache) {
+	if mc == nil || *mc == w.modCache {
+		return
+	}
+	w.modCache = *mc
+	if mc.Dir == "" {
+		w.sess.SetModuleCache(nil)
+		return
+	}
+	c, err := modcache.Open(mc.Dir, mc.Bytes, w.log)
+	if err != nil {
+		w.log.Warn("module cache unavailable; modules are uploaded every time", "err", err)
+		w.sess.SetModuleCache(nil)
+		return
+	}
+	w.sess.SetModuleCache(c)
 }
 
 func (w *worker) setCtrl(c *net.UnixConn) {
@@ -168,10 +193,12 @@ func (w *worker) run() int {
 		r := reply{ID: req.ID}
 		switch req.Op {
 		case opAttach:
+			w.useModuleCache(req.ModuleCache)
 			err = w.attach(f, req.Welcome, req.Resume)
 		case opQuiesce:
 			r.Seq, err = w.quiesce()
 		case opResume:
+			w.useModuleCache(req.ModuleCache)
 			err = w.resume(f)
 		case opStats:
 			r.Stats = w.stats()
@@ -301,6 +328,9 @@ func (w *worker) quiesce() (uint64, error) {
 	if err := w.endServe(); err != nil {
 		w.log.Info("client connection ended during quiesce", "err", err)
 	}
+	// A dump must find no file open, and a module being written to the
+	// cache is one.
+	w.sess.FlushModuleCache()
 	var err error
 	if s, ok := w.dev.(backend.Suspender); ok {
 		w.thread.run(func() { err = s.Suspend(context.Background()) })

@@ -43,6 +43,15 @@ type request struct {
 	Welcome *dispatch.WelcomeInfo `json:"welcome,omitempty"`
 	Resume  bool                  `json:"resume,omitempty"`
 	Nonce   string                `json:"nonce,omitempty"`
+	// ModuleCache names the host's module cache; it comes with attach
+	// and resume, from whichever host the worker runs on now.
+	ModuleCache *moduleCache `json:"module_cache,omitempty"`
+}
+
+// moduleCache is the host's module cache as a worker is told of it.
+type moduleCache struct {
+	Dir   string `json:"dir"`
+	Bytes int64  `json:"bytes"`
 }
 
 type reply struct {

@@ -47,6 +47,7 @@ type Device struct {
 	primary     backend.Ctx // 0 while the client holds no primary context
 	primaryRefs int
 	funcs       map[backend.Function]*function
+	ext         *extState // pools and virtual memory; nil until first used
 	closed      bool
 }
 

@@ -35,6 +35,19 @@
 // layouts come from cuFuncGetParamInfo (CUDA 12.4+), and launches pass the
 // client's packed buffer with CU_LAUNCH_PARAM_BUFFER_POINTER.
 //
+// # Pools, virtual memory and the rest of backend.Extended
+//
+// Memory pools, stream-ordered allocation, virtual memory management,
+// stream memory operations, tensor maps and pitched copies go to the
+// driver as they are (ext.c resolves them separately, so a driver without
+// one fails only that call). Pools and physical allocations get handles of
+// this package, like everything else. Stream-ordered allocations and
+// mapped ranges belong to no context: they are kept in a device-wide table
+// that every context's pointer checks consult, and a mapping must lie in a
+// reservation this session made. The client's device 0 is translated to
+// the session's GPU in every memory location. The driver's checkpoint
+// keeps pool and mapped memory at the same addresses, like any other.
+//
 // # Checkpoints
 //
 // Checkpointer drives cuCheckpointProcess{Lock,Checkpoint,Restore,Unlock,

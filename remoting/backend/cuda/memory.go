@@ -105,7 +105,7 @@ func (d *Device) stream(c *cuCtx, s backend.Stream) (C.CUstream, error) {
 
 // span checks that [p, p+n) lies in one of c's allocations or globals.
 func (d *Device) span(c *cuCtx, p backend.DevPtr, n uint64) error {
-	if !c.mem.contains(uint64(p), n) {
+	if !c.mem.contains(uint64(p), n) && !d.sharedSpan(uint64(p), n) {
 		return cu.Errorf(cu.ErrorInvalidValue, "device range %#x+%d is not inside an allocation of this context", uint64(p), n)
 	}
 	return nil
@@ -127,6 +127,9 @@ func (d *Device) MemAlloc(_ context.Context, h backend.Ctx, size uint64) (backen
 func (d *Device) MemFree(_ context.Context, h backend.Ctx, p backend.DevPtr) error {
 	c, err := d.ctx(h)
 	if err != nil {
+		return err
+	}
+	if pooled, err := d.freePoolMem(c, uint64(p)); pooled {
 		return err
 	}
 	x, ok := c.mem.find(uint64(p))

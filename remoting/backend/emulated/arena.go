@@ -25,6 +25,10 @@ type allocation struct {
 	base  uint64
 	data  []byte
 	owner backend.Ctx
+	// resv is set for a mapping of virtual memory management: data is a
+	// view into resv's host range, owned by the mapping, not by this
+	// allocation (see vmm.go).
+	resv *reservation
 }
 
 func (a *allocation) end() uint64 { return a.base + uint64(len(a.data)) }
@@ -103,8 +107,10 @@ func (m *arena) free(base uint64) error {
 
 func (m *arena) release(a *allocation) {
 	m.last.CompareAndSwap(a, nil)
-	m.used.Add(-roundUp(uint64(len(a.data)), allocAlign))
-	_ = unix.Munmap(a.data)
+	if a.resv == nil {
+		m.used.Add(-roundUp(uint64(len(a.data)), allocAlign))
+		_ = unix.Munmap(a.data)
+	}
 	a.data = nil
 }
 
@@ -170,13 +176,20 @@ func (m *arena) Span(addr uint64) (base uint64, data []byte, ok bool) {
 	return a.base, a.data, true
 }
 
-// slice returns the n bytes at addr, which must lie inside one allocation.
+// slice returns the n bytes at addr, which must lie inside one allocation
+// or in consecutive mappings of one reservation (which are contiguous in
+// host memory too, so the range is one slice).
 func (m *arena) slice(addr, n uint64) ([]byte, error) {
 	a := m.find(addr)
 	if a == nil {
 		return nil, cu.Errorf(cu.ErrorInvalidValue, "device address %#x is not in any allocation", addr)
 	}
 	off := addr - a.base
+	if n > uint64(len(a.data))-off && a.resv != nil {
+		if b, ok := m.mappedRun(a, addr, n); ok {
+			return b, nil
+		}
+	}
 	if n > uint64(len(a.data))-off {
 		return nil, cu.Errorf(cu.ErrorInvalidValue, "%d bytes at %#x run past the end of the %d-byte allocation at %#x",
 			n, addr, len(a.data), a.base)

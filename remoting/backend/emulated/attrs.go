@@ -39,6 +39,14 @@ const (
 	attrMaxBlocksPerMultiproc      = 106
 	attrReservedSharedMemPerBlock  = 111
 
+	// Stream memory operations, virtual memory management and memory
+	// pools, which the device implements (memops.go, vmm.go, pools.go).
+	attrCanUseStreamMemOps   = 92
+	attrCanUse64BitMemOps    = 93
+	attrCanUseWaitValueNOR   = 94
+	attrVirtualMemoryMgmt    = 102
+	attrMemoryPoolsSupported = 115
+
 	// attrMax is CU_DEVICE_ATTRIBUTE_MAX in CUDA 13's header: values at or
 	// above it are not attributes at all.
 	attrMax = 136
@@ -115,6 +123,8 @@ func (d *Device) attribute(attr int32) (int32, error) {
 		return 32, nil
 	case attrReservedSharedMemPerBlock:
 		return reservedSharedPerBlk, nil
+	case attrCanUseStreamMemOps, attrCanUse64BitMemOps, attrCanUseWaitValueNOR, attrVirtualMemoryMgmt, attrMemoryPoolsSupported:
+		return 1, nil
 	}
 	if attr < 1 || attr >= attrMax {
 		return 0, cu.Errorf(cu.ErrorInvalidValue, "device attribute %d does not exist", attr)

@@ -21,6 +21,8 @@ type context_ struct {
 	// pending is an asynchronous error that does not poison the context:
 	// the next synchronising call reports it once.
 	pending error
+	// defQ queues the default stream's work while it is blocked.
+	defQ blockQ
 }
 
 // stickyCodes are the kernel failures after which CUDA declares the
@@ -195,6 +197,11 @@ func (d *Device) destroyCtx(c *context_) {
 			delete(d.events, h)
 		}
 	}
+	for q, qc := range d.blocked {
+		if qc == c {
+			delete(d.blocked, q) // its queued work dies with the context
+		}
+	}
 	d.mem.freeOwned(c.handle)
 	delete(d.ctxs, c.handle)
 }
@@ -209,7 +216,10 @@ func (d *Device) CtxDevice(_ context.Context, h backend.Ctx) (int32, error) {
 // CtxSynchronize reports the context's asynchronous failures; its work is
 // always complete.
 func (d *Device) CtxSynchronize(_ context.Context, h backend.Ctx) error {
-	_, err := d.syncCtx(h)
+	c, err := d.syncCtx(h)
+	if err == nil && !d.ctxDrained(c) {
+		return errBlocked("cuCtxSynchronize")
+	}
 	return err
 }
 

@@ -70,7 +70,17 @@ type Device struct {
 	modules   map[backend.Module]*module
 	funcs     map[backend.Function]*function
 	suspended bool
-	log       *slog.Logger
+
+	// Memory pools (pools.go), virtual memory (vmm.go) and the queues of
+	// streams blocked on a stream wait (memops.go).
+	pools       map[backend.MemPool]*mempool
+	poolDefault backend.MemPool
+	poolCurrent backend.MemPool // 0: the default pool
+	poolOf      map[uint64]*mempool
+	resvs       map[uint64]*reservation
+	phys        map[backend.MemHandle]*physical
+	blocked     map[*blockQ]*context_
+	log         *slog.Logger
 }
 
 var (
@@ -106,6 +116,11 @@ func New(cfg Config) *Device {
 		modules: map[backend.Module]*module{},
 		funcs:   map[backend.Function]*function{},
 		log:     log,
+		pools:   map[backend.MemPool]*mempool{},
+		poolOf:  map[uint64]*mempool{},
+		resvs:   map[uint64]*reservation{},
+		phys:    map[backend.MemHandle]*physical{},
+		blocked: map[*blockQ]*context_{},
 	}
 }
 
@@ -186,7 +201,10 @@ func (d *Device) Close() error {
 		d.destroyCtx(d.ctxs[h])
 	}
 	d.primary, d.prefs = nil, 0
+	d.closeVMM()
 	d.mem.freeAll()
+	d.pools, d.poolOf, d.poolDefault, d.poolCurrent = map[backend.MemPool]*mempool{}, map[uint64]*mempool{}, 0, 0
+	d.blocked = map[*blockQ]*context_{}
 	return nil
 }
 

@@ -28,6 +28,10 @@ func (d *Device) MemFree(_ context.Context, h backend.Ctx, p backend.DevPtr) err
 	if d.isGlobal(uint64(p)) {
 		return cu.Errorf(cu.ErrorInvalidValue, "%#x is a module variable; it is freed when its module is unloaded", uint64(p))
 	}
+	if pl, ok := d.poolOf[uint64(p)]; ok {
+		d.poolFree(pl, uint64(p))
+		return nil
+	}
 	return d.mem.free(uint64(p))
 }
 
@@ -72,9 +76,21 @@ func (d *Device) MemcpyHtoD(_ context.Context, h backend.Ctx, dst backend.DevPtr
 		}
 		return err
 	}
+	if len(d.blocked) > 0 {
+		c, _ := d.ctx(h)
+		var tmp []byte
+		if d.later(c, s, func() { d.deferredCopy(c, uint64(dst), tmp) }) {
+			tmp = make([]byte, n)
+			if _, err := io.ReadFull(src, tmp); err != nil {
+				return fmt.Errorf("read %d bytes for device address %#x: %w", n, uint64(dst), err)
+			}
+			return nil
+		}
+	}
 	if _, err := io.ReadFull(src, buf); err != nil {
 		return fmt.Errorf("read %d bytes for device address %#x: %w", n, uint64(dst), err)
 	}
+	d.pump()
 	return nil
 }
 
@@ -103,6 +119,9 @@ func (d *Device) MemcpyDtoH(_ context.Context, h backend.Ctx, dst io.Writer, src
 	if err != nil {
 		return err
 	}
+	if !d.drained(c, s) {
+		return errBlocked("a copy to the host")
+	}
 	if err := c.takePending(); err != nil {
 		return err
 	}
@@ -121,7 +140,19 @@ func (d *Device) MemcpyDtoD(_ context.Context, h backend.Ctx, dst, src backend.D
 	if err != nil {
 		return err
 	}
+	c, _ := d.ctx(h)
+	if d.later(c, s, func() {
+		// The memory is looked up again: it may be gone by now.
+		if from, err := d.mem.slice(uint64(src), n); err != nil {
+			c.fail(cu.Errorf(cu.ErrorIllegalAddress, "queued copy from %#x: %v", uint64(src), err))
+		} else {
+			d.deferredCopy(c, uint64(dst), from)
+		}
+	}) {
+		return nil
+	}
 	copy(to, from) // copy handles overlap like memmove
+	d.pump()
 	return nil
 }
 
@@ -140,7 +171,18 @@ func (d *Device) Memset(_ context.Context, h backend.Ctx, dst backend.DevPtr, va
 	if err != nil {
 		return err
 	}
+	c, _ := d.ctx(h)
+	if d.later(c, s, func() {
+		if buf, err := d.mem.slice(uint64(dst), n); err != nil {
+			c.fail(cu.Errorf(cu.ErrorIllegalAddress, "queued memset of %#x: %v", uint64(dst), err))
+		} else {
+			fill(buf, value, elemSize)
+		}
+	}) {
+		return nil
+	}
 	fill(buf, value, elemSize)
+	d.pump()
 	return nil
 }
 

@@ -207,6 +207,21 @@ func (d *Device) Launch(ctx context.Context, h backend.Ctx, fh backend.Function,
 	if err := checkLaunch(cfg, f); err != nil {
 		return err
 	}
+	if d.later(c, cfg.Stream, func() {
+		// It runs during a later call, whose connection may be another.
+		if err := d.run(context.WithoutCancel(ctx), c, f, cfg); err != nil {
+			c.fail(err)
+		}
+	}) {
+		return nil
+	}
+	err = d.run(ctx, c, f, cfg)
+	d.pump()
+	return err
+}
+
+// run executes a checked launch.
+func (d *Device) run(ctx context.Context, c *context_, f *function, cfg backend.LaunchConfig) error {
 	// No more goroutines than blocks: a small launch should not pay for
 	// idle workers.
 	blocks := uint64(cfg.Grid[0]) * uint64(cfg.Grid[1]) * uint64(cfg.Grid[2])
@@ -214,7 +229,7 @@ func (d *Device) Launch(ctx context.Context, h backend.Ctx, fh backend.Function,
 	if blocks < uint64(workers) {
 		workers = int(blocks)
 	}
-	err = f.fn.Run(ctx, ptx.Launch{Grid: cfg.Grid, Block: cfg.Block, SharedBytes: cfg.SharedBytes, Params: cfg.Params}, d.mem, workers)
+	err := f.fn.Run(ctx, ptx.Launch{Grid: cfg.Grid, Block: cfg.Block, SharedBytes: cfg.SharedBytes, Params: cfg.Params}, d.mem, workers)
 	if err == nil {
 		return nil
 	}

@@ -19,6 +19,7 @@ type stream struct {
 	ctx      backend.Ctx
 	flags    uint32
 	priority int32
+	q        blockQ // work queued while the stream is blocked
 }
 
 // CU_EVENT_* flags.
@@ -33,6 +34,7 @@ type event struct {
 	flags    uint32
 	recorded bool
 	at       time.Time
+	pending  int // records queued on blocked streams
 }
 
 func (d *Device) StreamCreate(_ context.Context, h backend.Ctx, flags uint32, priority int32) (backend.Stream, error) {
@@ -66,7 +68,13 @@ func (d *Device) StreamQuery(_ context.Context, h backend.Ctx, s backend.Stream)
 	if err != nil {
 		return err
 	}
-	return d.stream(c, s)
+	if err := d.stream(c, s); err != nil {
+		return err
+	}
+	if !d.drained(c, s) {
+		return cu.ErrorNotReady
+	}
+	return nil
 }
 
 func (d *Device) StreamSynchronize(_ context.Context, h backend.Ctx, s backend.Stream) error {
@@ -76,6 +84,9 @@ func (d *Device) StreamSynchronize(_ context.Context, h backend.Ctx, s backend.S
 	}
 	if err := d.stream(c, s); err != nil {
 		return err
+	}
+	if !d.drained(c, s) {
+		return errBlocked("cuStreamSynchronize")
 	}
 	return c.takePending()
 }
@@ -88,13 +99,19 @@ func (d *Device) StreamWaitEvent(_ context.Context, h backend.Ctx, s backend.Str
 	if err := d.stream(c, s); err != nil {
 		return err
 	}
-	if _, ok := d.events[e]; !ok {
+	ev, ok := d.events[e]
+	if !ok {
 		return cu.Errorf(cu.ErrorInvalidHandle, "event %#x does not exist", uint64(e))
 	}
 	if flags&^1 != 0 { // CU_EVENT_WAIT_EXTERNAL
 		return cu.Errorf(cu.ErrorInvalidValue, "stream wait flags %#x", flags)
 	}
-	return nil // the event's work is complete
+	if ev.pending > 0 {
+		// The event's work is queued on a blocked stream: so is this
+		// stream's, until the record runs.
+		d.waitFor(c, s, func() bool { return ev.pending == 0 })
+	}
+	return nil // otherwise the event's work is complete
 }
 
 func (d *Device) EventCreate(_ context.Context, h backend.Ctx, flags uint32) (backend.Event, error) {
@@ -142,20 +159,36 @@ func (d *Device) EventRecord(_ context.Context, h backend.Ctx, e backend.Event, 
 	if err := d.stream(c, s); err != nil {
 		return err
 	}
-	ev.recorded, ev.at = true, time.Now()
+	record := func() { ev.recorded, ev.at = true, time.Now() }
+	if d.later(c, s, func() { ev.pending--; record() }) {
+		ev.pending++
+		return nil
+	}
+	record()
+	d.pump()
 	return nil
 }
 
 func (d *Device) EventQuery(_ context.Context, h backend.Ctx, e backend.Event) error {
-	c, _, err := d.event(h, e)
+	c, ev, err := d.event(h, e)
 	if err != nil {
 		return err
+	}
+	if ev.pending > 0 {
+		d.pump()
+		if ev.pending > 0 {
+			return cu.ErrorNotReady
+		}
 	}
 	return c.takePending()
 }
 
 func (d *Device) EventSynchronize(ctx context.Context, h backend.Ctx, e backend.Event) error {
-	return d.EventQuery(ctx, h, e)
+	err := d.EventQuery(ctx, h, e)
+	if cu.Code(err) == cu.ErrorNotReady {
+		return errBlocked("cuEventSynchronize")
+	}
+	return err
 }
 
 // EventElapsedTime returns milliseconds between two recorded events, with

@@ -81,7 +81,192 @@ enum gc_op {
 	GC_OP_EventQuery = 99,
 	GC_OP_EventSynchronize = 100,
 	GC_OP_EventElapsedTime = 101,
+	GC_OP_DeviceAttributes = 300,
+	GC_OP_ModuleLoadCached = 301,
+	GC_OP_ModuleUpload = 302,
+	GC_OP_DeviceGetMemPool = 310,
+	GC_OP_DeviceGetDefaultMemPool = 311,
+	GC_OP_DeviceSetMemPool = 312,
+	GC_OP_MemPoolCreate = 313,
+	GC_OP_MemPoolDestroy = 314,
+	GC_OP_MemPoolSetAttribute = 315,
+	GC_OP_MemPoolGetAttribute = 316,
+	GC_OP_MemPoolTrimTo = 317,
+	GC_OP_MemAllocAsync = 318,
+	GC_OP_MemFreeAsync = 319,
+	GC_OP_MemAddressReserve = 320,
+	GC_OP_MemAddressFree = 321,
+	GC_OP_MemCreate = 322,
+	GC_OP_MemRelease = 323,
+	GC_OP_MemMap = 324,
+	GC_OP_MemUnmap = 325,
+	GC_OP_MemSetAccess = 326,
+	GC_OP_MemGetAccess = 327,
+	GC_OP_MemGetAllocationGranularity = 328,
+	GC_OP_MemRetainAllocationHandle = 329,
+	GC_OP_StreamWaitValue = 330,
+	GC_OP_StreamWriteValue = 331,
+	GC_OP_StreamBatchMemOp = 332,
+	GC_OP_TensorMapEncode = 335,
+	GC_OP_MemcpyHtoD3D = 340,
+	GC_OP_MemcpyDtoH3D = 341,
+	GC_OP_MemcpyDtoD3D = 342,
+	GC_OP_MemcpyPeer = 343,
 };
+
+/* gc_op_name names an op for diagnostics and statistics. */
+static inline const char *gc_op_name(unsigned op)
+{
+	switch (op) {
+	case GC_OP_DriverVersion:
+		return "DriverVersion";
+	case GC_OP_DeviceCount:
+		return "DeviceCount";
+	case GC_OP_DeviceName:
+		return "DeviceName";
+	case GC_OP_DeviceUUID:
+		return "DeviceUUID";
+	case GC_OP_DeviceTotalMem:
+		return "DeviceTotalMem";
+	case GC_OP_DeviceAttribute:
+		return "DeviceAttribute";
+	case GC_OP_DevicePCIBusID:
+		return "DevicePCIBusID";
+	case GC_OP_PrimaryCtxRetain:
+		return "PrimaryCtxRetain";
+	case GC_OP_PrimaryCtxRelease:
+		return "PrimaryCtxRelease";
+	case GC_OP_PrimaryCtxReset:
+		return "PrimaryCtxReset";
+	case GC_OP_PrimaryCtxState:
+		return "PrimaryCtxState";
+	case GC_OP_PrimaryCtxSetFlags:
+		return "PrimaryCtxSetFlags";
+	case GC_OP_CtxCreate:
+		return "CtxCreate";
+	case GC_OP_CtxDestroy:
+		return "CtxDestroy";
+	case GC_OP_CtxDevice:
+		return "CtxDevice";
+	case GC_OP_CtxSynchronize:
+		return "CtxSynchronize";
+	case GC_OP_MemAlloc:
+		return "MemAlloc";
+	case GC_OP_MemFree:
+		return "MemFree";
+	case GC_OP_MemGetInfo:
+		return "MemGetInfo";
+	case GC_OP_MemGetAddressRange:
+		return "MemGetAddressRange";
+	case GC_OP_MemcpyHtoD:
+		return "MemcpyHtoD";
+	case GC_OP_MemcpyDtoH:
+		return "MemcpyDtoH";
+	case GC_OP_MemcpyDtoD:
+		return "MemcpyDtoD";
+	case GC_OP_Memset:
+		return "Memset";
+	case GC_OP_ModuleLoad:
+		return "ModuleLoad";
+	case GC_OP_ModuleUnload:
+		return "ModuleUnload";
+	case GC_OP_ModuleGetFunction:
+		return "ModuleGetFunction";
+	case GC_OP_ModuleGetGlobal:
+		return "ModuleGetGlobal";
+	case GC_OP_FuncGetAttribute:
+		return "FuncGetAttribute";
+	case GC_OP_FuncSetAttribute:
+		return "FuncSetAttribute";
+	case GC_OP_Launch:
+		return "Launch";
+	case GC_OP_StreamCreate:
+		return "StreamCreate";
+	case GC_OP_StreamDestroy:
+		return "StreamDestroy";
+	case GC_OP_StreamQuery:
+		return "StreamQuery";
+	case GC_OP_StreamSynchronize:
+		return "StreamSynchronize";
+	case GC_OP_StreamWaitEvent:
+		return "StreamWaitEvent";
+	case GC_OP_EventCreate:
+		return "EventCreate";
+	case GC_OP_EventDestroy:
+		return "EventDestroy";
+	case GC_OP_EventRecord:
+		return "EventRecord";
+	case GC_OP_EventQuery:
+		return "EventQuery";
+	case GC_OP_EventSynchronize:
+		return "EventSynchronize";
+	case GC_OP_EventElapsedTime:
+		return "EventElapsedTime";
+	case GC_OP_DeviceAttributes:
+		return "DeviceAttributes";
+	case GC_OP_ModuleLoadCached:
+		return "ModuleLoadCached";
+	case GC_OP_ModuleUpload:
+		return "ModuleUpload";
+	case GC_OP_DeviceGetMemPool:
+		return "DeviceGetMemPool";
+	case GC_OP_DeviceGetDefaultMemPool:
+		return "DeviceGetDefaultMemPool";
+	case GC_OP_DeviceSetMemPool:
+		return "DeviceSetMemPool";
+	case GC_OP_MemPoolCreate:
+		return "MemPoolCreate";
+	case GC_OP_MemPoolDestroy:
+		return "MemPoolDestroy";
+	case GC_OP_MemPoolSetAttribute:
+		return "MemPoolSetAttribute";
+	case GC_OP_MemPoolGetAttribute:
+		return "MemPoolGetAttribute";
+	case GC_OP_MemPoolTrimTo:
+		return "MemPoolTrimTo";
+	case GC_OP_MemAllocAsync:
+		return "MemAllocAsync";
+	case GC_OP_MemFreeAsync:
+		return "MemFreeAsync";
+	case GC_OP_MemAddressReserve:
+		return "MemAddressReserve";
+	case GC_OP_MemAddressFree:
+		return "MemAddressFree";
+	case GC_OP_MemCreate:
+		return "MemCreate";
+	case GC_OP_MemRelease:
+		return "MemRelease";
+	case GC_OP_MemMap:
+		return "MemMap";
+	case GC_OP_MemUnmap:
+		return "MemUnmap";
+	case GC_OP_MemSetAccess:
+		return "MemSetAccess";
+	case GC_OP_MemGetAccess:
+		return "MemGetAccess";
+	case GC_OP_MemGetAllocationGranularity:
+		return "MemGetAllocationGranularity";
+	case GC_OP_MemRetainAllocationHandle:
+		return "MemRetainAllocationHandle";
+	case GC_OP_StreamWaitValue:
+		return "StreamWaitValue";
+	case GC_OP_StreamWriteValue:
+		return "StreamWriteValue";
+	case GC_OP_StreamBatchMemOp:
+		return "StreamBatchMemOp";
+	case GC_OP_TensorMapEncode:
+		return "TensorMapEncode";
+	case GC_OP_MemcpyHtoD3D:
+		return "MemcpyHtoD3D";
+	case GC_OP_MemcpyDtoH3D:
+		return "MemcpyDtoH3D";
+	case GC_OP_MemcpyDtoD3D:
+		return "MemcpyDtoD3D";
+	case GC_OP_MemcpyPeer:
+		return "MemcpyPeer";
+	}
+	return NULL;
+}
 
 #include "../src/gc_wirefmt.h"
 
@@ -394,6 +579,277 @@ static inline uint8_t *gc_enc_EventElapsedTime(uint8_t *p, uint64_t ctx, uint64_
 	return p;
 }
 
+static inline uint8_t *gc_enc_DeviceAttributes(uint8_t *p, int32_t dev, uint32_t count)
+{
+	p = gc_put_u32(p, (uint32_t)dev);
+	p = gc_put_u32(p, count);
+	return p;
+}
+
+static inline uint8_t *gc_enc_ModuleLoadCached(uint8_t *p, uint64_t ctx, const void *hash, uint32_t hash_len, uint64_t size)
+{
+	p = gc_put_u64(p, ctx);
+	p = gc_put_bytes(p, hash, hash_len);
+	p = gc_put_u64(p, size);
+	return p;
+}
+
+static inline uint8_t *gc_enc_ModuleUpload(uint8_t *p, uint64_t ctx, const void *hash, uint32_t hash_len)
+{
+	p = gc_put_u64(p, ctx);
+	p = gc_put_bytes(p, hash, hash_len);
+	return p;
+}
+
+static inline uint8_t *gc_enc_DeviceGetMemPool(uint8_t *p, int32_t dev)
+{
+	p = gc_put_u32(p, (uint32_t)dev);
+	return p;
+}
+
+static inline uint8_t *gc_enc_DeviceGetDefaultMemPool(uint8_t *p, int32_t dev)
+{
+	p = gc_put_u32(p, (uint32_t)dev);
+	return p;
+}
+
+static inline uint8_t *gc_enc_DeviceSetMemPool(uint8_t *p, int32_t dev, uint64_t pool)
+{
+	p = gc_put_u32(p, (uint32_t)dev);
+	p = gc_put_u64(p, pool);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemPoolCreate(uint8_t *p, uint32_t allocType, uint32_t handleTypes, uint32_t locType, int32_t locID, uint64_t maxSize)
+{
+	p = gc_put_u32(p, allocType);
+	p = gc_put_u32(p, handleTypes);
+	p = gc_put_u32(p, locType);
+	p = gc_put_u32(p, (uint32_t)locID);
+	p = gc_put_u64(p, maxSize);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemPoolDestroy(uint8_t *p, uint64_t pool)
+{
+	p = gc_put_u64(p, pool);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemPoolSetAttribute(uint8_t *p, uint64_t pool, int32_t attr, uint64_t value)
+{
+	p = gc_put_u64(p, pool);
+	p = gc_put_u32(p, (uint32_t)attr);
+	p = gc_put_u64(p, value);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemPoolGetAttribute(uint8_t *p, uint64_t pool, int32_t attr)
+{
+	p = gc_put_u64(p, pool);
+	p = gc_put_u32(p, (uint32_t)attr);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemPoolTrimTo(uint8_t *p, uint64_t pool, uint64_t keep)
+{
+	p = gc_put_u64(p, pool);
+	p = gc_put_u64(p, keep);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemAllocAsync(uint8_t *p, uint64_t ctx, uint64_t size, uint64_t pool, uint64_t s)
+{
+	p = gc_put_u64(p, ctx);
+	p = gc_put_u64(p, size);
+	p = gc_put_u64(p, pool);
+	p = gc_put_u64(p, s);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemFreeAsync(uint8_t *p, uint64_t ctx, uint64_t ptr, uint64_t s)
+{
+	p = gc_put_u64(p, ctx);
+	p = gc_put_u64(p, ptr);
+	p = gc_put_u64(p, s);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemAddressReserve(uint8_t *p, uint64_t size, uint64_t align, uint64_t addr, uint64_t flags)
+{
+	p = gc_put_u64(p, size);
+	p = gc_put_u64(p, align);
+	p = gc_put_u64(p, addr);
+	p = gc_put_u64(p, flags);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemAddressFree(uint8_t *p, uint64_t ptr, uint64_t size)
+{
+	p = gc_put_u64(p, ptr);
+	p = gc_put_u64(p, size);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemCreate(uint8_t *p, uint64_t size, uint32_t allocType, uint32_t handleTypes, uint32_t locType, int32_t locID, uint32_t compression, uint64_t flags)
+{
+	p = gc_put_u64(p, size);
+	p = gc_put_u32(p, allocType);
+	p = gc_put_u32(p, handleTypes);
+	p = gc_put_u32(p, locType);
+	p = gc_put_u32(p, (uint32_t)locID);
+	p = gc_put_u32(p, compression);
+	p = gc_put_u64(p, flags);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemRelease(uint8_t *p, uint64_t h)
+{
+	p = gc_put_u64(p, h);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemMap(uint8_t *p, uint64_t ptr, uint64_t size, uint64_t offset, uint64_t h, uint64_t flags)
+{
+	p = gc_put_u64(p, ptr);
+	p = gc_put_u64(p, size);
+	p = gc_put_u64(p, offset);
+	p = gc_put_u64(p, h);
+	p = gc_put_u64(p, flags);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemUnmap(uint8_t *p, uint64_t ptr, uint64_t size)
+{
+	p = gc_put_u64(p, ptr);
+	p = gc_put_u64(p, size);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemSetAccess(uint8_t *p, uint64_t ptr, uint64_t size, const void *descs, uint32_t descs_len)
+{
+	p = gc_put_u64(p, ptr);
+	p = gc_put_u64(p, size);
+	p = gc_put_bytes(p, descs, descs_len);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemGetAccess(uint8_t *p, uint32_t locType, int32_t locID, uint64_t ptr)
+{
+	p = gc_put_u32(p, locType);
+	p = gc_put_u32(p, (uint32_t)locID);
+	p = gc_put_u64(p, ptr);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemGetAllocationGranularity(uint8_t *p, uint32_t allocType, uint32_t handleTypes, uint32_t locType, int32_t locID, uint32_t option)
+{
+	p = gc_put_u32(p, allocType);
+	p = gc_put_u32(p, handleTypes);
+	p = gc_put_u32(p, locType);
+	p = gc_put_u32(p, (uint32_t)locID);
+	p = gc_put_u32(p, option);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemRetainAllocationHandle(uint8_t *p, uint64_t ptr)
+{
+	p = gc_put_u64(p, ptr);
+	return p;
+}
+
+static inline uint8_t *gc_enc_StreamWaitValue(uint8_t *p, uint64_t ctx, uint64_t s, uint64_t addr, uint64_t value, uint32_t flags, uint32_t width)
+{
+	p = gc_put_u64(p, ctx);
+	p = gc_put_u64(p, s);
+	p = gc_put_u64(p, addr);
+	p = gc_put_u64(p, value);
+	p = gc_put_u32(p, flags);
+	p = gc_put_u32(p, width);
+	return p;
+}
+
+static inline uint8_t *gc_enc_StreamWriteValue(uint8_t *p, uint64_t ctx, uint64_t s, uint64_t addr, uint64_t value, uint32_t flags, uint32_t width)
+{
+	p = gc_put_u64(p, ctx);
+	p = gc_put_u64(p, s);
+	p = gc_put_u64(p, addr);
+	p = gc_put_u64(p, value);
+	p = gc_put_u32(p, flags);
+	p = gc_put_u32(p, width);
+	return p;
+}
+
+static inline uint8_t *gc_enc_StreamBatchMemOp(uint8_t *p, uint64_t ctx, uint64_t s, uint32_t flags, const void *ops, uint32_t ops_len)
+{
+	p = gc_put_u64(p, ctx);
+	p = gc_put_u64(p, s);
+	p = gc_put_u32(p, flags);
+	p = gc_put_bytes(p, ops, ops_len);
+	return p;
+}
+
+static inline uint8_t *gc_enc_TensorMapEncode(uint8_t *p, uint32_t kind, const void *params, uint32_t params_len)
+{
+	p = gc_put_u32(p, kind);
+	p = gc_put_bytes(p, params, params_len);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemcpyHtoD3D(uint8_t *p, uint64_t ctx, uint64_t dst, uint64_t dstPitch, uint64_t dstHeight, uint64_t width, uint64_t height, uint64_t depth, uint64_t s)
+{
+	p = gc_put_u64(p, ctx);
+	p = gc_put_u64(p, dst);
+	p = gc_put_u64(p, dstPitch);
+	p = gc_put_u64(p, dstHeight);
+	p = gc_put_u64(p, width);
+	p = gc_put_u64(p, height);
+	p = gc_put_u64(p, depth);
+	p = gc_put_u64(p, s);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemcpyDtoH3D(uint8_t *p, uint64_t ctx, uint64_t src, uint64_t srcPitch, uint64_t srcHeight, uint64_t width, uint64_t height, uint64_t depth, uint64_t s)
+{
+	p = gc_put_u64(p, ctx);
+	p = gc_put_u64(p, src);
+	p = gc_put_u64(p, srcPitch);
+	p = gc_put_u64(p, srcHeight);
+	p = gc_put_u64(p, width);
+	p = gc_put_u64(p, height);
+	p = gc_put_u64(p, depth);
+	p = gc_put_u64(p, s);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemcpyDtoD3D(uint8_t *p, uint64_t ctx, uint64_t dst, uint64_t dstPitch, uint64_t dstHeight, uint64_t src, uint64_t srcPitch, uint64_t srcHeight, uint64_t width, uint64_t height, uint64_t depth, uint64_t s)
+{
+	p = gc_put_u64(p, ctx);
+	p = gc_put_u64(p, dst);
+	p = gc_put_u64(p, dstPitch);
+	p = gc_put_u64(p, dstHeight);
+	p = gc_put_u64(p, src);
+	p = gc_put_u64(p, srcPitch);
+	p = gc_put_u64(p, srcHeight);
+	p = gc_put_u64(p, width);
+	p = gc_put_u64(p, height);
+	p = gc_put_u64(p, depth);
+	p = gc_put_u64(p, s);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemcpyPeer(uint8_t *p, uint64_t ctx, uint64_t dst, uint64_t dstCtx, uint64_t src, uint64_t srcCtx, uint64_t n, uint64_t s)
+{
+	p = gc_put_u64(p, ctx);
+	p = gc_put_u64(p, dst);
+	p = gc_put_u64(p, dstCtx);
+	p = gc_put_u64(p, src);
+	p = gc_put_u64(p, srcCtx);
+	p = gc_put_u64(p, n);
+	p = gc_put_u64(p, s);
+	return p;
+}
+
 /* RPC wrappers (gc_rpc.c). Synchronous ones wait for the reply; _async
  * ones queue the request and return. */
 CUresult gc_rpc_DriverVersion(int32_t *version);
@@ -444,5 +900,43 @@ CUresult gc_rpc_EventRecord_async(uint64_t ctx, uint64_t e, uint64_t s);
 CUresult gc_rpc_EventQuery(uint64_t ctx, uint64_t e);
 CUresult gc_rpc_EventSynchronize(uint64_t ctx, uint64_t e);
 CUresult gc_rpc_EventElapsedTime(uint64_t ctx, uint64_t start, uint64_t end, float *ms);
+CUresult gc_rpc_DeviceAttributes(int32_t dev, uint32_t count, void *values, uint32_t values_cap, uint32_t *values_len);
+CUresult gc_rpc_ModuleLoadCached(uint64_t ctx, const void *hash, uint32_t hash_len, uint64_t size, uint64_t *m, int *found);
+CUresult gc_rpc_ModuleUpload(uint64_t ctx, const void *hash, uint32_t hash_len, const void *bulk, uint64_t bulk_len, uint64_t *m);
+CUresult gc_rpc_DeviceGetMemPool(int32_t dev, uint64_t *pool);
+CUresult gc_rpc_DeviceGetDefaultMemPool(int32_t dev, uint64_t *pool);
+CUresult gc_rpc_DeviceSetMemPool(int32_t dev, uint64_t pool);
+CUresult gc_rpc_MemPoolCreate(uint32_t allocType, uint32_t handleTypes, uint32_t locType, int32_t locID, uint64_t maxSize, uint64_t *pool);
+CUresult gc_rpc_MemPoolDestroy(uint64_t pool);
+CUresult gc_rpc_MemPoolSetAttribute(uint64_t pool, int32_t attr, uint64_t value);
+CUresult gc_rpc_MemPoolGetAttribute(uint64_t pool, int32_t attr, uint64_t *value);
+CUresult gc_rpc_MemPoolTrimTo(uint64_t pool, uint64_t keep);
+CUresult gc_rpc_MemAllocAsync(uint64_t ctx, uint64_t size, uint64_t pool, uint64_t s, uint64_t *ptr);
+CUresult gc_rpc_MemFreeAsync(uint64_t ctx, uint64_t ptr, uint64_t s);
+CUresult gc_rpc_MemFreeAsync_async(uint64_t ctx, uint64_t ptr, uint64_t s);
+CUresult gc_rpc_MemAddressReserve(uint64_t size, uint64_t align, uint64_t addr, uint64_t flags, uint64_t *ptr);
+CUresult gc_rpc_MemAddressFree(uint64_t ptr, uint64_t size);
+CUresult gc_rpc_MemCreate(uint64_t size, uint32_t allocType, uint32_t handleTypes, uint32_t locType, int32_t locID, uint32_t compression, uint64_t flags, uint64_t *h);
+CUresult gc_rpc_MemRelease(uint64_t h);
+CUresult gc_rpc_MemMap(uint64_t ptr, uint64_t size, uint64_t offset, uint64_t h, uint64_t flags);
+CUresult gc_rpc_MemUnmap(uint64_t ptr, uint64_t size);
+CUresult gc_rpc_MemSetAccess(uint64_t ptr, uint64_t size, const void *descs, uint32_t descs_len);
+CUresult gc_rpc_MemGetAccess(uint32_t locType, int32_t locID, uint64_t ptr, uint64_t *flags);
+CUresult gc_rpc_MemGetAllocationGranularity(uint32_t allocType, uint32_t handleTypes, uint32_t locType, int32_t locID, uint32_t option, uint64_t *granularity);
+CUresult gc_rpc_MemRetainAllocationHandle(uint64_t ptr, uint64_t *h);
+CUresult gc_rpc_StreamWaitValue(uint64_t ctx, uint64_t s, uint64_t addr, uint64_t value, uint32_t flags, uint32_t width);
+CUresult gc_rpc_StreamWaitValue_async(uint64_t ctx, uint64_t s, uint64_t addr, uint64_t value, uint32_t flags, uint32_t width);
+CUresult gc_rpc_StreamWriteValue(uint64_t ctx, uint64_t s, uint64_t addr, uint64_t value, uint32_t flags, uint32_t width);
+CUresult gc_rpc_StreamWriteValue_async(uint64_t ctx, uint64_t s, uint64_t addr, uint64_t value, uint32_t flags, uint32_t width);
+CUresult gc_rpc_StreamBatchMemOp(uint64_t ctx, uint64_t s, uint32_t flags, const void *ops, uint32_t ops_len);
+CUresult gc_rpc_StreamBatchMemOp_async(uint64_t ctx, uint64_t s, uint32_t flags, const void *ops, uint32_t ops_len);
+CUresult gc_rpc_TensorMapEncode(uint32_t kind, const void *params, uint32_t params_len, void *tmap, uint32_t tmap_cap, uint32_t *tmap_len);
+CUresult gc_rpc_MemcpyHtoD3D(uint64_t ctx, uint64_t dst, uint64_t dstPitch, uint64_t dstHeight, uint64_t width, uint64_t height, uint64_t depth, uint64_t s, const void *bulk, uint64_t bulk_len);
+CUresult gc_rpc_MemcpyHtoD3D_async(uint64_t ctx, uint64_t dst, uint64_t dstPitch, uint64_t dstHeight, uint64_t width, uint64_t height, uint64_t depth, uint64_t s, const void *bulk, uint64_t bulk_len);
+CUresult gc_rpc_MemcpyDtoH3D(uint64_t ctx, uint64_t src, uint64_t srcPitch, uint64_t srcHeight, uint64_t width, uint64_t height, uint64_t depth, uint64_t s, void *bulk, uint64_t bulk_len);
+CUresult gc_rpc_MemcpyDtoD3D(uint64_t ctx, uint64_t dst, uint64_t dstPitch, uint64_t dstHeight, uint64_t src, uint64_t srcPitch, uint64_t srcHeight, uint64_t width, uint64_t height, uint64_t depth, uint64_t s);
+CUresult gc_rpc_MemcpyDtoD3D_async(uint64_t ctx, uint64_t dst, uint64_t dstPitch, uint64_t dstHeight, uint64_t src, uint64_t srcPitch, uint64_t srcHeight, uint64_t width, uint64_t height, uint64_t depth, uint64_t s);
+CUresult gc_rpc_MemcpyPeer(uint64_t ctx, uint64_t dst, uint64_t dstCtx, uint64_t src, uint64_t srcCtx, uint64_t n, uint64_t s);
+CUresult gc_rpc_MemcpyPeer_async(uint64_t ctx, uint64_t dst, uint64_t dstCtx, uint64_t src, uint64_t srcCtx, uint64_t n, uint64_t s);
 
 #endif

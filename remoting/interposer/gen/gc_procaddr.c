@@ -49,6 +49,7 @@ extern void cuDeviceGetByPCIBusId(void);
 extern void cuDeviceGetCount(void);
 extern void cuDeviceGetDefaultMemPool(void);
 extern void cuDeviceGetLuid(void);
+extern void cuDeviceGetMemPool(void);
 extern void cuDeviceGetName(void);
 extern void cuDeviceGetP2PAttribute(void);
 extern void cuDeviceGetPCIBusId(void);
@@ -61,7 +62,9 @@ extern void cuDevicePrimaryCtxRelease_v2(void);
 extern void cuDevicePrimaryCtxReset(void);
 extern void cuDevicePrimaryCtxReset_v2(void);
 extern void cuDevicePrimaryCtxRetain(void);
+extern void cuDevicePrimaryCtxSetFlags(void);
 extern void cuDevicePrimaryCtxSetFlags_v2(void);
+extern void cuDeviceSetMemPool(void);
 extern void cuDeviceTotalMem_v2(void);
 extern void cuDriverGetVersion(void);
 extern void cuEventCreate(void);
@@ -85,11 +88,35 @@ extern void cuGetErrorString(void);
 extern void cuGetExportTable(void);
 extern void cuGetProcAddress(void);
 extern void cuGetProcAddress_v2(void);
+extern void cuGraphAddDependencies(void);
+extern void cuGraphAddDependencies_v2(void);
+extern void cuGraphAddEmptyNode(void);
+extern void cuGraphAddKernelNode(void);
+extern void cuGraphAddKernelNode_v2(void);
+extern void cuGraphAddMemcpyNode(void);
+extern void cuGraphAddMemsetNode(void);
 extern void cuGraphCreate(void);
 extern void cuGraphDestroy(void);
 extern void cuGraphExecDestroy(void);
+extern void cuGraphExecKernelNodeSetParams(void);
+extern void cuGraphExecKernelNodeSetParams_v2(void);
+extern void cuGraphGetEdges(void);
+extern void cuGraphGetEdges_v2(void);
+extern void cuGraphGetNodes(void);
+extern void cuGraphGetRootNodes(void);
+extern void cuGraphInstantiate(void);
 extern void cuGraphInstantiateWithFlags(void);
+extern void cuGraphInstantiateWithParams(void);
+extern void cuGraphInstantiate_v2(void);
+extern void cuGraphKernelNodeGetParams(void);
+extern void cuGraphKernelNodeGetParams_v2(void);
+extern void cuGraphKernelNodeSetParams(void);
+extern void cuGraphKernelNodeSetParams_v2(void);
 extern void cuGraphLaunch(void);
+extern void cuGraphNodeGetDependencies(void);
+extern void cuGraphNodeGetDependencies_v2(void);
+extern void cuGraphNodeGetType(void);
+extern void cuGraphUpload(void);
 extern void cuInit(void);
 extern void cuIpcCloseMemHandle(void);
 extern void cuIpcGetEventHandle(void);
@@ -132,8 +159,10 @@ extern void cuMemCreate(void);
 extern void cuMemFreeAsync(void);
 extern void cuMemFreeHost(void);
 extern void cuMemFree_v2(void);
+extern void cuMemGetAccess(void);
 extern void cuMemGetAddressRange_v2(void);
 extern void cuMemGetAllocationGranularity(void);
+extern void cuMemGetAllocationPropertiesFromHandle(void);
 extern void cuMemGetInfo_v2(void);
 extern void cuMemHostAlloc(void);
 extern void cuMemHostGetDevicePointer_v2(void);
@@ -143,8 +172,14 @@ extern void cuMemHostUnregister(void);
 extern void cuMemMap(void);
 extern void cuMemPoolCreate(void);
 extern void cuMemPoolDestroy(void);
+extern void cuMemPoolGetAccess(void);
+extern void cuMemPoolGetAttribute(void);
+extern void cuMemPoolSetAccess(void);
+extern void cuMemPoolSetAttribute(void);
+extern void cuMemPoolTrimTo(void);
 extern void cuMemPrefetchAsync(void);
 extern void cuMemRelease(void);
+extern void cuMemRetainAllocationHandle(void);
 extern void cuMemSetAccess(void);
 extern void cuMemUnmap(void);
 extern void cuMemcpy(void);
@@ -212,11 +247,15 @@ extern void cuProfilerStart(void);
 extern void cuProfilerStop(void);
 extern void cuStreamAddCallback(void);
 extern void cuStreamAttachMemAsync(void);
+extern void cuStreamBatchMemOp(void);
+extern void cuStreamBatchMemOp_v2(void);
+extern void cuStreamBeginCapture(void);
 extern void cuStreamBeginCapture_v2(void);
 extern void cuStreamCreate(void);
 extern void cuStreamCreateWithPriority(void);
 extern void cuStreamDestroy_v2(void);
 extern void cuStreamEndCapture(void);
+extern void cuStreamGetCaptureInfo(void);
 extern void cuStreamGetCaptureInfo_v2(void);
 extern void cuStreamGetCaptureInfo_v3(void);
 extern void cuStreamGetCtx(void);
@@ -228,10 +267,21 @@ extern void cuStreamQuery(void);
 extern void cuStreamQuery_ptsz(void);
 extern void cuStreamSynchronize(void);
 extern void cuStreamSynchronize_ptsz(void);
+extern void cuStreamUpdateCaptureDependencies(void);
+extern void cuStreamUpdateCaptureDependencies_v2(void);
 extern void cuStreamWaitEvent(void);
 extern void cuStreamWaitEvent_ptsz(void);
+extern void cuStreamWaitValue32(void);
 extern void cuStreamWaitValue32_v2(void);
+extern void cuStreamWaitValue64(void);
+extern void cuStreamWaitValue64_v2(void);
+extern void cuStreamWriteValue32(void);
 extern void cuStreamWriteValue32_v2(void);
+extern void cuStreamWriteValue64(void);
+extern void cuStreamWriteValue64_v2(void);
+extern void cuTensorMapEncodeIm2col(void);
+extern void cuTensorMapEncodeTiled(void);
+extern void cuThreadExchangeStreamCaptureMode(void);
 extern void gc_lookup_0(void);
 extern void gc_lookup_cuArray3DCreate(void);
 extern void gc_lookup_cuArray3DGetDescriptor(void);
@@ -253,14 +303,12 @@ extern void gc_lookup_cuDevSmResourceSplitByCount(void);
 extern void gc_lookup_cuDeviceGetDevResource(void);
 extern void gc_lookup_cuDeviceGetGraphMemAttribute(void);
 extern void gc_lookup_cuDeviceGetHostAtomicCapabilities(void);
-extern void gc_lookup_cuDeviceGetMemPool(void);
 extern void gc_lookup_cuDeviceGetNvSciSyncAttributes(void);
 extern void gc_lookup_cuDeviceGetP2PAtomicCapabilities(void);
 extern void gc_lookup_cuDeviceGetTexture1DLinearMaxWidth(void);
 extern void gc_lookup_cuDeviceGraphMemTrim(void);
 extern void gc_lookup_cuDeviceRegisterAsyncNotification(void);
 extern void gc_lookup_cuDeviceSetGraphMemAttribute(void);
-extern void gc_lookup_cuDeviceSetMemPool(void);
 extern void gc_lookup_cuDeviceUnregisterAsyncNotification(void);
 extern void gc_lookup_cuEGLStreamConsumerAcquireFrame(void);
 extern void gc_lookup_cuEGLStreamConsumerConnect(void);
@@ -286,18 +334,13 @@ extern void gc_lookup_cuGLUnmapBufferObject(void);
 extern void gc_lookup_cuGLUnmapBufferObjectAsync(void);
 extern void gc_lookup_cuGLUnregisterBufferObject(void);
 extern void gc_lookup_cuGraphAddChildGraphNode(void);
-extern void gc_lookup_cuGraphAddDependencies(void);
-extern void gc_lookup_cuGraphAddEmptyNode(void);
 extern void gc_lookup_cuGraphAddEventRecordNode(void);
 extern void gc_lookup_cuGraphAddEventWaitNode(void);
 extern void gc_lookup_cuGraphAddExternalSemaphoresSignalNode(void);
 extern void gc_lookup_cuGraphAddExternalSemaphoresWaitNode(void);
 extern void gc_lookup_cuGraphAddHostNode(void);
-extern void gc_lookup_cuGraphAddKernelNode(void);
 extern void gc_lookup_cuGraphAddMemAllocNode(void);
 extern void gc_lookup_cuGraphAddMemFreeNode(void);
-extern void gc_lookup_cuGraphAddMemcpyNode(void);
-extern void gc_lookup_cuGraphAddMemsetNode(void);
 extern void gc_lookup_cuGraphAddNode(void);
 extern void gc_lookup_cuGraphChildGraphNodeGetGraph(void);
 extern void gc_lookup_cuGraphClone(void);
@@ -315,7 +358,6 @@ extern void gc_lookup_cuGraphExecExternalSemaphoresSignalNodeSetParams(void);
 extern void gc_lookup_cuGraphExecExternalSemaphoresWaitNodeSetParams(void);
 extern void gc_lookup_cuGraphExecGetFlags(void);
 extern void gc_lookup_cuGraphExecHostNodeSetParams(void);
-extern void gc_lookup_cuGraphExecKernelNodeSetParams(void);
 extern void gc_lookup_cuGraphExecMemcpyNodeSetParams(void);
 extern void gc_lookup_cuGraphExecMemsetNodeSetParams(void);
 extern void gc_lookup_cuGraphExecNodeSetParams(void);
@@ -324,18 +366,11 @@ extern void gc_lookup_cuGraphExternalSemaphoresSignalNodeGetParams(void);
 extern void gc_lookup_cuGraphExternalSemaphoresSignalNodeSetParams(void);
 extern void gc_lookup_cuGraphExternalSemaphoresWaitNodeGetParams(void);
 extern void gc_lookup_cuGraphExternalSemaphoresWaitNodeSetParams(void);
-extern void gc_lookup_cuGraphGetEdges(void);
-extern void gc_lookup_cuGraphGetNodes(void);
-extern void gc_lookup_cuGraphGetRootNodes(void);
 extern void gc_lookup_cuGraphHostNodeGetParams(void);
 extern void gc_lookup_cuGraphHostNodeSetParams(void);
-extern void gc_lookup_cuGraphInstantiate(void);
-extern void gc_lookup_cuGraphInstantiateWithParams(void);
 extern void gc_lookup_cuGraphKernelNodeCopyAttributes(void);
 extern void gc_lookup_cuGraphKernelNodeGetAttribute(void);
-extern void gc_lookup_cuGraphKernelNodeGetParams(void);
 extern void gc_lookup_cuGraphKernelNodeSetAttribute(void);
-extern void gc_lookup_cuGraphKernelNodeSetParams(void);
 extern void gc_lookup_cuGraphMemAllocNodeGetParams(void);
 extern void gc_lookup_cuGraphMemFreeNodeGetParams(void);
 extern void gc_lookup_cuGraphMemcpyNodeGetParams(void);
@@ -343,16 +378,13 @@ extern void gc_lookup_cuGraphMemcpyNodeSetParams(void);
 extern void gc_lookup_cuGraphMemsetNodeGetParams(void);
 extern void gc_lookup_cuGraphMemsetNodeSetParams(void);
 extern void gc_lookup_cuGraphNodeFindInClone(void);
-extern void gc_lookup_cuGraphNodeGetDependencies(void);
 extern void gc_lookup_cuGraphNodeGetDependentNodes(void);
 extern void gc_lookup_cuGraphNodeGetEnabled(void);
-extern void gc_lookup_cuGraphNodeGetType(void);
 extern void gc_lookup_cuGraphNodeSetEnabled(void);
 extern void gc_lookup_cuGraphNodeSetParams(void);
 extern void gc_lookup_cuGraphReleaseUserObject(void);
 extern void gc_lookup_cuGraphRemoveDependencies(void);
 extern void gc_lookup_cuGraphRetainUserObject(void);
-extern void gc_lookup_cuGraphUpload(void);
 extern void gc_lookup_cuGraphicsEGLRegisterImage(void);
 extern void gc_lookup_cuGraphicsGLRegisterBuffer(void);
 extern void gc_lookup_cuGraphicsGLRegisterImage(void);
@@ -391,13 +423,8 @@ extern void gc_lookup_cuMemGetDefaultMemPool(void);
 extern void gc_lookup_cuMemGetMemPool(void);
 extern void gc_lookup_cuMemPoolExportPointer(void);
 extern void gc_lookup_cuMemPoolExportToShareableHandle(void);
-extern void gc_lookup_cuMemPoolGetAccess(void);
-extern void gc_lookup_cuMemPoolGetAttribute(void);
 extern void gc_lookup_cuMemPoolImportFromShareableHandle(void);
 extern void gc_lookup_cuMemPoolImportPointer(void);
-extern void gc_lookup_cuMemPoolSetAccess(void);
-extern void gc_lookup_cuMemPoolSetAttribute(void);
-extern void gc_lookup_cuMemPoolTrimTo(void);
 extern void gc_lookup_cuMemPrefetchBatchAsync(void);
 extern void gc_lookup_cuMemRangeGetAttribute(void);
 extern void gc_lookup_cuMemRangeGetAttributes(void);
@@ -414,25 +441,19 @@ extern void gc_lookup_cuMipmappedArrayGetMemoryRequirements(void);
 extern void gc_lookup_cuMipmappedArrayGetSparseProperties(void);
 extern void gc_lookup_cuProfilerInitialize(void);
 extern void gc_lookup_cuSignalExternalSemaphoresAsync(void);
-extern void gc_lookup_cuStreamBatchMemOp(void);
 extern void gc_lookup_cuStreamBeginCaptureToGraph(void);
 extern void gc_lookup_cuStreamCopyAttributes(void);
 extern void gc_lookup_cuStreamGetAttribute(void);
 extern void gc_lookup_cuStreamGetDevice(void);
 extern void gc_lookup_cuStreamSetAttribute(void);
-extern void gc_lookup_cuStreamUpdateCaptureDependencies(void);
-extern void gc_lookup_cuStreamWaitValue64(void);
-extern void gc_lookup_cuStreamWriteValue64(void);
 extern void gc_lookup_cuSurfObjectCreate(void);
 extern void gc_lookup_cuSurfObjectDestroy(void);
 extern void gc_lookup_cuSurfObjectGetResourceDesc(void);
-extern void gc_lookup_cuTensorMapEncodeTiled(void);
 extern void gc_lookup_cuTexObjectCreate(void);
 extern void gc_lookup_cuTexObjectDestroy(void);
 extern void gc_lookup_cuTexObjectGetResourceDesc(void);
 extern void gc_lookup_cuTexObjectGetResourceViewDesc(void);
 extern void gc_lookup_cuTexObjectGetTextureDesc(void);
-extern void gc_lookup_cuThreadExchangeStreamCaptureMode(void);
 extern void gc_lookup_cuUserObjectCreate(void);
 extern void gc_lookup_cuUserObjectRelease(void);
 extern void gc_lookup_cuUserObjectRetain(void);
@@ -461,8 +482,8 @@ const struct gc_proc gc_procs[] = {
 	{ "cuCtxCreate", 12050, 0, (void *)cuCtxCreate_v4 },
 	{ "cuCtxDestroy", 4000, 0, (void *)cuCtxDestroy_v2 },
 	{ "cuCtxDetach", 2000, 0, (void *)gc_lookup_cuCtxDetach },
-	{ "cuCtxDisablePeerAccess", 2000, 0, (void *)cuCtxDisablePeerAccess },
-	{ "cuCtxEnablePeerAccess", 2000, 0, (void *)cuCtxEnablePeerAccess },
+	{ "cuCtxDisablePeerAccess", 4000, 0, (void *)cuCtxDisablePeerAccess },
+	{ "cuCtxEnablePeerAccess", 4000, 0, (void *)cuCtxEnablePeerAccess },
 	{ "cuCtxFromGreenCtx", 2000, 0, (void *)gc_lookup_cuCtxFromGreenCtx },
 	{ "cuCtxGetApiVersion", 2000, 0, (void *)cuCtxGetApiVersion },
 	{ "cuCtxGetCacheConfig", 3020, 0, (void *)cuCtxGetCacheConfig },
@@ -492,22 +513,22 @@ const struct gc_proc gc_procs[] = {
 	{ "cuDestroyExternalSemaphore", 2000, 0, (void *)gc_lookup_cuDestroyExternalSemaphore },
 	{ "cuDevResourceGenerateDesc", 2000, 0, (void *)gc_lookup_cuDevResourceGenerateDesc },
 	{ "cuDevSmResourceSplitByCount", 2000, 0, (void *)gc_lookup_cuDevSmResourceSplitByCount },
-	{ "cuDeviceCanAccessPeer", 2000, 0, (void *)cuDeviceCanAccessPeer },
+	{ "cuDeviceCanAccessPeer", 4000, 0, (void *)cuDeviceCanAccessPeer },
 	{ "cuDeviceComputeCapability", 2000, 0, (void *)cuDeviceComputeCapability },
 	{ "cuDeviceGet", 2000, 0, (void *)cuDeviceGet },
 	{ "cuDeviceGetAttribute", 2000, 0, (void *)cuDeviceGetAttribute },
 	{ "cuDeviceGetByPCIBusId", 2000, 0, (void *)cuDeviceGetByPCIBusId },
 	{ "cuDeviceGetCount", 2000, 0, (void *)cuDeviceGetCount },
-	{ "cuDeviceGetDefaultMemPool", 2000, 0, (void *)cuDeviceGetDefaultMemPool },
+	{ "cuDeviceGetDefaultMemPool", 11020, 0, (void *)cuDeviceGetDefaultMemPool },
 	{ "cuDeviceGetDevResource", 2000, 0, (void *)gc_lookup_cuDeviceGetDevResource },
 	{ "cuDeviceGetGraphMemAttribute", 2000, 0, (void *)gc_lookup_cuDeviceGetGraphMemAttribute },
 	{ "cuDeviceGetHostAtomicCapabilities", 2000, 0, (void *)gc_lookup_cuDeviceGetHostAtomicCapabilities },
 	{ "cuDeviceGetLuid", 2000, 0, (void *)cuDeviceGetLuid },
-	{ "cuDeviceGetMemPool", 2000, 0, (void *)gc_lookup_cuDeviceGetMemPool },
+	{ "cuDeviceGetMemPool", 11020, 0, (void *)cuDeviceGetMemPool },
 	{ "cuDeviceGetName", 2000, 0, (void *)cuDeviceGetName },
 	{ "cuDeviceGetNvSciSyncAttributes", 2000, 0, (void *)gc_lookup_cuDeviceGetNvSciSyncAttributes },
 	{ "cuDeviceGetP2PAtomicCapabilities", 2000, 0, (void *)gc_lookup_cuDeviceGetP2PAtomicCapabilities },
-	{ "cuDeviceGetP2PAttribute", 2000, 0, (void *)cuDeviceGetP2PAttribute },
+	{ "cuDeviceGetP2PAttribute", 8000, 0, (void *)cuDeviceGetP2PAttribute },
 	{ "cuDeviceGetPCIBusId", 2000, 0, (void *)cuDeviceGetPCIBusId },
 	{ "cuDeviceGetProperties", 2000, 0, (void *)cuDeviceGetProperties },
 	{ "cuDeviceGetTexture1DLinearMaxWidth", 2000, 0, (void *)gc_lookup_cuDeviceGetTexture1DLinearMaxWidth },
@@ -520,10 +541,11 @@ const struct gc_proc gc_procs[] = {
 	{ "cuDevicePrimaryCtxReset", 7000, 0, (void *)cuDevicePrimaryCtxReset },
 	{ "cuDevicePrimaryCtxReset", 11000, 0, (void *)cuDevicePrimaryCtxReset_v2 },
 	{ "cuDevicePrimaryCtxRetain", 7000, 0, (void *)cuDevicePrimaryCtxRetain },
+	{ "cuDevicePrimaryCtxSetFlags", 7000, 0, (void *)cuDevicePrimaryCtxSetFlags },
 	{ "cuDevicePrimaryCtxSetFlags", 11000, 0, (void *)cuDevicePrimaryCtxSetFlags_v2 },
 	{ "cuDeviceRegisterAsyncNotification", 2000, 0, (void *)gc_lookup_cuDeviceRegisterAsyncNotification },
 	{ "cuDeviceSetGraphMemAttribute", 2000, 0, (void *)gc_lookup_cuDeviceSetGraphMemAttribute },
-	{ "cuDeviceSetMemPool", 2000, 0, (void *)gc_lookup_cuDeviceSetMemPool },
+	{ "cuDeviceSetMemPool", 11020, 0, (void *)cuDeviceSetMemPool },
 	{ "cuDeviceTotalMem", 3020, 0, (void *)cuDeviceTotalMem_v2 },
 	{ "cuDeviceUnregisterAsyncNotification", 2000, 0, (void *)gc_lookup_cuDeviceUnregisterAsyncNotification },
 	{ "cuDriverGetVersion", 2000, 0, (void *)cuDriverGetVersion },
@@ -572,39 +594,42 @@ const struct gc_proc gc_procs[] = {
 	{ "cuGetProcAddress", 11030, 0, (void *)cuGetProcAddress },
 	{ "cuGetProcAddress", 12000, 0, (void *)cuGetProcAddress_v2 },
 	{ "cuGraphAddChildGraphNode", 2000, 0, (void *)gc_lookup_cuGraphAddChildGraphNode },
-	{ "cuGraphAddDependencies", 2000, 0, (void *)gc_lookup_cuGraphAddDependencies },
-	{ "cuGraphAddEmptyNode", 2000, 0, (void *)gc_lookup_cuGraphAddEmptyNode },
+	{ "cuGraphAddDependencies", 10000, 0, (void *)cuGraphAddDependencies },
+	{ "cuGraphAddDependencies", 12030, 0, (void *)cuGraphAddDependencies_v2 },
+	{ "cuGraphAddEmptyNode", 10000, 0, (void *)cuGraphAddEmptyNode },
 	{ "cuGraphAddEventRecordNode", 2000, 0, (void *)gc_lookup_cuGraphAddEventRecordNode },
 	{ "cuGraphAddEventWaitNode", 2000, 0, (void *)gc_lookup_cuGraphAddEventWaitNode },
 	{ "cuGraphAddExternalSemaphoresSignalNode", 2000, 0, (void *)gc_lookup_cuGraphAddExternalSemaphoresSignalNode },
 	{ "cuGraphAddExternalSemaphoresWaitNode", 2000, 0, (void *)gc_lookup_cuGraphAddExternalSemaphoresWaitNode },
 	{ "cuGraphAddHostNode", 2000, 0, (void *)gc_lookup_cuGraphAddHostNode },
-	{ "cuGraphAddKernelNode", 2000, 0, (void *)gc_lookup_cuGraphAddKernelNode },
+	{ "cuGraphAddKernelNode", 10000, 0, (void *)cuGraphAddKernelNode },
+	{ "cuGraphAddKernelNode", 12000, 0, (void *)cuGraphAddKernelNode_v2 },
 	{ "cuGraphAddMemAllocNode", 2000, 0, (void *)gc_lookup_cuGraphAddMemAllocNode },
 	{ "cuGraphAddMemFreeNode", 2000, 0, (void *)gc_lookup_cuGraphAddMemFreeNode },
-	{ "cuGraphAddMemcpyNode", 2000, 0, (void *)gc_lookup_cuGraphAddMemcpyNode },
-	{ "cuGraphAddMemsetNode", 2000, 0, (void *)gc_lookup_cuGraphAddMemsetNode },
+	{ "cuGraphAddMemcpyNode", 10000, 0, (void *)cuGraphAddMemcpyNode },
+	{ "cuGraphAddMemsetNode", 10000, 0, (void *)cuGraphAddMemsetNode },
 	{ "cuGraphAddNode", 2000, 0, (void *)gc_lookup_cuGraphAddNode },
 	{ "cuGraphChildGraphNodeGetGraph", 2000, 0, (void *)gc_lookup_cuGraphChildGraphNodeGetGraph },
 	{ "cuGraphClone", 2000, 0, (void *)gc_lookup_cuGraphClone },
 	{ "cuGraphConditionalHandleCreate", 2000, 0, (void *)gc_lookup_cuGraphConditionalHandleCreate },
-	{ "cuGraphCreate", 2000, 0, (void *)cuGraphCreate },
+	{ "cuGraphCreate", 10000, 0, (void *)cuGraphCreate },
 	{ "cuGraphDebugDotPrint", 2000, 0, (void *)gc_lookup_cuGraphDebugDotPrint },
-	{ "cuGraphDestroy", 2000, 0, (void *)cuGraphDestroy },
+	{ "cuGraphDestroy", 10000, 0, (void *)cuGraphDestroy },
 	{ "cuGraphDestroyNode", 2000, 0, (void *)gc_lookup_cuGraphDestroyNode },
 	{ "cuGraphEventRecordNodeGetEvent", 2000, 0, (void *)gc_lookup_cuGraphEventRecordNodeGetEvent },
 	{ "cuGraphEventRecordNodeSetEvent", 2000, 0, (void *)gc_lookup_cuGraphEventRecordNodeSetEvent },
 	{ "cuGraphEventWaitNodeGetEvent", 2000, 0, (void *)gc_lookup_cuGraphEventWaitNodeGetEvent },
 	{ "cuGraphEventWaitNodeSetEvent", 2000, 0, (void *)gc_lookup_cuGraphEventWaitNodeSetEvent },
 	{ "cuGraphExecChildGraphNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphExecChildGraphNodeSetParams },
-	{ "cuGraphExecDestroy", 2000, 0, (void *)cuGraphExecDestroy },
+	{ "cuGraphExecDestroy", 10000, 0, (void *)cuGraphExecDestroy },
 	{ "cuGraphExecEventRecordNodeSetEvent", 2000, 0, (void *)gc_lookup_cuGraphExecEventRecordNodeSetEvent },
 	{ "cuGraphExecEventWaitNodeSetEvent", 2000, 0, (void *)gc_lookup_cuGraphExecEventWaitNodeSetEvent },
 	{ "cuGraphExecExternalSemaphoresSignalNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphExecExternalSemaphoresSignalNodeSetParams },
 	{ "cuGraphExecExternalSemaphoresWaitNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphExecExternalSemaphoresWaitNodeSetParams },
 	{ "cuGraphExecGetFlags", 2000, 0, (void *)gc_lookup_cuGraphExecGetFlags },
 	{ "cuGraphExecHostNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphExecHostNodeSetParams },
-	{ "cuGraphExecKernelNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphExecKernelNodeSetParams },
+	{ "cuGraphExecKernelNodeSetParams", 10010, 0, (void *)cuGraphExecKernelNodeSetParams },
+	{ "cuGraphExecKernelNodeSetParams", 12000, 0, (void *)cuGraphExecKernelNodeSetParams_v2 },
 	{ "cuGraphExecMemcpyNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphExecMemcpyNodeSetParams },
 	{ "cuGraphExecMemsetNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphExecMemsetNodeSetParams },
 	{ "cuGraphExecNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphExecNodeSetParams },
@@ -613,20 +638,24 @@ const struct gc_proc gc_procs[] = {
 	{ "cuGraphExternalSemaphoresSignalNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphExternalSemaphoresSignalNodeSetParams },
 	{ "cuGraphExternalSemaphoresWaitNodeGetParams", 2000, 0, (void *)gc_lookup_cuGraphExternalSemaphoresWaitNodeGetParams },
 	{ "cuGraphExternalSemaphoresWaitNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphExternalSemaphoresWaitNodeSetParams },
-	{ "cuGraphGetEdges", 2000, 0, (void *)gc_lookup_cuGraphGetEdges },
-	{ "cuGraphGetNodes", 2000, 0, (void *)gc_lookup_cuGraphGetNodes },
-	{ "cuGraphGetRootNodes", 2000, 0, (void *)gc_lookup_cuGraphGetRootNodes },
+	{ "cuGraphGetEdges", 10000, 0, (void *)cuGraphGetEdges },
+	{ "cuGraphGetEdges", 12030, 0, (void *)cuGraphGetEdges_v2 },
+	{ "cuGraphGetNodes", 10000, 0, (void *)cuGraphGetNodes },
+	{ "cuGraphGetRootNodes", 10000, 0, (void *)cuGraphGetRootNodes },
 	{ "cuGraphHostNodeGetParams", 2000, 0, (void *)gc_lookup_cuGraphHostNodeGetParams },
 	{ "cuGraphHostNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphHostNodeSetParams },
-	{ "cuGraphInstantiate", 2000, 0, (void *)gc_lookup_cuGraphInstantiate },
-	{ "cuGraphInstantiateWithFlags", 2000, 0, (void *)cuGraphInstantiateWithFlags },
-	{ "cuGraphInstantiateWithParams", 2000, 0, (void *)gc_lookup_cuGraphInstantiateWithParams },
+	{ "cuGraphInstantiate", 10000, 0, (void *)cuGraphInstantiate },
+	{ "cuGraphInstantiate", 11000, 0, (void *)cuGraphInstantiate_v2 },
+	{ "cuGraphInstantiateWithFlags", 11040, 0, (void *)cuGraphInstantiateWithFlags },
+	{ "cuGraphInstantiateWithParams", 12000, 0, (void *)cuGraphInstantiateWithParams },
 	{ "cuGraphKernelNodeCopyAttributes", 2000, 0, (void *)gc_lookup_cuGraphKernelNodeCopyAttributes },
 	{ "cuGraphKernelNodeGetAttribute", 2000, 0, (void *)gc_lookup_cuGraphKernelNodeGetAttribute },
-	{ "cuGraphKernelNodeGetParams", 2000, 0, (void *)gc_lookup_cuGraphKernelNodeGetParams },
+	{ "cuGraphKernelNodeGetParams", 10000, 0, (void *)cuGraphKernelNodeGetParams },
+	{ "cuGraphKernelNodeGetParams", 12000, 0, (void *)cuGraphKernelNodeGetParams_v2 },
 	{ "cuGraphKernelNodeSetAttribute", 2000, 0, (void *)gc_lookup_cuGraphKernelNodeSetAttribute },
-	{ "cuGraphKernelNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphKernelNodeSetParams },
-	{ "cuGraphLaunch", 2000, 0, (void *)cuGraphLaunch },
+	{ "cuGraphKernelNodeSetParams", 10000, 0, (void *)cuGraphKernelNodeSetParams },
+	{ "cuGraphKernelNodeSetParams", 12000, 0, (void *)cuGraphKernelNodeSetParams_v2 },
+	{ "cuGraphLaunch", 10000, 0, (void *)cuGraphLaunch },
 	{ "cuGraphMemAllocNodeGetParams", 2000, 0, (void *)gc_lookup_cuGraphMemAllocNodeGetParams },
 	{ "cuGraphMemFreeNodeGetParams", 2000, 0, (void *)gc_lookup_cuGraphMemFreeNodeGetParams },
 	{ "cuGraphMemcpyNodeGetParams", 2000, 0, (void *)gc_lookup_cuGraphMemcpyNodeGetParams },
@@ -634,16 +663,17 @@ const struct gc_proc gc_procs[] = {
 	{ "cuGraphMemsetNodeGetParams", 2000, 0, (void *)gc_lookup_cuGraphMemsetNodeGetParams },
 	{ "cuGraphMemsetNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphMemsetNodeSetParams },
 	{ "cuGraphNodeFindInClone", 2000, 0, (void *)gc_lookup_cuGraphNodeFindInClone },
-	{ "cuGraphNodeGetDependencies", 2000, 0, (void *)gc_lookup_cuGraphNodeGetDependencies },
+	{ "cuGraphNodeGetDependencies", 10000, 0, (void *)cuGraphNodeGetDependencies },
+	{ "cuGraphNodeGetDependencies", 12030, 0, (void *)cuGraphNodeGetDependencies_v2 },
 	{ "cuGraphNodeGetDependentNodes", 2000, 0, (void *)gc_lookup_cuGraphNodeGetDependentNodes },
 	{ "cuGraphNodeGetEnabled", 2000, 0, (void *)gc_lookup_cuGraphNodeGetEnabled },
-	{ "cuGraphNodeGetType", 2000, 0, (void *)gc_lookup_cuGraphNodeGetType },
+	{ "cuGraphNodeGetType", 10000, 0, (void *)cuGraphNodeGetType },
 	{ "cuGraphNodeSetEnabled", 2000, 0, (void *)gc_lookup_cuGraphNodeSetEnabled },
 	{ "cuGraphNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphNodeSetParams },
 	{ "cuGraphReleaseUserObject", 2000, 0, (void *)gc_lookup_cuGraphReleaseUserObject },
 	{ "cuGraphRemoveDependencies", 2000, 0, (void *)gc_lookup_cuGraphRemoveDependencies },
 	{ "cuGraphRetainUserObject", 2000, 0, (void *)gc_lookup_cuGraphRetainUserObject },
-	{ "cuGraphUpload", 2000, 0, (void *)gc_lookup_cuGraphUpload },
+	{ "cuGraphUpload", 11010, 0, (void *)cuGraphUpload },
 	{ "cuGraphicsEGLRegisterImage", 2000, 0, (void *)gc_lookup_cuGraphicsEGLRegisterImage },
 	{ "cuGraphicsGLRegisterBuffer", 2000, 0, (void *)gc_lookup_cuGraphicsGLRegisterBuffer },
 	{ "cuGraphicsGLRegisterImage", 2000, 0, (void *)gc_lookup_cuGraphicsGLRegisterImage },
@@ -680,11 +710,11 @@ const struct gc_proc gc_procs[] = {
 	{ "cuKernelSetAttribute", 12000, 0, (void *)cuKernelSetAttribute },
 	{ "cuKernelSetCacheConfig", 12000, 0, (void *)cuKernelSetCacheConfig },
 	{ "cuLaunchCooperativeKernel", 2000, 0, (void *)cuLaunchCooperativeKernel },
-	{ "cuLaunchHostFunc", 2000, 0, (void *)cuLaunchHostFunc },
+	{ "cuLaunchHostFunc", 10000, 0, (void *)cuLaunchHostFunc },
 	{ "cuLaunchKernel", 2000, 0, (void *)cuLaunchKernel },
 	{ "cuLaunchKernel", 7000, 1, (void *)cuLaunchKernel_ptsz },
-	{ "cuLaunchKernelEx", 11060, 1, (void *)cuLaunchKernelEx_ptsz },
 	{ "cuLaunchKernelEx", 11060, 0, (void *)cuLaunchKernelEx },
+	{ "cuLaunchKernelEx", 11060, 1, (void *)cuLaunchKernelEx_ptsz },
 	{ "cuLibraryEnumerateKernels", 2000, 0, (void *)gc_lookup_cuLibraryEnumerateKernels },
 	{ "cuLibraryGetGlobal", 12000, 0, (void *)cuLibraryGetGlobal },
 	{ "cuLibraryGetKernel", 12000, 0, (void *)cuLibraryGetKernel },
@@ -705,23 +735,25 @@ const struct gc_proc gc_procs[] = {
 	{ "cuLogsDumpToMemory", 2000, 0, (void *)gc_lookup_cuLogsDumpToMemory },
 	{ "cuLogsRegisterCallback", 2000, 0, (void *)gc_lookup_cuLogsRegisterCallback },
 	{ "cuLogsUnregisterCallback", 2000, 0, (void *)gc_lookup_cuLogsUnregisterCallback },
-	{ "cuMemAddressFree", 2000, 0, (void *)cuMemAddressFree },
-	{ "cuMemAddressReserve", 2000, 0, (void *)cuMemAddressReserve },
+	{ "cuMemAddressFree", 10020, 0, (void *)cuMemAddressFree },
+	{ "cuMemAddressReserve", 10020, 0, (void *)cuMemAddressReserve },
 	{ "cuMemAdvise", 2000, 0, (void *)cuMemAdvise },
 	{ "cuMemAlloc", 3020, 0, (void *)cuMemAlloc_v2 },
-	{ "cuMemAllocAsync", 2000, 0, (void *)cuMemAllocAsync },
-	{ "cuMemAllocFromPoolAsync", 2000, 0, (void *)cuMemAllocFromPoolAsync },
+	{ "cuMemAllocAsync", 11020, 0, (void *)cuMemAllocAsync },
+	{ "cuMemAllocFromPoolAsync", 11020, 0, (void *)cuMemAllocFromPoolAsync },
 	{ "cuMemAllocHost", 3020, 0, (void *)cuMemAllocHost_v2 },
 	{ "cuMemAllocManaged", 2000, 0, (void *)cuMemAllocManaged },
 	{ "cuMemAllocPitch", 2000, 0, (void *)cuMemAllocPitch_v2 },
-	{ "cuMemCreate", 2000, 0, (void *)cuMemCreate },
+	{ "cuMemCreate", 10020, 0, (void *)cuMemCreate },
 	{ "cuMemDiscardAndPrefetchBatchAsync", 2000, 0, (void *)gc_lookup_cuMemDiscardAndPrefetchBatchAsync },
 	{ "cuMemDiscardBatchAsync", 2000, 0, (void *)gc_lookup_cuMemDiscardBatchAsync },
 	{ "cuMemFree", 3020, 0, (void *)cuMemFree_v2 },
-	{ "cuMemFreeAsync", 2000, 0, (void *)cuMemFreeAsync },
+	{ "cuMemFreeAsync", 11020, 0, (void *)cuMemFreeAsync },
 	{ "cuMemFreeHost", 2000, 0, (void *)cuMemFreeHost },
+	{ "cuMemGetAccess", 10020, 0, (void *)cuMemGetAccess },
 	{ "cuMemGetAddressRange", 3020, 0, (void *)cuMemGetAddressRange_v2 },
-	{ "cuMemGetAllocationGranularity", 2000, 0, (void *)cuMemGetAllocationGranularity },
+	{ "cuMemGetAllocationGranularity", 10020, 0, (void *)cuMemGetAllocationGranularity },
+	{ "cuMemGetAllocationPropertiesFromHandle", 10020, 0, (void *)cuMemGetAllocationPropertiesFromHandle },
 	{ "cuMemGetDefaultMemPool", 2000, 0, (void *)gc_lookup_cuMemGetDefaultMemPool },
 	{ "cuMemGetInfo", 3020, 0, (void *)cuMemGetInfo_v2 },
 	{ "cuMemGetMemPool", 2000, 0, (void *)gc_lookup_cuMemGetMemPool },
@@ -730,33 +762,34 @@ const struct gc_proc gc_procs[] = {
 	{ "cuMemHostGetFlags", 2000, 0, (void *)cuMemHostGetFlags },
 	{ "cuMemHostRegister", 6050, 0, (void *)cuMemHostRegister_v2 },
 	{ "cuMemHostUnregister", 2000, 0, (void *)cuMemHostUnregister },
-	{ "cuMemMap", 2000, 0, (void *)cuMemMap },
-	{ "cuMemPoolCreate", 2000, 0, (void *)cuMemPoolCreate },
-	{ "cuMemPoolDestroy", 2000, 0, (void *)cuMemPoolDestroy },
+	{ "cuMemMap", 10020, 0, (void *)cuMemMap },
+	{ "cuMemPoolCreate", 11020, 0, (void *)cuMemPoolCreate },
+	{ "cuMemPoolDestroy", 11020, 0, (void *)cuMemPoolDestroy },
 	{ "cuMemPoolExportPointer", 2000, 0, (void *)gc_lookup_cuMemPoolExportPointer },
 	{ "cuMemPoolExportToShareableHandle", 2000, 0, (void *)gc_lookup_cuMemPoolExportToShareableHandle },
-	{ "cuMemPoolGetAccess", 2000, 0, (void *)gc_lookup_cuMemPoolGetAccess },
-	{ "cuMemPoolGetAttribute", 2000, 0, (void *)gc_lookup_cuMemPoolGetAttribute },
+	{ "cuMemPoolGetAccess", 11020, 0, (void *)cuMemPoolGetAccess },
+	{ "cuMemPoolGetAttribute", 11020, 0, (void *)cuMemPoolGetAttribute },
 	{ "cuMemPoolImportFromShareableHandle", 2000, 0, (void *)gc_lookup_cuMemPoolImportFromShareableHandle },
 	{ "cuMemPoolImportPointer", 2000, 0, (void *)gc_lookup_cuMemPoolImportPointer },
-	{ "cuMemPoolSetAccess", 2000, 0, (void *)gc_lookup_cuMemPoolSetAccess },
-	{ "cuMemPoolSetAttribute", 2000, 0, (void *)gc_lookup_cuMemPoolSetAttribute },
-	{ "cuMemPoolTrimTo", 2000, 0, (void *)gc_lookup_cuMemPoolTrimTo },
+	{ "cuMemPoolSetAccess", 11020, 0, (void *)cuMemPoolSetAccess },
+	{ "cuMemPoolSetAttribute", 11020, 0, (void *)cuMemPoolSetAttribute },
+	{ "cuMemPoolTrimTo", 11020, 0, (void *)cuMemPoolTrimTo },
 	{ "cuMemPrefetchAsync", 2000, 0, (void *)cuMemPrefetchAsync },
 	{ "cuMemPrefetchBatchAsync", 2000, 0, (void *)gc_lookup_cuMemPrefetchBatchAsync },
 	{ "cuMemRangeGetAttribute", 2000, 0, (void *)gc_lookup_cuMemRangeGetAttribute },
 	{ "cuMemRangeGetAttributes", 2000, 0, (void *)gc_lookup_cuMemRangeGetAttributes },
-	{ "cuMemRelease", 2000, 0, (void *)cuMemRelease },
-	{ "cuMemSetAccess", 2000, 0, (void *)cuMemSetAccess },
+	{ "cuMemRelease", 10020, 0, (void *)cuMemRelease },
+	{ "cuMemRetainAllocationHandle", 11000, 0, (void *)cuMemRetainAllocationHandle },
+	{ "cuMemSetAccess", 10020, 0, (void *)cuMemSetAccess },
 	{ "cuMemSetMemPool", 2000, 0, (void *)gc_lookup_cuMemSetMemPool },
-	{ "cuMemUnmap", 2000, 0, (void *)cuMemUnmap },
+	{ "cuMemUnmap", 10020, 0, (void *)cuMemUnmap },
 	{ "cuMemcpy", 2000, 0, (void *)cuMemcpy },
 	{ "cuMemcpy", 7000, 1, (void *)cuMemcpy_ptds },
-	{ "cuMemcpy2D", 2000, 0, (void *)cuMemcpy2D_v2 },
-	{ "cuMemcpy2DAsync", 2000, 0, (void *)cuMemcpy2DAsync_v2 },
-	{ "cuMemcpy2DUnaligned", 2000, 0, (void *)cuMemcpy2DUnaligned_v2 },
-	{ "cuMemcpy3D", 2000, 0, (void *)cuMemcpy3D_v2 },
-	{ "cuMemcpy3DAsync", 2000, 0, (void *)cuMemcpy3DAsync_v2 },
+	{ "cuMemcpy2D", 3020, 0, (void *)cuMemcpy2D_v2 },
+	{ "cuMemcpy2DAsync", 3020, 0, (void *)cuMemcpy2DAsync_v2 },
+	{ "cuMemcpy2DUnaligned", 3020, 0, (void *)cuMemcpy2DUnaligned_v2 },
+	{ "cuMemcpy3D", 3020, 0, (void *)cuMemcpy3D_v2 },
+	{ "cuMemcpy3DAsync", 3020, 0, (void *)cuMemcpy3DAsync_v2 },
 	{ "cuMemcpy3DBatchAsync", 2000, 0, (void *)gc_lookup_cuMemcpy3DBatchAsync },
 	{ "cuMemcpy3DPeer", 2000, 0, (void *)gc_lookup_cuMemcpy3DPeer },
 	{ "cuMemcpy3DPeerAsync", 2000, 0, (void *)gc_lookup_cuMemcpy3DPeerAsync },
@@ -777,8 +810,8 @@ const struct gc_proc gc_procs[] = {
 	{ "cuMemcpyHtoD", 7000, 1, (void *)cuMemcpyHtoD_v2_ptds },
 	{ "cuMemcpyHtoDAsync", 3020, 0, (void *)cuMemcpyHtoDAsync_v2 },
 	{ "cuMemcpyHtoDAsync", 7000, 1, (void *)cuMemcpyHtoDAsync_v2_ptsz },
-	{ "cuMemcpyPeer", 2000, 0, (void *)cuMemcpyPeer },
-	{ "cuMemcpyPeerAsync", 2000, 0, (void *)cuMemcpyPeerAsync },
+	{ "cuMemcpyPeer", 4000, 0, (void *)cuMemcpyPeer },
+	{ "cuMemcpyPeerAsync", 4000, 0, (void *)cuMemcpyPeerAsync },
 	{ "cuMemsetD16", 3020, 0, (void *)cuMemsetD16_v2 },
 	{ "cuMemsetD16", 7000, 1, (void *)cuMemsetD16_v2_ptds },
 	{ "cuMemsetD16Async", 2000, 0, (void *)cuMemsetD16Async },
@@ -827,45 +860,54 @@ const struct gc_proc gc_procs[] = {
 	{ "cuSignalExternalSemaphoresAsync", 2000, 0, (void *)gc_lookup_cuSignalExternalSemaphoresAsync },
 	{ "cuStreamAddCallback", 2000, 0, (void *)cuStreamAddCallback },
 	{ "cuStreamAttachMemAsync", 2000, 0, (void *)cuStreamAttachMemAsync },
-	{ "cuStreamBatchMemOp", 2000, 0, (void *)gc_lookup_cuStreamBatchMemOp },
-	{ "cuStreamBeginCapture", 2000, 0, (void *)cuStreamBeginCapture_v2 },
+	{ "cuStreamBatchMemOp", 8000, 0, (void *)cuStreamBatchMemOp },
+	{ "cuStreamBatchMemOp", 11070, 0, (void *)cuStreamBatchMemOp_v2 },
+	{ "cuStreamBeginCapture", 10000, 0, (void *)cuStreamBeginCapture },
+	{ "cuStreamBeginCapture", 10010, 0, (void *)cuStreamBeginCapture_v2 },
 	{ "cuStreamBeginCaptureToGraph", 2000, 0, (void *)gc_lookup_cuStreamBeginCaptureToGraph },
 	{ "cuStreamCopyAttributes", 2000, 0, (void *)gc_lookup_cuStreamCopyAttributes },
 	{ "cuStreamCreate", 2000, 0, (void *)cuStreamCreate },
-	{ "cuStreamCreateWithPriority", 2000, 0, (void *)cuStreamCreateWithPriority },
+	{ "cuStreamCreateWithPriority", 5050, 0, (void *)cuStreamCreateWithPriority },
 	{ "cuStreamDestroy", 4000, 0, (void *)cuStreamDestroy_v2 },
-	{ "cuStreamEndCapture", 2000, 0, (void *)cuStreamEndCapture },
+	{ "cuStreamEndCapture", 10000, 0, (void *)cuStreamEndCapture },
 	{ "cuStreamGetAttribute", 2000, 0, (void *)gc_lookup_cuStreamGetAttribute },
-	{ "cuStreamGetCaptureInfo", 2000, 0, (void *)cuStreamGetCaptureInfo_v3 },
-	{ "cuStreamGetCaptureInfo", 2000, 0, (void *)cuStreamGetCaptureInfo_v2 },
-	{ "cuStreamGetCtx", 2000, 0, (void *)cuStreamGetCtx },
+	{ "cuStreamGetCaptureInfo", 10010, 0, (void *)cuStreamGetCaptureInfo },
+	{ "cuStreamGetCaptureInfo", 11030, 0, (void *)cuStreamGetCaptureInfo_v2 },
+	{ "cuStreamGetCaptureInfo", 12030, 0, (void *)cuStreamGetCaptureInfo_v3 },
+	{ "cuStreamGetCtx", 9020, 0, (void *)cuStreamGetCtx },
 	{ "cuStreamGetDevice", 2000, 0, (void *)gc_lookup_cuStreamGetDevice },
-	{ "cuStreamGetFlags", 2000, 0, (void *)cuStreamGetFlags },
+	{ "cuStreamGetFlags", 5050, 0, (void *)cuStreamGetFlags },
 	{ "cuStreamGetId", 2000, 0, (void *)cuStreamGetId },
-	{ "cuStreamGetPriority", 2000, 0, (void *)cuStreamGetPriority },
-	{ "cuStreamIsCapturing", 2000, 0, (void *)cuStreamIsCapturing },
+	{ "cuStreamGetPriority", 5050, 0, (void *)cuStreamGetPriority },
+	{ "cuStreamIsCapturing", 10000, 0, (void *)cuStreamIsCapturing },
 	{ "cuStreamQuery", 2000, 0, (void *)cuStreamQuery },
 	{ "cuStreamQuery", 7000, 1, (void *)cuStreamQuery_ptsz },
 	{ "cuStreamSetAttribute", 2000, 0, (void *)gc_lookup_cuStreamSetAttribute },
 	{ "cuStreamSynchronize", 2000, 0, (void *)cuStreamSynchronize },
 	{ "cuStreamSynchronize", 7000, 1, (void *)cuStreamSynchronize_ptsz },
-	{ "cuStreamUpdateCaptureDependencies", 2000, 0, (void *)gc_lookup_cuStreamUpdateCaptureDependencies },
+	{ "cuStreamUpdateCaptureDependencies", 11030, 0, (void *)cuStreamUpdateCaptureDependencies },
+	{ "cuStreamUpdateCaptureDependencies", 12030, 0, (void *)cuStreamUpdateCaptureDependencies_v2 },
 	{ "cuStreamWaitEvent", 2000, 0, (void *)cuStreamWaitEvent },
 	{ "cuStreamWaitEvent", 7000, 1, (void *)cuStreamWaitEvent_ptsz },
-	{ "cuStreamWaitValue32", 2000, 0, (void *)cuStreamWaitValue32_v2 },
-	{ "cuStreamWaitValue64", 2000, 0, (void *)gc_lookup_cuStreamWaitValue64 },
-	{ "cuStreamWriteValue32", 2000, 0, (void *)cuStreamWriteValue32_v2 },
-	{ "cuStreamWriteValue64", 2000, 0, (void *)gc_lookup_cuStreamWriteValue64 },
+	{ "cuStreamWaitValue32", 8000, 0, (void *)cuStreamWaitValue32 },
+	{ "cuStreamWaitValue32", 11070, 0, (void *)cuStreamWaitValue32_v2 },
+	{ "cuStreamWaitValue64", 9000, 0, (void *)cuStreamWaitValue64 },
+	{ "cuStreamWaitValue64", 11070, 0, (void *)cuStreamWaitValue64_v2 },
+	{ "cuStreamWriteValue32", 8000, 0, (void *)cuStreamWriteValue32 },
+	{ "cuStreamWriteValue32", 11070, 0, (void *)cuStreamWriteValue32_v2 },
+	{ "cuStreamWriteValue64", 9000, 0, (void *)cuStreamWriteValue64 },
+	{ "cuStreamWriteValue64", 11070, 0, (void *)cuStreamWriteValue64_v2 },
 	{ "cuSurfObjectCreate", 2000, 0, (void *)gc_lookup_cuSurfObjectCreate },
 	{ "cuSurfObjectDestroy", 2000, 0, (void *)gc_lookup_cuSurfObjectDestroy },
 	{ "cuSurfObjectGetResourceDesc", 2000, 0, (void *)gc_lookup_cuSurfObjectGetResourceDesc },
-	{ "cuTensorMapEncodeTiled", 2000, 0, (void *)gc_lookup_cuTensorMapEncodeTiled },
+	{ "cuTensorMapEncodeIm2col", 12000, 0, (void *)cuTensorMapEncodeIm2col },
+	{ "cuTensorMapEncodeTiled", 12000, 0, (void *)cuTensorMapEncodeTiled },
 	{ "cuTexObjectCreate", 2000, 0, (void *)gc_lookup_cuTexObjectCreate },
 	{ "cuTexObjectDestroy", 2000, 0, (void *)gc_lookup_cuTexObjectDestroy },
 	{ "cuTexObjectGetResourceDesc", 2000, 0, (void *)gc_lookup_cuTexObjectGetResourceDesc },
 	{ "cuTexObjectGetResourceViewDesc", 2000, 0, (void *)gc_lookup_cuTexObjectGetResourceViewDesc },
 	{ "cuTexObjectGetTextureDesc", 2000, 0, (void *)gc_lookup_cuTexObjectGetTextureDesc },
-	{ "cuThreadExchangeStreamCaptureMode", 2000, 0, (void *)gc_lookup_cuThreadExchangeStreamCaptureMode },
+	{ "cuThreadExchangeStreamCaptureMode", 10010, 0, (void *)cuThreadExchangeStreamCaptureMode },
 	{ "cuUserObjectCreate", 2000, 0, (void *)gc_lookup_cuUserObjectCreate },
 	{ "cuUserObjectRelease", 2000, 0, (void *)gc_lookup_cuUserObjectRelease },
 	{ "cuUserObjectRetain", 2000, 0, (void *)gc_lookup_cuUserObjectRetain },
@@ -874,4 +916,4 @@ const struct gc_proc gc_procs[] = {
 	{ "cuWaitExternalSemaphoresAsync", 2000, 0, (void *)gc_lookup_cuWaitExternalSemaphoresAsync },
 };
 
-const size_t gc_nprocs = 431;
+const size_t gc_nprocs = 452;

@@ -821,3 +821,622 @@ CUresult gc_rpc_EventElapsedTime(uint64_t ctx, uint64_t start, uint64_t end, flo
 	return r;
 }
 
+CUresult gc_rpc_DeviceAttributes(int32_t dev, uint32_t count, void *values, uint32_t values_cap, uint32_t *values_len)
+{
+	size_t ocap = 4 + (size_t)values_cap;
+	uint8_t *out = malloc(ocap);
+	if (out == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_DeviceAttributes, 8, 0, NULL, 0);
+	if (args == NULL) {
+		free(out);
+		return k.res;
+	}
+	gc_enc_DeviceAttributes(args, dev, count);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	if (r == CUDA_SUCCESS) {
+		struct gc_rd d = { out, k.out_len, 0, 0 };
+		gc_get_bytes(&d, values, values_cap, values_len);
+		r = gc_rd_check(&d, "DeviceAttributes");
+	}
+	free(out);
+	return r;
+}
+
+CUresult gc_rpc_ModuleLoadCached(uint64_t ctx, const void *hash, uint32_t hash_len, uint64_t size, uint64_t *m, int *found)
+{
+	uint8_t out[12];
+	size_t ocap = 12;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_ModuleLoadCached, 20 + hash_len, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_ModuleLoadCached(args, ctx, hash, hash_len, size);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	if (r == CUDA_SUCCESS) {
+		struct gc_rd d = { out, k.out_len, 0, 0 };
+		*m = gc_get_u64(&d);
+		*found = gc_get_u32(&d) != 0;
+		r = gc_rd_check(&d, "ModuleLoadCached");
+	}
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_ModuleUpload(uint64_t ctx, const void *hash, uint32_t hash_len, const void *bulk, uint64_t bulk_len, uint64_t *m)
+{
+	uint8_t out[8];
+	size_t ocap = 8;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_ModuleUpload, 12 + hash_len, 0, bulk, bulk_len);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_ModuleUpload(args, ctx, hash, hash_len);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	if (r == CUDA_SUCCESS) {
+		struct gc_rd d = { out, k.out_len, 0, 0 };
+		*m = gc_get_u64(&d);
+		r = gc_rd_check(&d, "ModuleUpload");
+	}
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_DeviceGetMemPool(int32_t dev, uint64_t *pool)
+{
+	uint8_t out[8];
+	size_t ocap = 8;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_DeviceGetMemPool, 4, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_DeviceGetMemPool(args, dev);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	if (r == CUDA_SUCCESS) {
+		struct gc_rd d = { out, k.out_len, 0, 0 };
+		*pool = gc_get_u64(&d);
+		r = gc_rd_check(&d, "DeviceGetMemPool");
+	}
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_DeviceGetDefaultMemPool(int32_t dev, uint64_t *pool)
+{
+	uint8_t out[8];
+	size_t ocap = 8;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_DeviceGetDefaultMemPool, 4, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_DeviceGetDefaultMemPool(args, dev);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	if (r == CUDA_SUCCESS) {
+		struct gc_rd d = { out, k.out_len, 0, 0 };
+		*pool = gc_get_u64(&d);
+		r = gc_rd_check(&d, "DeviceGetDefaultMemPool");
+	}
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_DeviceSetMemPool(int32_t dev, uint64_t pool)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_DeviceSetMemPool, 12, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_DeviceSetMemPool(args, dev, pool);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemPoolCreate(uint32_t allocType, uint32_t handleTypes, uint32_t locType, int32_t locID, uint64_t maxSize, uint64_t *pool)
+{
+	uint8_t out[8];
+	size_t ocap = 8;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemPoolCreate, 24, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemPoolCreate(args, allocType, handleTypes, locType, locID, maxSize);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	if (r == CUDA_SUCCESS) {
+		struct gc_rd d = { out, k.out_len, 0, 0 };
+		*pool = gc_get_u64(&d);
+		r = gc_rd_check(&d, "MemPoolCreate");
+	}
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemPoolDestroy(uint64_t pool)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemPoolDestroy, 8, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemPoolDestroy(args, pool);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemPoolSetAttribute(uint64_t pool, int32_t attr, uint64_t value)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemPoolSetAttribute, 20, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemPoolSetAttribute(args, pool, attr, value);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemPoolGetAttribute(uint64_t pool, int32_t attr, uint64_t *value)
+{
+	uint8_t out[8];
+	size_t ocap = 8;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemPoolGetAttribute, 12, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemPoolGetAttribute(args, pool, attr);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	if (r == CUDA_SUCCESS) {
+		struct gc_rd d = { out, k.out_len, 0, 0 };
+		*value = gc_get_u64(&d);
+		r = gc_rd_check(&d, "MemPoolGetAttribute");
+	}
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemPoolTrimTo(uint64_t pool, uint64_t keep)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemPoolTrimTo, 16, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemPoolTrimTo(args, pool, keep);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemAllocAsync(uint64_t ctx, uint64_t size, uint64_t pool, uint64_t s, uint64_t *ptr)
+{
+	uint8_t out[8];
+	size_t ocap = 8;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemAllocAsync, 32, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemAllocAsync(args, ctx, size, pool, s);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	if (r == CUDA_SUCCESS) {
+		struct gc_rd d = { out, k.out_len, 0, 0 };
+		*ptr = gc_get_u64(&d);
+		r = gc_rd_check(&d, "MemAllocAsync");
+	}
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemFreeAsync(uint64_t ctx, uint64_t ptr, uint64_t s)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemFreeAsync, 24, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemFreeAsync(args, ctx, ptr, s);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemFreeAsync_async(uint64_t ctx, uint64_t ptr, uint64_t s)
+{
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemFreeAsync, 24, GC_FLAG_ASYNC, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemFreeAsync(args, ctx, ptr, s);
+	return gc_async(&k);
+}
+
+CUresult gc_rpc_MemAddressReserve(uint64_t size, uint64_t align, uint64_t addr, uint64_t flags, uint64_t *ptr)
+{
+	uint8_t out[8];
+	size_t ocap = 8;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemAddressReserve, 32, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemAddressReserve(args, size, align, addr, flags);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	if (r == CUDA_SUCCESS) {
+		struct gc_rd d = { out, k.out_len, 0, 0 };
+		*ptr = gc_get_u64(&d);
+		r = gc_rd_check(&d, "MemAddressReserve");
+	}
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemAddressFree(uint64_t ptr, uint64_t size)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemAddressFree, 16, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemAddressFree(args, ptr, size);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemCreate(uint64_t size, uint32_t allocType, uint32_t handleTypes, uint32_t locType, int32_t locID, uint32_t compression, uint64_t flags, uint64_t *h)
+{
+	uint8_t out[8];
+	size_t ocap = 8;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemCreate, 36, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemCreate(args, size, allocType, handleTypes, locType, locID, compression, flags);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	if (r == CUDA_SUCCESS) {
+		struct gc_rd d = { out, k.out_len, 0, 0 };
+		*h = gc_get_u64(&d);
+		r = gc_rd_check(&d, "MemCreate");
+	}
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemRelease(uint64_t h)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemRelease, 8, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemRelease(args, h);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemMap(uint64_t ptr, uint64_t size, uint64_t offset, uint64_t h, uint64_t flags)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemMap, 40, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemMap(args, ptr, size, offset, h, flags);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemUnmap(uint64_t ptr, uint64_t size)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemUnmap, 16, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemUnmap(args, ptr, size);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemSetAccess(uint64_t ptr, uint64_t size, const void *descs, uint32_t descs_len)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemSetAccess, 20 + descs_len, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemSetAccess(args, ptr, size, descs, descs_len);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemGetAccess(uint32_t locType, int32_t locID, uint64_t ptr, uint64_t *flags)
+{
+	uint8_t out[8];
+	size_t ocap = 8;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemGetAccess, 16, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemGetAccess(args, locType, locID, ptr);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	if (r == CUDA_SUCCESS) {
+		struct gc_rd d = { out, k.out_len, 0, 0 };
+		*flags = gc_get_u64(&d);
+		r = gc_rd_check(&d, "MemGetAccess");
+	}
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemGetAllocationGranularity(uint32_t allocType, uint32_t handleTypes, uint32_t locType, int32_t locID, uint32_t option, uint64_t *granularity)
+{
+	uint8_t out[8];
+	size_t ocap = 8;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemGetAllocationGranularity, 20, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemGetAllocationGranularity(args, allocType, handleTypes, locType, locID, option);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	if (r == CUDA_SUCCESS) {
+		struct gc_rd d = { out, k.out_len, 0, 0 };
+		*granularity = gc_get_u64(&d);
+		r = gc_rd_check(&d, "MemGetAllocationGranularity");
+	}
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemRetainAllocationHandle(uint64_t ptr, uint64_t *h)
+{
+	uint8_t out[8];
+	size_t ocap = 8;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemRetainAllocationHandle, 8, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemRetainAllocationHandle(args, ptr);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	if (r == CUDA_SUCCESS) {
+		struct gc_rd d = { out, k.out_len, 0, 0 };
+		*h = gc_get_u64(&d);
+		r = gc_rd_check(&d, "MemRetainAllocationHandle");
+	}
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_StreamWaitValue(uint64_t ctx, uint64_t s, uint64_t addr, uint64_t value, uint32_t flags, uint32_t width)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_StreamWaitValue, 40, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_StreamWaitValue(args, ctx, s, addr, value, flags, width);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_StreamWaitValue_async(uint64_t ctx, uint64_t s, uint64_t addr, uint64_t value, uint32_t flags, uint32_t width)
+{
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_StreamWaitValue, 40, GC_FLAG_ASYNC, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_StreamWaitValue(args, ctx, s, addr, value, flags, width);
+	return gc_async(&k);
+}
+
+CUresult gc_rpc_StreamWriteValue(uint64_t ctx, uint64_t s, uint64_t addr, uint64_t value, uint32_t flags, uint32_t width)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_StreamWriteValue, 40, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_StreamWriteValue(args, ctx, s, addr, value, flags, width);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_StreamWriteValue_async(uint64_t ctx, uint64_t s, uint64_t addr, uint64_t value, uint32_t flags, uint32_t width)
+{
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_StreamWriteValue, 40, GC_FLAG_ASYNC, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_StreamWriteValue(args, ctx, s, addr, value, flags, width);
+	return gc_async(&k);
+}
+
+CUresult gc_rpc_StreamBatchMemOp(uint64_t ctx, uint64_t s, uint32_t flags, const void *ops, uint32_t ops_len)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_StreamBatchMemOp, 24 + ops_len, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_StreamBatchMemOp(args, ctx, s, flags, ops, ops_len);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_StreamBatchMemOp_async(uint64_t ctx, uint64_t s, uint32_t flags, const void *ops, uint32_t ops_len)
+{
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_StreamBatchMemOp, 24 + ops_len, GC_FLAG_ASYNC, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_StreamBatchMemOp(args, ctx, s, flags, ops, ops_len);
+	return gc_async(&k);
+}
+
+CUresult gc_rpc_TensorMapEncode(uint32_t kind, const void *params, uint32_t params_len, void *tmap, uint32_t tmap_cap, uint32_t *tmap_len)
+{
+	size_t ocap = 4 + (size_t)tmap_cap;
+	uint8_t *out = malloc(ocap);
+	if (out == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_TensorMapEncode, 8 + params_len, 0, NULL, 0);
+	if (args == NULL) {
+		free(out);
+		return k.res;
+	}
+	gc_enc_TensorMapEncode(args, kind, params, params_len);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	if (r == CUDA_SUCCESS) {
+		struct gc_rd d = { out, k.out_len, 0, 0 };
+		gc_get_bytes(&d, tmap, tmap_cap, tmap_len);
+		r = gc_rd_check(&d, "TensorMapEncode");
+	}
+	free(out);
+	return r;
+}
+
+CUresult gc_rpc_MemcpyHtoD3D(uint64_t ctx, uint64_t dst, uint64_t dstPitch, uint64_t dstHeight, uint64_t width, uint64_t height, uint64_t depth, uint64_t s, const void *bulk, uint64_t bulk_len)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemcpyHtoD3D, 64, 0, bulk, bulk_len);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemcpyHtoD3D(args, ctx, dst, dstPitch, dstHeight, width, height, depth, s);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemcpyHtoD3D_async(uint64_t ctx, uint64_t dst, uint64_t dstPitch, uint64_t dstHeight, uint64_t width, uint64_t height, uint64_t depth, uint64_t s, const void *bulk, uint64_t bulk_len)
+{
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemcpyHtoD3D, 64, GC_FLAG_ASYNC, bulk, bulk_len);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemcpyHtoD3D(args, ctx, dst, dstPitch, dstHeight, width, height, depth, s);
+	return gc_async(&k);
+}
+
+CUresult gc_rpc_MemcpyDtoH3D(uint64_t ctx, uint64_t src, uint64_t srcPitch, uint64_t srcHeight, uint64_t width, uint64_t height, uint64_t depth, uint64_t s, void *bulk, uint64_t bulk_len)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemcpyDtoH3D, 64, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemcpyDtoH3D(args, ctx, src, srcPitch, srcHeight, width, height, depth, s);
+	CUresult r = gc_sync(&k, out, ocap, bulk, bulk_len);
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemcpyDtoD3D(uint64_t ctx, uint64_t dst, uint64_t dstPitch, uint64_t dstHeight, uint64_t src, uint64_t srcPitch, uint64_t srcHeight, uint64_t width, uint64_t height, uint64_t depth, uint64_t s)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemcpyDtoD3D, 88, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemcpyDtoD3D(args, ctx, dst, dstPitch, dstHeight, src, srcPitch, srcHeight, width, height, depth, s);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemcpyDtoD3D_async(uint64_t ctx, uint64_t dst, uint64_t dstPitch, uint64_t dstHeight, uint64_t src, uint64_t srcPitch, uint64_t srcHeight, uint64_t width, uint64_t height, uint64_t depth, uint64_t s)
+{
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemcpyDtoD3D, 88, GC_FLAG_ASYNC, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemcpyDtoD3D(args, ctx, dst, dstPitch, dstHeight, src, srcPitch, srcHeight, width, height, depth, s);
+	return gc_async(&k);
+}
+
+CUresult gc_rpc_MemcpyPeer(uint64_t ctx, uint64_t dst, uint64_t dstCtx, uint64_t src, uint64_t srcCtx, uint64_t n, uint64_t s)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemcpyPeer, 56, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemcpyPeer(args, ctx, dst, dstCtx, src, srcCtx, n, s);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemcpyPeer_async(uint64_t ctx, uint64_t dst, uint64_t dstCtx, uint64_t src, uint64_t srcCtx, uint64_t n, uint64_t s)
+{
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemcpyPeer, 56, GC_FLAG_ASYNC, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemcpyPeer(args, ctx, dst, dstCtx, src, srcCtx, n, s);
+	return gc_async(&k);
+}
+

@@ -19,24 +19,6 @@ int cuDeviceGetLuid(void)
 	return gc_unsupported("cuDeviceGetLuid", &once);
 }
 
-int cuDeviceGetDefaultMemPool(void)
-{
-	static int once;
-	return gc_unsupported("cuDeviceGetDefaultMemPool", &once);
-}
-
-int cuDeviceCanAccessPeer(void)
-{
-	static int once;
-	return gc_unsupported("cuDeviceCanAccessPeer", &once);
-}
-
-int cuDeviceGetP2PAttribute(void)
-{
-	static int once;
-	return gc_unsupported("cuDeviceGetP2PAttribute", &once);
-}
-
 int cuCtxSetFlags(void)
 {
 	static int once;
@@ -53,18 +35,6 @@ int cuCtxSetSharedMemConfig(void)
 {
 	static int once;
 	return gc_unsupported("cuCtxSetSharedMemConfig", &once);
-}
-
-int cuCtxEnablePeerAccess(void)
-{
-	static int once;
-	return gc_unsupported("cuCtxEnablePeerAccess", &once);
-}
-
-int cuCtxDisablePeerAccess(void)
-{
-	static int once;
-	return gc_unsupported("cuCtxDisablePeerAccess", &once);
 }
 
 int cuCtxGetExecAffinity(void)
@@ -91,36 +61,6 @@ int cuMemAllocPitch_v2(void)
 	return gc_unsupported("cuMemAllocPitch_v2", &once);
 }
 
-int cuMemAllocAsync(void)
-{
-	static int once;
-	return gc_unsupported("cuMemAllocAsync", &once);
-}
-
-int cuMemFreeAsync(void)
-{
-	static int once;
-	return gc_unsupported("cuMemFreeAsync", &once);
-}
-
-int cuMemAllocFromPoolAsync(void)
-{
-	static int once;
-	return gc_unsupported("cuMemAllocFromPoolAsync", &once);
-}
-
-int cuMemPoolCreate(void)
-{
-	static int once;
-	return gc_unsupported("cuMemPoolCreate", &once);
-}
-
-int cuMemPoolDestroy(void)
-{
-	static int once;
-	return gc_unsupported("cuMemPoolDestroy", &once);
-}
-
 int cuMemPrefetchAsync(void)
 {
 	static int once;
@@ -131,96 +71,6 @@ int cuMemAdvise(void)
 {
 	static int once;
 	return gc_unsupported("cuMemAdvise", &once);
-}
-
-int cuMemAddressReserve(void)
-{
-	static int once;
-	return gc_unsupported("cuMemAddressReserve", &once);
-}
-
-int cuMemAddressFree(void)
-{
-	static int once;
-	return gc_unsupported("cuMemAddressFree", &once);
-}
-
-int cuMemCreate(void)
-{
-	static int once;
-	return gc_unsupported("cuMemCreate", &once);
-}
-
-int cuMemRelease(void)
-{
-	static int once;
-	return gc_unsupported("cuMemRelease", &once);
-}
-
-int cuMemMap(void)
-{
-	static int once;
-	return gc_unsupported("cuMemMap", &once);
-}
-
-int cuMemUnmap(void)
-{
-	static int once;
-	return gc_unsupported("cuMemUnmap", &once);
-}
-
-int cuMemSetAccess(void)
-{
-	static int once;
-	return gc_unsupported("cuMemSetAccess", &once);
-}
-
-int cuMemGetAllocationGranularity(void)
-{
-	static int once;
-	return gc_unsupported("cuMemGetAllocationGranularity", &once);
-}
-
-int cuMemcpy2D_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuMemcpy2D_v2", &once);
-}
-
-int cuMemcpy2DAsync_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuMemcpy2DAsync_v2", &once);
-}
-
-int cuMemcpy2DUnaligned_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuMemcpy2DUnaligned_v2", &once);
-}
-
-int cuMemcpy3D_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuMemcpy3D_v2", &once);
-}
-
-int cuMemcpy3DAsync_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuMemcpy3DAsync_v2", &once);
-}
-
-int cuMemcpyPeer(void)
-{
-	static int once;
-	return gc_unsupported("cuMemcpyPeer", &once);
-}
-
-int cuMemcpyPeerAsync(void)
-{
-	static int once;
-	return gc_unsupported("cuMemcpyPeerAsync", &once);
 }
 
 int cuMemcpyHtoA_v2(void)
@@ -289,30 +139,6 @@ int cuLaunchCooperativeKernel(void)
 	return gc_unsupported("cuLaunchCooperativeKernel", &once);
 }
 
-int cuLaunchHostFunc(void)
-{
-	static int once;
-	return gc_unsupported("cuLaunchHostFunc", &once);
-}
-
-int cuStreamGetPriority(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamGetPriority", &once);
-}
-
-int cuStreamGetFlags(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamGetFlags", &once);
-}
-
-int cuStreamGetCtx(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamGetCtx", &once);
-}
-
 int cuStreamGetId(void)
 {
 	static int once;
@@ -329,78 +155,6 @@ int cuStreamAttachMemAsync(void)
 {
 	static int once;
 	return gc_unsupported("cuStreamAttachMemAsync", &once);
-}
-
-int cuStreamBeginCapture_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamBeginCapture_v2", &once);
-}
-
-int cuStreamEndCapture(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamEndCapture", &once);
-}
-
-int cuStreamIsCapturing(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamIsCapturing", &once);
-}
-
-int cuStreamGetCaptureInfo_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamGetCaptureInfo_v2", &once);
-}
-
-int cuStreamGetCaptureInfo_v3(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamGetCaptureInfo_v3", &once);
-}
-
-int cuStreamWriteValue32_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamWriteValue32_v2", &once);
-}
-
-int cuStreamWaitValue32_v2(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamWaitValue32_v2", &once);
-}
-
-int cuGraphCreate(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphCreate", &once);
-}
-
-int cuGraphDestroy(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphDestroy", &once);
-}
-
-int cuGraphInstantiateWithFlags(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphInstantiateWithFlags", &once);
-}
-
-int cuGraphLaunch(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphLaunch", &once);
-}
-
-int cuGraphExecDestroy(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphExecDestroy", &once);
 }
 
 int cuIpcGetMemHandle(void)
@@ -609,12 +363,6 @@ int gc_lookup_cuDeviceGetHostAtomicCapabilities(void)
 	return gc_unsupported("cuDeviceGetHostAtomicCapabilities", &once);
 }
 
-int gc_lookup_cuDeviceGetMemPool(void)
-{
-	static int once;
-	return gc_unsupported("cuDeviceGetMemPool", &once);
-}
-
 int gc_lookup_cuDeviceGetNvSciSyncAttributes(void)
 {
 	static int once;
@@ -649,12 +397,6 @@ int gc_lookup_cuDeviceSetGraphMemAttribute(void)
 {
 	static int once;
 	return gc_unsupported("cuDeviceSetGraphMemAttribute", &once);
-}
-
-int gc_lookup_cuDeviceSetMemPool(void)
-{
-	static int once;
-	return gc_unsupported("cuDeviceSetMemPool", &once);
 }
 
 int gc_lookup_cuDeviceUnregisterAsyncNotification(void)
@@ -807,18 +549,6 @@ int gc_lookup_cuGraphAddChildGraphNode(void)
 	return gc_unsupported("cuGraphAddChildGraphNode", &once);
 }
 
-int gc_lookup_cuGraphAddDependencies(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphAddDependencies", &once);
-}
-
-int gc_lookup_cuGraphAddEmptyNode(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphAddEmptyNode", &once);
-}
-
 int gc_lookup_cuGraphAddEventRecordNode(void)
 {
 	static int once;
@@ -849,12 +579,6 @@ int gc_lookup_cuGraphAddHostNode(void)
 	return gc_unsupported("cuGraphAddHostNode", &once);
 }
 
-int gc_lookup_cuGraphAddKernelNode(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphAddKernelNode", &once);
-}
-
 int gc_lookup_cuGraphAddMemAllocNode(void)
 {
 	static int once;
@@ -865,18 +589,6 @@ int gc_lookup_cuGraphAddMemFreeNode(void)
 {
 	static int once;
 	return gc_unsupported("cuGraphAddMemFreeNode", &once);
-}
-
-int gc_lookup_cuGraphAddMemcpyNode(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphAddMemcpyNode", &once);
-}
-
-int gc_lookup_cuGraphAddMemsetNode(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphAddMemsetNode", &once);
 }
 
 int gc_lookup_cuGraphAddNode(void)
@@ -981,12 +693,6 @@ int gc_lookup_cuGraphExecHostNodeSetParams(void)
 	return gc_unsupported("cuGraphExecHostNodeSetParams", &once);
 }
 
-int gc_lookup_cuGraphExecKernelNodeSetParams(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphExecKernelNodeSetParams", &once);
-}
-
 int gc_lookup_cuGraphExecMemcpyNodeSetParams(void)
 {
 	static int once;
@@ -1035,24 +741,6 @@ int gc_lookup_cuGraphExternalSemaphoresWaitNodeSetParams(void)
 	return gc_unsupported("cuGraphExternalSemaphoresWaitNodeSetParams", &once);
 }
 
-int gc_lookup_cuGraphGetEdges(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphGetEdges", &once);
-}
-
-int gc_lookup_cuGraphGetNodes(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphGetNodes", &once);
-}
-
-int gc_lookup_cuGraphGetRootNodes(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphGetRootNodes", &once);
-}
-
 int gc_lookup_cuGraphHostNodeGetParams(void)
 {
 	static int once;
@@ -1063,18 +751,6 @@ int gc_lookup_cuGraphHostNodeSetParams(void)
 {
 	static int once;
 	return gc_unsupported("cuGraphHostNodeSetParams", &once);
-}
-
-int gc_lookup_cuGraphInstantiate(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphInstantiate", &once);
-}
-
-int gc_lookup_cuGraphInstantiateWithParams(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphInstantiateWithParams", &once);
 }
 
 int gc_lookup_cuGraphKernelNodeCopyAttributes(void)
@@ -1089,22 +765,10 @@ int gc_lookup_cuGraphKernelNodeGetAttribute(void)
 	return gc_unsupported("cuGraphKernelNodeGetAttribute", &once);
 }
 
-int gc_lookup_cuGraphKernelNodeGetParams(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphKernelNodeGetParams", &once);
-}
-
 int gc_lookup_cuGraphKernelNodeSetAttribute(void)
 {
 	static int once;
 	return gc_unsupported("cuGraphKernelNodeSetAttribute", &once);
-}
-
-int gc_lookup_cuGraphKernelNodeSetParams(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphKernelNodeSetParams", &once);
 }
 
 int gc_lookup_cuGraphMemAllocNodeGetParams(void)
@@ -1149,12 +813,6 @@ int gc_lookup_cuGraphNodeFindInClone(void)
 	return gc_unsupported("cuGraphNodeFindInClone", &once);
 }
 
-int gc_lookup_cuGraphNodeGetDependencies(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphNodeGetDependencies", &once);
-}
-
 int gc_lookup_cuGraphNodeGetDependentNodes(void)
 {
 	static int once;
@@ -1165,12 +823,6 @@ int gc_lookup_cuGraphNodeGetEnabled(void)
 {
 	static int once;
 	return gc_unsupported("cuGraphNodeGetEnabled", &once);
-}
-
-int gc_lookup_cuGraphNodeGetType(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphNodeGetType", &once);
 }
 
 int gc_lookup_cuGraphNodeSetEnabled(void)
@@ -1201,12 +853,6 @@ int gc_lookup_cuGraphRetainUserObject(void)
 {
 	static int once;
 	return gc_unsupported("cuGraphRetainUserObject", &once);
-}
-
-int gc_lookup_cuGraphUpload(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphUpload", &once);
 }
 
 int gc_lookup_cuGraphicsEGLRegisterImage(void)
@@ -1437,18 +1083,6 @@ int gc_lookup_cuMemPoolExportToShareableHandle(void)
 	return gc_unsupported("cuMemPoolExportToShareableHandle", &once);
 }
 
-int gc_lookup_cuMemPoolGetAccess(void)
-{
-	static int once;
-	return gc_unsupported("cuMemPoolGetAccess", &once);
-}
-
-int gc_lookup_cuMemPoolGetAttribute(void)
-{
-	static int once;
-	return gc_unsupported("cuMemPoolGetAttribute", &once);
-}
-
 int gc_lookup_cuMemPoolImportFromShareableHandle(void)
 {
 	static int once;
@@ -1459,24 +1093,6 @@ int gc_lookup_cuMemPoolImportPointer(void)
 {
 	static int once;
 	return gc_unsupported("cuMemPoolImportPointer", &once);
-}
-
-int gc_lookup_cuMemPoolSetAccess(void)
-{
-	static int once;
-	return gc_unsupported("cuMemPoolSetAccess", &once);
-}
-
-int gc_lookup_cuMemPoolSetAttribute(void)
-{
-	static int once;
-	return gc_unsupported("cuMemPoolSetAttribute", &once);
-}
-
-int gc_lookup_cuMemPoolTrimTo(void)
-{
-	static int once;
-	return gc_unsupported("cuMemPoolTrimTo", &once);
 }
 
 int gc_lookup_cuMemPrefetchBatchAsync(void)
@@ -1575,12 +1191,6 @@ int gc_lookup_cuSignalExternalSemaphoresAsync(void)
 	return gc_unsupported("cuSignalExternalSemaphoresAsync", &once);
 }
 
-int gc_lookup_cuStreamBatchMemOp(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamBatchMemOp", &once);
-}
-
 int gc_lookup_cuStreamBeginCaptureToGraph(void)
 {
 	static int once;
@@ -1611,24 +1221,6 @@ int gc_lookup_cuStreamSetAttribute(void)
 	return gc_unsupported("cuStreamSetAttribute", &once);
 }
 
-int gc_lookup_cuStreamUpdateCaptureDependencies(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamUpdateCaptureDependencies", &once);
-}
-
-int gc_lookup_cuStreamWaitValue64(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamWaitValue64", &once);
-}
-
-int gc_lookup_cuStreamWriteValue64(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamWriteValue64", &once);
-}
-
 int gc_lookup_cuSurfObjectCreate(void)
 {
 	static int once;
@@ -1645,12 +1237,6 @@ int gc_lookup_cuSurfObjectGetResourceDesc(void)
 {
 	static int once;
 	return gc_unsupported("cuSurfObjectGetResourceDesc", &once);
-}
-
-int gc_lookup_cuTensorMapEncodeTiled(void)
-{
-	static int once;
-	return gc_unsupported("cuTensorMapEncodeTiled", &once);
 }
 
 int gc_lookup_cuTexObjectCreate(void)
@@ -1681,12 +1267,6 @@ int gc_lookup_cuTexObjectGetTextureDesc(void)
 {
 	static int once;
 	return gc_unsupported("cuTexObjectGetTextureDesc", &once);
-}
-
-int gc_lookup_cuThreadExchangeStreamCaptureMode(void)
-{
-	static int once;
-	return gc_unsupported("cuThreadExchangeStreamCaptureMode", &once);
 }
 
 int gc_lookup_cuUserObjectCreate(void)

@@ -14,7 +14,7 @@
 
 #include "cuda.h"
 #include "gc_core.h"
-#include "gc_runtime.h"
+#include "gc_ext.h"
 #include "../gen/gc_ops.h"
 #include "../gen/gc_results.h"
 #include "../gen/gc_undef.h"
@@ -107,7 +107,7 @@ CUresult CUDAAPI cuDriverGetVersion(int *driverVersion)
 	/* Answerable before cuInit, as with NVIDIA's driver: the version
 	 * this library implements until a server is connected. */
 	int32_t v;
-	if (gc_ready() == CUDA_SUCCESS && gc_rpc_DriverVersion(&v) == CUDA_SUCCESS && v < CUDA_VERSION)
+	if (gc_ready() == CUDA_SUCCESS && gc_driver_version(&v) == CUDA_SUCCESS && v < CUDA_VERSION)
 		*driverVersion = v;
 	else
 		*driverVersion = CUDA_VERSION;
@@ -121,7 +121,7 @@ CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal)
 	int32_t n;
 	CUresult r = gc_ready();
 	if (r == CUDA_SUCCESS)
-		r = gc_rpc_DeviceCount(&n);
+		r = gc_dev_count(&n);
 	if (r != CUDA_SUCCESS)
 		return r;
 	if (ordinal < 0 || ordinal >= n)
@@ -135,7 +135,7 @@ CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
 	if (name == NULL || len <= 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	CUresult r = gc_ready();
-	return r != CUDA_SUCCESS ? r : gc_rpc_DeviceName(dev, name, (size_t)len);
+	return r != CUDA_SUCCESS ? r : gc_dev_name(dev, name, (size_t)len);
 }
 
 CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
@@ -143,7 +143,7 @@ CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 	if (uuid == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	CUresult r = gc_ready();
-	return r != CUDA_SUCCESS ? r : gc_rpc_DeviceUUID(dev, (uint8_t *)uuid->bytes);
+	return r != CUDA_SUCCESS ? r : gc_dev_uuid(dev, (uint8_t *)uuid->bytes);
 }
 
 CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) { return cuDeviceGetUuid_v2(uuid, dev); }
@@ -154,9 +154,9 @@ CUresult CUDAAPI cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
 		return CUDA_ERROR_INVALID_VALUE;
 	CUresult r = gc_ready();
 	if (r == CUDA_SUCCESS)
-		r = gc_rpc_DeviceAttribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev, major);
+		r = gc_dev_attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev, major);
 	if (r == CUDA_SUCCESS)
-		r = gc_rpc_DeviceAttribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev, minor);
+		r = gc_dev_attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev, minor);
 	return r;
 }
 
@@ -165,7 +165,7 @@ CUresult CUDAAPI cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 	if (pciBusId == NULL || len <= 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	CUresult r = gc_ready();
-	return r != CUDA_SUCCESS ? r : gc_rpc_DevicePCIBusID(dev, pciBusId, (size_t)len);
+	return r != CUDA_SUCCESS ? r : gc_dev_busid(dev, pciBusId, (size_t)len);
 }
 
 CUresult CUDAAPI cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
@@ -175,10 +175,10 @@ CUresult CUDAAPI cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
 	int32_t n;
 	CUresult r = gc_ready();
 	if (r == CUDA_SUCCESS)
-		r = gc_rpc_DeviceCount(&n);
+		r = gc_dev_count(&n);
 	for (int32_t i = 0; r == CUDA_SUCCESS && i < n; i++) {
 		char id[64];
-		r = gc_rpc_DevicePCIBusID(i, id, sizeof id);
+		r = gc_dev_busid(i, id, sizeof id);
 		/* Accept the id with or without its domain. */
 		size_t a = strlen(id), b = strlen(pciBusId);
 		if (r == CUDA_SUCCESS &&
@@ -209,6 +209,14 @@ CUresult gc_current_ctx(uint64_t *ctx)
 	return CUDA_SUCCESS;
 }
 
+CUresult gc_ctx_or_current(CUcontext c, uint64_t *ctx)
+{
+	if (c == NULL)
+		return gc_current_ctx(ctx);
+	*ctx = GC_H(c);
+	return gc_ready();
+}
+
 static CUresult ctx_push(CUcontext c)
 {
 	if (ctx_depth == CTX_STACK_MAX)
@@ -227,8 +235,8 @@ static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
 		r = gc_rpc_CtxCreate(dev, flags, &c);
 	if (r != CUDA_SUCCESS)
 		return r;
+	gc_ctx_created(c, dev, flags, 0);
 	*pctx = (CUcontext)(uintptr_t)c;
-	gc_ctx_created(*pctx, dev, flags, 0);
 	return ctx_push(*pctx);
 }
 
@@ -260,7 +268,7 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
 		r = gc_rpc_CtxDestroy(GC_H(ctx));
 	if (r != CUDA_SUCCESS)
 		return r;
-	gc_ctx_gone(ctx);
+	gc_ctx_gone(GC_H(ctx));
 	/* Other threads find out from the server's INVALID_CONTEXT. */
 	int j = 0;
 	for (int i = 0; i < ctx_depth; i++)
@@ -343,7 +351,7 @@ static struct {
 	size_t n, cap;
 } devr = { .mu = PTHREAD_RWLOCK_INITIALIZER };
 
-static void devr_add(uint64_t base, uint64_t size, uint64_t ctx)
+void gc_devr_add(uint64_t base, uint64_t size, uint64_t ctx)
 {
 	pthread_rwlock_wrlock(&devr.mu);
 	if (devr.n == devr.cap) {
@@ -360,7 +368,7 @@ static void devr_add(uint64_t base, uint64_t size, uint64_t ctx)
 	pthread_rwlock_unlock(&devr.mu);
 }
 
-static void devr_del(uint64_t base)
+void gc_devr_del(uint64_t base)
 {
 	pthread_rwlock_wrlock(&devr.mu);
 	for (size_t i = 0; i < devr.n; i++) {
@@ -387,7 +395,7 @@ static int devr_find(uint64_t p, struct range *out)
 	return hit;
 }
 
-static int is_dev(uint64_t p)
+int gc_is_dev(uint64_t p)
 {
 	struct range r;
 	return devr_find(p, &r);
@@ -404,10 +412,12 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	uint64_t ctx, p;
 	CUresult r = gc_current_ctx(&ctx);
 	if (r == CUDA_SUCCESS)
+		r = gc_cap_unsafe(0);
+	if (r == CUDA_SUCCESS)
 		r = gc_rpc_MemAlloc(ctx, bytesize, &p);
 	if (r != CUDA_SUCCESS)
 		return r;
-	devr_add(p, bytesize, ctx);
+	gc_devr_add(p, bytesize, ctx);
 	*dptr = p;
 	return CUDA_SUCCESS;
 }
@@ -417,9 +427,11 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 	uint64_t ctx;
 	CUresult r = gc_current_ctx(&ctx);
 	if (r == CUDA_SUCCESS)
+		r = gc_cap_unsafe(0);
+	if (r == CUDA_SUCCESS)
 		r = gc_rpc_MemFree(ctx, dptr);
 	if (r == CUDA_SUCCESS)
-		devr_del(dptr);
+		gc_devr_del(dptr);
 	return r;
 }
 
@@ -571,8 +583,8 @@ CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute
 			*(size_t *)data = dr.size;
 			return CUDA_SUCCESS;
 		case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: {
-			int32_t dev;
-			r = gc_rpc_CtxDevice(dr.ctx, &dev);
+			int dev;
+			r = gc_ctx_dev(dr.ctx, &dev);
 			if (r == CUDA_SUCCESS)
 				*(int *)data = dev;
 			return r;
@@ -614,6 +626,30 @@ CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute
 
 /* ---- copies and fills ---------------------------------------------------------- */
 
+/* capture_copy is the capture hook of the 1D copies: an asynchronous copy
+ * on a capturing stream becomes a graph node; a synchronous one while a
+ * capture forbids it fails. Returns 1 when the copy is handled. */
+static int capture_copy(CUmemorytype dt, uint64_t dst, CUmemorytype st, uint64_t src, size_t n, CUstream s, int async,
+			CUresult *r)
+{
+	if (!gc_capture_active())
+		return 0;
+	if (!async) {
+		*r = gc_cap_unsafe(1);
+		return *r != CUDA_SUCCESS;
+	}
+	CUDA_MEMCPY3D p = { .srcMemoryType = st, .dstMemoryType = dt, .WidthInBytes = n, .Height = 1, .Depth = 1 };
+	if (st == CU_MEMORYTYPE_HOST)
+		p.srcHost = (const void *)(uintptr_t)src;
+	else
+		p.srcDevice = src;
+	if (dt == CU_MEMORYTYPE_HOST)
+		p.dstHost = (void *)(uintptr_t)dst;
+	else
+		p.dstDevice = dst;
+	return gc_cap_copy(&p, s, r);
+}
+
 static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int async)
 {
 	uint64_t ctx;
@@ -624,6 +660,8 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int
 		return CUDA_SUCCESS;
 	if (src == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (capture_copy(CU_MEMORYTYPE_DEVICE, dst, CU_MEMORYTYPE_HOST, (uint64_t)(uintptr_t)src, n, s, async, &r))
+		return r;
 	/* A small asynchronous copy is copied into the request ring, so the
 	 * caller may reuse its buffer at once (as with pageable memory); a
 	 * large one is sent from the caller's buffer before returning. */
@@ -635,7 +673,7 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int
 /* Device-to-host copies wait for their data, also when asynchronous: the
  * data has to arrive before the caller may look at it, and CUDA allows
  * an asynchronous copy to pageable memory to be synchronous. */
-static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s)
+static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async)
 {
 	uint64_t ctx;
 	CUresult r = gc_current_ctx(&ctx);
@@ -645,6 +683,8 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s)
 		return CUDA_SUCCESS;
 	if (dst == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (capture_copy(CU_MEMORYTYPE_HOST, (uint64_t)(uintptr_t)dst, CU_MEMORYTYPE_DEVICE, src, n, s, async, &r))
+		return r;
 	return gc_rpc_MemcpyDtoH(ctx, src, n, GC_S(s), dst, n);
 }
 
@@ -654,29 +694,31 @@ static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int
 	CUresult r = gc_current_ctx(&ctx);
 	if (r != CUDA_SUCCESS)
 		return r;
+	if (capture_copy(CU_MEMORYTYPE_DEVICE, dst, CU_MEMORYTYPE_DEVICE, src, n, s, async, &r))
+		return r;
 	if (async)
 		return gc_rpc_MemcpyDtoD_async(ctx, dst, src, n, GC_S(s));
 	return gc_rpc_MemcpyDtoD(ctx, dst, src, n, GC_S(s));
 }
 
 CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr d, const void *h, size_t n) { return htod(d, h, n, NULL, 0); }
-CUresult CUDAAPI cuMemcpyDtoH_v2(void *h, CUdeviceptr d, size_t n) { return dtoh(h, d, n, NULL); }
+CUresult CUDAAPI cuMemcpyDtoH_v2(void *h, CUdeviceptr d, size_t n) { return dtoh(h, d, n, NULL, 0); }
 CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { return dtod(d, s, n, NULL, 0); }
 CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, CUstream s) { return htod(d, h, n, s, 1); }
-CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, CUstream s) { return dtoh(h, d, n, s); }
+CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, CUstream s) { return dtoh(h, d, n, s, 1); }
 CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return dtod(d, s, n, st, 1); }
 
 /* cuMemcpy with unified addressing: the client knows which addresses are
  * device memory; anything else is host memory of this process. */
 static CUresult memcpy_any(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int async)
 {
-	int dd = is_dev(dst), sd = is_dev(src);
+	int dd = gc_is_dev(dst), sd = gc_is_dev(src);
 	if (dd && sd)
 		return dtod(dst, src, n, s, async);
 	if (dd)
 		return htod(dst, (const void *)(uintptr_t)src, n, s, async);
 	if (sd)
-		return dtoh((void *)(uintptr_t)dst, src, n, s);
+		return dtoh((void *)(uintptr_t)dst, src, n, s, async);
 	CUresult r = gc_ready();
 	if (r != CUDA_SUCCESS)
 		return r;
@@ -695,6 +737,12 @@ static CUresult memset_any(CUdeviceptr dst, uint32_t v, int elem, size_t n, CUst
 	CUresult r = gc_current_ctx(&ctx);
 	if (r != CUDA_SUCCESS)
 		return r;
+	if (gc_capture_active()) {
+		if (async && gc_cap_memset(dst, v, (unsigned int)elem, n, s, &r))
+			return r;
+		if (!async && (r = gc_cap_unsafe(1)) != CUDA_SUCCESS)
+			return r;
+	}
 	if (async)
 		return gc_rpc_Memset_async(ctx, dst, v, elem, n, GC_S(s));
 	return gc_rpc_Memset(ctx, dst, v, elem, n, GC_S(s));
@@ -760,7 +808,7 @@ static CUresult module_load(CUmodule *module, const void *image, size_t n)
 		return r;
 	if (n == 0 || n > GC_MAX_IMAGE)
 		return CUDA_ERROR_INVALID_IMAGE;
-	r = gc_rpc_ModuleLoad(ctx, image, n, &m);
+	r = gc_module_upload(ctx, image, n, &m);
 	if (r == CUDA_SUCCESS)
 		*module = (CUmodule)(uintptr_t)m;
 	return r;
@@ -892,8 +940,8 @@ CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule
 		r = gc_rpc_ModuleGetGlobal(ctx, GC_H(hmod), name, &p, &size);
 	if (r != CUDA_SUCCESS)
 		return r;
-	if (!is_dev(p))
-		devr_add(p, size, ctx);
+	if (!gc_is_dev(p))
+		gc_devr_add(p, size, ctx);
 	if (dptr != NULL)
 		*dptr = p;
 	if (bytes != NULL)
@@ -918,6 +966,11 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction fn, unsigned int gx, unsigned int gy,
 		r = gc_func_resolve(fn, ctx, &f);
 	if (r != CUDA_SUCCESS)
 		return r;
+	if (gc_capture_active()) {
+		const unsigned int grid[3] = { gx, gy, gz }, block[3] = { bx, by, bz };
+		if (gc_cap_launch(f, grid, block, shared, s, kernelParams, extra, &r))
+			return r;
+	}
 	const void *buf = NULL;
 	size_t n = 0;
 	if (kernelParams != NULL) {
@@ -962,21 +1015,27 @@ CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned in
 {
 	uint64_t ctx;
 	CUresult r = gc_current_ctx(&ctx);
+	if (r == CUDA_SUCCESS && gc_capture_active() && gc_cap_wait_event(hStream, hEvent, Flags, &r))
+		return r;
 	return r != CUDA_SUCCESS ? r : gc_rpc_StreamWaitEvent_async(ctx, GC_S(hStream), GC_H(hEvent), Flags);
 }
 
-CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
+static CUresult event_record(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
 	if (hEvent == NULL)
 		return CUDA_ERROR_INVALID_HANDLE;
 	uint64_t ctx;
 	CUresult r = gc_current_ctx(&ctx);
+	if (r == CUDA_SUCCESS && gc_capture_active() && gc_cap_event_record(hEvent, hStream, flags, &r))
+		return r;
 	return r != CUDA_SUCCESS ? r : gc_rpc_EventRecord_async(ctx, GC_H(hEvent), GC_S(hStream));
 }
+
+CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) { return event_record(hEvent, hStream, 0); }
 
 CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
 	if (flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL)
 		return CUDA_ERROR_INVALID_VALUE;
-	return cuEventRecord(hEvent, hStream);
+	return event_record(hEvent, hStream, flags);
 }

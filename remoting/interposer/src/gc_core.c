@@ -806,6 +806,7 @@ uint8_t *gc_begin(struct gc_call *k, uint16_t op, uint64_t alen, uint16_t flags,
 		k->res = CUDA_ERROR_INVALID_VALUE;
 		return NULL;
 	}
+	gc_stats_note(op, flags & GC_FLAG_ASYNC);
 	uint64_t flen = GC_REQ_HDR_SIZE + alen + inl;
 	uint64_t size = (sizeof(struct gc_rec) + flen + 7) & ~(uint64_t)7;
 	uint64_t h, pos;
@@ -880,6 +881,8 @@ CUresult gc_sync(struct gc_call *k, void *out, size_t out_cap, void *bulk_dst, u
 }
 
 uint64_t gc_async_inline_max(void) { return ASYNC_INLINE_MAX; }
+
+uint64_t gc_epoch(void) { return atomic_load_explicit(&g.gen, memory_order_acquire); }
 
 /* ---- initialisation --------------------------------------------------- */
 

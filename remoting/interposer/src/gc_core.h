@@ -37,10 +37,22 @@ CUresult gc_ready(void);
 /* gc_current_ctx: the calling thread's current context, or
  * CUDA_ERROR_INVALID_CONTEXT. Implies gc_ready. */
 CUresult gc_current_ctx(uint64_t *ctx);
+/* gc_ctx_or_current: c when it is not NULL (the CUDA 13 forms that name
+ * their context), otherwise the calling thread's current context. Implies
+ * gc_ready. */
+CUresult gc_ctx_or_current(CUcontext c, uint64_t *ctx);
 /* gc_connect: connect at cuInit (once). */
 CUresult gc_connect(void);
 /* gc_async_inline_max: largest bulk gc_begin copies into the ring. */
 uint64_t gc_async_inline_max(void);
+
+/* gc_epoch changes whenever the connection is replaced (a reconnect, a
+ * move to another host): state cached from the server is refreshed then. */
+uint64_t gc_epoch(void);
+
+/* gc_stats_note counts one request of op (gc_cache.c), for the per-call
+ * round-trip statistics that GPUCTL_STATS prints. */
+void gc_stats_note(uint16_t op, int async);
 
 /* gc_rd_check turns a malformed reply into an error. */
 CUresult gc_rd_check(struct gc_rd *d, const char *op);

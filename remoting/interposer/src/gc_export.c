@@ -22,6 +22,7 @@
 #include "cuda.h"
 #include "gc_core.h"
 #include "gc_runtime.h"
+#include "gc_ext.h"
 #include "../gen/gc_undef.h"
 
 /* ---- table identities ------------------------------------------------- */

@@ -1,9 +1,11 @@
 /* The driver surface the CUDA runtime uses beyond the core calls:
  * libraries and kernels with lazy loading, function attributes cached in
  * the client, occupancy computed in the client, cuLaunchKernelEx, a
- * single-input cuLink*, context state, the CUDA 13 context-taking forms
- * and the per-thread-default-stream (_ptsz/_ptds) forms. Entries are
- * listed in remoting/spec/entries_runtime.go. */
+ * single-input cuLink*, context limits and ids, and the
+ * per-thread-default-stream (_ptsz/_ptds) forms. Entries are listed in
+ * remoting/spec/entries_runtime.go. The CUDA 13 context-taking forms of
+ * cuCtxGetDevice and cuCtxSynchronize live beside their base calls
+ * (gc_cache.c, gc_graph.c), as does the primary contexts' bookkeeping. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -16,228 +18,18 @@
 
 #include "cuda.h"
 #include "gc_core.h"
-#include "gc_runtime.h"
+#include "gc_ext.h"
 #include "../gen/gc_ops.h"
 #include "../gen/gc_undef.h"
 
-/* ---- contexts this process knows -------------------------------------- */
-
-#define MAX_DEVICES 64
-
-struct ctxinfo {
-	CUcontext c;
-	CUdevice dev;
-	unsigned int flags;
-	int primary;
-};
-static struct {
-	pthread_mutex_t mu;
-	struct ctxinfo *e;
-	size_t n, cap;
-	CUcontext primary[MAX_DEVICES]; /* retained primary context per device */
-	int prefs[MAX_DEVICES];         /* this process's retains minus releases */
-} ctxs = { .mu = PTHREAD_MUTEX_INITIALIZER };
-
-void gc_ctx_created(CUcontext c, CUdevice dev, unsigned int flags, int primary)
-{
-	pthread_mutex_lock(&ctxs.mu);
-	for (size_t i = 0; i < ctxs.n; i++) {
-		if (ctxs.e[i].c == c) {
-			pthread_mutex_unlock(&ctxs.mu);
-			return;
-		}
-	}
-	if (ctxs.n == ctxs.cap) {
-		size_t nc = ctxs.cap ? 2 * ctxs.cap : 8;
-		struct ctxinfo *ne = realloc(ctxs.e, nc * sizeof *ne);
-		if (ne == NULL) {
-			pthread_mutex_unlock(&ctxs.mu);
-			return; /* cuCtxGetFlags then asks the server */
-		}
-		ctxs.e = ne;
-		ctxs.cap = nc;
-	}
-	ctxs.e[ctxs.n++] = (struct ctxinfo){ c, dev, flags, primary };
-	pthread_mutex_unlock(&ctxs.mu);
-}
-
-static int ctx_lookup(CUcontext c, struct ctxinfo *out)
-{
-	int hit = 0;
-	pthread_mutex_lock(&ctxs.mu);
-	for (size_t i = 0; i < ctxs.n && !hit; i++) {
-		if (ctxs.e[i].c == c) {
-			*out = ctxs.e[i];
-			hit = 1;
-		}
-	}
-	pthread_mutex_unlock(&ctxs.mu);
-	return hit;
-}
-
-void gc_ctx_gone(CUcontext c)
-{
-	if (c == NULL)
-		return;
-	gc_cls_context_gone(c);
-	pthread_mutex_lock(&ctxs.mu);
-	for (size_t i = 0; i < ctxs.n; i++) {
-		if (ctxs.e[i].c == c) {
-			ctxs.e[i] = ctxs.e[--ctxs.n];
-			break;
-		}
-	}
-	pthread_mutex_unlock(&ctxs.mu);
-}
-
-static int dev_ok(CUdevice dev) { return dev >= 0 && dev < MAX_DEVICES; }
-
-CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
-{
-	if (pctx == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!dev_ok(dev))
-		return CUDA_ERROR_INVALID_DEVICE;
-	uint64_t c;
-	CUresult r = gc_ready();
-	if (r == CUDA_SUCCESS)
-		r = gc_rpc_PrimaryCtxRetain(dev, &c);
-	if (r != CUDA_SUCCESS)
-		return r;
-	*pctx = (CUcontext)(uintptr_t)c;
-	pthread_mutex_lock(&ctxs.mu);
-	ctxs.primary[dev] = *pctx;
-	ctxs.prefs[dev]++;
-	pthread_mutex_unlock(&ctxs.mu);
-	gc_ctx_created(*pctx, dev, 0, 1);
-	return CUDA_SUCCESS;
-}
-
-/* primary_gone forgets the device's primary context after its last
- * release or a reset, running its context-local-storage destructors. */
-static void primary_gone(CUdevice dev)
-{
-	pthread_mutex_lock(&ctxs.mu);
-	CUcontext c = ctxs.primary[dev];
-	ctxs.primary[dev] = NULL;
-	ctxs.prefs[dev] = 0;
-	pthread_mutex_unlock(&ctxs.mu);
-	gc_ctx_gone(c);
-}
-
-CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
-{
-	if (!dev_ok(dev))
-		return CUDA_ERROR_INVALID_DEVICE;
-	CUresult r = gc_ready();
-	if (r == CUDA_SUCCESS)
-		r = gc_rpc_PrimaryCtxRelease(dev);
-	if (r != CUDA_SUCCESS)
-		return r;
-	pthread_mutex_lock(&ctxs.mu);
-	int last = ctxs.prefs[dev] > 0 && --ctxs.prefs[dev] == 0;
-	pthread_mutex_unlock(&ctxs.mu);
-	if (last)
-		primary_gone(dev);
-	return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
-
-CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
-{
-	if (!dev_ok(dev))
-		return CUDA_ERROR_INVALID_DEVICE;
-	CUresult r = gc_ready();
-	if (r == CUDA_SUCCESS)
-		r = gc_rpc_PrimaryCtxReset(dev);
-	if (r == CUDA_SUCCESS)
-		primary_gone(dev);
-	return r;
-}
-
-CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_v2(dev); }
-
-CUresult gc_primary_ctx_peek(CUdevice dev, CUcontext *pctx)
-{
-	if (!dev_ok(dev))
-		return CUDA_ERROR_INVALID_DEVICE;
-	pthread_mutex_lock(&ctxs.mu);
-	CUcontext c = ctxs.primary[dev];
-	pthread_mutex_unlock(&ctxs.mu);
-	if (c != NULL) {
-		*pctx = c;
-		return CUDA_SUCCESS;
-	}
-	/* The server names a primary context only once it is retained, so
-	 * a process that has not retained it yet retains it here. */
-	return cuDevicePrimaryCtxRetain(pctx, dev);
-}
-
-/* current_or: the context c, or the calling thread's current one. */
-static CUresult current_or(CUcontext c, uint64_t *out)
-{
-	if (c != NULL) {
-		CUresult r = gc_ready();
-		*out = GC_H(c);
-		return r;
-	}
-	return gc_current_ctx(out);
-}
-
-CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
-{
-	if (device == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
-	uint64_t c;
-	int32_t d;
-	CUresult r = current_or(ctx, &c);
-	if (r == CUDA_SUCCESS)
-		r = gc_rpc_CtxDevice(c, &d);
-	if (r == CUDA_SUCCESS)
-		*device = d;
-	return r;
-}
-
-CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
-{
-	uint64_t c;
-	CUresult r = current_or(ctx, &c);
-	return r != CUDA_SUCCESS ? r : gc_rpc_CtxSynchronize(c);
-}
-
-CUresult CUDAAPI cuCtxGetFlags(unsigned int *flags)
-{
-	if (flags == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
-	uint64_t c;
-	CUresult r = gc_current_ctx(&c);
-	if (r != CUDA_SUCCESS)
-		return r;
-	struct ctxinfo ci;
-	if (ctx_lookup((CUcontext)(uintptr_t)c, &ci) && !ci.primary) {
-		*flags = ci.flags;
-		return CUDA_SUCCESS;
-	}
-	/* A primary context's flags can change (cuDevicePrimaryCtxSetFlags)
-	 * and belong to the server. */
-	int32_t dev;
-	uint32_t f;
-	int active;
-	r = gc_rpc_CtxDevice(c, &dev);
-	if (r == CUDA_SUCCESS)
-		r = gc_rpc_PrimaryCtxState(dev, &f, &active);
-	if (r == CUDA_SUCCESS)
-		*flags = f;
-	return r;
-}
+/* ---- context state ------------------------------------------------------ */
 
 CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
 {
 	if (ctxId == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	uint64_t c;
-	CUresult r = current_or(ctx, &c);
+	CUresult r = gc_ctx_or_current(ctx, &c);
 	if (r == CUDA_SUCCESS)
 		*ctxId = c; /* the server never reuses a handle within a session */
 	return r;
@@ -416,18 +208,15 @@ static CUresult lib_module(struct CUlib_st *lib, uint64_t ctx, CUmodule *out)
 	}
 	CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
 	if (lib->nmods < LIB_CTXS) {
-		/* The module is loaded in ctx, which may differ from the
-		 * current context when a kernel is resolved for another. */
-		CUcontext cur;
-		r = cuCtxGetCurrent(&cur);
-		if (r == CUDA_SUCCESS && GC_H(cur) != ctx)
-			r = cuCtxPushCurrent_v2((CUcontext)(uintptr_t)ctx);
+		/* Loaded in ctx, which may differ from the current context
+		 * when a kernel is resolved for another, and like every module
+		 * image by its hash: a host that has the image (from this
+		 * library in another context or process, or a plain module
+		 * load) is not sent it again. */
+		uint64_t m;
+		r = gc_module_upload(ctx, lib->image, lib->n, &m);
 		if (r == CUDA_SUCCESS) {
-			r = cuModuleLoadData(out, lib->image);
-			if (GC_H(cur) != ctx)
-				cuCtxPopCurrent_v2(NULL);
-		}
-		if (r == CUDA_SUCCESS) {
+			*out = (CUmodule)(uintptr_t)m;
 			lib->mods[lib->nmods].ctx = ctx;
 			lib->mods[lib->nmods].mod = *out;
 			lib->nmods++;
@@ -965,28 +754,14 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, vo
 
 /* ---- occupancy ------------------------------------------------------------------ */
 
-/* The per-SM limits of a device, asked of the server once per device:
- * they never change. */
+/* The per-SM limits of a device, from the client's cache of device
+ * attributes (gc_cache.c), which fetches them all with one round trip. */
 struct smlimits {
 	int sms, warp, threads_sm, blocks_sm, regs_sm, regs_block, smem_sm, smem_optin, smem_reserved, cc_major;
 };
-static struct {
-	pthread_mutex_t mu;
-	int known[MAX_DEVICES];
-	struct smlimits l[MAX_DEVICES];
-} devlim = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
 static CUresult sm_limits(CUdevice dev, struct smlimits *out)
 {
-	if (!dev_ok(dev))
-		return CUDA_ERROR_INVALID_DEVICE;
-	pthread_mutex_lock(&devlim.mu);
-	int known = devlim.known[dev];
-	if (known)
-		*out = devlim.l[dev];
-	pthread_mutex_unlock(&devlim.mu);
-	if (known)
-		return CUDA_SUCCESS;
 	static const CUdevice_attribute attrs[] = {
 		CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,          CU_DEVICE_ATTRIBUTE_WARP_SIZE,
 		CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR,
@@ -996,17 +771,13 @@ static CUresult sm_limits(CUdevice dev, struct smlimits *out)
 	};
 	int v[sizeof attrs / sizeof attrs[0]];
 	for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
-		CUresult r = cuDeviceGetAttribute(&v[i], attrs[i], dev);
+		CUresult r = gc_dev_attr((int32_t)attrs[i], dev, &v[i]);
 		if (r != CUDA_SUCCESS)
 			return r;
 	}
 	struct smlimits l = { v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9] };
 	if (l.warp <= 0 || l.threads_sm <= 0 || l.blocks_sm <= 0 || l.sms <= 0)
 		return CUDA_ERROR_UNKNOWN;
-	pthread_mutex_lock(&devlim.mu);
-	devlim.l[dev] = l;
-	devlim.known[dev] = 1;
-	pthread_mutex_unlock(&devlim.mu);
 	*out = l;
 	return CUDA_SUCCESS;
 }

@@ -1,21 +1,14 @@
-/* What the runtime-API surface (gc_runtime.c, gc_export.c) shares with
- * the core entry points (gc_api.c). */
+/* What the export tables (gc_export.c) offer the rest of the library:
+ * the context-local storage's end, which the one table of contexts
+ * (gc_cache.c) triggers, and INTEGRITY_CHECK's hash. */
 #ifndef GPUCTL_GC_RUNTIME_H
 #define GPUCTL_GC_RUNTIME_H
 
 #include <stdint.h>
 #include "cuda.h"
 
-/* gc_ctx_created records a context and its flags when it is created or
- * retained as a device's primary context; gc_ctx_gone runs the
- * context-local-storage destructors of a context being destroyed or
- * reset and forgets it. */
-void gc_ctx_created(CUcontext c, CUdevice dev, unsigned int flags, int primary);
-void gc_ctx_gone(CUcontext c);
-/* gc_primary_ctx_peek: the device's primary context as this process knows
- * it (see docs/export-tables.md, CUDART_INTERFACE slot 2). */
-CUresult gc_primary_ctx_peek(CUdevice dev, CUcontext *pctx);
-/* gc_cls_context_gone runs and drops the context-local storage of c. */
+/* gc_cls_context_gone runs and drops the context-local storage of c
+ * (called by gc_ctx_gone, gc_cache.c). */
 void gc_cls_context_gone(CUcontext c);
 /* gc_integrity_hash is INTEGRITY_CHECK's keyed hash with explicit inputs;
  * devs points at ndev records of a 16-byte UUID and three int32 PCI

@@ -140,6 +140,22 @@ static inline void gc_get_str(struct gc_rd *d, char *dst, size_t cap)
 	dst[m] = 0;
 }
 
+/* gc_get_bytes copies a length-prefixed byte string of at most cap bytes
+ * and stores its length; a longer one is an error. */
+static inline void gc_get_bytes(struct gc_rd *d, void *dst, uint32_t cap, uint32_t *len)
+{
+	uint32_t n = gc_get_u32(d);
+	if (n > cap) {
+		d->bad = 1;
+		return;
+	}
+	const uint8_t *p = gc_take(d, n);
+	if (p == NULL)
+		return;
+	memcpy(dst, p, n);
+	*len = n;
+}
+
 /* gc_get_params reads a kernel's parameter layout: count, then
  * (offset, size) pairs. More than cap pairs is an error. */
 static inline void gc_get_params(struct gc_rd *d, uint32_t *count, uint32_t *pairs, uint32_t cap)

@@ -28,7 +28,10 @@ names=$(grep -oE '^\s+(CU|CUDA|CIG)_[A-Z0-9_]+\s*=' "$ours" | tr -d ' =\t' | sor
 		echo "  printf(\"%s %lld\\n\", \"$p\", (long long)(uintptr_t)$p);"
 	done
 	for s in CUuuid CUctxCreateParams CUexecAffinityParam CUcheckpointLockArgs CUcheckpointCheckpointArgs \
-		CUcheckpointGpuPair CUcheckpointRestoreArgs CUcheckpointUnlockArgs; do
+		CUcheckpointGpuPair CUcheckpointRestoreArgs CUcheckpointUnlockArgs \
+		CUDA_MEMCPY2D CUDA_MEMCPY3D CUDA_KERNEL_NODE_PARAMS CUDA_MEMSET_NODE_PARAMS CUDA_HOST_NODE_PARAMS \
+		CUDA_GRAPH_INSTANTIATE_PARAMS CUgraphEdgeData CUstreamBatchMemOpParams CUmemLocation CUmemAllocationProp \
+		CUmemAccessDesc CUmemPoolProps CUtensorMap; do
 		echo "  printf(\"sizeof(%s) %zu\\n\", \"$s\", sizeof($s));"
 	done
 	echo '  return 0; }'

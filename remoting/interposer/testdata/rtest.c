@@ -159,6 +159,14 @@ static void test_tables(void)
 	OK(put(pctx, &key1, &val1, cls_dtor));
 	OK(cuDevicePrimaryCtxReset(0));
 	EXPECT(dtor_calls == 2 && dtor_ctx == pctx && dtor_val == &val1);
+	/* And on its last release, not before. */
+	OK(cuDevicePrimaryCtxRetain(&pctx, 0));
+	OK(cuDevicePrimaryCtxRetain(&pctx2, 0));
+	OK(put(pctx, &key2, &val2, cls_dtor));
+	OK(cuDevicePrimaryCtxRelease(0));
+	EXPECT(dtor_calls == 2);
+	OK(cuDevicePrimaryCtxRelease(0));
+	EXPECT(dtor_calls == 3 && dtor_ctx == pctx && dtor_key == &key2 && dtor_val == &val2);
 
 	/* CONTEXT_CHECKS: an ordinary context. */
 	const uintptr_t *checks = table("263e88607cd2614392f6bbd5006dfa7e", CUDA_SUCCESS);
@@ -195,8 +203,8 @@ static void test_procaddr(void)
 	OK(v1("cuEventRecord", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM));
 	EXPECT(fn == dlsym(h, "cuEventRecord_ptsz"));
 	/* A name gpuctl does not serve resolves to a stub that says so. */
-	OK(cuGetProcAddress_v2("cuGraphAddKernelNode", &fn, 12000, 0, &st));
-	EXPECT(fn != NULL && dlsym(h, "cuGraphAddKernelNode") == NULL);
+	OK(cuGetProcAddress_v2("cuGraphAddChildGraphNode", &fn, 12000, 0, &st));
+	EXPECT(fn != NULL && dlsym(h, "cuGraphAddChildGraphNode") == NULL);
 	if (fn != NULL)
 		CHECK(((CUresult(*)(void))fn)(), CUDA_ERROR_NOT_SUPPORTED);
 }

@@ -55,6 +55,9 @@ type Options struct {
 	// kernel, so that a benchmark measures the transport rather than
 	// the PTX interpreter.
 	NullLaunch bool
+	// ModuleCache, when set, is the module cache every session shares,
+	// as gpud's sessions share the host's.
+	ModuleCache dispatch.ModuleCache
 }
 
 // Start listens on addr ("127.0.0.1:0" for any free port) and serves
@@ -208,6 +211,9 @@ func (s *Server) serve(c net.Conn) error {
 			bd = nullLaunch{dev}
 		}
 		ss.ds = dispatch.NewSession(bd, s.log.With("session", ss.id))
+		if s.opt.ModuleCache != nil {
+			ss.ds.SetModuleCache(s.opt.ModuleCache)
+		}
 		s.mu.Lock()
 		s.sessions[ss.id] = ss
 		s.mu.Unlock()

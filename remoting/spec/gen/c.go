@@ -93,6 +93,8 @@ func cOutParams(op spec.Op) []string {
 			ps = append(ps, "uint8_t *"+f.Name)
 		case spec.Params:
 			ps = append(ps, "uint32_t *"+f.Name+"_count", "uint32_t *"+f.Name+"_pairs", "uint32_t "+f.Name+"_cap")
+		case spec.Bytes:
+			ps = append(ps, "void *"+f.Name, "uint32_t "+f.Name+"_cap", "uint32_t *"+f.Name+"_len")
 		default:
 			log.Fatalf("op %s: output %s has wire type %s", op.Name, f.Name, f.Wire)
 		}
@@ -150,7 +152,11 @@ func cOpsHeader() []byte {
 	for _, op := range spec.Ops {
 		fmt.Fprintf(&w, "\tGC_OP_%s = %d,\n", op.Name, op.Code)
 	}
-	w.WriteString("};\n\n#include \"../src/gc_wirefmt.h\"\n\n/* Argument block encoders: each writes an op's inputs at p and returns\n * the end. A bytes field with a NULL pointer only reserves its space. */\n")
+	w.WriteString("};\n\n/* gc_op_name names an op for diagnostics and statistics. */\nstatic inline const char *gc_op_name(unsigned op)\n{\n\tswitch (op) {\n")
+	for _, op := range spec.Ops {
+		fmt.Fprintf(&w, "\tcase GC_OP_%s:\n\t\treturn \"%s\";\n", op.Name, op.Name)
+	}
+	w.WriteString("\t}\n\treturn NULL;\n}\n\n#include \"../src/gc_wirefmt.h\"\n\n/* Argument block encoders: each writes an op's inputs at p and returns\n * the end. A bytes field with a NULL pointer only reserves its space. */\n")
 	for _, op := range spec.Ops {
 		writeEnc(&w, op)
 	}
@@ -268,6 +274,8 @@ func writeRPC(w *bytes.Buffer, op spec.Op, async bool) {
 			ovars = append(ovars, "256")
 		case spec.Params:
 			ovars = append(ovars, "8 * (size_t)"+f.Name+"_cap")
+		case spec.Bytes:
+			ovars = append(ovars, "(size_t)"+f.Name+"_cap")
 		}
 	}
 	if !async {
@@ -322,6 +330,8 @@ func writeRPC(w *bytes.Buffer, op spec.Op, async bool) {
 				fmt.Fprintf(w, "\t\tgc_get_raw(&d, %s, 16);\n", f.Name)
 			case spec.Params:
 				fmt.Fprintf(w, "\t\tgc_get_params(&d, %s_count, %s_pairs, %s_cap);\n", f.Name, f.Name, f.Name)
+			case spec.Bytes:
+				fmt.Fprintf(w, "\t\tgc_get_bytes(&d, %s, %s_cap, %s_len);\n", f.Name, f.Name, f.Name)
 			}
 		}
 		fmt.Fprintf(w, "\t\tr = gc_rd_check(&d, \"%s\");\n\t}\n", op.Name)

@@ -131,6 +131,8 @@ func encodeStmt(fl spec.Field, v string) string {
 		return fmt.Sprintf("x.e.Fixed(%s[:])", v)
 	case spec.Params:
 		return fmt.Sprintf("encodeParams(&x.e, %s)", v)
+	case spec.Bytes:
+		return fmt.Sprintf("x.e.Bytes(%s)", v)
 	}
 	log.Fatalf("field %s: wire type %s cannot be an output", fl.Name, fl.Wire)
 	return ""
