@@ -129,6 +129,9 @@ func (d *Device) MemFree(_ context.Context, h backend.Ctx, p backend.DevPtr) err
 	if err != nil {
 		return err
 	}
+	if p == 0 {
+		return nil // freeing 0 does nothing, as in CUDA
+	}
 	x, ok := c.mem.find(uint64(p))
 	if !ok || x.base != uint64(p) {
 		return cu.Errorf(cu.ErrorInvalidValue, "%#x is not the start of an allocation of this context", uint64(p))

@@ -474,8 +474,11 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 {
 	uint64_t ctx;
 	CUresult r = gc_current_ctx(&ctx);
-	if (r == CUDA_SUCCESS)
-		r = gc_rpc_MemFree(ctx, dptr);
+	/* Freeing 0 does nothing, as in CUDA: cudart's cudaFree(0), which
+	 * cuBLAS and others call to create the context, ends here. */
+	if (r != CUDA_SUCCESS || dptr == 0)
+		return r;
+	r = gc_rpc_MemFree(ctx, dptr);
 	if (r == CUDA_SUCCESS)
 		devr_del(dptr);
 	return r;
