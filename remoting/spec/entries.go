@@ -89,10 +89,11 @@ func unsupported(names ...string) []Entry {
 func a(s ...string) []string { return s }
 
 // Entries is every C entry point of libcuda.so.1: the core calls below,
-// the runtime-API surface (entries_runtime.go) and the unsupported and
+// the runtime-API surface (entries_runtime.go), what NVIDIA's libraries
+// need besides (entries_libs.go) and the unsupported and
 // lookup-only stubs, minus any stub whose name an implemented entry
 // already serves.
-var Entries = resolveEntries(coreEntries, runtimeEntries)
+var Entries = resolveEntries(coreEntries, runtimeEntries, libraryEntries)
 
 // coreEntries are the driver calls of driver-API programs. The C helpers used in
 // Args: GC_H(handle) passes an opaque handle, GC_S(stream) also maps the

@@ -114,3 +114,23 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 		t.Fatalf("walked %d generated files: %v", n, err)
 	}
 }
+
+// TestDlsymNamesExported: cuBLAS and cuBLASLt fail handle creation when a
+// driver symbol they dlsym is missing, so every such name is exported,
+// implemented or as a stub.
+func TestDlsymNamesExported(t *testing.T) {
+	exported := map[string]bool{}
+	for _, e := range Entries {
+		if e.Kind == LookupOnly {
+			continue // handed out by cuGetProcAddress only, never exported
+		}
+		for _, s := range e.Symbols {
+			exported[s.Name] = true
+		}
+	}
+	for _, n := range dlsymNames {
+		if !exported[n] {
+			t.Errorf("%s is resolved with dlsym by NVIDIA's libraries but not exported", n)
+		}
+	}
+}

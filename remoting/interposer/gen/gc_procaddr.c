@@ -31,7 +31,9 @@ extern void cuCtxGetId(void);
 extern void cuCtxGetLimit(void);
 extern void cuCtxGetSharedMemConfig(void);
 extern void cuCtxGetStreamPriorityRange(void);
+extern void cuCtxPopCurrent(void);
 extern void cuCtxPopCurrent_v2(void);
+extern void cuCtxPushCurrent(void);
 extern void cuCtxPushCurrent_v2(void);
 extern void cuCtxResetPersistingL2Cache(void);
 extern void cuCtxSetCacheConfig(void);
@@ -88,8 +90,13 @@ extern void cuGetProcAddress_v2(void);
 extern void cuGraphCreate(void);
 extern void cuGraphDestroy(void);
 extern void cuGraphExecDestroy(void);
+extern void cuGraphExecKernelNodeSetParams(void);
+extern void cuGraphGetNodes(void);
+extern void cuGraphInstantiate(void);
 extern void cuGraphInstantiateWithFlags(void);
+extern void cuGraphKernelNodeGetParams(void);
 extern void cuGraphLaunch(void);
+extern void cuGraphNodeGetType(void);
 extern void cuInit(void);
 extern void cuIpcCloseMemHandle(void);
 extern void cuIpcGetEventHandle(void);
@@ -208,10 +215,12 @@ extern void cuOccupancyMaxPotentialClusterSize(void);
 extern void cuPointerGetAttribute(void);
 extern void cuPointerGetAttributes(void);
 extern void cuPointerSetAttribute(void);
+extern void cuProfilerInitialize(void);
 extern void cuProfilerStart(void);
 extern void cuProfilerStop(void);
 extern void cuStreamAddCallback(void);
 extern void cuStreamAttachMemAsync(void);
+extern void cuStreamBatchMemOp(void);
 extern void cuStreamBeginCapture_v2(void);
 extern void cuStreamCreate(void);
 extern void cuStreamCreateWithPriority(void);
@@ -230,8 +239,11 @@ extern void cuStreamSynchronize(void);
 extern void cuStreamSynchronize_ptsz(void);
 extern void cuStreamWaitEvent(void);
 extern void cuStreamWaitEvent_ptsz(void);
+extern void cuStreamWaitValue32(void);
 extern void cuStreamWaitValue32_v2(void);
 extern void cuStreamWriteValue32_v2(void);
+extern void cuTensorMapEncodeTiled(void);
+extern void cuThreadExchangeStreamCaptureMode(void);
 extern void gc_lookup_0(void);
 extern void gc_lookup_cuArray3DCreate(void);
 extern void gc_lookup_cuArray3DGetDescriptor(void);
@@ -315,7 +327,6 @@ extern void gc_lookup_cuGraphExecExternalSemaphoresSignalNodeSetParams(void);
 extern void gc_lookup_cuGraphExecExternalSemaphoresWaitNodeSetParams(void);
 extern void gc_lookup_cuGraphExecGetFlags(void);
 extern void gc_lookup_cuGraphExecHostNodeSetParams(void);
-extern void gc_lookup_cuGraphExecKernelNodeSetParams(void);
 extern void gc_lookup_cuGraphExecMemcpyNodeSetParams(void);
 extern void gc_lookup_cuGraphExecMemsetNodeSetParams(void);
 extern void gc_lookup_cuGraphExecNodeSetParams(void);
@@ -325,15 +336,12 @@ extern void gc_lookup_cuGraphExternalSemaphoresSignalNodeSetParams(void);
 extern void gc_lookup_cuGraphExternalSemaphoresWaitNodeGetParams(void);
 extern void gc_lookup_cuGraphExternalSemaphoresWaitNodeSetParams(void);
 extern void gc_lookup_cuGraphGetEdges(void);
-extern void gc_lookup_cuGraphGetNodes(void);
 extern void gc_lookup_cuGraphGetRootNodes(void);
 extern void gc_lookup_cuGraphHostNodeGetParams(void);
 extern void gc_lookup_cuGraphHostNodeSetParams(void);
-extern void gc_lookup_cuGraphInstantiate(void);
 extern void gc_lookup_cuGraphInstantiateWithParams(void);
 extern void gc_lookup_cuGraphKernelNodeCopyAttributes(void);
 extern void gc_lookup_cuGraphKernelNodeGetAttribute(void);
-extern void gc_lookup_cuGraphKernelNodeGetParams(void);
 extern void gc_lookup_cuGraphKernelNodeSetAttribute(void);
 extern void gc_lookup_cuGraphKernelNodeSetParams(void);
 extern void gc_lookup_cuGraphMemAllocNodeGetParams(void);
@@ -346,7 +354,6 @@ extern void gc_lookup_cuGraphNodeFindInClone(void);
 extern void gc_lookup_cuGraphNodeGetDependencies(void);
 extern void gc_lookup_cuGraphNodeGetDependentNodes(void);
 extern void gc_lookup_cuGraphNodeGetEnabled(void);
-extern void gc_lookup_cuGraphNodeGetType(void);
 extern void gc_lookup_cuGraphNodeSetEnabled(void);
 extern void gc_lookup_cuGraphNodeSetParams(void);
 extern void gc_lookup_cuGraphReleaseUserObject(void);
@@ -412,9 +419,7 @@ extern void gc_lookup_cuMipmappedArrayDestroy(void);
 extern void gc_lookup_cuMipmappedArrayGetLevel(void);
 extern void gc_lookup_cuMipmappedArrayGetMemoryRequirements(void);
 extern void gc_lookup_cuMipmappedArrayGetSparseProperties(void);
-extern void gc_lookup_cuProfilerInitialize(void);
 extern void gc_lookup_cuSignalExternalSemaphoresAsync(void);
-extern void gc_lookup_cuStreamBatchMemOp(void);
 extern void gc_lookup_cuStreamBeginCaptureToGraph(void);
 extern void gc_lookup_cuStreamCopyAttributes(void);
 extern void gc_lookup_cuStreamGetAttribute(void);
@@ -426,13 +431,11 @@ extern void gc_lookup_cuStreamWriteValue64(void);
 extern void gc_lookup_cuSurfObjectCreate(void);
 extern void gc_lookup_cuSurfObjectDestroy(void);
 extern void gc_lookup_cuSurfObjectGetResourceDesc(void);
-extern void gc_lookup_cuTensorMapEncodeTiled(void);
 extern void gc_lookup_cuTexObjectCreate(void);
 extern void gc_lookup_cuTexObjectDestroy(void);
 extern void gc_lookup_cuTexObjectGetResourceDesc(void);
 extern void gc_lookup_cuTexObjectGetResourceViewDesc(void);
 extern void gc_lookup_cuTexObjectGetTextureDesc(void);
-extern void gc_lookup_cuThreadExchangeStreamCaptureMode(void);
 extern void gc_lookup_cuUserObjectCreate(void);
 extern void gc_lookup_cuUserObjectRelease(void);
 extern void gc_lookup_cuUserObjectRetain(void);
@@ -476,7 +479,9 @@ const struct gc_proc gc_procs[] = {
 	{ "cuCtxGetLimit", 3010, 0, (void *)cuCtxGetLimit },
 	{ "cuCtxGetSharedMemConfig", 2000, 0, (void *)cuCtxGetSharedMemConfig },
 	{ "cuCtxGetStreamPriorityRange", 2000, 0, (void *)cuCtxGetStreamPriorityRange },
+	{ "cuCtxPopCurrent", 2000, 0, (void *)cuCtxPopCurrent },
 	{ "cuCtxPopCurrent", 4000, 0, (void *)cuCtxPopCurrent_v2 },
+	{ "cuCtxPushCurrent", 2000, 0, (void *)cuCtxPushCurrent },
 	{ "cuCtxPushCurrent", 4000, 0, (void *)cuCtxPushCurrent_v2 },
 	{ "cuCtxRecordEvent", 2000, 0, (void *)gc_lookup_cuCtxRecordEvent },
 	{ "cuCtxResetPersistingL2Cache", 2000, 0, (void *)cuCtxResetPersistingL2Cache },
@@ -604,7 +609,7 @@ const struct gc_proc gc_procs[] = {
 	{ "cuGraphExecExternalSemaphoresWaitNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphExecExternalSemaphoresWaitNodeSetParams },
 	{ "cuGraphExecGetFlags", 2000, 0, (void *)gc_lookup_cuGraphExecGetFlags },
 	{ "cuGraphExecHostNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphExecHostNodeSetParams },
-	{ "cuGraphExecKernelNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphExecKernelNodeSetParams },
+	{ "cuGraphExecKernelNodeSetParams", 2000, 0, (void *)cuGraphExecKernelNodeSetParams },
 	{ "cuGraphExecMemcpyNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphExecMemcpyNodeSetParams },
 	{ "cuGraphExecMemsetNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphExecMemsetNodeSetParams },
 	{ "cuGraphExecNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphExecNodeSetParams },
@@ -614,16 +619,16 @@ const struct gc_proc gc_procs[] = {
 	{ "cuGraphExternalSemaphoresWaitNodeGetParams", 2000, 0, (void *)gc_lookup_cuGraphExternalSemaphoresWaitNodeGetParams },
 	{ "cuGraphExternalSemaphoresWaitNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphExternalSemaphoresWaitNodeSetParams },
 	{ "cuGraphGetEdges", 2000, 0, (void *)gc_lookup_cuGraphGetEdges },
-	{ "cuGraphGetNodes", 2000, 0, (void *)gc_lookup_cuGraphGetNodes },
+	{ "cuGraphGetNodes", 2000, 0, (void *)cuGraphGetNodes },
 	{ "cuGraphGetRootNodes", 2000, 0, (void *)gc_lookup_cuGraphGetRootNodes },
 	{ "cuGraphHostNodeGetParams", 2000, 0, (void *)gc_lookup_cuGraphHostNodeGetParams },
 	{ "cuGraphHostNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphHostNodeSetParams },
-	{ "cuGraphInstantiate", 2000, 0, (void *)gc_lookup_cuGraphInstantiate },
+	{ "cuGraphInstantiate", 2000, 0, (void *)cuGraphInstantiate },
 	{ "cuGraphInstantiateWithFlags", 2000, 0, (void *)cuGraphInstantiateWithFlags },
 	{ "cuGraphInstantiateWithParams", 2000, 0, (void *)gc_lookup_cuGraphInstantiateWithParams },
 	{ "cuGraphKernelNodeCopyAttributes", 2000, 0, (void *)gc_lookup_cuGraphKernelNodeCopyAttributes },
 	{ "cuGraphKernelNodeGetAttribute", 2000, 0, (void *)gc_lookup_cuGraphKernelNodeGetAttribute },
-	{ "cuGraphKernelNodeGetParams", 2000, 0, (void *)gc_lookup_cuGraphKernelNodeGetParams },
+	{ "cuGraphKernelNodeGetParams", 2000, 0, (void *)cuGraphKernelNodeGetParams },
 	{ "cuGraphKernelNodeSetAttribute", 2000, 0, (void *)gc_lookup_cuGraphKernelNodeSetAttribute },
 	{ "cuGraphKernelNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphKernelNodeSetParams },
 	{ "cuGraphLaunch", 2000, 0, (void *)cuGraphLaunch },
@@ -637,7 +642,7 @@ const struct gc_proc gc_procs[] = {
 	{ "cuGraphNodeGetDependencies", 2000, 0, (void *)gc_lookup_cuGraphNodeGetDependencies },
 	{ "cuGraphNodeGetDependentNodes", 2000, 0, (void *)gc_lookup_cuGraphNodeGetDependentNodes },
 	{ "cuGraphNodeGetEnabled", 2000, 0, (void *)gc_lookup_cuGraphNodeGetEnabled },
-	{ "cuGraphNodeGetType", 2000, 0, (void *)gc_lookup_cuGraphNodeGetType },
+	{ "cuGraphNodeGetType", 2000, 0, (void *)cuGraphNodeGetType },
 	{ "cuGraphNodeSetEnabled", 2000, 0, (void *)gc_lookup_cuGraphNodeSetEnabled },
 	{ "cuGraphNodeSetParams", 2000, 0, (void *)gc_lookup_cuGraphNodeSetParams },
 	{ "cuGraphReleaseUserObject", 2000, 0, (void *)gc_lookup_cuGraphReleaseUserObject },
@@ -683,8 +688,8 @@ const struct gc_proc gc_procs[] = {
 	{ "cuLaunchHostFunc", 2000, 0, (void *)cuLaunchHostFunc },
 	{ "cuLaunchKernel", 2000, 0, (void *)cuLaunchKernel },
 	{ "cuLaunchKernel", 7000, 1, (void *)cuLaunchKernel_ptsz },
-	{ "cuLaunchKernelEx", 11060, 1, (void *)cuLaunchKernelEx_ptsz },
 	{ "cuLaunchKernelEx", 11060, 0, (void *)cuLaunchKernelEx },
+	{ "cuLaunchKernelEx", 11060, 1, (void *)cuLaunchKernelEx_ptsz },
 	{ "cuLibraryEnumerateKernels", 2000, 0, (void *)gc_lookup_cuLibraryEnumerateKernels },
 	{ "cuLibraryGetGlobal", 12000, 0, (void *)cuLibraryGetGlobal },
 	{ "cuLibraryGetKernel", 12000, 0, (void *)cuLibraryGetKernel },
@@ -821,13 +826,13 @@ const struct gc_proc gc_procs[] = {
 	{ "cuPointerGetAttribute", 2000, 0, (void *)cuPointerGetAttribute },
 	{ "cuPointerGetAttributes", 7000, 0, (void *)cuPointerGetAttributes },
 	{ "cuPointerSetAttribute", 2000, 0, (void *)cuPointerSetAttribute },
-	{ "cuProfilerInitialize", 2000, 0, (void *)gc_lookup_cuProfilerInitialize },
-	{ "cuProfilerStart", 2000, 0, (void *)cuProfilerStart },
-	{ "cuProfilerStop", 2000, 0, (void *)cuProfilerStop },
+	{ "cuProfilerInitialize", 4000, 0, (void *)cuProfilerInitialize },
+	{ "cuProfilerStart", 4000, 0, (void *)cuProfilerStart },
+	{ "cuProfilerStop", 4000, 0, (void *)cuProfilerStop },
 	{ "cuSignalExternalSemaphoresAsync", 2000, 0, (void *)gc_lookup_cuSignalExternalSemaphoresAsync },
 	{ "cuStreamAddCallback", 2000, 0, (void *)cuStreamAddCallback },
 	{ "cuStreamAttachMemAsync", 2000, 0, (void *)cuStreamAttachMemAsync },
-	{ "cuStreamBatchMemOp", 2000, 0, (void *)gc_lookup_cuStreamBatchMemOp },
+	{ "cuStreamBatchMemOp", 2000, 0, (void *)cuStreamBatchMemOp },
 	{ "cuStreamBeginCapture", 2000, 0, (void *)cuStreamBeginCapture_v2 },
 	{ "cuStreamBeginCaptureToGraph", 2000, 0, (void *)gc_lookup_cuStreamBeginCaptureToGraph },
 	{ "cuStreamCopyAttributes", 2000, 0, (void *)gc_lookup_cuStreamCopyAttributes },
@@ -836,8 +841,8 @@ const struct gc_proc gc_procs[] = {
 	{ "cuStreamDestroy", 4000, 0, (void *)cuStreamDestroy_v2 },
 	{ "cuStreamEndCapture", 2000, 0, (void *)cuStreamEndCapture },
 	{ "cuStreamGetAttribute", 2000, 0, (void *)gc_lookup_cuStreamGetAttribute },
-	{ "cuStreamGetCaptureInfo", 2000, 0, (void *)cuStreamGetCaptureInfo_v3 },
 	{ "cuStreamGetCaptureInfo", 2000, 0, (void *)cuStreamGetCaptureInfo_v2 },
+	{ "cuStreamGetCaptureInfo", 2000, 0, (void *)cuStreamGetCaptureInfo_v3 },
 	{ "cuStreamGetCtx", 2000, 0, (void *)cuStreamGetCtx },
 	{ "cuStreamGetDevice", 2000, 0, (void *)gc_lookup_cuStreamGetDevice },
 	{ "cuStreamGetFlags", 2000, 0, (void *)cuStreamGetFlags },
@@ -853,19 +858,20 @@ const struct gc_proc gc_procs[] = {
 	{ "cuStreamWaitEvent", 2000, 0, (void *)cuStreamWaitEvent },
 	{ "cuStreamWaitEvent", 7000, 1, (void *)cuStreamWaitEvent_ptsz },
 	{ "cuStreamWaitValue32", 2000, 0, (void *)cuStreamWaitValue32_v2 },
+	{ "cuStreamWaitValue32", 2000, 0, (void *)cuStreamWaitValue32 },
 	{ "cuStreamWaitValue64", 2000, 0, (void *)gc_lookup_cuStreamWaitValue64 },
 	{ "cuStreamWriteValue32", 2000, 0, (void *)cuStreamWriteValue32_v2 },
 	{ "cuStreamWriteValue64", 2000, 0, (void *)gc_lookup_cuStreamWriteValue64 },
 	{ "cuSurfObjectCreate", 2000, 0, (void *)gc_lookup_cuSurfObjectCreate },
 	{ "cuSurfObjectDestroy", 2000, 0, (void *)gc_lookup_cuSurfObjectDestroy },
 	{ "cuSurfObjectGetResourceDesc", 2000, 0, (void *)gc_lookup_cuSurfObjectGetResourceDesc },
-	{ "cuTensorMapEncodeTiled", 2000, 0, (void *)gc_lookup_cuTensorMapEncodeTiled },
+	{ "cuTensorMapEncodeTiled", 2000, 0, (void *)cuTensorMapEncodeTiled },
 	{ "cuTexObjectCreate", 2000, 0, (void *)gc_lookup_cuTexObjectCreate },
 	{ "cuTexObjectDestroy", 2000, 0, (void *)gc_lookup_cuTexObjectDestroy },
 	{ "cuTexObjectGetResourceDesc", 2000, 0, (void *)gc_lookup_cuTexObjectGetResourceDesc },
 	{ "cuTexObjectGetResourceViewDesc", 2000, 0, (void *)gc_lookup_cuTexObjectGetResourceViewDesc },
 	{ "cuTexObjectGetTextureDesc", 2000, 0, (void *)gc_lookup_cuTexObjectGetTextureDesc },
-	{ "cuThreadExchangeStreamCaptureMode", 2000, 0, (void *)gc_lookup_cuThreadExchangeStreamCaptureMode },
+	{ "cuThreadExchangeStreamCaptureMode", 2000, 0, (void *)cuThreadExchangeStreamCaptureMode },
 	{ "cuUserObjectCreate", 2000, 0, (void *)gc_lookup_cuUserObjectCreate },
 	{ "cuUserObjectRelease", 2000, 0, (void *)gc_lookup_cuUserObjectRelease },
 	{ "cuUserObjectRetain", 2000, 0, (void *)gc_lookup_cuUserObjectRetain },
@@ -874,4 +880,4 @@ const struct gc_proc gc_procs[] = {
 	{ "cuWaitExternalSemaphoresAsync", 2000, 0, (void *)gc_lookup_cuWaitExternalSemaphoresAsync },
 };
 
-const size_t gc_nprocs = 431;
+const size_t gc_nprocs = 434;

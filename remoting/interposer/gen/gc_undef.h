@@ -24,7 +24,9 @@
 #undef cuCtxGetLimit
 #undef cuCtxGetSharedMemConfig
 #undef cuCtxGetStreamPriorityRange
+#undef cuCtxPopCurrent
 #undef cuCtxPopCurrent_v2
+#undef cuCtxPushCurrent
 #undef cuCtxPushCurrent_v2
 #undef cuCtxResetPersistingL2Cache
 #undef cuCtxSetCacheConfig
@@ -81,8 +83,13 @@
 #undef cuGraphCreate
 #undef cuGraphDestroy
 #undef cuGraphExecDestroy
+#undef cuGraphExecKernelNodeSetParams
+#undef cuGraphGetNodes
+#undef cuGraphInstantiate
 #undef cuGraphInstantiateWithFlags
+#undef cuGraphKernelNodeGetParams
 #undef cuGraphLaunch
+#undef cuGraphNodeGetType
 #undef cuInit
 #undef cuIpcCloseMemHandle
 #undef cuIpcGetEventHandle
@@ -201,10 +208,12 @@
 #undef cuPointerGetAttribute
 #undef cuPointerGetAttributes
 #undef cuPointerSetAttribute
+#undef cuProfilerInitialize
 #undef cuProfilerStart
 #undef cuProfilerStop
 #undef cuStreamAddCallback
 #undef cuStreamAttachMemAsync
+#undef cuStreamBatchMemOp
 #undef cuStreamBeginCapture_v2
 #undef cuStreamCreate
 #undef cuStreamCreateWithPriority
@@ -223,5 +232,8 @@
 #undef cuStreamSynchronize_ptsz
 #undef cuStreamWaitEvent
 #undef cuStreamWaitEvent_ptsz
+#undef cuStreamWaitValue32
 #undef cuStreamWaitValue32_v2
 #undef cuStreamWriteValue32_v2
+#undef cuTensorMapEncodeTiled
+#undef cuThreadExchangeStreamCaptureMode

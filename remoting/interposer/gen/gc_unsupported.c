@@ -433,18 +433,6 @@ int cuIpcOpenEventHandle(void)
 	return gc_unsupported("cuIpcOpenEventHandle", &once);
 }
 
-int cuProfilerStart(void)
-{
-	static int once;
-	return gc_unsupported("cuProfilerStart", &once);
-}
-
-int cuProfilerStop(void)
-{
-	static int once;
-	return gc_unsupported("cuProfilerStop", &once);
-}
-
 int cuCheckpointProcessGetRestoreThreadId(void)
 {
 	static int once;
@@ -479,6 +467,60 @@ int cuCheckpointProcessUnlock(void)
 {
 	static int once;
 	return gc_unsupported("cuCheckpointProcessUnlock", &once);
+}
+
+int cuStreamWaitValue32(void)
+{
+	static int once;
+	return gc_unsupported("cuStreamWaitValue32", &once);
+}
+
+int cuStreamBatchMemOp(void)
+{
+	static int once;
+	return gc_unsupported("cuStreamBatchMemOp", &once);
+}
+
+int cuGraphKernelNodeGetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphKernelNodeGetParams", &once);
+}
+
+int cuGraphExecKernelNodeSetParams(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphExecKernelNodeSetParams", &once);
+}
+
+int cuGraphInstantiate(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphInstantiate", &once);
+}
+
+int cuGraphGetNodes(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphGetNodes", &once);
+}
+
+int cuGraphNodeGetType(void)
+{
+	static int once;
+	return gc_unsupported("cuGraphNodeGetType", &once);
+}
+
+int cuThreadExchangeStreamCaptureMode(void)
+{
+	static int once;
+	return gc_unsupported("cuThreadExchangeStreamCaptureMode", &once);
+}
+
+int cuTensorMapEncodeTiled(void)
+{
+	static int once;
+	return gc_unsupported("cuTensorMapEncodeTiled", &once);
 }
 
 /* Names cuGetProcAddress resolves without an exported symbol. */
@@ -981,12 +1023,6 @@ int gc_lookup_cuGraphExecHostNodeSetParams(void)
 	return gc_unsupported("cuGraphExecHostNodeSetParams", &once);
 }
 
-int gc_lookup_cuGraphExecKernelNodeSetParams(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphExecKernelNodeSetParams", &once);
-}
-
 int gc_lookup_cuGraphExecMemcpyNodeSetParams(void)
 {
 	static int once;
@@ -1041,12 +1077,6 @@ int gc_lookup_cuGraphGetEdges(void)
 	return gc_unsupported("cuGraphGetEdges", &once);
 }
 
-int gc_lookup_cuGraphGetNodes(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphGetNodes", &once);
-}
-
 int gc_lookup_cuGraphGetRootNodes(void)
 {
 	static int once;
@@ -1065,12 +1095,6 @@ int gc_lookup_cuGraphHostNodeSetParams(void)
 	return gc_unsupported("cuGraphHostNodeSetParams", &once);
 }
 
-int gc_lookup_cuGraphInstantiate(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphInstantiate", &once);
-}
-
 int gc_lookup_cuGraphInstantiateWithParams(void)
 {
 	static int once;
@@ -1087,12 +1111,6 @@ int gc_lookup_cuGraphKernelNodeGetAttribute(void)
 {
 	static int once;
 	return gc_unsupported("cuGraphKernelNodeGetAttribute", &once);
-}
-
-int gc_lookup_cuGraphKernelNodeGetParams(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphKernelNodeGetParams", &once);
 }
 
 int gc_lookup_cuGraphKernelNodeSetAttribute(void)
@@ -1165,12 +1183,6 @@ int gc_lookup_cuGraphNodeGetEnabled(void)
 {
 	static int once;
 	return gc_unsupported("cuGraphNodeGetEnabled", &once);
-}
-
-int gc_lookup_cuGraphNodeGetType(void)
-{
-	static int once;
-	return gc_unsupported("cuGraphNodeGetType", &once);
 }
 
 int gc_lookup_cuGraphNodeSetEnabled(void)
@@ -1563,22 +1575,10 @@ int gc_lookup_cuMipmappedArrayGetSparseProperties(void)
 	return gc_unsupported("cuMipmappedArrayGetSparseProperties", &once);
 }
 
-int gc_lookup_cuProfilerInitialize(void)
-{
-	static int once;
-	return gc_unsupported("cuProfilerInitialize", &once);
-}
-
 int gc_lookup_cuSignalExternalSemaphoresAsync(void)
 {
 	static int once;
 	return gc_unsupported("cuSignalExternalSemaphoresAsync", &once);
-}
-
-int gc_lookup_cuStreamBatchMemOp(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamBatchMemOp", &once);
 }
 
 int gc_lookup_cuStreamBeginCaptureToGraph(void)
@@ -1647,12 +1647,6 @@ int gc_lookup_cuSurfObjectGetResourceDesc(void)
 	return gc_unsupported("cuSurfObjectGetResourceDesc", &once);
 }
 
-int gc_lookup_cuTensorMapEncodeTiled(void)
-{
-	static int once;
-	return gc_unsupported("cuTensorMapEncodeTiled", &once);
-}
-
 int gc_lookup_cuTexObjectCreate(void)
 {
 	static int once;
@@ -1681,12 +1675,6 @@ int gc_lookup_cuTexObjectGetTextureDesc(void)
 {
 	static int once;
 	return gc_unsupported("cuTexObjectGetTextureDesc", &once);
-}
-
-int gc_lookup_cuThreadExchangeStreamCaptureMode(void)
-{
-	static int once;
-	return gc_unsupported("cuThreadExchangeStreamCaptureMode", &once);
 }
 
 int gc_lookup_cuUserObjectCreate(void)

@@ -1263,3 +1263,39 @@ CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigned int
 {
 	return cuEventRecordWithFlags(e, PT(s), flags);
 }
+
+/* ---- names older libraries resolve ------------------------------------------------- */
+
+/* cuBLAS and cuBLASLt dlsym the pre-CUDA 4.0 names of the context stack
+ * calls; their arguments are those of the _v2 forms. */
+CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx) { return cuCtxPushCurrent_v2(ctx); }
+CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx) { return cuCtxPopCurrent_v2(pctx); }
+
+/* ---- profiler control ----------------------------------------------------------------- */
+
+/* NVIDIA declares these in cudaProfiler.h, not cuda.h. No profiler can
+ * attach to the remote GPU through gpuctl; with none attached NVIDIA's
+ * driver accepts them and does nothing, which cudaProfilerStart/Stop
+ * (NVIDIA's matrixMul sample) rely on. */
+CUresult CUDAAPI cuProfilerInitialize(const char *configFile, const char *outputFile, int outputMode);
+CUresult CUDAAPI cuProfilerStart(void);
+CUresult CUDAAPI cuProfilerStop(void);
+
+CUresult CUDAAPI cuProfilerInitialize(const char *configFile, const char *outputFile, int outputMode)
+{
+	(void)configFile, (void)outputFile, (void)outputMode;
+	uint64_t c;
+	return gc_current_ctx(&c);
+}
+
+CUresult CUDAAPI cuProfilerStart(void)
+{
+	uint64_t c;
+	return gc_current_ctx(&c);
+}
+
+CUresult CUDAAPI cuProfilerStop(void)
+{
+	uint64_t c;
+	return gc_current_ctx(&c);
+}

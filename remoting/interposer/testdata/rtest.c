@@ -168,6 +168,80 @@ static void test_tables(void)
 	EXPECT(flags == 0 && extra == NULL);
 }
 
+/* What cuBLAS and cuBLASLt ask of the driver besides cudart's look-ups:
+ * the thread's context through TOOLS_TLS, context and stream numbers
+ * through their own table, the legacy context-stack names, freeing 0 and
+ * profiler control. */
+CUresult CUDAAPI cuProfilerStart(void); /* NVIDIA declares them in cudaProfiler.h */
+CUresult CUDAAPI cuProfilerStop(void);
+
+static void test_libraries(void)
+{
+	const uintptr_t *tls = table("42d85a8123f6cb478298f6e78a3aecdc", CUDA_SUCCESS);
+	const uintptr_t *lt = table("21318c60971432488ca641ff7324c8f2", CUDA_SUCCESS);
+	CUresult (*thread_ctx)(CUcontext *) = (void *)tls[2];
+	CUresult (*ctx_number)(CUcontext, unsigned long long *) = (void *)lt[4];
+	CUresult (*stream_obj)(CUcontext, CUstream, void **, int) = (void *)lt[51];
+	CUresult (*stream_number)(CUcontext, const void *, unsigned long long *) = (void *)lt[39];
+
+	CUcontext c = (CUcontext)1;
+	OK(cuInit(0));
+	while (cuCtxGetCurrent(&c) == CUDA_SUCCESS && c != NULL)
+		OK(cuCtxPopCurrent(&c)); /* what earlier tests left current */
+	CHECK(thread_ctx(&c), CUDA_ERROR_INVALID_CONTEXT);
+	EXPECT(c == NULL);
+	CHECK(cuProfilerStart(), CUDA_ERROR_INVALID_CONTEXT);
+
+	CUcontext ctx = setup(), ctx2;
+	OK(thread_ctx(&c));
+	EXPECT(c == ctx);
+	unsigned long long n1 = 0, n2 = 0, id = 0;
+	OK(ctx_number(c, &n1));
+	OK(cuCtxGetId(ctx, &id));
+	EXPECT(n1 != 0 && n1 == id);
+	CHECK(ctx_number(c, NULL), CUDA_ERROR_INVALID_VALUE);
+	CUdevice dev;
+	OK(cuCtxGetDevice(&dev));
+	OK(cuCtxCreate(&ctx2, NULL, 0, dev));
+	OK(ctx_number(ctx2, &n2));
+	EXPECT(n2 != n1);
+
+	/* Streams: the NULL stream is the legacy or per-thread default one,
+	 * a created stream is its own object, and each has its own number. */
+	CUstream s;
+	void *o0 = NULL, *opt = NULL, *os = NULL;
+	OK(cuStreamCreate(&s, 0));
+	OK(stream_obj(ctx2, NULL, &o0, 0));
+	OK(stream_obj(ctx2, NULL, &opt, 1));
+	OK(stream_obj(ctx2, s, &os, 0));
+	EXPECT(o0 == (void *)CU_STREAM_LEGACY && opt == (void *)CU_STREAM_PER_THREAD && os == (void *)s);
+	CHECK(stream_obj(ctx2, s, NULL, 0), CUDA_ERROR_INVALID_VALUE);
+	unsigned long long sn0 = 0, sns = 0;
+	OK(stream_number(ctx2, o0, &sn0));
+	OK(stream_number(ctx2, os, &sns));
+	EXPECT(sn0 != sns);
+	CHECK(stream_number(ctx2, NULL, &sns), CUDA_ERROR_INVALID_VALUE);
+	OK(cuStreamDestroy(s));
+
+	/* The pre-4.0 names cuBLAS resolves with dlsym. */
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	CUresult (*push)(CUcontext) = dlsym(h, "cuCtxPushCurrent");
+	CUresult (*pop)(CUcontext *) = dlsym(h, "cuCtxPopCurrent");
+	EXPECT(push != NULL && pop != NULL);
+	if (push != NULL && pop != NULL) {
+		OK(push(ctx));
+		OK(pop(&c));
+		EXPECT(c == ctx);
+	}
+	/* cudaFree(0), which cuBLAS calls to create the context. */
+	OK(cuMemFree(0));
+	/* No profiler attaches; the calls succeed and do nothing. */
+	OK(cuProfilerStart());
+	OK(cuProfilerStop());
+	OK(cuCtxDestroy(ctx2));
+	OK(cuCtxDestroy(ctx));
+}
+
 static void test_procaddr(void)
 {
 	void *fn = NULL, *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
@@ -389,6 +463,7 @@ int main(int argc, char **argv)
 		test_tables();
 		test_procaddr();
 		test_library();
+		test_libraries();
 	} else if (strcmp(mode, "integrity") == 0) {
 		test_integrity();
 	} else if (strcmp(mode, "badinput") == 0) {
