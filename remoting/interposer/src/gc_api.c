@@ -15,6 +15,7 @@
 #include "cuda.h"
 #include "gc_core.h"
 #include "gc_runtime.h"
+#include "gc_runtime.h"
 #include "../gen/gc_ops.h"
 #include "../gen/gc_undef.h"
 
@@ -977,6 +978,8 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction fn, unsigned int gx, unsigned int gy,
 	CUresult r = gc_current_ctx(&ctx);
 	if (r == CUDA_SUCCESS)
 		r = gc_func_resolve(fn, ctx, &f);
+	if (r == CUDA_SUCCESS)
+		r = gc_launch_check(f, gx, gy, gz, bx, by, bz, shared);
 	if (r != CUDA_SUCCESS)
 		return r;
 	const void *buf = NULL;

@@ -56,6 +56,7 @@ void gc_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define GC_FUNC_MAGIC 0x676346u /* "Fcg" */
 #define GC_KERN_MAGIC 0x67634bu /* "Kcg" */
 #define GC_FUNC_ATTRS 16
+struct gc_launch_limits; /* gc_runtime.c */
 struct CUfunc_st {
 	uint32_t magic;
 	uint32_t nparams;
@@ -66,6 +67,8 @@ struct CUfunc_st {
 	uint32_t argbytes;
 	_Atomic uint32_t attr_known; /* bit i: attrs[i] holds attribute i */
 	int32_t attrs[GC_FUNC_ATTRS];
+	/* Its device's launch limits, set by its first launch (NULL before). */
+	_Atomic(const struct gc_launch_limits *) limits;
 	uint32_t pairs[]; /* offset, size per parameter */
 };
 

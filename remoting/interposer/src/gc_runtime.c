@@ -1196,6 +1196,112 @@ CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction
 	return CUDA_SUCCESS;
 }
 
+/* ---- launch configuration checks ----------------------------------------------- */
+
+/* NVIDIA's driver refuses a bad configuration when the launch is made
+ * (CUDA 13's cudart leaves the checks to it and reports
+ * cudaErrorInvalidValue). A launch here is queued without waiting, so the
+ * server's own checks would surface only at the next synchronising call:
+ * the client checks first, against the device's limits (asked once per
+ * device) and the function's cached attributes. */
+struct gc_launch_limits {
+	uint32_t threads;  /* CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK */
+	uint32_t block[3]; /* MAX_BLOCK_DIM_X..Z */
+	uint32_t grid[3];  /* MAX_GRID_DIM_X..Z */
+};
+static struct {
+	pthread_mutex_t mu;
+	int known[MAX_DEVICES];
+	struct gc_launch_limits l[MAX_DEVICES];
+} launchlim = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static CUresult device_launch_limits(CUdevice dev, const struct gc_launch_limits **out)
+{
+	if (!dev_ok(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&launchlim.mu);
+	int known = launchlim.known[dev];
+	pthread_mutex_unlock(&launchlim.mu);
+	if (!known) {
+		static const CUdevice_attribute attrs[7] = {
+			CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X,
+			CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,       CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z,
+			CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X,        CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
+			CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z,
+		};
+		int v[7];
+		for (int i = 0; i < 7; i++) {
+			CUresult r = cuDeviceGetAttribute(&v[i], attrs[i], dev);
+			if (r != CUDA_SUCCESS)
+				return r;
+			if (v[i] <= 0)
+				return CUDA_ERROR_UNKNOWN;
+		}
+		pthread_mutex_lock(&launchlim.mu);
+		launchlim.l[dev] = (struct gc_launch_limits){
+			(uint32_t)v[0], { (uint32_t)v[1], (uint32_t)v[2], (uint32_t)v[3] },
+			{ (uint32_t)v[4], (uint32_t)v[5], (uint32_t)v[6] },
+		};
+		launchlim.known[dev] = 1;
+		pthread_mutex_unlock(&launchlim.mu);
+	}
+	*out = &launchlim.l[dev]; /* written once, before it is handed out */
+	return CUDA_SUCCESS;
+}
+
+/* launch_limits_first fetches what the checks need on a function's first
+ * launch: its device's limits, its maximum block size and its maximum
+ * dynamic shared memory (both cached in the function from then on, the
+ * latter updated by cuFuncSetAttribute). */
+static CUresult launch_limits_first(struct CUfunc_st *f, const struct gc_launch_limits **out)
+{
+	int v;
+	CUdevice dev;
+	const struct gc_launch_limits *l = NULL;
+	CUresult r = func_get_attr(f, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &v);
+	if (r == CUDA_SUCCESS)
+		r = func_get_attr(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, &v);
+	if (r == CUDA_SUCCESS)
+		r = cuCtxGetDevice_v2(&dev, (CUcontext)(uintptr_t)f->ctx);
+	if (r == CUDA_SUCCESS)
+		r = device_launch_limits(dev, &l);
+	/* An error here may also be one of earlier asynchronous work, which
+	 * a synchronous call reports once: the launch returns it, as CUDA
+	 * calls may, and the next launch asks again. */
+	if (r != CUDA_SUCCESS)
+		return r;
+	atomic_store_explicit(&f->limits, l, memory_order_release);
+	*out = l;
+	return CUDA_SUCCESS;
+}
+
+CUresult gc_launch_check(struct CUfunc_st *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+			 unsigned int by, unsigned int bz, unsigned int shared)
+{
+	const struct gc_launch_limits *l = atomic_load_explicit(&f->limits, memory_order_acquire);
+	if (l == NULL) {
+		CUresult r = launch_limits_first(f, &l);
+		if (r != CUDA_SUCCESS)
+			return r;
+	}
+	if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (gx > l->grid[0] || gy > l->grid[1] || gz > l->grid[2])
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t threads = (uint64_t)bx * by * bz;
+	if (bx > l->block[0] || by > l->block[1] || bz > l->block[2] || threads > l->threads)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* The function's own limits: dynamic shared memory beyond what it
+	 * allows (48 KiB less its static memory unless raised with
+	 * cuFuncSetAttribute) is an invalid value; more threads than its
+	 * registers or launch bounds allow is "too many resources requested". */
+	if ((int64_t)shared > (int64_t)__atomic_load_n(&f->attrs[CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES], __ATOMIC_RELAXED))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (threads > (uint64_t)__atomic_load_n(&f->attrs[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK], __ATOMIC_RELAXED))
+		return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+	return CUDA_SUCCESS;
+}
+
 /* ---- per-thread default stream forms ---------------------------------------------- */
 
 /* The _ptsz/_ptds forms read a NULL stream as the calling thread's

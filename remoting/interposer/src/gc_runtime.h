@@ -24,4 +24,12 @@ void gc_integrity_hash(uint32_t driver_version, uint32_t version, uint32_t pid, 
 		       const void *integrity_table, const void *fn, uint64_t unix_seconds, const void *devs, int ndev,
 		       uint64_t out[2]);
 
+/* gc_launch_check refuses a launch configuration that NVIDIA's driver
+ * refuses before queuing it, with the driver's error. The first launch of
+ * a function asks the server for its limits; after that the check makes
+ * no round trip and takes no lock. */
+struct CUfunc_st;
+CUresult gc_launch_check(struct CUfunc_st *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+			 unsigned int by, unsigned int bz, unsigned int shared);
+
 #endif

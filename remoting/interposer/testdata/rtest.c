@@ -242,6 +242,76 @@ static void test_libraries(void)
 	OK(cuCtxDestroy(ctx));
 }
 
+/* bounded() allows at most 64 threads per block (.maxntid). */
+static const char *bounded_ptx = ".version 7.0\n.target sm_52\n.address_size 64\n"
+				 ".visible .entry bounded() .maxntid 64, 1, 1\n{\n  ret;\n}\n";
+
+/* Launch configurations NVIDIA's driver refuses are refused by the launch
+ * call itself, with its error, and never reach the server. */
+static void test_launch_checks(void)
+{
+	CUcontext ctx = setup();
+	CUmodule m, mb;
+	CUfunction f, fb;
+	OK(cuModuleLoadData(&m, ptx));
+	OK(cuModuleGetFunction(&f, m, "twice"));
+	OK(cuModuleLoadData(&mb, bounded_ptx));
+	OK(cuModuleGetFunction(&fb, mb, "bounded"));
+	CUdeviceptr d;
+	OK(cuMemAlloc(&d, 4096 * 4));
+	unsigned int n = 4096;
+	void *args[] = { &d, &n };
+	int maxdyn = 0;
+	OK(cuFuncGetAttribute(&maxdyn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f));
+	static const struct {
+		const char *name;
+		unsigned g[3], b[3], shared;
+		CUresult want;
+	} cases[] = {
+		{ "4096 threads per block", { 1, 1, 1 }, { 4096, 1, 1 }, 0, CUDA_ERROR_INVALID_VALUE },
+		{ "33 x 32 threads", { 1, 1, 1 }, { 32, 33, 1 }, 0, CUDA_ERROR_INVALID_VALUE },
+		{ "block z 65", { 1, 1, 1 }, { 1, 1, 65 }, 0, CUDA_ERROR_INVALID_VALUE },
+		{ "block x 0", { 1, 1, 1 }, { 0, 1, 1 }, 0, CUDA_ERROR_INVALID_VALUE },
+		{ "grid z 0", { 1, 1, 0 }, { 1, 1, 1 }, 0, CUDA_ERROR_INVALID_VALUE },
+		{ "grid y 65536", { 1, 65536, 1 }, { 1, 1, 1 }, 0, CUDA_ERROR_INVALID_VALUE },
+		{ "grid x 2^31", { 1u << 31, 1, 1 }, { 1, 1, 1 }, 0, CUDA_ERROR_INVALID_VALUE },
+		{ "the largest block", { 4, 1, 1 }, { 1024, 1, 1 }, 0, CUDA_SUCCESS },
+		{ "dynamic shared memory at the limit", { 1, 1, 1 }, { 32, 1, 1 }, 0xffffffffu, CUDA_SUCCESS },
+		{ "dynamic shared memory past the limit", { 1, 1, 1 }, { 32, 1, 1 }, 0xfffffffeu, CUDA_ERROR_INVALID_VALUE },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		/* 0xffffffff: the function's limit; 0xfffffffe: one byte more. */
+		unsigned shared = cases[i].shared == 0xffffffffu ? (unsigned)maxdyn :
+				  cases[i].shared == 0xfffffffeu ? (unsigned)maxdyn + 1 : cases[i].shared;
+		CUresult r = cuLaunchKernel(f, cases[i].g[0], cases[i].g[1], cases[i].g[2], cases[i].b[0], cases[i].b[1],
+					    cases[i].b[2], shared, NULL, args, NULL);
+		if (r != cases[i].want) {
+			fprintf(stderr, "FAIL launch with %s: %d, want %d\n", cases[i].name, (int)r, (int)cases[i].want);
+			failures++;
+		}
+	}
+	/* Raising the function's limit raises what a launch may ask for. */
+	OK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, maxdyn + 4096));
+	OK(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, (unsigned)maxdyn + 4096, NULL, args, NULL));
+	CHECK(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, (unsigned)maxdyn + 4097, NULL, args, NULL), CUDA_ERROR_INVALID_VALUE);
+	/* More threads than the kernel allows: "too many resources". */
+	OK(cuLaunchKernel(fb, 1, 1, 1, 64, 1, 1, 0, NULL, NULL, NULL));
+	CHECK(cuLaunchKernel(fb, 1, 1, 1, 65, 1, 1, 0, NULL, NULL, NULL), CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+	/* cuLaunchKernelEx and a CUkernel are checked alike. */
+	CUlaunchConfig cfg = { 1, 1, 1, 2048, 1, 1, 0, NULL, NULL, 0 };
+	CHECK(cuLaunchKernelEx(&cfg, f, args, NULL), CUDA_ERROR_INVALID_VALUE);
+	CUlibrary lib;
+	CUkernel k;
+	OK(cuLibraryLoadData(&lib, ptx, NULL, NULL, 0, NULL, NULL, 0));
+	OK(cuLibraryGetKernel(&k, lib, "twice"));
+	CHECK(cuLaunchKernel((CUfunction)(void *)k, 1, 1, 1, 1, 1, 65, 0, NULL, args, NULL), CUDA_ERROR_INVALID_VALUE);
+	/* None of the refused launches reached the server: nothing is
+	 * reported later. */
+	OK(cuCtxSynchronize());
+	OK(cuLibraryUnload(lib));
+	OK(cuCtxDestroy(ctx));
+}
+
 static void test_procaddr(void)
 {
 	void *fn = NULL, *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
@@ -464,6 +534,7 @@ int main(int argc, char **argv)
 		test_procaddr();
 		test_library();
 		test_libraries();
+		test_launch_checks();
 	} else if (strcmp(mode, "integrity") == 0) {
 		test_integrity();
 	} else if (strcmp(mode, "badinput") == 0) {
