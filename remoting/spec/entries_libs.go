@@ -15,6 +15,11 @@ var libraryEntries = append([]Entry{
 	local("cuCtxPushCurrent", sym("cuCtxPushCurrent", 2000), sym("cuCtxPushCurrent_v2", 4000)),
 	local("cuCtxPopCurrent", sym("cuCtxPopCurrent", 2000), sym("cuCtxPopCurrent_v2", 4000)),
 
+	// Cooperative launches (cudaLaunchCooperativeKernel), served with
+	// cuLaunchKernelEx's cooperative attribute.
+	custom("cuLaunchCooperativeKernel", sym("cuLaunchCooperativeKernel", 9000),
+		ptsym("cuLaunchCooperativeKernel_ptsz", 9000)),
+
 	// Profiler control. No profiler can attach to the remote GPU through
 	// gpuctl, and with none attached NVIDIA's driver accepts these and
 	// does nothing (cudaProfilerStart in NVIDIA's matrixMul sample).

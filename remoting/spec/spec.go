@@ -131,6 +131,18 @@ var Ops = []Op{
 		f("shared", U32, "uint32"), stream, f("params", Bytes, "[]byte"),
 	}},
 
+	// A launch with thread-block clusters or as a cooperative launch
+	// (cuLaunchKernelEx's attributes, cuLaunchCooperativeKernel): cluster
+	// dimensions (all 1 for none) and flags (LaunchExCooperative).
+	{Code: 400, Name: "LaunchEx", Ctx: true, Async: true, Custom: true, In: []Field{
+		fn,
+		f("gx", U32, "uint32"), f("gy", U32, "uint32"), f("gz", U32, "uint32"),
+		f("bx", U32, "uint32"), f("by", U32, "uint32"), f("bz", U32, "uint32"),
+		f("shared", U32, "uint32"), stream,
+		f("cx", U32, "uint32"), f("cy", U32, "uint32"), f("cz", U32, "uint32"), f("flags", U32, "uint32"),
+		f("params", Bytes, "[]byte"),
+	}},
+
 	{Code: 80, Name: "StreamCreate", Ctx: true, In: []Field{f("flags", U32, "uint32"), f("priority", I32, "int32")}, Out: []Field{stream}},
 	{Code: 81, Name: "StreamDestroy", Ctx: true, In: []Field{stream}},
 	{Code: 82, Name: "StreamQuery", Ctx: true, In: []Field{stream}},

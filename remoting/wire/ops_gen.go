@@ -38,6 +38,7 @@ const (
 	OpFuncGetAttribute   Op = 52
 	OpFuncSetAttribute   Op = 53
 	OpLaunch             Op = 64
+	OpLaunchEx           Op = 400
 	OpStreamCreate       Op = 80
 	OpStreamDestroy      Op = 81
 	OpStreamQuery        Op = 82
@@ -116,6 +117,8 @@ func (o Op) String() string {
 		return "FuncSetAttribute"
 	case OpLaunch:
 		return "Launch"
+	case OpLaunchEx:
+		return "LaunchEx"
 	case OpStreamCreate:
 		return "StreamCreate"
 	case OpStreamDestroy:
@@ -145,7 +148,7 @@ func (o Op) String() string {
 // Known reports whether o is an op of this protocol version.
 func (o Op) Known() bool {
 	switch o {
-	case OpDriverVersion, OpDeviceCount, OpDeviceName, OpDeviceUUID, OpDeviceTotalMem, OpDeviceAttribute, OpDevicePCIBusID, OpPrimaryCtxRetain, OpPrimaryCtxRelease, OpPrimaryCtxReset, OpPrimaryCtxState, OpPrimaryCtxSetFlags, OpCtxCreate, OpCtxDestroy, OpCtxDevice, OpCtxSynchronize, OpMemAlloc, OpMemFree, OpMemGetInfo, OpMemGetAddressRange, OpMemcpyHtoD, OpMemcpyDtoH, OpMemcpyDtoD, OpMemset, OpModuleLoad, OpModuleUnload, OpModuleGetFunction, OpModuleGetGlobal, OpFuncGetAttribute, OpFuncSetAttribute, OpLaunch, OpStreamCreate, OpStreamDestroy, OpStreamQuery, OpStreamSynchronize, OpStreamWaitEvent, OpEventCreate, OpEventDestroy, OpEventRecord, OpEventQuery, OpEventSynchronize, OpEventElapsedTime:
+	case OpDriverVersion, OpDeviceCount, OpDeviceName, OpDeviceUUID, OpDeviceTotalMem, OpDeviceAttribute, OpDevicePCIBusID, OpPrimaryCtxRetain, OpPrimaryCtxRelease, OpPrimaryCtxReset, OpPrimaryCtxState, OpPrimaryCtxSetFlags, OpCtxCreate, OpCtxDestroy, OpCtxDevice, OpCtxSynchronize, OpMemAlloc, OpMemFree, OpMemGetInfo, OpMemGetAddressRange, OpMemcpyHtoD, OpMemcpyDtoH, OpMemcpyDtoD, OpMemset, OpModuleLoad, OpModuleUnload, OpModuleGetFunction, OpModuleGetGlobal, OpFuncGetAttribute, OpFuncSetAttribute, OpLaunch, OpLaunchEx, OpStreamCreate, OpStreamDestroy, OpStreamQuery, OpStreamSynchronize, OpStreamWaitEvent, OpEventCreate, OpEventDestroy, OpEventRecord, OpEventQuery, OpEventSynchronize, OpEventElapsedTime:
 		return true
 	}
 	return false
@@ -154,7 +157,7 @@ func (o Op) Known() bool {
 // AsyncAllowed reports whether o may be sent with FlagAsync.
 func (o Op) AsyncAllowed() bool {
 	switch o {
-	case OpMemcpyHtoD, OpMemcpyDtoD, OpMemset, OpLaunch, OpStreamWaitEvent, OpEventRecord:
+	case OpMemcpyHtoD, OpMemcpyDtoD, OpMemset, OpLaunch, OpLaunchEx, OpStreamWaitEvent, OpEventRecord:
 		return true
 	}
 	return false

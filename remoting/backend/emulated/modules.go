@@ -238,6 +238,18 @@ func (d *Device) Launch(ctx context.Context, h backend.Ctx, fh backend.Function,
 	if err := checkLaunch(cfg, f); err != nil {
 		return err
 	}
+	// Clusters share distributed shared memory and synchronise across
+	// blocks, and a cooperative grid synchronises as a whole; the
+	// interpreter runs blocks independently and does neither. The device
+	// reports both as unsupported (CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH and
+	// _COOPERATIVE_LAUNCH are 0), so clients refuse them before sending.
+	if cfg.Clustered() {
+		return cu.Errorf(cu.ErrorNotSupported, "kernel %s: thread-block clusters (%v) are not supported by the emulated device",
+			f.fn.Name(), cfg.Cluster)
+	}
+	if cfg.Cooperative {
+		return cu.Errorf(cu.ErrorNotSupported, "kernel %s: cooperative launches are not supported by the emulated device", f.fn.Name())
+	}
 	// No more goroutines than blocks: a small launch should not pay for
 	// idle workers.
 	blocks := uint64(cfg.Grid[0]) * uint64(cfg.Grid[1]) * uint64(cfg.Grid[2])

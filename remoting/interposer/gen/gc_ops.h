@@ -70,6 +70,7 @@ enum gc_op {
 	GC_OP_FuncGetAttribute = 52,
 	GC_OP_FuncSetAttribute = 53,
 	GC_OP_Launch = 64,
+	GC_OP_LaunchEx = 400,
 	GC_OP_StreamCreate = 80,
 	GC_OP_StreamDestroy = 81,
 	GC_OP_StreamQuery = 82,
@@ -312,6 +313,26 @@ static inline uint8_t *gc_enc_Launch(uint8_t *p, uint64_t ctx, uint64_t fn, uint
 	return p;
 }
 
+static inline uint8_t *gc_enc_LaunchEx(uint8_t *p, uint64_t ctx, uint64_t fn, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared, uint64_t s, uint32_t cx, uint32_t cy, uint32_t cz, uint32_t flags, const void *params, uint32_t params_len)
+{
+	p = gc_put_u64(p, ctx);
+	p = gc_put_u64(p, fn);
+	p = gc_put_u32(p, gx);
+	p = gc_put_u32(p, gy);
+	p = gc_put_u32(p, gz);
+	p = gc_put_u32(p, bx);
+	p = gc_put_u32(p, by);
+	p = gc_put_u32(p, bz);
+	p = gc_put_u32(p, shared);
+	p = gc_put_u64(p, s);
+	p = gc_put_u32(p, cx);
+	p = gc_put_u32(p, cy);
+	p = gc_put_u32(p, cz);
+	p = gc_put_u32(p, flags);
+	p = gc_put_bytes(p, params, params_len);
+	return p;
+}
+
 static inline uint8_t *gc_enc_StreamCreate(uint8_t *p, uint64_t ctx, uint32_t flags, int32_t priority)
 {
 	p = gc_put_u64(p, ctx);
@@ -431,6 +452,8 @@ CUresult gc_rpc_FuncGetAttribute(uint64_t ctx, uint64_t fn, int32_t attr, int32_
 CUresult gc_rpc_FuncSetAttribute(uint64_t ctx, uint64_t fn, int32_t attr, int32_t value);
 CUresult gc_rpc_Launch(uint64_t ctx, uint64_t fn, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared, uint64_t s, const void *params, uint32_t params_len);
 CUresult gc_rpc_Launch_async(uint64_t ctx, uint64_t fn, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared, uint64_t s, const void *params, uint32_t params_len);
+CUresult gc_rpc_LaunchEx(uint64_t ctx, uint64_t fn, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared, uint64_t s, uint32_t cx, uint32_t cy, uint32_t cz, uint32_t flags, const void *params, uint32_t params_len);
+CUresult gc_rpc_LaunchEx_async(uint64_t ctx, uint64_t fn, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared, uint64_t s, uint32_t cx, uint32_t cy, uint32_t cz, uint32_t flags, const void *params, uint32_t params_len);
 CUresult gc_rpc_StreamCreate(uint64_t ctx, uint32_t flags, int32_t priority, uint64_t *s);
 CUresult gc_rpc_StreamDestroy(uint64_t ctx, uint64_t s);
 CUresult gc_rpc_StreamQuery(uint64_t ctx, uint64_t s);

@@ -110,6 +110,7 @@ extern void cuKernelGetName(void);
 extern void cuKernelSetAttribute(void);
 extern void cuKernelSetCacheConfig(void);
 extern void cuLaunchCooperativeKernel(void);
+extern void cuLaunchCooperativeKernel_ptsz(void);
 extern void cuLaunchHostFunc(void);
 extern void cuLaunchKernel(void);
 extern void cuLaunchKernelEx(void);
@@ -684,12 +685,13 @@ const struct gc_proc gc_procs[] = {
 	{ "cuKernelGetParamInfo", 2000, 0, (void *)gc_lookup_cuKernelGetParamInfo },
 	{ "cuKernelSetAttribute", 12000, 0, (void *)cuKernelSetAttribute },
 	{ "cuKernelSetCacheConfig", 12000, 0, (void *)cuKernelSetCacheConfig },
-	{ "cuLaunchCooperativeKernel", 2000, 0, (void *)cuLaunchCooperativeKernel },
+	{ "cuLaunchCooperativeKernel", 9000, 0, (void *)cuLaunchCooperativeKernel },
+	{ "cuLaunchCooperativeKernel", 9000, 1, (void *)cuLaunchCooperativeKernel_ptsz },
 	{ "cuLaunchHostFunc", 2000, 0, (void *)cuLaunchHostFunc },
 	{ "cuLaunchKernel", 2000, 0, (void *)cuLaunchKernel },
 	{ "cuLaunchKernel", 7000, 1, (void *)cuLaunchKernel_ptsz },
-	{ "cuLaunchKernelEx", 11060, 0, (void *)cuLaunchKernelEx },
 	{ "cuLaunchKernelEx", 11060, 1, (void *)cuLaunchKernelEx_ptsz },
+	{ "cuLaunchKernelEx", 11060, 0, (void *)cuLaunchKernelEx },
 	{ "cuLibraryEnumerateKernels", 2000, 0, (void *)gc_lookup_cuLibraryEnumerateKernels },
 	{ "cuLibraryGetGlobal", 12000, 0, (void *)cuLibraryGetGlobal },
 	{ "cuLibraryGetKernel", 12000, 0, (void *)cuLibraryGetKernel },
@@ -857,8 +859,8 @@ const struct gc_proc gc_procs[] = {
 	{ "cuStreamUpdateCaptureDependencies", 2000, 0, (void *)gc_lookup_cuStreamUpdateCaptureDependencies },
 	{ "cuStreamWaitEvent", 2000, 0, (void *)cuStreamWaitEvent },
 	{ "cuStreamWaitEvent", 7000, 1, (void *)cuStreamWaitEvent_ptsz },
-	{ "cuStreamWaitValue32", 2000, 0, (void *)cuStreamWaitValue32_v2 },
 	{ "cuStreamWaitValue32", 2000, 0, (void *)cuStreamWaitValue32 },
+	{ "cuStreamWaitValue32", 2000, 0, (void *)cuStreamWaitValue32_v2 },
 	{ "cuStreamWaitValue64", 2000, 0, (void *)gc_lookup_cuStreamWaitValue64 },
 	{ "cuStreamWriteValue32", 2000, 0, (void *)cuStreamWriteValue32_v2 },
 	{ "cuStreamWriteValue64", 2000, 0, (void *)gc_lookup_cuStreamWriteValue64 },
@@ -880,4 +882,4 @@ const struct gc_proc gc_procs[] = {
 	{ "cuWaitExternalSemaphoresAsync", 2000, 0, (void *)gc_lookup_cuWaitExternalSemaphoresAsync },
 };
 
-const size_t gc_nprocs = 434;
+const size_t gc_nprocs = 435;

@@ -103,6 +103,7 @@
 #undef cuKernelSetAttribute
 #undef cuKernelSetCacheConfig
 #undef cuLaunchCooperativeKernel
+#undef cuLaunchCooperativeKernel_ptsz
 #undef cuLaunchHostFunc
 #undef cuLaunchKernel
 #undef cuLaunchKernelEx

@@ -283,12 +283,6 @@ int cuFuncSetSharedMemConfig(void)
 	return gc_unsupported("cuFuncSetSharedMemConfig", &once);
 }
 
-int cuLaunchCooperativeKernel(void)
-{
-	static int once;
-	return gc_unsupported("cuLaunchCooperativeKernel", &once);
-}
-
 int cuLaunchHostFunc(void)
 {
 	static int once;

@@ -927,25 +927,118 @@ CUresult CUDAAPI cuLinkDestroy(CUlinkState state)
 	return CUDA_SUCCESS;
 }
 
-/* ---- cuLaunchKernelEx -------------------------------------------------------- */
+/* A device's launch limits (see "launch configuration checks" below). */
+struct gc_launch_limits {
+	uint32_t threads;  /* CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK */
+	uint32_t block[3]; /* MAX_BLOCK_DIM_X..Z */
+	uint32_t grid[3];  /* MAX_GRID_DIM_X..Z */
+	int clusters;      /* CLUSTER_LAUNCH */
+	int cooperative;   /* COOPERATIVE_LAUNCH */
+};
+
+/* ---- cuLaunchKernelEx ---------------------------------------------------------- */
+
+#define LAUNCH_EX_COOPERATIVE 1u /* bit 0 of LaunchEx's flags (dispatch.LaunchExCooperative) */
+
+static void log_once(int *once, const char *what)
+{
+	if (!__atomic_exchange_n(once, 1, __ATOMIC_RELAXED))
+		gc_log("%s", what);
+}
+
+/* launch_ex queues a launch with thread-block clusters or a cooperative
+ * one, which the server makes with cuLaunchKernelEx. As cuLaunchKernel:
+ * no lock and no allocation once the function has been launched. */
+static CUresult launch_ex(const CUlaunchConfig *c, CUfunction fn, const unsigned int cluster[3], uint32_t flags,
+			  void **kernelParams, void **extra)
+{
+	static int no_clusters, no_coop;
+	if (fn == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	uint64_t ctx;
+	struct CUfunc_st *f;
+	CUresult r = gc_current_ctx(&ctx);
+	if (r == CUDA_SUCCESS)
+		r = gc_func_resolve(fn, ctx, &f);
+	if (r == CUDA_SUCCESS)
+		r = gc_launch_check(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
+				    c->sharedMemBytes);
+	if (r != CUDA_SUCCESS)
+		return r;
+	const struct gc_launch_limits *l = atomic_load_explicit(&f->limits, memory_order_acquire);
+	int clustered = (uint64_t)cluster[0] * cluster[1] * cluster[2] > 1;
+	if (clustered && !l->clusters) {
+		log_once(&no_clusters, "cuLaunchKernelEx: the device does not support thread-block clusters "
+				       "(CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH is 0); returning CUDA_ERROR_NOT_SUPPORTED");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	if ((flags & LAUNCH_EX_COOPERATIVE) && !l->cooperative) {
+		log_once(&no_coop, "cooperative launch: the device does not support it "
+				   "(CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH is 0); returning CUDA_ERROR_NOT_SUPPORTED");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	/* The grid must be made of whole clusters; the server's driver
+	 * checks the cluster's size against the kernel and the device. */
+	if (c->gridDimX % cluster[0] != 0 || c->gridDimY % cluster[1] != 0 || c->gridDimZ % cluster[2] != 0)
+		return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+	const void *buf = NULL;
+	size_t n = 0;
+	if (kernelParams != NULL) {
+		n = f->argbytes;
+	} else if (extra != NULL) {
+		size_t *np = NULL;
+		for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+			if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+				buf = extra[i + 1];
+			else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+				np = extra[i + 1];
+			else
+				return CUDA_ERROR_INVALID_VALUE;
+		}
+		if (buf == NULL || np == NULL || *np < f->argbytes)
+			return CUDA_ERROR_INVALID_VALUE;
+		n = *np;
+	} else if (f->nparams > 0) {
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (n > 32764)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct gc_call k;
+	uint8_t *a = gc_begin(&k, GC_OP_LaunchEx, 8 + 8 + 7 * 4 + 8 + 4 * 4 + 4 + n, GC_FLAG_ASYNC, NULL, 0);
+	if (a == NULL)
+		return k.res;
+	uint8_t *end = gc_enc_LaunchEx(a, ctx, f->h, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
+				       c->blockDimZ, c->sharedMemBytes, GC_S(c->hStream), cluster[0], cluster[1], cluster[2],
+				       flags, buf, (uint32_t)n);
+	if (kernelParams != NULL) {
+		uint8_t *pb = end - n;
+		memset(pb, 0, n);
+		for (uint32_t i = 0; i < f->nparams; i++)
+			memcpy(pb + f->pairs[2 * i], kernelParams[i], f->pairs[2 * i + 1]);
+	}
+	return gc_async(&k);
+}
 
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
 	if (config == NULL || (config->numAttrs > 0 && config->attrs == NULL))
 		return CUDA_ERROR_INVALID_VALUE;
+	unsigned int cluster[3] = { 1, 1, 1 };
+	uint32_t flags = 0;
 	for (unsigned int i = 0; i < config->numAttrs; i++) {
 		const CUlaunchAttribute *a = &config->attrs[i];
 		switch (a->id) {
 		case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
-			if (a->value.cooperative == 0)
-				break;
-			gc_log("cuLaunchKernelEx: cooperative launches are not supported");
-			return CUDA_ERROR_NOT_SUPPORTED;
+			if (a->value.cooperative != 0)
+				flags |= LAUNCH_EX_COOPERATIVE;
+			break;
 		case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
-			if ((uint64_t)a->value.clusterDim.x * a->value.clusterDim.y * a->value.clusterDim.z <= 1)
-				break;
-			gc_log("cuLaunchKernelEx: thread-block clusters are not supported");
-			return CUDA_ERROR_NOT_SUPPORTED;
+			if (a->value.clusterDim.x == 0 || a->value.clusterDim.y == 0 || a->value.clusterDim.z == 0)
+				return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+			cluster[0] = a->value.clusterDim.x;
+			cluster[1] = a->value.clusterDim.y;
+			cluster[2] = a->value.clusterDim.z;
+			break;
 		case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:
 		case CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT:
 		case CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE:
@@ -954,13 +1047,25 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, vo
 		default:
 			/* Hints that never change a result: priority, cache and
 			 * memory-sync policies, preferred cluster shapes and
-			 * carveouts, and programmatic serialization (which only
-			 * relaxes the stream order the server keeps anyway). */
+			 * carveouts, the cluster scheduling policy, and
+			 * programmatic serialization (which only relaxes the
+			 * stream order the server keeps anyway). */
 			break;
 		}
 	}
+	if (flags != 0 || (uint64_t)cluster[0] * cluster[1] * cluster[2] > 1)
+		return launch_ex(config, f, cluster, flags, kernelParams, extra);
 	return cuLaunchKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
 			      config->blockDimZ, config->sharedMemBytes, config->hStream, kernelParams, extra);
+}
+
+CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+					   unsigned int by, unsigned int bz, unsigned int shared, CUstream s,
+					   void **kernelParams)
+{
+	static const unsigned int one[3] = { 1, 1, 1 };
+	CUlaunchConfig c = { gx, gy, gz, bx, by, bz, shared, s, NULL, 0 };
+	return launch_ex(&c, f, one, LAUNCH_EX_COOPERATIVE, kernelParams, NULL);
 }
 
 /* ---- occupancy ------------------------------------------------------------------ */
@@ -1204,11 +1309,6 @@ CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction
  * server's own checks would surface only at the next synchronising call:
  * the client checks first, against the device's limits (asked once per
  * device) and the function's cached attributes. */
-struct gc_launch_limits {
-	uint32_t threads;  /* CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK */
-	uint32_t block[3]; /* MAX_BLOCK_DIM_X..Z */
-	uint32_t grid[3];  /* MAX_GRID_DIM_X..Z */
-};
 static struct {
 	pthread_mutex_t mu;
 	int known[MAX_DEVICES];
@@ -1223,24 +1323,25 @@ static CUresult device_launch_limits(CUdevice dev, const struct gc_launch_limits
 	int known = launchlim.known[dev];
 	pthread_mutex_unlock(&launchlim.mu);
 	if (!known) {
-		static const CUdevice_attribute attrs[7] = {
+		static const CUdevice_attribute attrs[9] = {
 			CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X,
 			CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,       CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z,
 			CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X,        CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
-			CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z,
+			CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z,        CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH,
+			CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH,
 		};
-		int v[7];
-		for (int i = 0; i < 7; i++) {
+		int v[9];
+		for (int i = 0; i < 9; i++) {
 			CUresult r = cuDeviceGetAttribute(&v[i], attrs[i], dev);
 			if (r != CUDA_SUCCESS)
 				return r;
-			if (v[i] <= 0)
+			if (i < 7 && v[i] <= 0)
 				return CUDA_ERROR_UNKNOWN;
 		}
 		pthread_mutex_lock(&launchlim.mu);
 		launchlim.l[dev] = (struct gc_launch_limits){
 			(uint32_t)v[0], { (uint32_t)v[1], (uint32_t)v[2], (uint32_t)v[3] },
-			{ (uint32_t)v[4], (uint32_t)v[5], (uint32_t)v[6] },
+			{ (uint32_t)v[4], (uint32_t)v[5], (uint32_t)v[6] }, v[7] != 0, v[8] != 0,
 		};
 		launchlim.known[dev] = 1;
 		pthread_mutex_unlock(&launchlim.mu);
@@ -1324,6 +1425,13 @@ CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction 
 	CUlaunchConfig c = *config;
 	c.hStream = PT(c.hStream);
 	return cuLaunchKernelEx(&c, f, kernelParams, extra);
+}
+
+CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+						unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared, CUstream s,
+						void **kernelParams)
+{
+	return cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, PT(s), kernelParams);
 }
 
 CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) { return cuMemcpy(dst, src, n); }

@@ -305,6 +305,29 @@ static void test_launch_checks(void)
 	OK(cuLibraryLoadData(&lib, ptx, NULL, NULL, 0, NULL, NULL, 0));
 	OK(cuLibraryGetKernel(&k, lib, "twice"));
 	CHECK(cuLaunchKernel((CUfunction)(void *)k, 1, 1, 1, 1, 1, 65, 0, NULL, args, NULL), CUDA_ERROR_INVALID_VALUE);
+	/* Clusters and cooperative launches: the emulated device supports
+	 * neither (its CLUSTER_LAUNCH and COOPERATIVE_LAUNCH attributes are
+	 * 0), so the client refuses them; a 1x1x1 cluster is a plain launch. */
+	int clusters = -1, coop = -1;
+	OK(cuDeviceGetAttribute(&clusters, CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, 0));
+	OK(cuDeviceGetAttribute(&coop, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 0));
+	EXPECT(clusters == 0 && coop == 0);
+	CUlaunchAttribute at;
+	memset(&at, 0, sizeof at);
+	at.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+	at.value.clusterDim.x = 1, at.value.clusterDim.y = 1, at.value.clusterDim.z = 1;
+	CUlaunchConfig ccfg = { 4, 1, 1, 32, 1, 1, 0, NULL, &at, 1 };
+	OK(cuLaunchKernelEx(&ccfg, f, args, NULL));
+	at.value.clusterDim.x = 2;
+	CHECK(cuLaunchKernelEx(&ccfg, f, args, NULL), CUDA_ERROR_NOT_SUPPORTED);
+	at.value.clusterDim.x = 0;
+	CHECK(cuLaunchKernelEx(&ccfg, f, args, NULL), CUDA_ERROR_INVALID_CLUSTER_SIZE);
+	memset(&at, 0, sizeof at);
+	at.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+	at.value.cooperative = 1;
+	CHECK(cuLaunchKernelEx(&ccfg, f, args, NULL), CUDA_ERROR_NOT_SUPPORTED);
+	CHECK(cuLaunchCooperativeKernel(f, 4, 1, 1, 32, 1, 1, 0, NULL, args), CUDA_ERROR_NOT_SUPPORTED);
+	CHECK(cuLaunchCooperativeKernel(f, 4, 1, 1, 4096, 1, 1, 0, NULL, args), CUDA_ERROR_INVALID_VALUE);
 	/* None of the refused launches reached the server: nothing is
 	 * reported later. */
 	OK(cuCtxSynchronize());
