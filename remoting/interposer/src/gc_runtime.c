@@ -1362,7 +1362,10 @@ static CUresult launch_limits_first(struct CUfunc_st *f, const struct gc_launch_
 	CUresult r = func_get_attr(f, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &v);
 	if (r == CUDA_SUCCESS)
 		r = func_get_attr(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, &v);
-	if (r == CUDA_SUCCESS)
+	struct ctxinfo ci;
+	if (r == CUDA_SUCCESS && ctx_lookup((CUcontext)(uintptr_t)f->ctx, &ci))
+		dev = ci.dev; /* a context this process created or retained */
+	else if (r == CUDA_SUCCESS)
 		r = cuCtxGetDevice_v2(&dev, (CUcontext)(uintptr_t)f->ctx);
 	if (r == CUDA_SUCCESS)
 		r = device_launch_limits(dev, &l);
