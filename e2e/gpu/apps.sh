@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU suite's real applications: programs built the ordinary way (the
-# CUDA runtime, cuBLAS, Thrust, PyTorch) run natively and through gpuctl on
+# CUDA runtime, cuBLAS with e2e/gpu/apps/cublas.cu and NVIDIA's sample,
+# Thrust, PyTorch) run natively and through gpuctl on
 # the same GPU, and their outputs must agree; a PyTorch training run is
 # checkpointed and live-migrated mid-run and its losses must not change.
 #
@@ -112,8 +113,9 @@ if [[ -d $SAMPLES/Common ]]; then
 else
 	skip "NVIDIA's samples: no $SAMPLES/Common (copy cuda-samples' Common/ and Samples/ there)"
 fi
-mkdir -p "$B/thrust"
+mkdir -p "$B/thrust" "$B/cublas"
 nv thrust -o "$B/thrust/thrust" "$HERE/apps/thrust.cu" && THRUST=1 || THRUST=0
+nv cublas -o "$B/cublas/cublas" "$HERE/apps/cublas.cu" -lcublas && CUBLAS=1 || CUBLAS=0
 
 step "gpud"
 start_gpud a "$A_LISTEN" "$A_API" 0 || { fail "gpud did not start"; exit 1; }
@@ -124,6 +126,7 @@ for s in "${SAMPLE_DIRS[@]}"; do
 	compare "$s" undecimal "$B/$s" "./$s"
 done
 ((THRUST)) && compare thrust measured "$B/thrust" ./thrust
+((CUBLAS)) && compare cublas measured "$B/cublas" ./cublas
 
 step "PyTorch"
 APPS=$HERE/apps/torchapps.py
@@ -210,7 +213,7 @@ row() { printf '| %-46s | %12s | %12s | %7s |\n' "$1" "$(fmt "$2")" "$(fmt "$3")
 	row "import torch to first kernel, cold (s)" "${R[first_cold]:-}" "${R[first_native]:-}" "$(div "${R[first_cold]:-}" "${R[first_native]:-}")"
 	row "import torch to first kernel, warm (s)" "${R[first_warm]:-}" "${R[first_native]:-}" "$(div "${R[first_warm]:-}" "${R[first_native]:-}")"
 	row "ResNet-50 inference images/s" "${R[rn_remote]:-}" "${R[rn_native]:-}" "$(div "${R[rn_remote]:-}" "${R[rn_native]:-}")"
-	for s in "${SAMPLE_DIRS[@]}" thrust torch-matmul torch-mlp torch-gpt2; do
+	for s in "${SAMPLE_DIRS[@]}" thrust cublas torch-matmul torch-mlp torch-gpt2; do
 		[[ -n ${R[remote_ms_$s]:-} ]] && row "$s wall time (ms)" "${R[remote_ms_$s]}" "${R[native_ms_$s]:-}" "$(div "${R[remote_ms_$s]}" "${R[native_ms_$s]:-}")"
 	done
 	[[ -n ${R[torch_downtime_ms]:-} ]] && row "GPT-2 training live migration downtime (ms)" "${R[torch_downtime_ms]}" "" ""

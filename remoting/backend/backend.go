@@ -129,6 +129,18 @@ type LaunchConfig struct {
 	SharedBytes uint32
 	Stream      Stream
 	Params      []byte
+	// Cluster is the thread-block cluster shape (compute capability 9.0
+	// and later); zero or 1×1×1 launches without clusters.
+	Cluster [3]uint32
+	// Cooperative launches the grid so that all its blocks are resident
+	// at once (grid-wide synchronisation).
+	Cooperative bool
+}
+
+// Clustered reports whether the launch asks for clusters of more than one
+// block.
+func (c LaunchConfig) Clustered() bool {
+	return uint64(max(c.Cluster[0], 1))*uint64(max(c.Cluster[1], 1))*uint64(max(c.Cluster[2], 1)) > 1
 }
 
 // Launcher runs kernels. A launch is asynchronous in CUDA: an error in the

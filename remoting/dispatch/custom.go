@@ -105,3 +105,30 @@ func (s *Session) doLaunch(ctx context.Context, x *call, c backend.Ctx, fn backe
 		Params:      append([]byte(nil), params...), // the args buffer is reused for the next frame
 	})
 }
+
+// LaunchExCooperative is bit 0 of LaunchEx's flags.
+const LaunchExCooperative = 1
+
+// doLaunchEx builds a launch configuration with clusters or the
+// cooperative flag.
+func (s *Session) doLaunchEx(ctx context.Context, x *call, c backend.Ctx, fn backend.Function,
+	gx, gy, gz, bx, by, bz, shared uint32, st backend.Stream, cx, cy, cz, flags uint32, params []byte) error {
+	if len(params) > maxParamBytes {
+		return cu.Errorf(cu.ErrorInvalidValue, "launch: %d bytes of parameters exceeds %d", len(params), maxParamBytes)
+	}
+	if flags&^LaunchExCooperative != 0 {
+		return cu.Errorf(cu.ErrorInvalidValue, "launch: unknown flags %#x", flags)
+	}
+	if cx == 0 || cy == 0 || cz == 0 {
+		return cu.Errorf(cu.ErrorInvalidValue, "launch: cluster %dx%dx%d has a zero dimension", cx, cy, cz)
+	}
+	return s.dev.Launch(ctx, c, fn, backend.LaunchConfig{
+		Grid:        [3]uint32{gx, gy, gz},
+		Block:       [3]uint32{bx, by, bz},
+		SharedBytes: shared,
+		Stream:      st,
+		Params:      append([]byte(nil), params...), // the args buffer is reused for the next frame
+		Cluster:     [3]uint32{cx, cy, cz},
+		Cooperative: flags&LaunchExCooperative != 0,
+	})
+}

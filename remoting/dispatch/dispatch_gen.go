@@ -1088,6 +1088,34 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 			return err
 		}
 		return nil
+	case wire.OpLaunchEx:
+		c := backend.Ctx(x.d.U64())
+		x.c = c
+		inFn := backend.Function(x.d.U64())
+		inGx := uint32(x.d.U32())
+		inGy := uint32(x.d.U32())
+		inGz := uint32(x.d.U32())
+		inBx := uint32(x.d.U32())
+		inBy := uint32(x.d.U32())
+		inBz := uint32(x.d.U32())
+		inShared := uint32(x.d.U32())
+		inS := backend.Stream(x.d.U64())
+		inCx := uint32(x.d.U32())
+		inCy := uint32(x.d.U32())
+		inCz := uint32(x.d.U32())
+		inFlags := uint32(x.d.U32())
+		inParams := x.d.Bytes()
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		if err := s.takePending(x, c); err != nil {
+			return err
+		}
+		err := s.doLaunchEx(ctx, x, c, inFn, inGx, inGy, inGz, inBx, inBy, inBz, inShared, inS, inCx, inCy, inCz, inFlags, inParams)
+		if err != nil {
+			return err
+		}
+		return nil
 	}
 	return s.unknownOp(x)
 }

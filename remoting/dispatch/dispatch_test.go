@@ -404,3 +404,59 @@ func TestReplyCache(t *testing.T) {
 		t.Errorf("eviction: oldest %v, newest %v, %d entries", c.get(1), c.get(7), len(c.m))
 	}
 }
+
+// LaunchEx carries clusters and the cooperative flag to the backend; the
+// emulated device runs a 1×1×1 cluster as a plain launch and refuses
+// larger clusters and cooperative launches, and bad arguments are refused
+// before the backend sees them.
+func TestLaunchEx(t *testing.T) {
+	s := newSession(t)
+	c, _, _ := serve(t, s, context.Background())
+	ctx := c.mustCtx()
+	ptx := []byte(".version 7.0\n.target sm_52\n.address_size 64\n.visible .entry empty()\n{\n  ret;\n}\n")
+	r, d, _ := c.call(wire.OpModuleLoad, enc(func(e *wire.Enc) { e.U64(ctx) }), ptx)
+	if r != cu.Success {
+		t.Fatalf("module load: %v", r)
+	}
+	mod := d.U64()
+	r, d, _ = c.call(wire.OpModuleGetFunction, enc(func(e *wire.Enc) { e.U64(ctx); e.U64(mod); e.Str("empty") }), nil)
+	if r != cu.Success {
+		t.Fatalf("get function: %v", r)
+	}
+	fn := d.U64()
+	launch := func(grid, cluster [3]uint32, flags uint32) []byte {
+		return enc(func(e *wire.Enc) {
+			e.U64(ctx)
+			e.U64(fn)
+			for _, v := range grid {
+				e.U32(v)
+			}
+			e.U32(32) // block
+			e.U32(1)
+			e.U32(1)
+			e.U32(0) // shared
+			e.U64(0) // stream
+			for _, v := range cluster {
+				e.U32(v)
+			}
+			e.U32(flags)
+			e.Bytes(nil)
+		})
+	}
+	for _, tc := range []struct {
+		name          string
+		grid, cluster [3]uint32
+		flags         uint32
+		want          cu.Result
+	}{
+		{"no cluster", [3]uint32{4, 1, 1}, [3]uint32{1, 1, 1}, 0, cu.Success},
+		{"cluster of 2", [3]uint32{4, 1, 1}, [3]uint32{2, 1, 1}, 0, cu.ErrorNotSupported},
+		{"cooperative", [3]uint32{4, 1, 1}, [3]uint32{1, 1, 1}, 1, cu.ErrorNotSupported},
+		{"zero cluster dimension", [3]uint32{4, 1, 1}, [3]uint32{0, 1, 1}, 0, cu.ErrorInvalidValue},
+		{"unknown flag", [3]uint32{4, 1, 1}, [3]uint32{1, 1, 1}, 2, cu.ErrorInvalidValue},
+	} {
+		if r, _, _ := c.call(wire.OpLaunchEx, launch(tc.grid, tc.cluster, tc.flags), nil); r != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, r, tc.want)
+		}
+	}
+}

@@ -34,8 +34,8 @@ func rtest(t *testing.T, mode string) (stdout, stderr string) {
 
 // TestRuntimeSurface: export tables (sizes, stable addresses, stubs,
 // context-local storage and its destructors), cuGetProcAddress versions
-// and flags, libraries and kernels, attributes, occupancy and
-// cuLaunchKernelEx.
+// and flags, libraries and kernels, attributes, occupancy,
+// cuLaunchKernelEx, launch checks and what cuBLAS asks of the driver.
 func TestRuntimeSurface(t *testing.T) {
 	_, stderr := rtest(t, "surface")
 	// Each stub logs once, however often it is reached.
@@ -44,7 +44,8 @@ func TestRuntimeSurface(t *testing.T) {
 		"unknown export table 00112233445566778899aabbccddeeff: slot 5 called",
 		"export table CUDART_INTERFACE: slot 4 is not implemented",
 		"cuGraphAddChildGraphNode is not supported",
-		"cuLaunchKernelEx: thread-block clusters are not supported",
+		"cuLaunchKernelEx: the device does not support thread-block clusters",
+		"cooperative launch: the device does not support it",
 	} {
 		if n := strings.Count(stderr, want); n != 1 {
 			t.Errorf("%q logged %d times, want once\nstderr: %s", want, n, stderr)

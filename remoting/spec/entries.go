@@ -102,10 +102,11 @@ func unsupported(names ...string) []Entry {
 func a(s ...string) []string { return s }
 
 // Entries is every C entry point of libcuda.so.1, each symbol once: the
-// core calls below, the CUDA runtime's surface (entries_runtime.go) and
-// the surface of cuBLAS and PyTorch (entries_torch.go), joined by
-// resolveEntries here and nowhere else.
-var Entries = resolveEntries(coreEntries, runtimeEntries, torchEntries)
+// core calls below, the CUDA runtime's surface (entries_runtime.go), the
+// surface of cuBLAS and PyTorch (entries_torch.go) and what NVIDIA's
+// libraries need besides (entries_libs.go), joined by resolveEntries here
+// and nowhere else.
+var Entries = resolveEntries(coreEntries, runtimeEntries, torchEntries, libraryEntries)
 
 // coreEntries are the driver calls of driver-API programs. The C helpers used in
 // Args: GC_H(handle) passes an opaque handle, GC_S(stream) also maps the

@@ -81,10 +81,12 @@ var (
 	ptr    = f("ptr", U64, "backend.DevPtr")
 )
 
-// Ops is the table of wire operations: the core ops below and the ops of
-// the extended surface (entries_torch.go, codes 300-399), joined here and
-// nowhere else. Codes never change meaning; new ops take new codes.
-var Ops = slices.Concat(coreOps, torchOps)
+// Ops is the table of wire operations: the core ops below, the ops of the
+// extended surface (entries_torch.go, codes 300-399) and those of what
+// NVIDIA's libraries need besides (entries_libs.go, codes 400-499),
+// joined here and nowhere else. Codes never change meaning; new ops take
+// new codes.
+var Ops = slices.Concat(coreOps, torchOps, libraryOps)
 
 // coreOps are the ops of driver-API programs.
 var coreOps = []Op{

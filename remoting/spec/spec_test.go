@@ -285,6 +285,9 @@ func TestJoinedEntries(t *testing.T) {
 		"cuLaunchKernel":            {sym("cuLaunchKernel", 2000), ptsym("cuLaunchKernel_ptsz", 7000)},
 		"cuEventRecord":             {sym("cuEventRecord", 2000), ptsym("cuEventRecord_ptsz", 7000)},
 		"cuStreamWaitEvent":         {sym("cuStreamWaitEvent", 2000), ptsym("cuStreamWaitEvent_ptsz", 7000)},
+		"cuCtxPushCurrent":          {sym("cuCtxPushCurrent", 2000), sym("cuCtxPushCurrent_v2", 4000)},
+		"cuCtxPopCurrent":           {sym("cuCtxPopCurrent", 2000), sym("cuCtxPopCurrent_v2", 4000)},
+		"cuLaunchKernelEx":          {sym("cuLaunchKernelEx", 11060), ptsym("cuLaunchKernelEx_ptsz", 11060)},
 	} {
 		e, ok := byName[name]
 		if !ok {
@@ -297,5 +300,54 @@ func TestJoinedEntries(t *testing.T) {
 		if !slices.Equal(e.Symbols, want) {
 			t.Errorf("%s exports %+v, want %+v", name, e.Symbols, want)
 		}
+	}
+}
+
+// TestDlsymNamesExported: cuBLAS and cuBLASLt fail handle creation when a
+// driver symbol they dlsym is missing, so every such name is exported,
+// implemented or as a stub.
+func TestDlsymNamesExported(t *testing.T) {
+	exported := map[string]bool{}
+	for _, e := range Entries {
+		if e.Kind == LookupOnly {
+			continue // handed out by cuGetProcAddress only, never exported
+		}
+		for _, s := range e.Symbols {
+			exported[s.Name] = true
+		}
+	}
+	for _, n := range dlsymNames {
+		if !exported[n] {
+			t.Errorf("%s is resolved with dlsym by NVIDIA's libraries but not exported", n)
+		}
+	}
+}
+
+// TestOpLists: each op list keeps to its range of codes, so a list's ops
+// can be added without looking at the others, and every code is used
+// once across the joined table.
+func TestOpLists(t *testing.T) {
+	seen := map[uint16]string{}
+	for _, l := range []struct {
+		name   string
+		ops    []Op
+		lo, hi uint16
+	}{
+		{"coreOps", coreOps, 1, 299},
+		{"torchOps", torchOps, 300, 399},
+		{"libraryOps", libraryOps, 400, 499},
+	} {
+		for _, op := range l.ops {
+			if op.Code < l.lo || op.Code > l.hi {
+				t.Errorf("%s: %s has code %d, outside %d-%d", l.name, op.Name, op.Code, l.lo, l.hi)
+			}
+			if prev, ok := seen[op.Code]; ok {
+				t.Errorf("code %d is used by %s and %s", op.Code, prev, op.Name)
+			}
+			seen[op.Code] = op.Name
+		}
+	}
+	if len(seen) != len(Ops) {
+		t.Errorf("the op lists hold %d codes, Ops %d", len(seen), len(Ops))
 	}
 }

@@ -80,6 +80,7 @@ const (
 	OpMemcpyDtoH3D                Op = 341
 	OpMemcpyDtoD3D                Op = 342
 	OpMemcpyPeer                  Op = 343
+	OpLaunchEx                    Op = 400
 )
 
 // String returns the op's name.
@@ -231,6 +232,8 @@ func (o Op) String() string {
 		return "MemcpyDtoD3D"
 	case OpMemcpyPeer:
 		return "MemcpyPeer"
+	case OpLaunchEx:
+		return "LaunchEx"
 	}
 	return "op(" + itoa(uint64(o)) + ")"
 }
@@ -238,7 +241,7 @@ func (o Op) String() string {
 // Known reports whether o is an op of this protocol version.
 func (o Op) Known() bool {
 	switch o {
-	case OpDriverVersion, OpDeviceCount, OpDeviceName, OpDeviceUUID, OpDeviceTotalMem, OpDeviceAttribute, OpDevicePCIBusID, OpPrimaryCtxRetain, OpPrimaryCtxRelease, OpPrimaryCtxReset, OpPrimaryCtxState, OpPrimaryCtxSetFlags, OpCtxCreate, OpCtxDestroy, OpCtxDevice, OpCtxSynchronize, OpMemAlloc, OpMemFree, OpMemGetInfo, OpMemGetAddressRange, OpMemcpyHtoD, OpMemcpyDtoH, OpMemcpyDtoD, OpMemset, OpModuleLoad, OpModuleUnload, OpModuleGetFunction, OpModuleGetGlobal, OpFuncGetAttribute, OpFuncSetAttribute, OpLaunch, OpStreamCreate, OpStreamDestroy, OpStreamQuery, OpStreamSynchronize, OpStreamWaitEvent, OpEventCreate, OpEventDestroy, OpEventRecord, OpEventQuery, OpEventSynchronize, OpEventElapsedTime, OpDeviceAttributes, OpModuleLoadCached, OpModuleUpload, OpDeviceGetMemPool, OpDeviceGetDefaultMemPool, OpDeviceSetMemPool, OpMemPoolCreate, OpMemPoolDestroy, OpMemPoolSetAttribute, OpMemPoolGetAttribute, OpMemPoolTrimTo, OpMemAllocAsync, OpMemFreeAsync, OpMemAddressReserve, OpMemAddressFree, OpMemCreate, OpMemRelease, OpMemMap, OpMemUnmap, OpMemSetAccess, OpMemGetAccess, OpMemGetAllocationGranularity, OpMemRetainAllocationHandle, OpStreamWaitValue, OpStreamWriteValue, OpStreamBatchMemOp, OpTensorMapEncode, OpMemcpyHtoD3D, OpMemcpyDtoH3D, OpMemcpyDtoD3D, OpMemcpyPeer:
+	case OpDriverVersion, OpDeviceCount, OpDeviceName, OpDeviceUUID, OpDeviceTotalMem, OpDeviceAttribute, OpDevicePCIBusID, OpPrimaryCtxRetain, OpPrimaryCtxRelease, OpPrimaryCtxReset, OpPrimaryCtxState, OpPrimaryCtxSetFlags, OpCtxCreate, OpCtxDestroy, OpCtxDevice, OpCtxSynchronize, OpMemAlloc, OpMemFree, OpMemGetInfo, OpMemGetAddressRange, OpMemcpyHtoD, OpMemcpyDtoH, OpMemcpyDtoD, OpMemset, OpModuleLoad, OpModuleUnload, OpModuleGetFunction, OpModuleGetGlobal, OpFuncGetAttribute, OpFuncSetAttribute, OpLaunch, OpStreamCreate, OpStreamDestroy, OpStreamQuery, OpStreamSynchronize, OpStreamWaitEvent, OpEventCreate, OpEventDestroy, OpEventRecord, OpEventQuery, OpEventSynchronize, OpEventElapsedTime, OpDeviceAttributes, OpModuleLoadCached, OpModuleUpload, OpDeviceGetMemPool, OpDeviceGetDefaultMemPool, OpDeviceSetMemPool, OpMemPoolCreate, OpMemPoolDestroy, OpMemPoolSetAttribute, OpMemPoolGetAttribute, OpMemPoolTrimTo, OpMemAllocAsync, OpMemFreeAsync, OpMemAddressReserve, OpMemAddressFree, OpMemCreate, OpMemRelease, OpMemMap, OpMemUnmap, OpMemSetAccess, OpMemGetAccess, OpMemGetAllocationGranularity, OpMemRetainAllocationHandle, OpStreamWaitValue, OpStreamWriteValue, OpStreamBatchMemOp, OpTensorMapEncode, OpMemcpyHtoD3D, OpMemcpyDtoH3D, OpMemcpyDtoD3D, OpMemcpyPeer, OpLaunchEx:
 		return true
 	}
 	return false
@@ -247,7 +250,7 @@ func (o Op) Known() bool {
 // AsyncAllowed reports whether o may be sent with FlagAsync.
 func (o Op) AsyncAllowed() bool {
 	switch o {
-	case OpMemcpyHtoD, OpMemcpyDtoD, OpMemset, OpLaunch, OpStreamWaitEvent, OpEventRecord, OpMemFreeAsync, OpStreamWaitValue, OpStreamWriteValue, OpStreamBatchMemOp, OpMemcpyHtoD3D, OpMemcpyDtoD3D, OpMemcpyPeer:
+	case OpMemcpyHtoD, OpMemcpyDtoD, OpMemset, OpLaunch, OpStreamWaitEvent, OpEventRecord, OpMemFreeAsync, OpStreamWaitValue, OpStreamWriteValue, OpStreamBatchMemOp, OpMemcpyHtoD3D, OpMemcpyDtoD3D, OpMemcpyPeer, OpLaunchEx:
 		return true
 	}
 	return false

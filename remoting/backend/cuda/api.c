@@ -14,6 +14,10 @@ _Static_assert(sizeof(CUcheckpointUnlockArgs) == 64, "CUcheckpointUnlockArgs");
 _Static_assert(sizeof(CUcheckpointRestoreArgs) == 64, "CUcheckpointRestoreArgs");
 _Static_assert(sizeof(CUcheckpointGpuPair) == 32, "CUcheckpointGpuPair");
 _Static_assert(offsetof(CUcheckpointRestoreArgs, gpuPairsCount) == 8, "gpuPairsCount");
+_Static_assert(sizeof(CUlaunchAttribute) == 72, "CUlaunchAttribute");
+_Static_assert(offsetof(CUlaunchAttribute, value) == 8, "CUlaunchAttribute.value");
+_Static_assert(sizeof(CUlaunchConfig) == 56, "CUlaunchConfig");
+_Static_assert(offsetof(CUlaunchConfig, hStream) == 32, "CUlaunchConfig.hStream");
 
 enum {
 	NOT_SUPPORTED = 801,
@@ -105,6 +109,7 @@ gc_api *gc_load(const char *path, char *err, size_t errlen)
 	REQ(cuFuncSetAttribute, "cuFuncSetAttribute", NULL);
 	OPT(cuFuncGetParamInfo, "cuFuncGetParamInfo", NULL);
 	REQ(cuLaunchKernel, "cuLaunchKernel", NULL);
+	OPT(cuLaunchKernelEx, "cuLaunchKernelEx", NULL);
 	REQ(cuStreamCreateWithPriority, "cuStreamCreateWithPriority", NULL);
 	REQ(cuStreamDestroy, "cuStreamDestroy_v2", NULL);
 	REQ(cuStreamQuery, "cuStreamQuery", NULL);
@@ -359,6 +364,36 @@ CUresult gc_launch(const gc_api *a, CUcontext c, CUfunction f, const unsigned in
 	USE(c);
 	return a->cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2],
 				 shared, s, NULL, size > 0 ? extra : NULL);
+}
+
+enum { LAUNCH_ATTRIBUTE_COOPERATIVE = 2, LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4 };
+
+CUresult gc_launch_ex(const gc_api *a, CUcontext c, CUfunction f, const unsigned int *grid,
+		      const unsigned int *block, unsigned int shared, CUstream s, void *params,
+		      size_t size, const unsigned int *cluster, int cooperative)
+{
+	void *extra[5] = {(void *)(uintptr_t)LAUNCH_PARAM_BUFFER_POINTER, params,
+			  (void *)(uintptr_t)LAUNCH_PARAM_BUFFER_SIZE, &size,
+			  (void *)(uintptr_t)LAUNCH_PARAM_END};
+	CUlaunchAttribute attrs[2];
+	CUlaunchConfig cfg = {grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, s, attrs, 0};
+	USE(c);
+	if (a->cuLaunchKernelEx == NULL)
+		return 801; // CUDA_ERROR_NOT_SUPPORTED: a driver older than 11.8
+	memset(attrs, 0, sizeof attrs);
+	if ((uint64_t)cluster[0] * cluster[1] * cluster[2] > 1) {
+		attrs[cfg.numAttrs].id = LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+		attrs[cfg.numAttrs].value.clusterDim.x = cluster[0];
+		attrs[cfg.numAttrs].value.clusterDim.y = cluster[1];
+		attrs[cfg.numAttrs].value.clusterDim.z = cluster[2];
+		cfg.numAttrs++;
+	}
+	if (cooperative) {
+		attrs[cfg.numAttrs].id = LAUNCH_ATTRIBUTE_COOPERATIVE;
+		attrs[cfg.numAttrs].value.cooperative = 1;
+		cfg.numAttrs++;
+	}
+	return a->cuLaunchKernelEx(&cfg, f, NULL, size > 0 ? extra : NULL);
 }
 
 CUresult gc_stream_create(const gc_api *a, CUcontext c, unsigned int flags, int prio,

@@ -38,6 +38,28 @@ typedef struct {
 	uint64_t reserved1;
 } CUcheckpointRestoreArgs;
 
+// cuLaunchKernelEx's configuration (CUDA 11.8+), with the two attribute
+// values gpuctl passes on.
+typedef struct {
+	int id;
+	char pad[4];
+	union {
+		char pad[64];
+		int cooperative;
+		struct {
+			unsigned int x, y, z;
+		} clusterDim;
+	} value;
+} CUlaunchAttribute;
+typedef struct {
+	unsigned int gridDimX, gridDimY, gridDimZ;
+	unsigned int blockDimX, blockDimY, blockDimZ;
+	unsigned int sharedMemBytes;
+	CUstream hStream;
+	CUlaunchAttribute *attrs;
+	unsigned int numAttrs;
+} CUlaunchConfig;
+
 // gc_api holds the resolved entry points. Optional ones may be NULL; the
 // wrappers then return CUDA_ERROR_NOT_SUPPORTED (801).
 typedef struct {
@@ -84,6 +106,7 @@ typedef struct {
 	CUresult (*cuLaunchKernel)(CUfunction, unsigned int, unsigned int, unsigned int,
 				   unsigned int, unsigned int, unsigned int, unsigned int,
 				   CUstream, void **, void **);
+	CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
 	CUresult (*cuStreamCreateWithPriority)(CUstream *, unsigned int, int);
 	CUresult (*cuStreamDestroy)(CUstream);
 	CUresult (*cuStreamQuery)(CUstream);
@@ -167,6 +190,12 @@ CUresult gc_func_set_attribute(const gc_api *a, CUcontext c, CUfunction f, int a
 CUresult gc_launch(const gc_api *a, CUcontext c, CUfunction f, const unsigned int *grid,
 		   const unsigned int *block, unsigned int shared, CUstream s,
 		   void *params, size_t size);
+
+// gc_launch_ex launches with thread-block clusters (cluster[] all 1 for
+// none) and/or as a cooperative launch, through cuLaunchKernelEx.
+CUresult gc_launch_ex(const gc_api *a, CUcontext c, CUfunction f, const unsigned int *grid,
+		      const unsigned int *block, unsigned int shared, CUstream s, void *params,
+		      size_t size, const unsigned int *cluster, int cooperative);
 
 CUresult gc_stream_create(const gc_api *a, CUcontext c, unsigned int flags, int prio,
 			  CUstream *s);

@@ -129,6 +129,9 @@ func (d *Device) MemFree(_ context.Context, h backend.Ctx, p backend.DevPtr) err
 	if err != nil {
 		return err
 	}
+	if p == 0 {
+		return nil // freeing 0 does nothing, as in CUDA
+	}
 	if pooled, err := d.freePoolMem(c, uint64(p)); pooled {
 		return err
 	}

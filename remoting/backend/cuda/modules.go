@@ -267,6 +267,16 @@ func (d *Device) Launch(_ context.Context, h backend.Ctx, fh backend.Function, c
 	}
 	grid := [3]C.uint{C.uint(cfg.Grid[0]), C.uint(cfg.Grid[1]), C.uint(cfg.Grid[2])}
 	block := [3]C.uint{C.uint(cfg.Block[0]), C.uint(cfg.Block[1]), C.uint(cfg.Block[2])}
+	if cfg.Clustered() || cfg.Cooperative {
+		cluster := [3]C.uint{C.uint(max(cfg.Cluster[0], 1)), C.uint(max(cfg.Cluster[1], 1)), C.uint(max(cfg.Cluster[2], 1))}
+		coop := C.int(0)
+		if cfg.Cooperative {
+			coop = 1
+		}
+		r := C.gc_launch_ex(d.drv.api, c.raw, f.raw, &grid[0], &block[0], C.uint(cfg.SharedBytes), raw, params, C.size_t(f.argBytes),
+			&cluster[0], coop)
+		return d.drv.check(r, "cuLaunchKernelEx")
+	}
 	r := C.gc_launch(d.drv.api, c.raw, f.raw, &grid[0], &block[0], C.uint(cfg.SharedBytes), raw, params, C.size_t(f.argBytes))
 	return d.drv.check(r, "cuLaunchKernel")
 }

@@ -62,6 +62,7 @@ const (
 	sharedPerBlock       = 48 << 10
 	sharedPerBlockOptin  = 99 << 10
 	reservedSharedPerBlk = 1 << 10
+	maxClusterSize       = 16 // blocks per cluster with non-portable sizes allowed (CUDA 12, sm_90)
 	warpSize             = 32
 )
 

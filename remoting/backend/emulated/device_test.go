@@ -148,6 +148,9 @@ func TestSpanLookup(t *testing.T) {
 	}
 	wantCode(t, d.MemFree(ctx, c, ptrs[4]+1), cu.ErrorInvalidValue)
 	wantCode(t, d.MemFree(ctx, c, ptrs[2]), cu.ErrorInvalidValue) // double free
+	if err := d.MemFree(ctx, c, 0); err != nil {
+		t.Errorf("freeing 0 (cudaFree(0)): %v, want success", err)
+	}
 }
 
 func TestCopiesAndMemset(t *testing.T) {

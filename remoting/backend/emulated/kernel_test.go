@@ -230,3 +230,46 @@ func BenchmarkEmptyLaunch(b *testing.B) {
 		}
 	}
 }
+
+// TestFuncSetAttributes: the attributes CUDA lets a program set are kept
+// and reported back; fixed ones and bad values are refused.
+func TestFuncSetAttributes(t *testing.T) {
+	d, c := newTestDevice(t, 1<<30)
+	ctx := context.Background()
+	m := loadTestModule(t, d, c)
+	f, _, err := d.ModuleGetFunction(ctx, c, m, "vadd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name        string
+		attr, value int32
+		ok          bool
+	}{
+		{"max dynamic shared", funcAttrMaxDynamicShared, 64 << 10, true},
+		{"max dynamic shared past the opt-in limit", funcAttrMaxDynamicShared, sharedPerBlockOptin + 1, false},
+		{"carveout", funcAttrPreferredCarveout, 50, true},
+		{"carveout out of range", funcAttrPreferredCarveout, 101, false},
+		{"required cluster width", funcAttrClusterWidth, 2, true},
+		{"required cluster depth", funcAttrClusterWidth + 2, 1, true},
+		{"cluster width too large", funcAttrClusterWidth, maxClusterSize + 1, false},
+		{"non-portable cluster size allowed", funcAttrNonPortableCluster, 1, true},
+		{"non-portable cluster size not a flag", funcAttrNonPortableCluster, 2, false},
+		{"cluster scheduling policy", funcAttrClusterScheduling, 2, true},
+		{"cluster scheduling policy unknown", funcAttrClusterScheduling, 3, false},
+		{"registers are fixed", 4, 32, false},
+	} {
+		err := d.FuncSetAttribute(ctx, c, f, tc.attr, tc.value)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: set attribute %d to %d: %v", tc.name, tc.attr, tc.value, err)
+			continue
+		}
+		if !tc.ok {
+			wantCode(t, err, cu.ErrorInvalidValue)
+			continue
+		}
+		if got, err := d.FuncGetAttribute(ctx, c, f, tc.attr); err != nil || got != tc.value {
+			t.Errorf("%s: attribute %d reads %d (%v) after setting %d", tc.name, tc.attr, got, err, tc.value)
+		}
+	}
+}

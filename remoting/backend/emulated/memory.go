@@ -25,6 +25,9 @@ func (d *Device) MemFree(_ context.Context, h backend.Ctx, p backend.DevPtr) err
 	if _, err := d.ctx(h); err != nil {
 		return err
 	}
+	if p == 0 {
+		return nil // freeing 0 does nothing, as in CUDA
+	}
 	if d.isGlobal(uint64(p)) {
 		return cu.Errorf(cu.ErrorInvalidValue, "%#x is a module variable; it is freed when its module is unloaded", uint64(p))
 	}

@@ -24,6 +24,13 @@ type function struct {
 	maxDynShared int32
 	carveout     int32
 	paramBytes   uint32 // the end of the last parameter
+	// The cluster attributes a program may set (CUDA 12): the required
+	// cluster shape, whether non-portable sizes are allowed and the
+	// scheduling policy. They matter only to cluster launches, which
+	// this device refuses, but are kept and reported as set.
+	clusterDims  [3]int32
+	nonPortable  int32
+	clusterSched int32
 }
 
 // CUfunction_attribute values the backend answers itself.
@@ -32,6 +39,9 @@ const (
 	funcAttrSharedSizeBytes    = 1
 	funcAttrMaxDynamicShared   = 8
 	funcAttrPreferredCarveout  = 9
+	funcAttrClusterWidth       = 11 // ..13: height, depth
+	funcAttrNonPortableCluster = 14
+	funcAttrClusterScheduling  = 15
 )
 
 func (d *Device) ModuleLoad(_ context.Context, h backend.Ctx, image []byte) (backend.Module, error) {
@@ -165,6 +175,12 @@ func (d *Device) FuncGetAttribute(_ context.Context, h backend.Ctx, fh backend.F
 		return f.maxDynShared, nil
 	case funcAttrPreferredCarveout:
 		return f.carveout, nil
+	case funcAttrClusterWidth, funcAttrClusterWidth + 1, funcAttrClusterWidth + 2:
+		return f.clusterDims[attr-funcAttrClusterWidth], nil
+	case funcAttrNonPortableCluster:
+		return f.nonPortable, nil
+	case funcAttrClusterScheduling:
+		return f.clusterSched, nil
 	}
 	return f.fn.Attribute(attr)
 }
@@ -187,6 +203,21 @@ func (d *Device) FuncSetAttribute(_ context.Context, h backend.Ctx, fh backend.F
 			return cu.Errorf(cu.ErrorInvalidValue, "shared memory carveout %d (must be -1..100)", value)
 		}
 		f.carveout = value
+	case funcAttrClusterWidth, funcAttrClusterWidth + 1, funcAttrClusterWidth + 2:
+		if value < 0 || value > maxClusterSize {
+			return cu.Errorf(cu.ErrorInvalidValue, "cluster dimension %d (must be 0..%d)", value, maxClusterSize)
+		}
+		f.clusterDims[attr-funcAttrClusterWidth] = value
+	case funcAttrNonPortableCluster:
+		if value != 0 && value != 1 {
+			return cu.Errorf(cu.ErrorInvalidValue, "non-portable cluster size allowed must be 0 or 1, not %d", value)
+		}
+		f.nonPortable = value
+	case funcAttrClusterScheduling:
+		if value < 0 || value > 2 {
+			return cu.Errorf(cu.ErrorInvalidValue, "cluster scheduling policy %d (must be 0..2)", value)
+		}
+		f.clusterSched = value
 	default:
 		return cu.Errorf(cu.ErrorInvalidValue, "function attribute %d cannot be set", attr)
 	}
@@ -206,6 +237,18 @@ func (d *Device) Launch(ctx context.Context, h backend.Ctx, fh backend.Function,
 	}
 	if err := checkLaunch(cfg, f); err != nil {
 		return err
+	}
+	// Clusters share distributed shared memory and synchronise across
+	// blocks, and a cooperative grid synchronises as a whole; the
+	// interpreter runs blocks independently and does neither. The device
+	// reports both as unsupported (CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH and
+	// _COOPERATIVE_LAUNCH are 0), so clients refuse them before sending.
+	if cfg.Clustered() {
+		return cu.Errorf(cu.ErrorNotSupported, "kernel %s: thread-block clusters (%v) are not supported by the emulated device",
+			f.fn.Name(), cfg.Cluster)
+	}
+	if cfg.Cooperative {
+		return cu.Errorf(cu.ErrorNotSupported, "kernel %s: cooperative launches are not supported by the emulated device", f.fn.Name())
 	}
 	if d.later(c, cfg.Stream, func() {
 		// It runs during a later call, whose connection may be another.

@@ -112,6 +112,7 @@ enum gc_op {
 	GC_OP_MemcpyDtoH3D = 341,
 	GC_OP_MemcpyDtoD3D = 342,
 	GC_OP_MemcpyPeer = 343,
+	GC_OP_LaunchEx = 400,
 };
 
 /* gc_op_name names an op for diagnostics and statistics. */
@@ -264,6 +265,8 @@ static inline const char *gc_op_name(unsigned op)
 		return "MemcpyDtoD3D";
 	case GC_OP_MemcpyPeer:
 		return "MemcpyPeer";
+	case GC_OP_LaunchEx:
+		return "LaunchEx";
 	}
 	return NULL;
 }
@@ -850,6 +853,26 @@ static inline uint8_t *gc_enc_MemcpyPeer(uint8_t *p, uint64_t ctx, uint64_t dst,
 	return p;
 }
 
+static inline uint8_t *gc_enc_LaunchEx(uint8_t *p, uint64_t ctx, uint64_t fn, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared, uint64_t s, uint32_t cx, uint32_t cy, uint32_t cz, uint32_t flags, const void *params, uint32_t params_len)
+{
+	p = gc_put_u64(p, ctx);
+	p = gc_put_u64(p, fn);
+	p = gc_put_u32(p, gx);
+	p = gc_put_u32(p, gy);
+	p = gc_put_u32(p, gz);
+	p = gc_put_u32(p, bx);
+	p = gc_put_u32(p, by);
+	p = gc_put_u32(p, bz);
+	p = gc_put_u32(p, shared);
+	p = gc_put_u64(p, s);
+	p = gc_put_u32(p, cx);
+	p = gc_put_u32(p, cy);
+	p = gc_put_u32(p, cz);
+	p = gc_put_u32(p, flags);
+	p = gc_put_bytes(p, params, params_len);
+	return p;
+}
+
 /* RPC wrappers (gc_rpc.c). Synchronous ones wait for the reply; _async
  * ones queue the request and return. */
 CUresult gc_rpc_DriverVersion(int32_t *version);
@@ -938,5 +961,7 @@ CUresult gc_rpc_MemcpyDtoD3D(uint64_t ctx, uint64_t dst, uint64_t dstPitch, uint
 CUresult gc_rpc_MemcpyDtoD3D_async(uint64_t ctx, uint64_t dst, uint64_t dstPitch, uint64_t dstHeight, uint64_t src, uint64_t srcPitch, uint64_t srcHeight, uint64_t width, uint64_t height, uint64_t depth, uint64_t s);
 CUresult gc_rpc_MemcpyPeer(uint64_t ctx, uint64_t dst, uint64_t dstCtx, uint64_t src, uint64_t srcCtx, uint64_t n, uint64_t s);
 CUresult gc_rpc_MemcpyPeer_async(uint64_t ctx, uint64_t dst, uint64_t dstCtx, uint64_t src, uint64_t srcCtx, uint64_t n, uint64_t s);
+CUresult gc_rpc_LaunchEx(uint64_t ctx, uint64_t fn, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared, uint64_t s, uint32_t cx, uint32_t cy, uint32_t cz, uint32_t flags, const void *params, uint32_t params_len);
+CUresult gc_rpc_LaunchEx_async(uint64_t ctx, uint64_t fn, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared, uint64_t s, uint32_t cx, uint32_t cy, uint32_t cz, uint32_t flags, const void *params, uint32_t params_len);
 
 #endif

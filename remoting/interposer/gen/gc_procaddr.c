@@ -31,7 +31,9 @@ extern void cuCtxGetId(void);
 extern void cuCtxGetLimit(void);
 extern void cuCtxGetSharedMemConfig(void);
 extern void cuCtxGetStreamPriorityRange(void);
+extern void cuCtxPopCurrent(void);
 extern void cuCtxPopCurrent_v2(void);
+extern void cuCtxPushCurrent(void);
 extern void cuCtxPushCurrent_v2(void);
 extern void cuCtxResetPersistingL2Cache(void);
 extern void cuCtxSetCacheConfig(void);
@@ -130,6 +132,7 @@ extern void cuKernelGetName(void);
 extern void cuKernelSetAttribute(void);
 extern void cuKernelSetCacheConfig(void);
 extern void cuLaunchCooperativeKernel(void);
+extern void cuLaunchCooperativeKernel_ptsz(void);
 extern void cuLaunchHostFunc(void);
 extern void cuLaunchKernel(void);
 extern void cuLaunchKernelEx(void);
@@ -243,6 +246,7 @@ extern void cuOccupancyMaxPotentialClusterSize(void);
 extern void cuPointerGetAttribute(void);
 extern void cuPointerGetAttributes(void);
 extern void cuPointerSetAttribute(void);
+extern void cuProfilerInitialize(void);
 extern void cuProfilerStart(void);
 extern void cuProfilerStop(void);
 extern void cuStreamAddCallback(void);
@@ -439,7 +443,6 @@ extern void gc_lookup_cuMipmappedArrayDestroy(void);
 extern void gc_lookup_cuMipmappedArrayGetLevel(void);
 extern void gc_lookup_cuMipmappedArrayGetMemoryRequirements(void);
 extern void gc_lookup_cuMipmappedArrayGetSparseProperties(void);
-extern void gc_lookup_cuProfilerInitialize(void);
 extern void gc_lookup_cuSignalExternalSemaphoresAsync(void);
 extern void gc_lookup_cuStreamBeginCaptureToGraph(void);
 extern void gc_lookup_cuStreamCopyAttributes(void);
@@ -497,7 +500,9 @@ const struct gc_proc gc_procs[] = {
 	{ "cuCtxGetLimit", 3010, 0, (void *)cuCtxGetLimit },
 	{ "cuCtxGetSharedMemConfig", 2000, 0, (void *)cuCtxGetSharedMemConfig },
 	{ "cuCtxGetStreamPriorityRange", 2000, 0, (void *)cuCtxGetStreamPriorityRange },
+	{ "cuCtxPopCurrent", 2000, 0, (void *)cuCtxPopCurrent },
 	{ "cuCtxPopCurrent", 4000, 0, (void *)cuCtxPopCurrent_v2 },
+	{ "cuCtxPushCurrent", 2000, 0, (void *)cuCtxPushCurrent },
 	{ "cuCtxPushCurrent", 4000, 0, (void *)cuCtxPushCurrent_v2 },
 	{ "cuCtxRecordEvent", 2000, 0, (void *)gc_lookup_cuCtxRecordEvent },
 	{ "cuCtxResetPersistingL2Cache", 2000, 0, (void *)cuCtxResetPersistingL2Cache },
@@ -709,12 +714,13 @@ const struct gc_proc gc_procs[] = {
 	{ "cuKernelGetParamInfo", 2000, 0, (void *)gc_lookup_cuKernelGetParamInfo },
 	{ "cuKernelSetAttribute", 12000, 0, (void *)cuKernelSetAttribute },
 	{ "cuKernelSetCacheConfig", 12000, 0, (void *)cuKernelSetCacheConfig },
-	{ "cuLaunchCooperativeKernel", 2000, 0, (void *)cuLaunchCooperativeKernel },
+	{ "cuLaunchCooperativeKernel", 9000, 1, (void *)cuLaunchCooperativeKernel_ptsz },
+	{ "cuLaunchCooperativeKernel", 9000, 0, (void *)cuLaunchCooperativeKernel },
 	{ "cuLaunchHostFunc", 10000, 0, (void *)cuLaunchHostFunc },
 	{ "cuLaunchKernel", 2000, 0, (void *)cuLaunchKernel },
 	{ "cuLaunchKernel", 7000, 1, (void *)cuLaunchKernel_ptsz },
-	{ "cuLaunchKernelEx", 11060, 0, (void *)cuLaunchKernelEx },
 	{ "cuLaunchKernelEx", 11060, 1, (void *)cuLaunchKernelEx_ptsz },
+	{ "cuLaunchKernelEx", 11060, 0, (void *)cuLaunchKernelEx },
 	{ "cuLibraryEnumerateKernels", 2000, 0, (void *)gc_lookup_cuLibraryEnumerateKernels },
 	{ "cuLibraryGetGlobal", 12000, 0, (void *)cuLibraryGetGlobal },
 	{ "cuLibraryGetKernel", 12000, 0, (void *)cuLibraryGetKernel },
@@ -854,9 +860,9 @@ const struct gc_proc gc_procs[] = {
 	{ "cuPointerGetAttribute", 2000, 0, (void *)cuPointerGetAttribute },
 	{ "cuPointerGetAttributes", 7000, 0, (void *)cuPointerGetAttributes },
 	{ "cuPointerSetAttribute", 2000, 0, (void *)cuPointerSetAttribute },
-	{ "cuProfilerInitialize", 2000, 0, (void *)gc_lookup_cuProfilerInitialize },
-	{ "cuProfilerStart", 2000, 0, (void *)cuProfilerStart },
-	{ "cuProfilerStop", 2000, 0, (void *)cuProfilerStop },
+	{ "cuProfilerInitialize", 4000, 0, (void *)cuProfilerInitialize },
+	{ "cuProfilerStart", 4000, 0, (void *)cuProfilerStart },
+	{ "cuProfilerStop", 4000, 0, (void *)cuProfilerStop },
 	{ "cuSignalExternalSemaphoresAsync", 2000, 0, (void *)gc_lookup_cuSignalExternalSemaphoresAsync },
 	{ "cuStreamAddCallback", 2000, 0, (void *)cuStreamAddCallback },
 	{ "cuStreamAttachMemAsync", 2000, 0, (void *)cuStreamAttachMemAsync },
@@ -916,4 +922,4 @@ const struct gc_proc gc_procs[] = {
 	{ "cuWaitExternalSemaphoresAsync", 2000, 0, (void *)gc_lookup_cuWaitExternalSemaphoresAsync },
 };
 
-const size_t gc_nprocs = 452;
+const size_t gc_nprocs = 455;

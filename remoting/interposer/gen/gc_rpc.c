@@ -1440,3 +1440,29 @@ CUresult gc_rpc_MemcpyPeer_async(uint64_t ctx, uint64_t dst, uint64_t dstCtx, ui
 	return gc_async(&k);
 }
 
+CUresult gc_rpc_LaunchEx(uint64_t ctx, uint64_t fn, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared, uint64_t s, uint32_t cx, uint32_t cy, uint32_t cz, uint32_t flags, const void *params, uint32_t params_len)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_LaunchEx, 72 + params_len, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_LaunchEx(args, ctx, fn, gx, gy, gz, bx, by, bz, shared, s, cx, cy, cz, flags, params, params_len);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_LaunchEx_async(uint64_t ctx, uint64_t fn, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared, uint64_t s, uint32_t cx, uint32_t cy, uint32_t cz, uint32_t flags, const void *params, uint32_t params_len)
+{
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_LaunchEx, 72 + params_len, GC_FLAG_ASYNC, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_LaunchEx(args, ctx, fn, gx, gy, gz, bx, by, bz, shared, s, cx, cy, cz, flags, params, params_len);
+	return gc_async(&k);
+}
+

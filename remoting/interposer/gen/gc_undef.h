@@ -24,7 +24,9 @@
 #undef cuCtxGetLimit
 #undef cuCtxGetSharedMemConfig
 #undef cuCtxGetStreamPriorityRange
+#undef cuCtxPopCurrent
 #undef cuCtxPopCurrent_v2
+#undef cuCtxPushCurrent
 #undef cuCtxPushCurrent_v2
 #undef cuCtxResetPersistingL2Cache
 #undef cuCtxSetCacheConfig
@@ -123,6 +125,7 @@
 #undef cuKernelSetAttribute
 #undef cuKernelSetCacheConfig
 #undef cuLaunchCooperativeKernel
+#undef cuLaunchCooperativeKernel_ptsz
 #undef cuLaunchHostFunc
 #undef cuLaunchKernel
 #undef cuLaunchKernelEx
@@ -236,6 +239,7 @@
 #undef cuPointerGetAttribute
 #undef cuPointerGetAttributes
 #undef cuPointerSetAttribute
+#undef cuProfilerInitialize
 #undef cuProfilerStart
 #undef cuProfilerStop
 #undef cuStreamAddCallback

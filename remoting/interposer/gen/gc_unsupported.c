@@ -133,12 +133,6 @@ int cuFuncSetSharedMemConfig(void)
 	return gc_unsupported("cuFuncSetSharedMemConfig", &once);
 }
 
-int cuLaunchCooperativeKernel(void)
-{
-	static int once;
-	return gc_unsupported("cuLaunchCooperativeKernel", &once);
-}
-
 int cuStreamGetId(void)
 {
 	static int once;
@@ -185,18 +179,6 @@ int cuIpcOpenEventHandle(void)
 {
 	static int once;
 	return gc_unsupported("cuIpcOpenEventHandle", &once);
-}
-
-int cuProfilerStart(void)
-{
-	static int once;
-	return gc_unsupported("cuProfilerStart", &once);
-}
-
-int cuProfilerStop(void)
-{
-	static int once;
-	return gc_unsupported("cuProfilerStop", &once);
 }
 
 int cuCheckpointProcessGetRestoreThreadId(void)
@@ -1177,12 +1159,6 @@ int gc_lookup_cuMipmappedArrayGetSparseProperties(void)
 {
 	static int once;
 	return gc_unsupported("cuMipmappedArrayGetSparseProperties", &once);
-}
-
-int gc_lookup_cuProfilerInitialize(void)
-{
-	static int once;
-	return gc_unsupported("cuProfilerInitialize", &once);
 }
 
 int gc_lookup_cuSignalExternalSemaphoresAsync(void)

@@ -426,8 +426,12 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 {
 	uint64_t ctx;
 	CUresult r = gc_current_ctx(&ctx);
-	if (r == CUDA_SUCCESS)
-		r = gc_cap_unsafe(0);
+	/* Freeing 0 does nothing, as in CUDA: cudart's cudaFree(0), which
+	 * cuBLAS and others call to create the context, ends here (and, doing
+	 * nothing, cannot disturb a capture). */
+	if (r != CUDA_SUCCESS || dptr == 0)
+		return r;
+	r = gc_cap_unsafe(0);
 	if (r == CUDA_SUCCESS)
 		r = gc_rpc_MemFree(ctx, dptr);
 	if (r == CUDA_SUCCESS)
@@ -952,25 +956,32 @@ CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule
 /* ---- launch --------------------------------------------------------------------------- */
 
 /* cuLaunchKernel queues the launch without waiting: no lock and no
- * allocation, the parameters are packed straight into the ring. */
+ * allocation once the function has been launched. */
 CUresult CUDAAPI cuLaunchKernel(CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
 				unsigned int by, unsigned int bz, unsigned int shared, CUstream s, void **kernelParams,
 				void **extra)
 {
 	if (fn == NULL)
 		return CUDA_ERROR_INVALID_HANDLE;
+	const unsigned int grid[3] = { gx, gy, gz }, block[3] = { bx, by, bz };
 	uint64_t ctx;
 	struct CUfunc_st *f;
 	CUresult r = gc_current_ctx(&ctx);
 	if (r == CUDA_SUCCESS)
 		r = gc_func_resolve(fn, ctx, &f);
+	if (r == CUDA_SUCCESS)
+		r = gc_launch_check(f, grid, block, shared);
 	if (r != CUDA_SUCCESS)
 		return r;
-	if (gc_capture_active()) {
-		const unsigned int grid[3] = { gx, gy, gz }, block[3] = { bx, by, bz };
-		if (gc_cap_launch(f, grid, block, shared, s, kernelParams, extra, &r))
-			return r;
-	}
+	if (gc_capture_active() && gc_cap_launch(f, grid, block, shared, NULL, 0, s, kernelParams, extra, &r))
+		return r;
+	return gc_launch_queue(ctx, f, grid, block, shared, NULL, 0, s, kernelParams, extra);
+}
+
+CUresult gc_launch_queue(uint64_t ctx, struct CUfunc_st *f, const unsigned int grid[3], const unsigned int block[3],
+			 unsigned int shared, const unsigned int cluster[3], uint32_t flags, CUstream s,
+			 void **kernelParams, void **extra)
+{
 	const void *buf = NULL;
 	size_t n = 0;
 	if (kernelParams != NULL) {
@@ -995,11 +1006,20 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction fn, unsigned int gx, unsigned int gy,
 	}
 	if (n > 32764)
 		return CUDA_ERROR_INVALID_VALUE;
+	int ex = gc_launch_ex(cluster, flags);
 	struct gc_call k;
-	uint8_t *a = gc_begin(&k, GC_OP_Launch, 8 + 8 + 7 * 4 + 8 + 4 + n, GC_FLAG_ASYNC, NULL, 0);
+	uint8_t *a = gc_begin(&k, ex ? GC_OP_LaunchEx : GC_OP_Launch, 8 + 8 + 7 * 4 + 8 + (ex ? 4 * 4 : 0) + 4 + n,
+			      GC_FLAG_ASYNC, NULL, 0);
 	if (a == NULL)
 		return k.res;
-	uint8_t *end = gc_enc_Launch(a, ctx, f->h, gx, gy, gz, bx, by, bz, shared, GC_S(s), buf, (uint32_t)n);
+	/* No cluster (NULL, or a graph node's zeros) is clusters of one block. */
+	unsigned int c[3] = { 1, 1, 1 };
+	for (int i = 0; i < 3 && cluster != NULL; i++)
+		c[i] = cluster[i] ? cluster[i] : 1;
+	uint8_t *end = ex ? gc_enc_LaunchEx(a, ctx, f->h, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared,
+					    GC_S(s), c[0], c[1], c[2], flags, buf, (uint32_t)n) :
+			    gc_enc_Launch(a, ctx, f->h, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared,
+					  GC_S(s), buf, (uint32_t)n);
 	if (kernelParams != NULL) {
 		uint8_t *pb = end - n;
 		memset(pb, 0, n);

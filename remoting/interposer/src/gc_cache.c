@@ -346,6 +346,17 @@ static CUresult attrs_fill(CUdevice dev, struct attrs **out)
 	return CUDA_SUCCESS;
 }
 
+/* attrs_table: dev's table of this connection epoch, filled when it is
+ * missing or older; no lock once it is there. */
+static CUresult attrs_table(CUdevice dev, struct attrs **out)
+{
+	struct attrs *a = atomic_load_explicit(&attrs_of[dev], memory_order_acquire);
+	if (a == NULL || a->epoch != gc_epoch())
+		return attrs_fill(dev, out);
+	*out = a;
+	return CUDA_SUCCESS;
+}
+
 CUresult gc_dev_attr(int32_t attr, CUdevice dev, int *v)
 {
 	if (gc_cache_off() || dev < 0 || dev >= MAX_DEVS || attr < 0 || attr >= NATTR) {
@@ -355,15 +366,40 @@ CUresult gc_dev_attr(int32_t attr, CUdevice dev, int *v)
 			*v = x;
 		return r;
 	}
-	struct attrs *a = atomic_load_explicit(&attrs_of[dev], memory_order_acquire);
-	if (a == NULL || a->epoch != gc_epoch()) {
-		CUresult r = attrs_fill(dev, &a);
-		if (r != CUDA_SUCCESS)
-			return r;
-	}
+	struct attrs *a;
+	CUresult r = attrs_table(dev, &a);
+	if (r != CUDA_SUCCESS)
+		return r;
 	if (a->res[attr] != CUDA_SUCCESS)
 		return (CUresult)a->res[attr];
 	*v = a->val[attr];
+	return CUDA_SUCCESS;
+}
+
+CUresult gc_dev_attrs(CUdevice dev, int n, const CUdevice_attribute *attrs, int *v)
+{
+	if (dev < 0 || dev >= MAX_DEVS) {
+		for (int i = 0; i < n; i++) {
+			int32_t x;
+			CUresult r = gc_rpc_DeviceAttribute((int32_t)attrs[i], dev, &x);
+			if (r != CUDA_SUCCESS)
+				return r;
+			v[i] = x;
+		}
+		return CUDA_SUCCESS;
+	}
+	struct attrs *a;
+	CUresult r = attrs_table(dev, &a);
+	if (r != CUDA_SUCCESS)
+		return r;
+	for (int i = 0; i < n; i++) {
+		int at = (int)attrs[i];
+		if (at < 0 || at >= NATTR)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (a->res[at] != CUDA_SUCCESS)
+			return (CUresult)a->res[at];
+		v[i] = a->val[at];
+	}
 	return CUDA_SUCCESS;
 }
 

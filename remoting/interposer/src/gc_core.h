@@ -78,6 +78,9 @@ struct CUfunc_st {
 	uint32_t argbytes;
 	_Atomic uint32_t attr_known; /* bit i: attrs[i] holds attribute i */
 	int32_t attrs[GC_FUNC_ATTRS];
+	/* Its device plus one, learnt by its first launch (0 before): the
+	 * launch checks read that device's limits from the attribute cache. */
+	_Atomic int32_t launch_dev;
 	uint32_t pairs[]; /* offset, size per parameter */
 };
 

@@ -195,9 +195,65 @@ static void hooks_slot6(void **p, size_t *n)
 
 /* ---- TOOLS_TLS ----------------------------------------------------------------- */
 
-/* Slots 1 and 2 ask for a tool's per-thread state; with no tool attached
- * there is none, which cudart and cuBLASLt read as "no tool". */
+/* Slot 1's purpose is not established: it answers NULL (also
+ * CUDA_SUCCESS to a caller that reads a result code). */
 static void *tools_tls_none(void) { return NULL; }
+
+/* Slot 2 hands out the calling thread's current context; cuBLASLt passes
+ * it on to slot 4 of its own table (below) to learn the context's unique
+ * number. */
+static CUresult tools_tls_thread_ctx(CUcontext *pctx)
+{
+	if (pctx == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pctx = NULL;
+	CUresult r = cuCtxGetCurrent(pctx);
+	if (r == CUDA_SUCCESS && *pctx == NULL)
+		r = CUDA_ERROR_INVALID_CONTEXT;
+	return r;
+}
+
+/* ---- cuBLASLt's table ------------------------------------------------------------ */
+
+/* Slot 4: a context's unique number, (CUcontext, unsigned long long *),
+ * which cuBLASLt keys its per-context state by: the same number
+ * cuCtxGetId reports (NULL: the current context). */
+static CUresult blaslt_ctx_number(CUcontext c, unsigned long long *id)
+{
+	if (id == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	return cuCtxGetId(c, id);
+}
+
+/* Slot 51: the driver's own object for a stream handle, (CUcontext,
+ * CUstream, void **out, int per_thread), which cuBLASLt asks for before
+ * it launches on the stream. Here a stream's object is its handle; the
+ * NULL stream becomes the legacy default stream, or the per-thread one
+ * when the last argument says so. */
+static CUresult blaslt_stream_object(CUcontext c, CUstream s, void **out, int per_thread)
+{
+	(void)c;
+	if (out == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (s == NULL)
+		s = per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+	*out = (void *)s;
+	return CUDA_SUCCESS;
+}
+
+/* Slot 39: the unique number of a stream object from slot 51,
+ * (CUcontext, void *object, unsigned long long *out). Server handles are
+ * never reused within a session and the legacy (1) and per-thread (2)
+ * default streams cannot collide with them, so the object is its own
+ * number. */
+static CUresult blaslt_stream_number(CUcontext c, const void *obj, unsigned long long *out)
+{
+	(void)c;
+	if (obj == NULL || out == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*out = (unsigned long long)(uintptr_t)obj;
+	return CUDA_SUCCESS;
+}
 
 /* ---- CONTEXT_LOCAL_STORAGE ---------------------------------------------------------- */
 
@@ -485,7 +541,10 @@ static void et_init(void)
 	t_hooks[2] = (void *)hooks_slot2;
 	t_hooks[6] = (void *)hooks_slot6;
 	t_tls[1] = (void *)tools_tls_none;
-	t_tls[2] = (void *)tools_tls_none;
+	t_tls[2] = (void *)tools_tls_thread_ctx;
+	t_blaslt[4] = (void *)blaslt_ctx_number;
+	t_blaslt[39] = (void *)blaslt_stream_number;
+	t_blaslt[51] = (void *)blaslt_stream_object;
 	t_cls[0] = (void *)cls_put;
 	t_cls[1] = (void *)cls_delete;
 	t_cls[2] = (void *)cls_get;

@@ -24,6 +24,12 @@ CUresult gc_dev_uuid(CUdevice dev, uint8_t *uuid);
 CUresult gc_dev_busid(CUdevice dev, char *bus, size_t len);
 /* gc_dev_attr answers cuDeviceGetAttribute from the attribute cache. */
 CUresult gc_dev_attr(int32_t attr, CUdevice dev, int *v);
+/* gc_dev_attrs reads n attributes of dev from the same cache at once,
+ * filling it if needed, with no lock once it is filled. It serves the
+ * client's own launch checks, not a program's questions, so it reads the
+ * cache under GPUCTL_NO_CACHE too: a check must not cost a round trip per
+ * launch. */
+CUresult gc_dev_attrs(CUdevice dev, int n, const CUdevice_attribute *attrs, int *v);
 /* gc_ctx_created records a context this client created (or the primary
  * context it retained), with its device and flags, or updates its record.
  * gc_ctx_gone is called when a context goes away (destroyed, a primary
@@ -75,7 +81,8 @@ static inline int gc_capture_active(void)
  * proceeds as usual) and 1 when it recorded the operation into the
  * capture or refused it, with the call's result in *res. */
 int gc_cap_launch(CUfunction f, const unsigned int grid[3], const unsigned int block[3], unsigned int shared,
-		  CUstream s, void **kernelParams, void **extra, CUresult *res);
+		  const unsigned int cluster[3], uint32_t flags, CUstream s, void **kernelParams, void **extra,
+		  CUresult *res);
 int gc_cap_copy(const CUDA_MEMCPY3D *p, CUstream s, CUresult *res);
 int gc_cap_memset(CUdeviceptr dst, unsigned int value, unsigned int elem, size_t count, CUstream s, CUresult *res);
 int gc_cap_event_record(CUevent e, CUstream s, unsigned int flags, CUresult *res);
@@ -104,8 +111,39 @@ CUresult gc_copy3d(uint64_t ctx, const CUDA_MEMCPY3D *p, CUstream s, int async);
  * in *n and the buffer in *buf (malloc'd; the caller frees it). */
 CUresult gc_pack_params(CUfunction f, void **kernelParams, void **extra, uint8_t **buf, size_t *n);
 
-/* gc_launch_packed queues a launch whose parameters are already packed. */
+/* gc_launch_packed queues a launch whose parameters are already packed;
+ * cluster and flags as for gc_launch_queue. */
 CUresult gc_launch_packed(uint64_t ctx, CUfunction f, const unsigned int grid[3], const unsigned int block[3],
-			  unsigned int shared, CUstream s, const uint8_t *params, size_t n);
+			  unsigned int shared, const unsigned int cluster[3], uint32_t flags, CUstream s,
+			  const uint8_t *params, size_t n);
+
+/* ---- launches (gc_api.c, gc_runtime.c) -------------------------------- */
+
+/* GC_LAUNCH_COOPERATIVE is bit 0 of a launch's flags (LaunchEx's flags,
+ * dispatch.LaunchExCooperative): all its blocks resident at once. */
+#define GC_LAUNCH_COOPERATIVE 1u
+
+/* gc_launch_ex reports whether a launch needs the LaunchEx op: thread-block
+ * clusters of more than one block (cluster NULL: none) or flags. */
+static inline int gc_launch_ex(const unsigned int cluster[3], uint32_t flags)
+{
+	return flags != 0 || (cluster != NULL && (uint64_t)cluster[0] * cluster[1] * cluster[2] > 1);
+}
+
+/* gc_launch_check refuses a launch configuration that NVIDIA's driver
+ * refuses before queuing it, with the driver's error (gc_runtime.c). The
+ * first launch of a function asks the server for its limits and learns
+ * its device; after that the check reads the device's limits from the
+ * attribute cache and the function's from the function, with no round
+ * trip and no lock. */
+CUresult gc_launch_check(struct CUfunc_st *f, const unsigned int grid[3], const unsigned int block[3],
+			 unsigned int shared);
+
+/* gc_launch_queue queues a checked launch of f in ctx (gc_api.c): Launch,
+ * or LaunchEx when it has clusters (cluster NULL: none) or flags. The
+ * parameters are packed straight into the ring: no lock, no allocation. */
+CUresult gc_launch_queue(uint64_t ctx, struct CUfunc_st *f, const unsigned int grid[3], const unsigned int block[3],
+			 unsigned int shared, const unsigned int cluster[3], uint32_t flags, CUstream s,
+			 void **kernelParams, void **extra);
 
 #endif

@@ -37,9 +37,12 @@ struct CUgraphNode_st {
 	uint64_t ctx;
 	uint64_t mark; /* for walks */
 	size_t idx;    /* position, while instantiating */
-	/* kernel */
+	/* kernel; cluster and lflags as captured from cuLaunchKernelEx or
+	 * cuLaunchCooperativeKernel (zero: a plain launch) */
 	CUfunction f;
 	unsigned int grid[3], block[3], shared;
+	unsigned int cluster[3];
+	uint32_t lflags;
 	uint8_t *params;
 	size_t nparams;
 	void **kparams; /* pointers into params, for cuGraphKernelNodeGetParams */
@@ -332,7 +335,8 @@ static int hook_begin(CUstream s, struct strm **st, CUresult *res)
 }
 
 int gc_cap_launch(CUfunction f, const unsigned int grid[3], const unsigned int block[3], unsigned int shared,
-		  CUstream s, void **kernelParams, void **extra, CUresult *res)
+		  const unsigned int cluster[3], uint32_t flags, CUstream s, void **kernelParams, void **extra,
+		  CUresult *res)
 {
 	struct strm *st;
 	if (!hook_begin(s, &st, res))
@@ -343,6 +347,10 @@ int gc_cap_launch(CUfunction f, const unsigned int grid[3], const unsigned int b
 	*res = f == NULL ? CUDA_ERROR_INVALID_HANDLE : record(st, CU_GRAPH_NODE_TYPE_KERNEL, &nd);
 	if (*res == CUDA_SUCCESS && (*res = set_kernel(nd, f, grid, block, shared, kernelParams, extra)) != CUDA_SUCCESS)
 		st->cap->invalid = 1;
+	if (*res == CUDA_SUCCESS && cluster != NULL)
+		memcpy(nd->cluster, cluster, sizeof nd->cluster);
+	if (*res == CUDA_SUCCESS)
+		nd->lflags = flags;
 	pthread_mutex_unlock(&gmu);
 	return 1;
 }
@@ -1553,9 +1561,11 @@ static CUresult submit(CUgraphNode nd, uint64_t ctx, CUstream s)
 	switch (nd->type) {
 	case CU_GRAPH_NODE_TYPE_KERNEL: {
 		void *extra[5];
-		if (gc_capture_active() && gc_cap_launch(nd->f, nd->grid, nd->block, nd->shared, s, NULL, packed_extra(nd, extra), &r))
+		if (gc_capture_active() && gc_cap_launch(nd->f, nd->grid, nd->block, nd->shared, nd->cluster, nd->lflags, s, NULL,
+							 packed_extra(nd, extra), &r))
 			return r;
-		return gc_launch_packed(ctx, nd->f, nd->grid, nd->block, nd->shared, s, nd->params, nd->nparams);
+		return gc_launch_packed(ctx, nd->f, nd->grid, nd->block, nd->shared, nd->cluster, nd->lflags, s, nd->params,
+					nd->nparams);
 	}
 	case CU_GRAPH_NODE_TYPE_MEMCPY:
 		if (gc_capture_active() && gc_cap_copy(&nd->copy, s, &r))

@@ -512,15 +512,10 @@ CUresult gc_pack_params(CUfunction f, void **kernelParams, void **extra, uint8_t
 }
 
 CUresult gc_launch_packed(uint64_t ctx, CUfunction f, const unsigned int grid[3], const unsigned int block[3],
-			  unsigned int shared, CUstream s, const uint8_t *params, size_t n)
+			  unsigned int shared, const unsigned int cluster[3], uint32_t flags, CUstream s,
+			  const uint8_t *params, size_t n)
 {
-	if (n > MAX_PARAM_BYTES)
-		return CUDA_ERROR_INVALID_VALUE;
-	struct gc_call k;
-	uint8_t *a = gc_begin(&k, GC_OP_Launch, 8 + 8 + 7 * 4 + 8 + 4 + n, GC_FLAG_ASYNC, NULL, 0);
-	if (a == NULL)
-		return k.res;
-	gc_enc_Launch(a, ctx, f->h, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, GC_S(s), params,
-		      (uint32_t)n);
-	return gc_async(&k);
+	void *extra[5] = { CU_LAUNCH_PARAM_BUFFER_POINTER, (void *)params, CU_LAUNCH_PARAM_BUFFER_SIZE, &n,
+			   CU_LAUNCH_PARAM_END };
+	return gc_launch_queue(ctx, f, grid, block, shared, cluster, flags, s, NULL, n > 0 ? extra : NULL);
 }

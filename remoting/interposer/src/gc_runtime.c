@@ -1,9 +1,12 @@
 /* The driver surface the CUDA runtime uses beyond the core calls:
  * libraries and kernels with lazy loading, function attributes cached in
- * the client, occupancy computed in the client, cuLaunchKernelEx, a
- * single-input cuLink*, context limits and ids, and the
- * per-thread-default-stream (_ptsz/_ptds) forms. Entries are listed in
- * remoting/spec/entries_runtime.go. The CUDA 13 context-taking forms of
+ * the client, occupancy computed in the client, cuLaunchKernelEx (with
+ * thread-block clusters) and cooperative launches, the client's launch
+ * configuration checks, a single-input cuLink*, context limits and ids,
+ * and the per-thread-default-stream (_ptsz/_ptds) forms; and what
+ * NVIDIA's libraries resolve besides (the pre-4.0 context-stack names,
+ * profiler control). Entries are listed in remoting/spec/entries_runtime.go
+ * and entries_libs.go. The CUDA 13 context-taking forms of
  * cuCtxGetDevice and cuCtxSynchronize live beside their base calls
  * (gc_cache.c, gc_graph.c), as does the primary contexts' bookkeeping. */
 #define _GNU_SOURCE
@@ -716,25 +719,81 @@ CUresult CUDAAPI cuLinkDestroy(CUlinkState state)
 	return CUDA_SUCCESS;
 }
 
-/* ---- cuLaunchKernelEx -------------------------------------------------------- */
+/* ---- cuLaunchKernelEx ---------------------------------------------------------- */
+
+static void log_once(int *once, const char *what)
+{
+	if (!__atomic_exchange_n(once, 1, __ATOMIC_RELAXED))
+		gc_log("%s", what);
+}
+
+/* launch_ex queues a launch with thread-block clusters or a cooperative
+ * one, which the server makes with cuLaunchKernelEx (the LaunchEx op), or
+ * records it into a capture. As cuLaunchKernel: no lock and no
+ * allocation once the function has been launched. */
+static CUresult launch_ex(const CUlaunchConfig *c, CUfunction fn, const unsigned int cluster[3], uint32_t flags,
+			  void **kernelParams, void **extra)
+{
+	static int no_clusters, no_coop;
+	static const CUdevice_attribute support[2] = { CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH,
+						       CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH };
+	if (fn == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	const unsigned int grid[3] = { c->gridDimX, c->gridDimY, c->gridDimZ };
+	const unsigned int block[3] = { c->blockDimX, c->blockDimY, c->blockDimZ };
+	uint64_t ctx;
+	struct CUfunc_st *f;
+	int can[2];
+	CUresult r = gc_current_ctx(&ctx);
+	if (r == CUDA_SUCCESS)
+		r = gc_func_resolve(fn, ctx, &f);
+	if (r == CUDA_SUCCESS)
+		r = gc_launch_check(f, grid, block, c->sharedMemBytes);
+	/* The check has learnt the function's device. */
+	if (r == CUDA_SUCCESS)
+		r = gc_dev_attrs(atomic_load_explicit(&f->launch_dev, memory_order_acquire) - 1, 2, support, can);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if ((uint64_t)cluster[0] * cluster[1] * cluster[2] > 1 && !can[0]) {
+		log_once(&no_clusters, "cuLaunchKernelEx: the device does not support thread-block clusters "
+				       "(CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH is 0); returning CUDA_ERROR_NOT_SUPPORTED");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	if ((flags & GC_LAUNCH_COOPERATIVE) && !can[1]) {
+		log_once(&no_coop, "cooperative launch: the device does not support it "
+				   "(CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH is 0); returning CUDA_ERROR_NOT_SUPPORTED");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	/* The grid must be made of whole clusters; the server's driver
+	 * checks the cluster's size against the kernel and the device. */
+	if (grid[0] % cluster[0] != 0 || grid[1] % cluster[1] != 0 || grid[2] % cluster[2] != 0)
+		return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+	if (gc_capture_active() &&
+	    gc_cap_launch(f, grid, block, c->sharedMemBytes, cluster, flags, c->hStream, kernelParams, extra, &r))
+		return r;
+	return gc_launch_queue(ctx, f, grid, block, c->sharedMemBytes, cluster, flags, c->hStream, kernelParams, extra);
+}
 
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
 	if (config == NULL || (config->numAttrs > 0 && config->attrs == NULL))
 		return CUDA_ERROR_INVALID_VALUE;
+	unsigned int cluster[3] = { 1, 1, 1 };
+	uint32_t flags = 0;
 	for (unsigned int i = 0; i < config->numAttrs; i++) {
 		const CUlaunchAttribute *a = &config->attrs[i];
 		switch (a->id) {
 		case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
-			if (a->value.cooperative == 0)
-				break;
-			gc_log("cuLaunchKernelEx: cooperative launches are not supported");
-			return CUDA_ERROR_NOT_SUPPORTED;
+			if (a->value.cooperative != 0)
+				flags |= GC_LAUNCH_COOPERATIVE;
+			break;
 		case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
-			if ((uint64_t)a->value.clusterDim.x * a->value.clusterDim.y * a->value.clusterDim.z <= 1)
-				break;
-			gc_log("cuLaunchKernelEx: thread-block clusters are not supported");
-			return CUDA_ERROR_NOT_SUPPORTED;
+			if (a->value.clusterDim.x == 0 || a->value.clusterDim.y == 0 || a->value.clusterDim.z == 0)
+				return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+			cluster[0] = a->value.clusterDim.x;
+			cluster[1] = a->value.clusterDim.y;
+			cluster[2] = a->value.clusterDim.z;
+			break;
 		case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:
 		case CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT:
 		case CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE:
@@ -743,13 +802,25 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, vo
 		default:
 			/* Hints that never change a result: priority, cache and
 			 * memory-sync policies, preferred cluster shapes and
-			 * carveouts, and programmatic serialization (which only
-			 * relaxes the stream order the server keeps anyway). */
+			 * carveouts, the cluster scheduling policy, and
+			 * programmatic serialization (which only relaxes the
+			 * stream order the server keeps anyway). */
 			break;
 		}
 	}
+	if (gc_launch_ex(cluster, flags))
+		return launch_ex(config, f, cluster, flags, kernelParams, extra);
 	return cuLaunchKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
 			      config->blockDimZ, config->sharedMemBytes, config->hStream, kernelParams, extra);
+}
+
+CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+					   unsigned int by, unsigned int bz, unsigned int shared, CUstream s,
+					   void **kernelParams)
+{
+	static const unsigned int one[3] = { 1, 1, 1 };
+	CUlaunchConfig c = { gx, gy, gz, bx, by, bz, shared, s, NULL, 0 };
+	return launch_ex(&c, f, one, GC_LAUNCH_COOPERATIVE, kernelParams, NULL);
 }
 
 /* ---- occupancy ------------------------------------------------------------------ */
@@ -967,6 +1038,71 @@ CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction
 	return CUDA_SUCCESS;
 }
 
+/* ---- launch configuration checks ----------------------------------------------- */
+
+/* NVIDIA's driver refuses a bad configuration when the launch is made
+ * (CUDA 13's cudart leaves the checks to it and reports
+ * cudaErrorInvalidValue). A launch here is queued without waiting, so the
+ * server's own checks would surface only at the next synchronising call:
+ * the client checks first, against its device's limits (from the one
+ * attribute cache, gc_cache.c) and the function's cached attributes. */
+static const CUdevice_attribute launch_limits[7] = {
+	CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X,
+	CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,       CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z,
+	CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X,        CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
+	CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z,
+};
+
+/* launch_first fetches what the checks need on a function's first
+ * launch: its maximum block size and maximum dynamic shared memory (both
+ * cached in the function from then on, the latter updated by
+ * cuFuncSetAttribute), and its device, from the contexts this process
+ * knows when it can. */
+static CUresult launch_first(struct CUfunc_st *f, int *dev)
+{
+	int v;
+	CUresult r = func_get_attr(f, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &v);
+	if (r == CUDA_SUCCESS)
+		r = func_get_attr(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, &v);
+	if (r == CUDA_SUCCESS)
+		r = gc_ctx_dev(f->ctx, dev);
+	/* An error here may also be one of earlier asynchronous work, which
+	 * a synchronous call reports once: the launch returns it, as CUDA
+	 * calls may, and the next launch asks again. */
+	if (r != CUDA_SUCCESS)
+		return r;
+	atomic_store_explicit(&f->launch_dev, *dev + 1, memory_order_release);
+	return CUDA_SUCCESS;
+}
+
+CUresult gc_launch_check(struct CUfunc_st *f, const unsigned int grid[3], const unsigned int block[3], unsigned int shared)
+{
+	int dev = atomic_load_explicit(&f->launch_dev, memory_order_acquire) - 1, lim[7];
+	CUresult r = dev < 0 ? launch_first(f, &dev) : CUDA_SUCCESS;
+	if (r == CUDA_SUCCESS)
+		r = gc_dev_attrs(dev, 7, launch_limits, lim);
+	if (r != CUDA_SUCCESS)
+		return r;
+	for (int i = 0; i < 3; i++) {
+		if (grid[i] == 0 || block[i] == 0)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (grid[i] > (unsigned)lim[4 + i] || block[i] > (unsigned)lim[1 + i])
+			return CUDA_ERROR_INVALID_VALUE;
+	}
+	uint64_t threads = (uint64_t)block[0] * block[1] * block[2];
+	if (threads > (uint64_t)(unsigned)lim[0])
+		return CUDA_ERROR_INVALID_VALUE;
+	/* The function's own limits: dynamic shared memory beyond what it
+	 * allows (48 KiB less its static memory unless raised with
+	 * cuFuncSetAttribute) is an invalid value; more threads than its
+	 * registers or launch bounds allow is "too many resources requested". */
+	if ((int64_t)shared > (int64_t)__atomic_load_n(&f->attrs[CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES], __ATOMIC_RELAXED))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (threads > (uint64_t)__atomic_load_n(&f->attrs[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK], __ATOMIC_RELAXED))
+		return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+	return CUDA_SUCCESS;
+}
+
 /* ---- per-thread default stream forms ---------------------------------------------- */
 
 /* The _ptsz/_ptds forms read a NULL stream as the calling thread's
@@ -989,6 +1125,13 @@ CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction 
 	CUlaunchConfig c = *config;
 	c.hStream = PT(c.hStream);
 	return cuLaunchKernelEx(&c, f, kernelParams, extra);
+}
+
+CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+						unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared, CUstream s,
+						void **kernelParams)
+{
+	return cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, PT(s), kernelParams);
 }
 
 CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) { return cuMemcpy(dst, src, n); }
@@ -1033,4 +1176,40 @@ CUresult CUDAAPI cuEventRecord_ptsz(CUevent e, CUstream s) { return cuEventRecor
 CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigned int flags)
 {
 	return cuEventRecordWithFlags(e, PT(s), flags);
+}
+
+/* ---- names older libraries resolve ------------------------------------------------- */
+
+/* cuBLAS and cuBLASLt dlsym the pre-CUDA 4.0 names of the context stack
+ * calls; their arguments are those of the _v2 forms. */
+CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx) { return cuCtxPushCurrent_v2(ctx); }
+CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx) { return cuCtxPopCurrent_v2(pctx); }
+
+/* ---- profiler control ----------------------------------------------------------------- */
+
+/* NVIDIA declares these in cudaProfiler.h, not cuda.h. No profiler can
+ * attach to the remote GPU through gpuctl; with none attached NVIDIA's
+ * driver accepts them and does nothing, which cudaProfilerStart/Stop
+ * (NVIDIA's matrixMul sample) rely on. */
+CUresult CUDAAPI cuProfilerInitialize(const char *configFile, const char *outputFile, int outputMode);
+CUresult CUDAAPI cuProfilerStart(void);
+CUresult CUDAAPI cuProfilerStop(void);
+
+CUresult CUDAAPI cuProfilerInitialize(const char *configFile, const char *outputFile, int outputMode)
+{
+	(void)configFile, (void)outputFile, (void)outputMode;
+	uint64_t c;
+	return gc_current_ctx(&c);
+}
+
+CUresult CUDAAPI cuProfilerStart(void)
+{
+	uint64_t c;
+	return gc_current_ctx(&c);
+}
+
+CUresult CUDAAPI cuProfilerStop(void)
+{
+	uint64_t c;
+	return gc_current_ctx(&c);
 }

@@ -176,6 +176,173 @@ static void test_tables(void)
 	EXPECT(flags == 0 && extra == NULL);
 }
 
+/* What cuBLAS and cuBLASLt ask of the driver besides cudart's look-ups:
+ * the thread's context through TOOLS_TLS, context and stream numbers
+ * through their own table, the legacy context-stack names, freeing 0 and
+ * profiler control. */
+CUresult CUDAAPI cuProfilerStart(void); /* NVIDIA declares them in cudaProfiler.h */
+CUresult CUDAAPI cuProfilerStop(void);
+
+static void test_libraries(void)
+{
+	const uintptr_t *tls = table("42d85a8123f6cb478298f6e78a3aecdc", CUDA_SUCCESS);
+	const uintptr_t *lt = table("21318c60971432488ca641ff7324c8f2", CUDA_SUCCESS);
+	CUresult (*thread_ctx)(CUcontext *) = (void *)tls[2];
+	CUresult (*ctx_number)(CUcontext, unsigned long long *) = (void *)lt[4];
+	CUresult (*stream_obj)(CUcontext, CUstream, void **, int) = (void *)lt[51];
+	CUresult (*stream_number)(CUcontext, const void *, unsigned long long *) = (void *)lt[39];
+
+	CUcontext c = (CUcontext)1;
+	OK(cuInit(0));
+	while (cuCtxGetCurrent(&c) == CUDA_SUCCESS && c != NULL)
+		OK(cuCtxPopCurrent(&c)); /* what earlier tests left current */
+	CHECK(thread_ctx(&c), CUDA_ERROR_INVALID_CONTEXT);
+	EXPECT(c == NULL);
+	CHECK(cuProfilerStart(), CUDA_ERROR_INVALID_CONTEXT);
+
+	CUcontext ctx = setup(), ctx2;
+	OK(thread_ctx(&c));
+	EXPECT(c == ctx);
+	unsigned long long n1 = 0, n2 = 0, id = 0;
+	OK(ctx_number(c, &n1));
+	OK(cuCtxGetId(ctx, &id));
+	EXPECT(n1 != 0 && n1 == id);
+	CHECK(ctx_number(c, NULL), CUDA_ERROR_INVALID_VALUE);
+	CUdevice dev;
+	OK(cuCtxGetDevice(&dev));
+	OK(cuCtxCreate(&ctx2, NULL, 0, dev));
+	OK(ctx_number(ctx2, &n2));
+	EXPECT(n2 != n1);
+
+	/* Streams: the NULL stream is the legacy or per-thread default one,
+	 * a created stream is its own object, and each has its own number. */
+	CUstream s;
+	void *o0 = NULL, *opt = NULL, *os = NULL;
+	OK(cuStreamCreate(&s, 0));
+	OK(stream_obj(ctx2, NULL, &o0, 0));
+	OK(stream_obj(ctx2, NULL, &opt, 1));
+	OK(stream_obj(ctx2, s, &os, 0));
+	EXPECT(o0 == (void *)CU_STREAM_LEGACY && opt == (void *)CU_STREAM_PER_THREAD && os == (void *)s);
+	CHECK(stream_obj(ctx2, s, NULL, 0), CUDA_ERROR_INVALID_VALUE);
+	unsigned long long sn0 = 0, sns = 0;
+	OK(stream_number(ctx2, o0, &sn0));
+	OK(stream_number(ctx2, os, &sns));
+	EXPECT(sn0 != sns);
+	CHECK(stream_number(ctx2, NULL, &sns), CUDA_ERROR_INVALID_VALUE);
+	OK(cuStreamDestroy(s));
+
+	/* The pre-4.0 names cuBLAS resolves with dlsym. */
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	CUresult (*push)(CUcontext) = dlsym(h, "cuCtxPushCurrent");
+	CUresult (*pop)(CUcontext *) = dlsym(h, "cuCtxPopCurrent");
+	EXPECT(push != NULL && pop != NULL);
+	if (push != NULL && pop != NULL) {
+		OK(push(ctx));
+		OK(pop(&c));
+		EXPECT(c == ctx);
+	}
+	/* cudaFree(0), which cuBLAS calls to create the context. */
+	OK(cuMemFree(0));
+	/* No profiler attaches; the calls succeed and do nothing. */
+	OK(cuProfilerStart());
+	OK(cuProfilerStop());
+	OK(cuCtxDestroy(ctx2));
+	OK(cuCtxDestroy(ctx));
+}
+
+/* bounded() allows at most 64 threads per block (.maxntid). */
+static const char *bounded_ptx = ".version 7.0\n.target sm_52\n.address_size 64\n"
+				 ".visible .entry bounded() .maxntid 64, 1, 1\n{\n  ret;\n}\n";
+
+/* Launch configurations NVIDIA's driver refuses are refused by the launch
+ * call itself, with its error, and never reach the server. */
+static void test_launch_checks(void)
+{
+	CUcontext ctx = setup();
+	CUmodule m, mb;
+	CUfunction f, fb;
+	OK(cuModuleLoadData(&m, ptx));
+	OK(cuModuleGetFunction(&f, m, "twice"));
+	OK(cuModuleLoadData(&mb, bounded_ptx));
+	OK(cuModuleGetFunction(&fb, mb, "bounded"));
+	CUdeviceptr d;
+	OK(cuMemAlloc(&d, 4096 * 4));
+	unsigned int n = 4096;
+	void *args[] = { &d, &n };
+	int maxdyn = 0;
+	OK(cuFuncGetAttribute(&maxdyn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f));
+	static const struct {
+		const char *name;
+		unsigned g[3], b[3], shared;
+		CUresult want;
+	} cases[] = {
+		{ "4096 threads per block", { 1, 1, 1 }, { 4096, 1, 1 }, 0, CUDA_ERROR_INVALID_VALUE },
+		{ "33 x 32 threads", { 1, 1, 1 }, { 32, 33, 1 }, 0, CUDA_ERROR_INVALID_VALUE },
+		{ "block z 65", { 1, 1, 1 }, { 1, 1, 65 }, 0, CUDA_ERROR_INVALID_VALUE },
+		{ "block x 0", { 1, 1, 1 }, { 0, 1, 1 }, 0, CUDA_ERROR_INVALID_VALUE },
+		{ "grid z 0", { 1, 1, 0 }, { 1, 1, 1 }, 0, CUDA_ERROR_INVALID_VALUE },
+		{ "grid y 65536", { 1, 65536, 1 }, { 1, 1, 1 }, 0, CUDA_ERROR_INVALID_VALUE },
+		{ "grid x 2^31", { 1u << 31, 1, 1 }, { 1, 1, 1 }, 0, CUDA_ERROR_INVALID_VALUE },
+		{ "the largest block", { 4, 1, 1 }, { 1024, 1, 1 }, 0, CUDA_SUCCESS },
+		{ "dynamic shared memory at the limit", { 1, 1, 1 }, { 32, 1, 1 }, 0xffffffffu, CUDA_SUCCESS },
+		{ "dynamic shared memory past the limit", { 1, 1, 1 }, { 32, 1, 1 }, 0xfffffffeu, CUDA_ERROR_INVALID_VALUE },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		/* 0xffffffff: the function's limit; 0xfffffffe: one byte more. */
+		unsigned shared = cases[i].shared == 0xffffffffu ? (unsigned)maxdyn :
+				  cases[i].shared == 0xfffffffeu ? (unsigned)maxdyn + 1 : cases[i].shared;
+		CUresult r = cuLaunchKernel(f, cases[i].g[0], cases[i].g[1], cases[i].g[2], cases[i].b[0], cases[i].b[1],
+					    cases[i].b[2], shared, NULL, args, NULL);
+		if (r != cases[i].want) {
+			fprintf(stderr, "FAIL launch with %s: %d, want %d\n", cases[i].name, (int)r, (int)cases[i].want);
+			failures++;
+		}
+	}
+	/* Raising the function's limit raises what a launch may ask for. */
+	OK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, maxdyn + 4096));
+	OK(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, (unsigned)maxdyn + 4096, NULL, args, NULL));
+	CHECK(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, (unsigned)maxdyn + 4097, NULL, args, NULL), CUDA_ERROR_INVALID_VALUE);
+	/* More threads than the kernel allows: "too many resources". */
+	OK(cuLaunchKernel(fb, 1, 1, 1, 64, 1, 1, 0, NULL, NULL, NULL));
+	CHECK(cuLaunchKernel(fb, 1, 1, 1, 65, 1, 1, 0, NULL, NULL, NULL), CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+	/* cuLaunchKernelEx and a CUkernel are checked alike. */
+	CUlaunchConfig cfg = { 1, 1, 1, 2048, 1, 1, 0, NULL, NULL, 0 };
+	CHECK(cuLaunchKernelEx(&cfg, f, args, NULL), CUDA_ERROR_INVALID_VALUE);
+	CUlibrary lib;
+	CUkernel k;
+	OK(cuLibraryLoadData(&lib, ptx, NULL, NULL, 0, NULL, NULL, 0));
+	OK(cuLibraryGetKernel(&k, lib, "twice"));
+	CHECK(cuLaunchKernel((CUfunction)(void *)k, 1, 1, 1, 1, 1, 65, 0, NULL, args, NULL), CUDA_ERROR_INVALID_VALUE);
+	/* Clusters and cooperative launches: the emulated device supports
+	 * neither (its CLUSTER_LAUNCH and COOPERATIVE_LAUNCH attributes are
+	 * 0), so the client refuses them; a 1x1x1 cluster is a plain launch. */
+	int clusters = -1, coop = -1;
+	OK(cuDeviceGetAttribute(&clusters, CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, 0));
+	OK(cuDeviceGetAttribute(&coop, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 0));
+	EXPECT(clusters == 0 && coop == 0);
+	CUlaunchAttribute at;
+	memset(&at, 0, sizeof at);
+	at.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+	at.value.clusterDim.x = 1, at.value.clusterDim.y = 1, at.value.clusterDim.z = 1;
+	CUlaunchConfig ccfg = { 4, 1, 1, 32, 1, 1, 0, NULL, &at, 1 };
+	OK(cuLaunchKernelEx(&ccfg, f, args, NULL));
+	at.value.clusterDim.x = 2;
+	CHECK(cuLaunchKernelEx(&ccfg, f, args, NULL), CUDA_ERROR_NOT_SUPPORTED);
+	at.value.clusterDim.x = 0;
+	CHECK(cuLaunchKernelEx(&ccfg, f, args, NULL), CUDA_ERROR_INVALID_CLUSTER_SIZE);
+	memset(&at, 0, sizeof at);
+	at.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+	at.value.cooperative = 1;
+	CHECK(cuLaunchKernelEx(&ccfg, f, args, NULL), CUDA_ERROR_NOT_SUPPORTED);
+	CHECK(cuLaunchCooperativeKernel(f, 4, 1, 1, 32, 1, 1, 0, NULL, args), CUDA_ERROR_NOT_SUPPORTED);
+	CHECK(cuLaunchCooperativeKernel(f, 4, 1, 1, 4096, 1, 1, 0, NULL, args), CUDA_ERROR_INVALID_VALUE);
+	/* None of the refused launches reached the server: nothing is
+	 * reported later. */
+	OK(cuCtxSynchronize());
+	OK(cuLibraryUnload(lib));
+	OK(cuCtxDestroy(ctx));
+}
+
 static void test_procaddr(void)
 {
 	void *fn = NULL, *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
@@ -397,6 +564,8 @@ int main(int argc, char **argv)
 		test_tables();
 		test_procaddr();
 		test_library();
+		test_libraries();
+		test_launch_checks();
 	} else if (strcmp(mode, "integrity") == 0) {
 		test_integrity();
 	} else if (strcmp(mode, "badinput") == 0) {

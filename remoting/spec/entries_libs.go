@@ -1,0 +1,75 @@
+package spec
+
+// What NVIDIA's libraries (cuBLAS, cuBLASLt, cuDNN) and the CUDA samples
+// need of the driver beyond cudart's look-ups and the extended surface.
+// Its ops take codes 400-499.
+//
+// Its ops join Ops in spec.go and its entries join Entries in entries.go
+// (resolveEntries), after the other lists: an entry here adds forms to a
+// call listed earlier and takes over its implementation.
+
+var libraryOps = []Op{
+	// A launch with thread-block clusters or as a cooperative launch
+	// (cuLaunchKernelEx's attributes, cuLaunchCooperativeKernel): cluster
+	// dimensions (all 1 for none) and flags (LaunchExCooperative).
+	// cuBLASLt launches its Hopper GEMM kernels in clusters.
+	{Code: 400, Name: "LaunchEx", Ctx: true, Async: true, Custom: true, In: []Field{
+		fn,
+		f("gx", U32, "uint32"), f("gy", U32, "uint32"), f("gz", U32, "uint32"),
+		f("bx", U32, "uint32"), f("by", U32, "uint32"), f("bz", U32, "uint32"),
+		f("shared", U32, "uint32"), stream,
+		f("cx", U32, "uint32"), f("cy", U32, "uint32"), f("cz", U32, "uint32"), f("flags", U32, "uint32"),
+		f("params", Bytes, "[]byte"),
+	}},
+}
+
+// libraryEntries: cuBLAS and cuBLASLt resolve a fixed list of driver
+// symbols with dlsym when a handle is created and fail the creation
+// (CUBLAS_STATUS_INTERNAL_ERROR) when any of them is missing, whether or
+// not they ever call it. dlsymNames is every name resolved that way by
+// CUDA 13's libraries and PyTorch and by cuBLAS 12.4; a test checks that
+// the library exports each one.
+var libraryEntries = []Entry{
+	// The pre-CUDA 4.0 names of the context stack calls; same arguments
+	// and, for a process with one context stack per thread, same effect.
+	local("cuCtxPushCurrent", sym("cuCtxPushCurrent", 2000), sym("cuCtxPushCurrent_v2", 4000)),
+	local("cuCtxPopCurrent", sym("cuCtxPopCurrent", 2000), sym("cuCtxPopCurrent_v2", 4000)),
+
+	// Cooperative launches (cudaLaunchCooperativeKernel), served with
+	// cuLaunchKernelEx's cooperative attribute.
+	custom("cuLaunchCooperativeKernel", sym("cuLaunchCooperativeKernel", 9000),
+		ptsym("cuLaunchCooperativeKernel_ptsz", 9000)),
+
+	// Profiler control. No profiler can attach to the remote GPU through
+	// gpuctl, and with none attached NVIDIA's driver accepts these and
+	// does nothing (cudaProfilerStart in NVIDIA's matrixMul sample).
+	local("cuProfilerInitialize", sym("cuProfilerInitialize", 4000)),
+	local("cuProfilerStart", sym("cuProfilerStart", 4000)),
+	local("cuProfilerStop", sym("cuProfilerStop", 4000)),
+}
+
+// dlsymNames are the driver symbols cuBLAS, cuBLASLt, cuDNN and PyTorch
+// resolve with dlsym (CUDA 12.4 and 13).
+var dlsymNames = []string{
+	"cuCtxDisablePeerAccess", "cuCtxEnablePeerAccess", "cuCtxGetCurrent", "cuCtxGetDevice", "cuCtxGetLimit",
+	"cuCtxPopCurrent", "cuCtxPopCurrent_v2", "cuCtxPushCurrent", "cuCtxPushCurrent_v2", "cuCtxSetCurrent",
+	"cuCtxSynchronize", "cuDeviceCanAccessPeer", "cuDeviceGet", "cuDeviceGetAttribute", "cuDeviceGetName",
+	"cuDevicePrimaryCtxGetState", "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxReset",
+	"cuDevicePrimaryCtxRetain", "cuDeviceTotalMem_v2", "cuDriverGetVersion", "cuEventCreate",
+	"cuEventDestroy_v2", "cuEventElapsedTime", "cuEventQuery", "cuEventRecord", "cuEventSynchronize",
+	"cuFuncGetAttribute", "cuFuncSetAttribute", "cuFuncSetCacheConfig", "cuGetErrorName", "cuGetErrorString",
+	"cuGetExportTable", "cuGetProcAddress_v2", "cuGraphDestroy", "cuGraphExecDestroy",
+	"cuGraphExecKernelNodeSetParams", "cuGraphGetNodes", "cuGraphInstantiate", "cuGraphKernelNodeGetParams",
+	"cuGraphLaunch", "cuGraphNodeGetType", "cuInit", "cuKernelGetAttribute", "cuKernelGetFunction",
+	"cuKernelGetLibrary", "cuKernelSetAttribute", "cuLaunchKernel", "cuLaunchKernelEx", "cuLibraryGetKernel",
+	"cuLibraryLoadData", "cuLibraryUnload", "cuLinkAddData_v2", "cuLinkAddFile_v2", "cuLinkComplete",
+	"cuLinkCreate_v2", "cuLinkDestroy", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemGetInfo_v2", "cuMemPrefetchAsync",
+	"cuMemcpy", "cuMemcpy2DAsync_v2", "cuMemcpyAsync", "cuMemcpyDtoDAsync_v2", "cuMemcpyDtoH_v2",
+	"cuMemcpyHtoD_v2", "cuMemsetD8_v2", "cuModuleGetFunction", "cuModuleGetGlobal_v2", "cuModuleLoadData",
+	"cuModuleLoadDataEx", "cuModuleLoadFatBinary", "cuModuleUnload", "cuOccupancyAvailableDynamicSMemPerBlock",
+	"cuOccupancyMaxActiveBlocksPerMultiprocessor", "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
+	"cuOccupancyMaxActiveClusters", "cuPointerGetAttribute", "cuPointerGetAttributes", "cuStreamBatchMemOp",
+	"cuStreamBeginCapture_v2", "cuStreamCreate", "cuStreamDestroy_v2", "cuStreamEndCapture",
+	"cuStreamGetCaptureInfo_v2", "cuStreamGetCtx", "cuStreamIsCapturing", "cuStreamSynchronize",
+	"cuStreamWaitEvent", "cuStreamWaitValue32", "cuTensorMapEncodeTiled", "cuThreadExchangeStreamCaptureMode",
+}
