@@ -32,6 +32,7 @@ var kindStatus = map[errs.Kind]int{
 	errs.FailedPrecondition: http.StatusPreconditionFailed,
 	errs.Unavailable:        http.StatusServiceUnavailable,
 	errs.Unauthenticated:    http.StatusUnauthorized,
+	errs.PermissionDenied:   http.StatusForbidden,
 	errs.ResourceExhausted:  http.StatusInsufficientStorage,
 	errs.DataLoss:           http.StatusUnprocessableEntity,
 	errs.Internal:           http.StatusInternalServerError,
