@@ -84,7 +84,8 @@ func Main(args []string) int {
 		}
 		return 4
 	}
-	w.sess = dispatch.NewSession(w.dev, w.log)
+	w.meter = newMeter(w.dev, w.log)
+	w.sess = dispatch.NewSession(w.meter, w.log)
 	return w.run()
 }
 
@@ -112,8 +113,11 @@ func (t *thread) run(f func()) {
 }
 
 type worker struct {
-	opts   Options
-	dev    backend.Device
+	opts Options
+	dev  backend.Device
+	// meter is dev as the session's calls reach it: it counts device
+	// memory and asks gpud before a metered session holds more.
+	meter  *meter
 	sess   *dispatch.Session
 	log    *slog.Logger
 	thread *thread
@@ -168,10 +172,12 @@ func (w *worker) run() int {
 		r := reply{ID: req.ID}
 		switch req.Op {
 		case opAttach:
+			w.meter.configure(req.Quota)
 			err = w.attach(f, req.Welcome, req.Resume)
 		case opQuiesce:
 			r.Seq, err = w.quiesce()
 		case opResume:
+			w.meter.configure(req.Quota)
 			err = w.resume(f)
 		case opStats:
 			r.Stats = w.stats()
@@ -301,6 +307,8 @@ func (w *worker) quiesce() (uint64, error) {
 	if err := w.endServe(); err != nil {
 		w.log.Info("client connection ended during quiesce", "err", err)
 	}
+	// A quiesced worker may be dumped next: it must hold no socket.
+	w.meter.hangUp()
 	var err error
 	if s, ok := w.dev.(backend.Suspender); ok {
 		w.thread.run(func() { err = s.Suspend(context.Background()) })
@@ -322,7 +330,8 @@ func (w *worker) resume(f *os.File) error {
 func (w *worker) stats() *Stats {
 	st := &Stats{Serving: w.serving != nil, Executed: w.sess.ExecutedSeq(),
 		BytesIn: w.bytesIn.Load(), BytesOut: w.bytesOut.Load(),
-		SessionID: w.opts.SessionID, SecretSHA256: w.secretHash}
+		SessionID: w.opts.SessionID, SecretSHA256: w.secretHash, AllocBytes: w.meter.Allocated()}
+	st.MemInUse = st.AllocBytes
 	if m, ok := w.dev.(interface{ MemInUse() uint64 }); ok {
 		st.MemInUse = m.MemInUse()
 	}
@@ -366,7 +375,7 @@ func dialBack(nonce string) (*net.UnixConn, error) {
 // shutdown ends the session and releases the device.
 func (w *worker) shutdown() {
 	_ = w.endServe()
-	w.thread.run(func() { _ = w.dev.Close() })
+	w.thread.run(func() { _ = w.meter.Close() })
 }
 
 // eventHandler forwards the worker's log records to gpud, which writes
