@@ -86,6 +86,9 @@ type Meta struct {
 	Kernel      string        `json:"kernel"`
 	Nonce       string        `json:"nonce"` // the worker dials @gpuctl-attach-<nonce> after a restore
 	Created     time.Time     `json:"created"`
+	// Tenant owns the image, and the session restored from it; empty for
+	// the administrator. The store fills it in from the session table.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // Stored is what the store reports about a committed image.

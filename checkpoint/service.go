@@ -18,6 +18,10 @@ import (
 // (running|detached -> quiescing -> checkpointing -> ...); a transition
 // the machine refuses is an errs.FailedPrecondition error.
 type Sessions interface {
+	// Authorize returns nil when the caller in ctx may act on session id
+	// (see package tenant), and otherwise the very error a session that
+	// is not here gets, so that a tenant learns nothing of others'.
+	Authorize(ctx context.Context, id string) error
 	// Begin claims a running or detached session for a checkpoint
 	// (-> quiescing) and returns its worker, adapted so that Resume hands
 	// it the client socket gpud kept.
@@ -139,6 +143,11 @@ func (r *Result) reply() *api.CheckpointReply {
 // Resume or Release the result.
 func (s *Service) Freeze(ctx context.Context, id string) (*Frozen, error) {
 	if err := CheckSessionID(id); err != nil {
+		return nil, err
+	}
+	// Before anything else answers: even "busy" would tell a tenant that
+	// another's session exists.
+	if err := s.Sessions.Authorize(ctx, id); err != nil {
 		return nil, err
 	}
 	free, err := s.Claim(id)

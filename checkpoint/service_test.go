@@ -17,6 +17,7 @@ import (
 	"github.com/gpuctl/gpuctl/checkpoint/proctest"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/tenant"
 )
 
 // sessions is a one-session table that enforces the state machine's
@@ -26,6 +27,7 @@ type sessions struct {
 	state  string
 	worker Worker
 	last   string
+	owner  string // the session's tenant
 }
 
 func (s *sessions) move(from, to string) error {
@@ -35,6 +37,12 @@ func (s *sessions) move(from, to string) error {
 		return errs.New(errs.FailedPrecondition, "", "cannot go from %s to %s", s.state, to)
 	}
 	s.state = to
+	return nil
+}
+func (s *sessions) Authorize(ctx context.Context, id string) error {
+	if !tenant.FromContext(ctx).Owns(s.owner) {
+		return errs.New(errs.NotFound, errs.Session(id), "no such session on this host")
+	}
 	return nil
 }
 func (s *sessions) Begin(context.Context, string) (Worker, error) {
@@ -62,12 +70,17 @@ func TestCheckpointRoute(t *testing.T) {
 		wantKind  errs.Kind // "" = success
 		wantState string
 		wantAlive bool
+		owner, as string // the session's tenant, the caller's ("": the administrator)
 	}{
 		{name: "leave running", body: api.CheckpointRequest{LeaveRunning: true}, id: id, wantState: "running", wantAlive: true},
 		{name: "release", body: api.CheckpointRequest{}, id: id, wantState: "stopped"},
 		{name: "no body releases", body: nil, id: id, wantState: "stopped"},
 		{name: "unknown field", body: map[string]any{"leave": true}, id: id, wantKind: errs.InvalidArgument, wantState: "running", wantAlive: true},
 		{name: "bad session id", body: api.CheckpointRequest{}, id: "s-1", wantKind: errs.InvalidArgument, wantState: "running", wantAlive: true},
+		{name: "the tenant's own session", body: api.CheckpointRequest{LeaveRunning: true}, id: id, owner: "alice", as: "alice", wantState: "running", wantAlive: true},
+		{name: "another tenant's session is not found", body: api.CheckpointRequest{}, id: id, owner: "alice", as: "bob",
+			wantKind: errs.NotFound, wantState: "running", wantAlive: true},
+		{name: "the administrator checkpoints a tenant's session", body: api.CheckpointRequest{}, id: id, owner: "alice", wantState: "stopped"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -77,13 +90,17 @@ func TestCheckpointRoute(t *testing.T) {
 			var calls []string
 			w := &recWorker{pid: child.Process.Pid, calls: &calls, mu: &sync.Mutex{}}
 			store := &dirStore{root: t.TempDir()}
-			tab := &sessions{state: "running", worker: w, last: "img-prev"}
+			tab := &sessions{state: "running", worker: w, last: "img-prev", owner: c.owner}
 			svc := &Service{Pipeline: &Pipeline{WorkDir: t.TempDir(), Store: store, Reattach: w}, Sessions: tab}
 			mux := http.NewServeMux()
 			svc.Register(mux)
-			srv := httptest.NewServer(control.RequireToken("tok", mux))
+			srv := httptest.NewServer(control.Authenticate(callers{}, nil, mux))
 			defer srv.Close()
-			cl := control.NewClient(strings.TrimPrefix(srv.URL, "http://"), "tok")
+			tok := "tok"
+			if c.as != "" {
+				tok = "tok-" + c.as
+			}
+			cl := control.NewClient(strings.TrimPrefix(srv.URL, "http://"), tok)
 
 			var res api.CheckpointReply
 			var err error
@@ -114,6 +131,9 @@ func TestCheckpointRoute(t *testing.T) {
 			if tab.state != c.wantState {
 				t.Errorf("state %q, want %q", tab.state, c.wantState)
 			}
+			if c.wantKind == errs.NotFound && len(calls) > 0 {
+				t.Errorf("the worker was driven for a caller who may not see it: %v", calls)
+			}
 			if c.wantAlive {
 				h.Counting(child.Process.Pid)
 			} else if err := child.Wait(); err == nil {
@@ -121,6 +141,21 @@ func TestCheckpointRoute(t *testing.T) {
 			}
 		})
 	}
+}
+
+// callers authenticates "tok" as the administrator and "tok-NAME" as
+// tenant NAME.
+type callers struct{}
+
+func (callers) Authenticate(ctx context.Context, tok string) (context.Context, string, bool) {
+	if tok == "tok" {
+		return tenant.NewContext(ctx, tenant.Admin()), "(admin)", true
+	}
+	name, ok := strings.CutPrefix(tok, "tok-")
+	if !ok {
+		return ctx, "", false
+	}
+	return tenant.NewContext(ctx, tenant.Principal{Tenant: name}), name, true
 }
 
 // rawPost posts body as JSON (nothing when nil) with the test token and

@@ -74,6 +74,7 @@ func (t *table) set(id, from, to string) error {
 	t.state[id] = to
 	return nil
 }
+func (t *table) Authorize(context.Context, string) error { return nil }
 func (t *table) Begin(_ context.Context, id string) (checkpoint.Worker, error) {
 	if err := t.set(id, "running|detached|", "quiescing"); err != nil {
 		return nil, err
@@ -98,7 +99,7 @@ func (t *table) Moved(id, addr string) error {
 	return nil
 }
 func (t *table) LastImage(context.Context, string) (string, error) { return "", nil }
-func (t *table) Adopt(_ context.Context, id string, w checkpoint.Worker, _ string) error {
+func (t *table) Adopt(_ context.Context, id string, w checkpoint.Worker, _, _ string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if s := t.state[id]; s != "" && s != "stopped" {

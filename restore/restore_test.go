@@ -221,14 +221,22 @@ func TestRestoreNeedsAnImage(t *testing.T) {
 	}
 }
 
-// adopter records adoptions and refuses a session already live here.
-type adopter struct{ live map[string]bool }
+// adopter records adoptions and their owners, and refuses a session
+// already live here.
+type adopter struct {
+	live   map[string]bool
+	owners map[string]string
+}
 
-func (a *adopter) Adopt(_ context.Context, id string, w checkpoint.Worker, image string) error {
+func (a *adopter) Adopt(_ context.Context, id string, w checkpoint.Worker, image, owner string) error {
 	if a.live[id] {
 		return errs.New(errs.AlreadyExists, errs.Session(id), "already live on this host")
 	}
 	a.live[id] = true
+	if a.owners == nil {
+		a.owners = map[string]string{}
+	}
+	a.owners[id] = owner
 	return nil
 }
 
@@ -244,7 +252,7 @@ func TestRestoreService(t *testing.T) {
 	if err := criu.Dump(ctx, child.Process.Pid, filepath.Join(root, "img-1"), criu.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	store := &dirStore{root: root, metas: map[string]checkpoint.Meta{"img-1": {Session: "s-00000000000b", Nonce: "n-1", Backend: "emulated"}}}
+	store := &dirStore{root: root, metas: map[string]checkpoint.Meta{"img-1": {Session: "s-00000000000b", Nonce: "n-1", Backend: "emulated", Tenant: "alice"}}}
 	ad := &adopter{live: map[string]bool{}}
 	svc := &Service{
 		Restorer: &Restorer{WorkDir: t.TempDir(), Store: store, Reattach: &reattacher{nonce: "n-1"}, Backend: "emulated"},
@@ -278,6 +286,9 @@ func TestRestoreService(t *testing.T) {
 			}
 			if res.Session != "s-00000000000b" || res.Listen != "10.1.0.2:7070" || res.PID <= 0 {
 				t.Errorf("response %+v", res)
+			}
+			if got := ad.owners[res.Session]; got != "alice" {
+				t.Errorf("adopted as %q's session, want the image's tenant alice", got)
 			}
 			h.Counting(res.PID)
 			adopted = append(adopted, res.PID)
