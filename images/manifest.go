@@ -18,6 +18,7 @@ import (
 	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/store"
+	"github.com/gpuctl/gpuctl/tenant"
 )
 
 // ManifestVersion is the manifest format this build writes and reads.
@@ -59,6 +60,11 @@ type Meta struct {
 	AttachNonce string `json:"attach_nonce,omitempty"`
 
 	Labels map[string]string `json:"labels,omitempty"`
+
+	// Tenant owns the image, and the session restored from it (gpud
+	// --tenants); empty for the administrator. An export, an import and
+	// a migration keep it.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // Manifest describes one image completely.
@@ -190,6 +196,11 @@ func (m *Manifest) Validate() error {
 	}
 	if err := ValidID(m.ID); err != nil {
 		return err
+	}
+	if m.Tenant != "" {
+		if err := tenant.ValidName(m.Tenant); err != nil {
+			return errs.Wrap(err, errs.InvalidArgument, subj, "owner")
+		}
 	}
 	if len(m.Files) > maxFiles {
 		return errs.New(errs.InvalidArgument, subj, "%d files, at most %d allowed", len(m.Files), maxFiles)
@@ -325,5 +336,5 @@ func (m *Manifest) info(newBytes int64) api.Image {
 		}
 	}
 	return api.Image{ID: m.ID, Session: m.Session, Parent: m.Parent, Created: m.Created, Host: m.Host, Backend: m.Backend,
-		Bytes: m.Bytes(), NewBytes: newBytes, Files: len(m.Files), Chunks: len(refs), ZeroBytes: zero}
+		Bytes: m.Bytes(), NewBytes: newBytes, Files: len(m.Files), Chunks: len(refs), ZeroBytes: zero, Tenant: m.Tenant}
 }
