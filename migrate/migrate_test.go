@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/checkpoint/proctest"
 	"github.com/gpuctl/gpuctl/control"
@@ -58,6 +59,7 @@ type table struct {
 	state   map[string]string
 	workers map[string]checkpoint.Worker
 	moved   map[string]string
+	deny    bool // Authorize refuses every session
 }
 
 func newTable() *table {
@@ -74,7 +76,12 @@ func (t *table) set(id, from, to string) error {
 	t.state[id] = to
 	return nil
 }
-func (t *table) Authorize(context.Context, string) error { return nil }
+func (t *table) Authorize(_ context.Context, id string) error {
+	if t.deny {
+		return errs.New(errs.NotFound, errs.Session(id), "no such session on this host")
+	}
+	return nil
+}
 func (t *table) Begin(_ context.Context, id string) (checkpoint.Worker, error) {
 	if err := t.set(id, "running|detached|", "quiescing"); err != nil {
 		return nil, err
@@ -186,12 +193,12 @@ func (p *pusher) Push(_ context.Context, image string, _ *control.Client) (PushS
 }
 
 // hostB is a second gpud's API: GET /v1/host and the real restore route.
-func hostB(t *testing.T, store *dirStore, tab *table, reportBackend, restoreBackend, socketNS string, ra checkpoint.Reattacher) string {
+func hostB(t *testing.T, store *dirStore, tab *table, reportBackend, restoreBackend, socketNS string, ra checkpoint.Reattacher, tenants ...api.Tenant) string {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/host", func(w http.ResponseWriter, r *http.Request) {
 		control.WriteJSON(w, map[string]any{"backend": reportBackend, "listen": "127.0.0.1:17070", "socket_ns": socketNS,
-			"gpus": []map[string]any{{"index": 0, "name": "emulated", "uuid": "GPU-b"}}})
+			"gpus": []map[string]any{{"index": 0, "name": "emulated", "uuid": "GPU-b"}}, "tenants": tenants})
 	})
 	svc := &restore.Service{
 		Restorer: &restore.Restorer{WorkDir: t.TempDir(), Store: store, Reattach: ra, Backend: restoreBackend},
@@ -215,7 +222,9 @@ func TestMigrate(t *testing.T) {
 		checkErr       error
 		wantStep       string
 		wantKind       errs.Kind
-		wantCalls      string // on A's worker
+		wantCalls      string       // on A's worker
+		owner          string       // the session's tenant
+		bTenants       []api.Tenant // B's tenants
 	}{
 		{name: "moves", reportBackend: "emulated", restoreBackend: "emulated", wantCalls: "quiesce detach"},
 		{name: "target down", to: "127.0.0.1:1", wantStep: "precheck", wantKind: errs.Unavailable},
@@ -226,6 +235,16 @@ func TestMigrate(t *testing.T) {
 			wantStep: "push", wantKind: errs.ResourceExhausted, wantCalls: "quiesce detach reattach resume"},
 		{name: "target cannot restore", reportBackend: "emulated", restoreBackend: "cuda",
 			wantStep: "restore", wantKind: errs.FailedPrecondition, wantCalls: "quiesce detach reattach resume"},
+		{name: "a tenant's session moves", reportBackend: "emulated", restoreBackend: "emulated", wantCalls: "quiesce detach",
+			owner: "alice", bTenants: []api.Tenant{{Name: "alice", TokenFingerprint: "fp-a"}}},
+		{name: "target does not know the tenant", reportBackend: "emulated", restoreBackend: "emulated", owner: "alice",
+			bTenants: []api.Tenant{{Name: "bob", TokenFingerprint: "fp-b"}}, wantStep: "precheck", wantKind: errs.FailedPrecondition},
+		{name: "target knows the tenant by another token", reportBackend: "emulated", restoreBackend: "emulated", owner: "alice",
+			bTenants: []api.Tenant{{Name: "alice", TokenFingerprint: "fp-x"}}, wantStep: "precheck", wantKind: errs.FailedPrecondition},
+		{name: "tenant at its session limit on the target", reportBackend: "emulated", restoreBackend: "emulated", owner: "alice",
+			bTenants: []api.Tenant{{Name: "alice", TokenFingerprint: "fp-a", MaxSessions: 1, Sessions: 1}}, wantStep: "precheck", wantKind: errs.ResourceExhausted},
+		{name: "tenant without room for the memory on the target", reportBackend: "emulated", restoreBackend: "emulated", owner: "alice",
+			bTenants: []api.Tenant{{Name: "alice", TokenFingerprint: "fp-a", MaxMemBytes: 3 << 20, MemBytes: 2 << 20}}, wantStep: "precheck", wantKind: errs.ResourceExhausted},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -241,7 +260,7 @@ func TestMigrate(t *testing.T) {
 			to := c.to
 			if to == "" {
 				var bcalls []string // B's reattaches are its own
-				to = hostB(t, storeB, tabB, c.reportBackend, c.restoreBackend, "", procWorker{log: &bcalls, mu: &sync.Mutex{}})
+				to = hostB(t, storeB, tabB, c.reportBackend, c.restoreBackend, "", procWorker{log: &bcalls, mu: &sync.Mutex{}}, c.bTenants...)
 			}
 			svc := &Service{
 				Checkpoint: &checkpoint.Service{
@@ -251,6 +270,9 @@ func TestMigrate(t *testing.T) {
 				Push:    &pusher{from: storeA, to: storeB, fail: c.pushErr},
 				Token:   "tok",
 				Backend: "emulated",
+				SessionTenancy: func(context.Context, string) (Tenancy, error) {
+					return Tenancy{Tenant: c.owner, Fingerprint: "fp-a", AllocBytes: 2 << 20}, nil
+				},
 			}
 			if c.checkErr != nil {
 				svc.CheckTarget = func(h backend.HostInfo) error {
@@ -333,6 +355,14 @@ func TestMigrateBadInput(t *testing.T) {
 		if _, err := svc.Migrate(context.Background(), c.id, c.to); !errs.IsInvalidArgument(err) {
 			t.Errorf("Migrate(%q, %q) = %v, want invalid argument", c.id, c.to, err)
 		}
+	}
+	// A session the caller may not see is not found before anything else
+	// is tried, the target included.
+	deny := newTable()
+	deny.deny = true
+	svc = &Service{Checkpoint: &checkpoint.Service{Sessions: deny}}
+	if _, err := svc.Migrate(context.Background(), "s-0000000000b1", "127.0.0.1:1"); !errs.IsNotFound(err) || checkpoint.FailedStep(err) != "" {
+		t.Errorf("another tenant's session: %v, want not found before any step", err)
 	}
 }
 
