@@ -80,6 +80,7 @@ func (s *Service) Register(mux *http.ServeMux) {
 		if err != nil {
 			return err
 		}
+		control.Note(r.Context(), slog.String("image", res.Image))
 		control.WriteJSON(w, res)
 		return nil
 	}))

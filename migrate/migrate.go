@@ -110,6 +110,7 @@ func (s *Service) Register(mux *http.ServeMux) {
 		if err := control.DecodeJSON(r, &req); err != nil {
 			return err
 		}
+		control.Note(r.Context(), slog.String("to", req.To))
 		res, err := s.Migrate(r.Context(), control.PathID(r), req.To)
 		if err != nil {
 			return err

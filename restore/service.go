@@ -43,6 +43,7 @@ func (s *Service) Register(mux *http.ServeMux) {
 		if err != nil {
 			return err
 		}
+		control.Note(r.Context(), slog.String("session", res.Session))
 		control.WriteJSON(w, res)
 		return nil
 	}))

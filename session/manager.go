@@ -475,6 +475,9 @@ type Info struct {
 	Backend   string
 	WorkerPID int    // 0 when no worker serves the session here
 	Tenant    string // the owner; empty for the administrator
+	// AllocBytes is what the client's allocations hold, as the worker
+	// last reported it: what a tenant's memory limit counts.
+	AllocBytes uint64
 }
 
 // refreshStats asks each live worker for its counters, briefly: a busy
@@ -550,7 +553,7 @@ func (s *Session) info(host string) Info {
 	return Info{
 		ID: s.rec.ID, State: s.rec.State, Host: host, Client: s.rec.Client, Created: s.rec.Created,
 		MemBytes: s.stats.MemInUse, Device: s.rec.Device, Backend: s.rec.Backend, WorkerPID: s.rec.WorkerPID,
-		Tenant: s.rec.Tenant,
+		Tenant: s.rec.Tenant, AllocBytes: s.stats.AllocBytes,
 	}
 }
 

@@ -168,12 +168,15 @@ func (m *Manager) Owner(id string) string {
 // Usage is what one tenant holds on this host.
 type Usage struct {
 	Tenant   string
-	Sessions int    // live sessions
-	MemBytes uint64 // device memory its metered sessions hold
+	Sessions int // live sessions
+	// MemBytes is what its sessions' allocations hold: for a tenant with
+	// a memory limit, what the ledger counts against it.
+	MemBytes uint64
 }
 
-// Usage reports each tenant's live sessions and metered memory, by name;
-// the administrator's sessions are left out.
+// Usage reports each tenant's live sessions and device memory, by name;
+// the administrator's sessions are left out. Figures of sessions not
+// metered are as of the last listing.
 func (m *Manager) Usage() []Usage {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -188,7 +191,11 @@ func (m *Manager) Usage() []Usage {
 			by[s.rec.Tenant] = u
 		}
 		u.Sessions++
-		u.MemBytes += s.held
+		if l, _ := m.limits(s.rec.Tenant); l.MaxMemBytes > 0 {
+			u.MemBytes += s.held
+		} else {
+			u.MemBytes += s.stats.AllocBytes
+		}
 	}
 	out := make([]Usage, 0, len(by))
 	for _, u := range by {

@@ -33,7 +33,7 @@ func (d *daemon) routers() ([]router, error) {
 		d.log.Warn("checkpoints are unavailable until CRIU is installed", "err", err)
 	}
 	work := filepath.Join(d.cfg.stateDir, "work")
-	imgs := imageStore{st: d.store, driver: d.host.DriverVersion}
+	imgs := imageStore{st: d.store, driver: d.host.DriverVersion, owner: d.manager.Owner}
 
 	var (
 		suspender checkpoint.Suspender
@@ -82,6 +82,8 @@ const labelGPUs = "gpuctl.gpus"
 type imageStore struct {
 	st     *store.Store
 	driver string
+	// owner names a session's tenant, which its images belong to.
+	owner func(session string) string
 }
 
 func (s imageStore) Commit(ctx context.Context, dir string, meta checkpoint.Meta) (checkpoint.Stored, error) {
@@ -100,12 +102,20 @@ func (s imageStore) Commit(ctx context.Context, dir string, meta checkpoint.Meta
 	m, stats, err := images.Commit(ctx, s.st, dir, images.Meta{
 		Session: meta.Session, Parent: meta.Parent, Host: meta.Host, Backend: meta.Backend, GPUs: gpus,
 		Driver: driver, CRIU: meta.CRIUVersion, Kernel: meta.Kernel, AttachNonce: meta.Nonce,
-		Labels: map[string]string{labelGPUs: string(full)},
+		Labels: map[string]string{labelGPUs: string(full)}, Tenant: s.ownerOf(meta),
 	})
 	if err != nil {
 		return checkpoint.Stored{}, err
 	}
 	return checkpoint.Stored{Image: m.ID, Bytes: stats.LogicalBytes, StoredBytes: stats.StoredBytes}, nil
+}
+
+// ownerOf is the tenant an image of meta's session belongs to.
+func (s imageStore) ownerOf(meta checkpoint.Meta) string {
+	if meta.Tenant != "" || s.owner == nil {
+		return meta.Tenant
+	}
+	return s.owner(meta.Session)
 }
 
 func (s imageStore) Checkout(ctx context.Context, id, dir string) (checkpoint.Meta, error) {
@@ -125,7 +135,7 @@ func (s imageStore) Checkout(ctx context.Context, id, dir string) (checkpoint.Me
 	}
 	return checkpoint.Meta{
 		Session: m.Session, Parent: m.Parent, Host: m.Host, Backend: m.Backend, Driver: m.Driver, GPUs: gpus,
-		CRIUVersion: m.CRIU, Kernel: m.Kernel, Nonce: m.AttachNonce, Created: m.Created,
+		CRIUVersion: m.CRIU, Kernel: m.Kernel, Nonce: m.AttachNonce, Created: m.Created, Tenant: m.Tenant,
 	}, nil
 }
 
