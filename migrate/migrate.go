@@ -126,11 +126,6 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 	if err := checkpoint.CheckSessionID(id); err != nil {
 		return nil, err
 	}
-	// First, so that a tenant learns nothing of another's session, not
-	// even whether the target is up.
-	if err := s.Checkpoint.Sessions.Authorize(ctx, id); err != nil {
-		return nil, err
-	}
 	if to == "" {
 		return nil, errs.New(errs.InvalidArgument, errs.Session(id), "no target: pass --to HOST:PORT, the target gpud's --api address")
 	}
@@ -261,6 +256,11 @@ func (s *Service) precheck(ctx context.Context, id string, target *control.Clien
 	}
 	if len(hi.GPUs) == 0 {
 		return "", false, errs.New(errs.ResourceExhausted, host, "reports no GPUs to run the session on")
+	}
+	// Before anything that depends on the session: the caller's view of
+	// another tenant's session ends here, as that of a missing one does.
+	if err := s.Checkpoint.Sessions.Authorize(ctx, id); err != nil {
+		return "", false, err
 	}
 	if s.SessionBytes != nil && hi.MemFreeBytes != nil {
 		need, err := s.SessionBytes(ctx, id)

@@ -356,13 +356,26 @@ func TestMigrateBadInput(t *testing.T) {
 			t.Errorf("Migrate(%q, %q) = %v, want invalid argument", c.id, c.to, err)
 		}
 	}
-	// A session the caller may not see is not found before anything else
-	// is tried, the target included.
-	deny := newTable()
-	deny.deny = true
-	svc = &Service{Checkpoint: &checkpoint.Service{Sessions: deny}}
-	if _, err := svc.Migrate(context.Background(), "s-0000000000b1", "127.0.0.1:1"); !errs.IsNotFound(err) || checkpoint.FailedStep(err) != "" {
-		t.Errorf("another tenant's session: %v, want not found before any step", err)
+}
+
+// A session the caller may not see is not found at the precheck, before
+// anything that depends on the session, exactly as a missing one.
+func TestMigrateSessionNotTheCallers(t *testing.T) {
+	tab := newTable()
+	tab.deny = true
+	tab.state["s-0000000000b1"] = "running"
+	to := hostB(t, &dirStore{root: t.TempDir()}, newTable(), "emulated", "emulated", "", nil)
+	svc := &Service{Checkpoint: &checkpoint.Service{Sessions: tab}, Token: "tok", Backend: "emulated",
+		SessionBytes: func(context.Context, string) (uint64, error) {
+			t.Error("the session's memory was looked at")
+			return 0, nil
+		}}
+	_, err := svc.Migrate(context.Background(), "s-0000000000b1", to)
+	if !errs.IsNotFound(err) || checkpoint.FailedStep(err) != "precheck" {
+		t.Errorf("another tenant's session: %v, want not found at the precheck", err)
+	}
+	if s := tab.get("s-0000000000b1"); s != "running" {
+		t.Errorf("the session is %q, want untouched", s)
 	}
 }
 
