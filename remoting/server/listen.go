@@ -1,9 +1,10 @@
 // Package server is gpud's client listener: it accepts connections on
 // --listen, bounds and times the handshake, checks the token, and hands
 // each connection that passed to the session table (package session), as
-// a new session or a client coming back to its own. A refused connection
-// gets at most one Welcome that says why, and nothing it does can touch
-// another session.
+// a new session or a client coming back to its own, with the principal
+// its token names (the administrator or a tenant) in the context. A
+// refused connection gets at most one Welcome that says why, and nothing
+// it does can touch another session.
 package server
 
 import (
