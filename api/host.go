@@ -37,6 +37,27 @@ type Host struct {
 	SocketNS string `json:"socket_ns"`
 	// MemFreeBytes is the served device's memory that no session holds; a
 	// migration target with less free than the session holds is refused
-	// before the session is touched. Nil when the host does not report it.
+	// before the session is touched. Nil when the host does not report it,
+	// and to a tenant, whom it would tell about others' sessions.
 	MemFreeBytes *uint64 `json:"mem_free_bytes"`
+	// Tenants are the host's tenants (gpud --tenants): every one to the
+	// administrator, only itself to a tenant. Sessions then counts the
+	// caller's own sessions only.
+	Tenants []Tenant `json:"tenants,omitempty"`
+}
+
+// Tenant is one tenant of a host, its limits and what it holds there.
+type Tenant struct {
+	Name        string `json:"name"`
+	MaxMemBytes uint64 `json:"max_mem_bytes,omitempty"` // 0: no limit
+	MaxSessions int    `json:"max_sessions,omitempty"`  // 0: no limit
+	Sessions    int    `json:"sessions"`                // live sessions on the host
+	// MemBytes is the device memory its sessions' allocations hold: what
+	// counts against MaxMemBytes.
+	MemBytes uint64 `json:"mem_bytes"`
+	// TokenFingerprint identifies the tenant's token to those who hold
+	// the host token (an HMAC keyed with it): hosts that migrate the
+	// tenant's sessions to each other must report the same. Only the
+	// administrator is told.
+	TokenFingerprint string `json:"token_fingerprint,omitempty"`
 }

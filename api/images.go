@@ -19,6 +19,9 @@ type Image struct {
 	Files     int       `json:"files"`
 	Chunks    int       `json:"chunks"` // distinct non-zero chunks
 	ZeroBytes int64     `json:"zero_bytes"`
+	// Tenant owns the image (gpud --tenants); absent for the
+	// administrator's.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // ImageDetail is the reply to GET /v1/images/{id}: the summary and the

@@ -71,6 +71,13 @@ const (
 	RouteMetrics       = methodGet + " " + MetricsPath
 )
 
+// Routes lists every route above, for those that must cover them all (the
+// audit log names each one's action).
+func Routes() []string {
+	return []string{RouteHost, RouteSessions, RouteSession, RouteCheckpoint, RouteMigrate, RouteImages, RouteImage,
+		RouteRemoveImage, RouteRestore, RouteExport, RouteImport, RouteVerify, RouteGC, RouteMissingChunks, RoutePutChunks, RouteMetrics}
+}
+
 // SessionPath is the path of GET /v1/sessions/{id}.
 func SessionPath(session string) string { return SessionsPath + "/" + segment(session) }
 

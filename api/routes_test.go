@@ -11,7 +11,7 @@ import (
 // The routes are the wire contract: these literals are what clients of
 // every version send, so a change here is a change of API.
 func TestRoutesAreTheContract(t *testing.T) {
-	for got, want := range map[string]string{
+	contract := map[string]string{
 		RouteHost:          "GET /v1/host",
 		RouteSessions:      "GET /v1/sessions",
 		RouteSession:       "GET /v1/sessions/{id}",
@@ -28,18 +28,29 @@ func TestRoutesAreTheContract(t *testing.T) {
 		RouteMissingChunks: "POST /v1/chunks/missing",
 		RoutePutChunks:     "PUT /v1/chunks",
 		RouteMetrics:       "GET /metrics",
-	} {
+	}
+	for got, want := range contract {
 		if got != want {
 			t.Errorf("route %q, want %q", got, want)
 		}
+	}
+	// Routes lists each route once, and all of them.
+	seen := map[string]bool{}
+	for _, r := range Routes() {
+		if _, ok := contract[r]; !ok || seen[r] {
+			t.Errorf("Routes() has %q twice or out of the contract", r)
+		}
+		seen[r] = true
+	}
+	if len(seen) != len(contract) {
+		t.Errorf("Routes() has %d routes, the contract %d", len(seen), len(contract))
 	}
 }
 
 // Every path a client builds reaches its route on a ServeMux that has all
 // of them, with the id unescaped intact, whatever the id holds.
 func TestPathsReachTheirRoutes(t *testing.T) {
-	all := []string{RouteHost, RouteSessions, RouteSession, RouteCheckpoint, RouteMigrate, RouteImages, RouteImage, RouteRemoveImage,
-		RouteRestore, RouteExport, RouteImport, RouteVerify, RouteGC, RouteMissingChunks, RoutePutChunks, RouteMetrics}
+	all := Routes()
 	mux := http.NewServeMux()
 	for _, p := range all {
 		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {

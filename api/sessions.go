@@ -16,6 +16,9 @@ type Session struct {
 	Device    string    `json:"device"`
 	Backend   string    `json:"backend"`
 	WorkerPID int       `json:"worker_pid,omitempty"`
+	// Tenant owns the session (gpud --tenants); absent for the
+	// administrator's.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // CheckpointRequest is the body of POST /v1/sessions/{id}/checkpoint; an

@@ -12,8 +12,8 @@
 //	dump     CRIU dumps the worker, which is left running (frozen in
 //	         detach) so that any later failure can resume it
 //	store    the image directory goes into the store with its images.Meta:
-//	         the session, its previous image, host, backend, GPUs,
-//	         versions and nonce
+//	         the session, its previous image, its tenant, host, backend,
+//	         GPUs, versions and nonce
 //
 // A failure undoes the completed steps in reverse, so the session is
 // running again, and the error names the step and the session (and quotes
@@ -101,6 +101,9 @@ type Request struct {
 	Session string
 	Worker  Worker
 	Parent  string // the session's previous image, if any
+	// Tenant owns the session, and so the image (images.Meta.Tenant);
+	// empty for the administrator.
+	Tenant string
 	// Reattached, when set, is told of the new handle when a rollback
 	// reattached the worker; the old one is then dead.
 	Reattached func(Worker)
@@ -266,7 +269,7 @@ func (p *Pipeline) meta(ctx context.Context, req Request, nonce string) (images.
 	_ = syscall.Uname(&uts)
 	return images.Meta{
 		Session: req.Session, Parent: req.Parent, Host: p.Host, Backend: p.Backend, Driver: p.Driver, GPUs: p.GPUs,
-		CRIU: v.String(), Kernel: utsString(uts.Release[:]), AttachNonce: nonce,
+		CRIU: v.String(), Kernel: utsString(uts.Release[:]), AttachNonce: nonce, Tenant: req.Tenant,
 	}, nil
 }
 

@@ -18,6 +18,10 @@ import (
 // (running|detached -> quiescing -> checkpointing -> ...); a transition
 // the machine refuses is an errs.FailedPrecondition error.
 type Sessions interface {
+	// Authorize returns nil when the caller in ctx may act on session id
+	// (see package tenant), and otherwise the very error a session that
+	// is not here gets, so that a tenant learns nothing of others'.
+	Authorize(ctx context.Context, id string) error
 	// Begin claims a running or detached session for a checkpoint
 	// (-> quiescing) and returns its worker, adapted so that Resume hands
 	// it the client socket gpud kept.
@@ -37,6 +41,9 @@ type Sessions interface {
 	Released(id string) error
 	// LastImage is the session's most recent image on this host, or "".
 	LastImage(ctx context.Context, id string) (string, error)
+	// Owner is the tenant that owns the session, and so its images; ""
+	// for the administrator.
+	Owner(id string) string
 }
 
 // Service checkpoints sessions on request; gpud builds one and registers
@@ -65,6 +72,7 @@ func (s *Service) Register(mux *http.ServeMux) {
 		if err != nil {
 			return err
 		}
+		control.Note(r.Context(), slog.String("image", res.Image))
 		control.WriteJSON(w, res)
 		return nil
 	}))
@@ -130,6 +138,11 @@ func (s *Service) Freeze(ctx context.Context, id string) (*Frozen, error) {
 	if err := ids.CheckSession(id); err != nil {
 		return nil, err
 	}
+	// Before anything else answers: even "busy" would tell a tenant that
+	// another's session exists.
+	if err := s.Sessions.Authorize(ctx, id); err != nil {
+		return nil, err
+	}
 	free, err := s.Claim(id)
 	if err != nil {
 		return nil, err
@@ -144,7 +157,7 @@ func (s *Service) Freeze(ctx context.Context, id string) (*Frozen, error) {
 		return nil, err
 	}
 	cur := w
-	fr, err := s.Pipeline.Checkpoint(ctx, Request{Session: id, Worker: w, Parent: parent,
+	fr, err := s.Pipeline.Checkpoint(ctx, Request{Session: id, Worker: w, Parent: parent, Tenant: s.Sessions.Owner(id),
 		Reattached: func(nw Worker) { cur = nw }})
 	if err != nil {
 		// The pipeline resumed the worker, perhaps through a new handle.

@@ -18,6 +18,7 @@ import (
 	"github.com/gpuctl/gpuctl/checkpoint/proctest"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/tenant"
 )
 
 func TestCheckpointRoute(t *testing.T) {
@@ -30,12 +31,17 @@ func TestCheckpointRoute(t *testing.T) {
 		wantKind  errs.Kind // "" = success
 		wantState string
 		wantAlive bool
+		owner, as string // the session's tenant, the caller's ("": the administrator)
 	}{
 		{name: "leave running", body: api.CheckpointRequest{LeaveRunning: true}, id: id, wantState: "running", wantAlive: true},
 		{name: "release", body: api.CheckpointRequest{}, id: id, wantState: "stopped"},
 		{name: "no body releases", body: nil, id: id, wantState: "stopped"},
 		{name: "unknown field", body: map[string]any{"leave": true}, id: id, wantKind: errs.InvalidArgument, wantState: "running", wantAlive: true},
 		{name: "bad session id", body: api.CheckpointRequest{}, id: "s-1", wantKind: errs.InvalidArgument, wantState: "running", wantAlive: true},
+		{name: "the tenant's own session", body: api.CheckpointRequest{LeaveRunning: true}, id: id, owner: "alice", as: "alice", wantState: "running", wantAlive: true},
+		{name: "another tenant's session is not found", body: api.CheckpointRequest{}, id: id, owner: "alice", as: "bob",
+			wantKind: errs.NotFound, wantState: "running", wantAlive: true},
+		{name: "the administrator checkpoints a tenant's session", body: api.CheckpointRequest{}, id: id, owner: "alice", wantState: "stopped"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -46,15 +52,20 @@ func TestCheckpointRoute(t *testing.T) {
 			store := checkpointtest.NewImages(t)
 			tab := checkpointtest.NewSessions()
 			tab.Add(id, w, "img-prev")
+			tab.Own(id, c.owner)
 			svc := &checkpoint.Service{
 				Pipeline: &checkpoint.Pipeline{WorkDir: t.TempDir(), Store: store, Reattach: &checkpointtest.Reattacher{Calls: w.Calls}},
 				Sessions: tab,
 			}
 			mux := http.NewServeMux()
 			svc.Register(mux)
-			srv := httptest.NewServer(control.RequireToken("tok", mux))
+			srv := httptest.NewServer(control.Authenticate(callers{}, nil, mux))
 			defer srv.Close()
-			cl := control.NewClient(strings.TrimPrefix(srv.URL, "http://"), "tok")
+			tok := "tok"
+			if c.as != "" {
+				tok = "tok-" + c.as
+			}
+			cl := control.NewClient(strings.TrimPrefix(srv.URL, "http://"), tok)
 
 			var res api.CheckpointReply
 			var err error
@@ -81,9 +92,15 @@ func TestCheckpointRoute(t *testing.T) {
 				if store.Last().Parent != "img-prev" {
 					t.Errorf("parent %q, want the session's last image", store.Last().Parent)
 				}
+				if store.Last().Tenant != c.owner {
+					t.Errorf("image of tenant %q, want the session's owner %q", store.Last().Tenant, c.owner)
+				}
 			}
 			if got := tab.State(id); got != c.wantState {
 				t.Errorf("state %q, want %q", got, c.wantState)
+			}
+			if calls := w.Calls.String(); c.wantKind == errs.NotFound && calls != "" {
+				t.Errorf("the worker was driven for a caller who may not see it: %v", calls)
 			}
 			if c.wantAlive {
 				h.Counting(child.Process.Pid)
@@ -92,6 +109,21 @@ func TestCheckpointRoute(t *testing.T) {
 			}
 		})
 	}
+}
+
+// callers authenticates "tok" as the administrator and "tok-NAME" as
+// tenant NAME.
+type callers struct{}
+
+func (callers) Authenticate(ctx context.Context, tok string) (context.Context, string, bool) {
+	if tok == "tok" {
+		return tenant.NewContext(ctx, tenant.Admin()), "(admin)", true
+	}
+	name, ok := strings.CutPrefix(tok, "tok-")
+	if !ok {
+		return ctx, "", false
+	}
+	return tenant.NewContext(ctx, tenant.Principal{Tenant: name}), name, true
 }
 
 // rawPost posts body as JSON (nothing when nil) with the test token and

@@ -32,6 +32,7 @@ var kindStatus = map[errs.Kind]int{
 	errs.FailedPrecondition: http.StatusPreconditionFailed,
 	errs.Unavailable:        http.StatusServiceUnavailable,
 	errs.Unauthenticated:    http.StatusUnauthorized,
+	errs.PermissionDenied:   http.StatusForbidden,
 	errs.ResourceExhausted:  http.StatusInsufficientStorage,
 	errs.DataLoss:           http.StatusUnprocessableEntity,
 	errs.Internal:           http.StatusInternalServerError,
@@ -54,6 +55,9 @@ func WriteJSON(w http.ResponseWriter, v any) {
 // WriteError writes err in the error envelope.
 func WriteError(w http.ResponseWriter, err error) {
 	k := errs.KindOf(err)
+	if aw, ok := w.(interface{ noteKind(errs.Kind) }); ok {
+		aw.noteKind(k)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(StatusOf(k))
 	_ = json.NewEncoder(w).Encode(api.ErrorBody{Kind: k, Error: err.Error()})
@@ -91,7 +95,8 @@ func Handle(h HandlerFunc) http.Handler {
 }
 
 // RequireToken wraps next so that only requests bearing token pass. The
-// comparison is constant-time.
+// comparison is constant-time. gpud itself uses Authenticate, which also
+// knows tenants and writes the audit log.
 func RequireToken(token string, next http.Handler) http.Handler {
 	want := []byte(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

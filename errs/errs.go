@@ -23,6 +23,10 @@ const (
 	ResourceExhausted  Kind = "resource_exhausted"
 	DataLoss           Kind = "data_loss"
 	Internal           Kind = "internal"
+
+	// PermissionDenied: the caller is known but may not do this (a
+	// tenant asking for what only the host's administrator may do).
+	PermissionDenied Kind = "permission_denied"
 )
 
 // Error is a failure of some kind concerning a subject, such as
@@ -88,6 +92,7 @@ func IsAlreadyExists(err error) bool      { return Is(err, AlreadyExists) }
 func IsInvalidArgument(err error) bool    { return Is(err, InvalidArgument) }
 func IsFailedPrecondition(err error) bool { return Is(err, FailedPrecondition) }
 func IsUnavailable(err error) bool        { return Is(err, Unavailable) }
+func IsPermissionDenied(err error) bool   { return Is(err, PermissionDenied) }
 
 // Subject helpers keep the quoting uniform.
 func Session(id string) string { return fmt.Sprintf("session %q", id) }

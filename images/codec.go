@@ -92,20 +92,26 @@ func decodeStrict(js []byte, v any) error {
 const labelV1GPUs = "gpuctl.gpus"
 
 // manifestV1 is a version 1 manifest: the same as version 2 except that
-// each GPU is {model, uuid}. Its GPUs field hides Meta.GPUs when decoding.
+// each GPU is {model, uuid} and there is no owner. Its GPUs field hides
+// Meta.GPUs when decoding, and its Tenant field Meta.Tenant, so that a
+// version 1 manifest naming a tenant is caught rather than taken.
 type manifestV1 struct {
 	Manifest
 	GPUs []struct {
 		Model string `json:"model"`
 		UUID  string `json:"uuid"`
 	} `json:"gpus,omitempty"`
+	Tenant json.RawMessage `json:"tenant,omitempty"`
 }
 
 // upgrade returns the manifest in the current version. The GPUs come from
 // the gpuctl.gpus label when it is there (every gpud that wrote version 1
 // set it), which then leaves the labels; otherwise from models and UUIDs,
-// numbered in order.
+// numbered in order. The image is the administrator's.
 func (v *manifestV1) upgrade() (*Manifest, error) {
+	if v.Tenant != nil {
+		return nil, errs.New(errs.InvalidArgument, errs.Image(v.ID), "manifest version 1 has no tenant field; owned images are version 2")
+	}
 	m := v.Manifest
 	m.Version = ManifestVersion
 	m.GPUs = nil

@@ -38,7 +38,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 	_, m, file, src := exported(t)
 	dst := openStore(t)
 	var last int64
-	got, stats, err := Import(ctx, dst, bytes.NewReader(file), func(done, _ int64) { last = done })
+	got, stats, err := Import(ctx, dst, bytes.NewReader(file), ImportOptions{Progress: func(done, _ int64) { last = done }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameTree(t, src, out)
-	if _, _, err := Import(ctx, dst, bytes.NewReader(file), nil); !errs.IsAlreadyExists(err) || !strings.Contains(err.Error(), "images rm") {
+	if _, _, err := Import(ctx, dst, bytes.NewReader(file), ImportOptions{}); !errs.IsAlreadyExists(err) || !strings.Contains(err.Error(), "images rm") {
 		t.Fatalf("second import: %v", err)
 	}
 }
@@ -158,6 +158,8 @@ func TestImportRefuses(t *testing.T) {
 		{"mode bits", with(func(s *stream) { s.m.Files[0].Mode = 0o4755 | 1<<31 }), "mode"},
 		{"old manifest version", with(func(s *stream) { s.m.Version = 7 }), "manifest version 7"},
 		{"bad id", with(func(s *stream) { s.m.ID = "a/b" }), "not a valid image id"},
+		{"bad owner", with(func(s *stream) { s.m.Tenant = "Not A Tenant" }), `tenant name "Not A Tenant"`},
+		{"unknown owner", with(func(s *stream) { s.m.Tenant = "carol" }), `tenant "carol", which this host does not know`},
 		{"manifest not zstd", with(func(s *stream) { s.rawM = []byte("{}") }), "manifest"},
 		{"no manifest", with(func(s *stream) { s.m = nil }), "does not start with a manifest"},
 		{"chunk not in image", with(func(s *stream) { s.frames = append(s.frames, rawFrame([]byte("stranger"))) }), "not part of the image"},
@@ -174,7 +176,7 @@ func TestImportRefuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := openStore(t)
-			_, _, err := Import(ctx, st, bytes.NewReader(tt.input), nil)
+			_, _, err := Import(ctx, st, bytes.NewReader(tt.input), ImportOptions{})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tt.want)
 			}
@@ -219,7 +221,7 @@ func TestImportRecordHeaders(t *testing.T) {
 			b = append(b, kindImage, recManifest)
 			b = binary.BigEndian.AppendUint32(b, tt.claim)
 			b = append(b, make([]byte, 3<<20)...)
-			_, _, err := Import(context.Background(), openStore(t), bytes.NewReader(b), nil)
+			_, _, err := Import(context.Background(), openStore(t), bytes.NewReader(b), ImportOptions{})
 			if !errs.IsInvalidArgument(err) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v", err)
 			}
@@ -255,7 +257,7 @@ func FuzzImport(f *testing.F) {
 	st := openStore(f)
 	f.Fuzz(func(t *testing.T, in []byte) {
 		ctx := context.Background()
-		m, _, err := Import(ctx, st, bytes.NewReader(in), nil)
+		m, _, err := Import(ctx, st, bytes.NewReader(in), ImportOptions{})
 		if err != nil {
 			if errs.KindOf(err) == errs.Internal || errs.KindOf(err) == errs.Unknown {
 				t.Fatalf("import failed with kind %s: %v", errs.KindOf(err), err)

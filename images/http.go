@@ -18,6 +18,9 @@ import (
 // RouteOptions tune the routes.
 type RouteOptions struct {
 	Logger *slog.Logger // nil: slog.Default()
+	// Known reports whether this host has a tenant of that name; an
+	// import of an image of an unknown tenant is refused. Nil knows none.
+	Known func(tenant string) bool
 }
 
 // detail is the reply to GET /v1/images/{id}: the manifest without the
@@ -61,10 +64,12 @@ func verifyStreaming(w http.ResponseWriter, r *http.Request, st *store.Store, id
 	mu.Lock()
 	defer mu.Unlock()
 	if err != nil {
+		control.NoteError(r.Context(), err)
 		send(api.VerifyEvent{Error: &api.ErrorBody{Kind: errs.KindOf(err), Error: err.Error()}})
 		return nil
 	}
 	if !rep.OK() {
+		control.NoteError(r.Context(), rep.Err())
 		log.Error("verify found damage", "err", rep.Err())
 	}
 	send(api.VerifyEvent{Done: int64(rep.Chunks), Total: int64(rep.Chunks), Report: rep})
@@ -87,7 +92,10 @@ const maxMissingBody = 512 << 20
 //	POST   /v1/chunks/missing      which of these chunks are missing (api.MissingChunksReply)
 //	PUT    /v1/chunks              receive a chunk stream ahead of its manifest (api.PutChunksReply)
 //
-// Authentication is the caller's: gpud wraps the mux in control.RequireToken.
+// Authentication is the caller's: gpud wraps the mux in
+// control.Authenticate, which puts the caller in each request's context.
+// A tenant sees and acts on its own images only (see ops.go); gc and the
+// chunk routes are the administrator's.
 func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 	log := opts.Logger
 	if log == nil {
@@ -149,7 +157,10 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 	})
 	h(api.RouteImport, func(w http.ResponseWriter, r *http.Request) error {
 		start := time.Now()
-		m, stats, err := Import(r.Context(), st, r.Body, nil)
+		m, stats, err := Import(r.Context(), st, r.Body, ImportOptions{Known: opts.Known})
+		if m != nil {
+			control.NoteSubject(r.Context(), "image "+m.ID)
+		}
 		if err != nil {
 			return err
 		}
@@ -167,6 +178,9 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 			if err := control.DecodeJSON(r, &req); err != nil {
 				return err
 			}
+		}
+		if req.ID != "" {
+			control.NoteSubject(r.Context(), "image "+req.ID)
 		}
 		if control.WantsProgress(r) {
 			return verifyStreaming(w, r, st, req.ID, log)

@@ -12,10 +12,25 @@ import (
 
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/store"
+	"github.com/gpuctl/gpuctl/tenant"
 )
 
+// ImportOptions adjust Import.
+type ImportOptions struct {
+	// Progress gets bytes read (total -1: a stream's length is unknown
+	// here); may be nil.
+	Progress store.Progress
+	// Known reports whether this host has a tenant of that name. An image
+	// a tenant owns is imported only where its tenant is known (it could
+	// not be restored elsewhere); nil knows no tenant.
+	Known func(tenant string) bool
+}
+
 // Import reads an image stream (a file Export wrote, or what Push sends),
-// checks all of it, and commits the image, all or nothing. It refuses,
+// checks all of it, and commits the image, all or nothing, keeping its
+// owner. The administrator imports any image, a tenant only its own; an
+// image of a tenant this host does not know (opts.Known) is refused. It
+// refuses,
 // with one error naming the problem: another format version, a manifest
 // that fails Validate (paths with "..", absolute paths, links out of the
 // image, sizes that do not add up or exceed the limits), chunk records
@@ -23,9 +38,8 @@ import (
 // content does not match their digest, records over the size limits
 // (decompression bombs), a truncated stream or one whose trailer does not
 // match, and chunks that are neither in the stream nor in the store.
-// progress gets bytes read (total -1: a stream's length is unknown here).
-func Import(ctx context.Context, st *store.Store, r io.Reader, progress store.Progress) (*Manifest, Stats, error) {
-	m, stats, err := importImage(ctx, st, r, progress)
+func Import(ctx context.Context, st *store.Store, r io.Reader, opts ImportOptions) (*Manifest, Stats, error) {
+	m, stats, err := importImage(ctx, st, r, opts)
 	if err != nil {
 		subj := ""
 		if m != nil {
@@ -58,9 +72,9 @@ func newRecordReader(r io.Reader, progress store.Progress) *recordReader {
 	return rr
 }
 
-func importImage(ctx context.Context, st *store.Store, r io.Reader, progress store.Progress) (*Manifest, Stats, error) {
+func importImage(ctx context.Context, st *store.Store, r io.Reader, opts ImportOptions) (*Manifest, Stats, error) {
 	var stats Stats
-	rr := newRecordReader(r, progress)
+	rr := newRecordReader(r, opts.Progress)
 	defer rr.close()
 	if err := rr.header(kindImage); err != nil {
 		return nil, stats, err
@@ -75,6 +89,9 @@ func importImage(ctx context.Context, st *store.Store, r io.Reader, progress sto
 	m, err := decodeManifest(body)
 	if err != nil {
 		return nil, stats, err
+	}
+	if err := acceptOwner(ctx, m, opts.Known); err != nil {
+		return m, stats, err
 	}
 	if _, _, err := st.GetImage(ctx, m.ID); err == nil {
 		return m, stats, errs.New(errs.AlreadyExists, "", "this host already has the image; remove it first with `gpuctl images rm %s`", m.ID)
@@ -108,6 +125,23 @@ func importImage(ctx context.Context, st *store.Store, r io.Reader, progress sto
 		return m, stats, err
 	}
 	return m, stats, in.Commit(ctx, rec)
+}
+
+// acceptOwner checks that the caller may import an image of m's owner,
+// and that this host knows that owner.
+func acceptOwner(ctx context.Context, m *Manifest, known func(string) bool) error {
+	who := tenant.FromContext(ctx)
+	if !who.Owns(m.Tenant) {
+		owner := "the host's administrator"
+		if m.Tenant != "" {
+			owner = fmt.Sprintf("tenant %q", m.Tenant)
+		}
+		return errs.New(errs.PermissionDenied, "", "the image belongs to %s; a tenant imports only its own images", owner)
+	}
+	if m.Tenant != "" && (known == nil || !known(m.Tenant)) {
+		return errs.New(errs.FailedPrecondition, "", "the image belongs to tenant %q, which this host does not know; add the tenant (with the same token file) to gpud's --tenants file here", m.Tenant)
+	}
+	return nil
 }
 
 // receiveChunks reads chunk records up to and including the trailer,
@@ -241,7 +275,13 @@ func readChunkRecords(ctx context.Context, rr *recordReader, want map[store.Dige
 // like Import does. The chunks stay pending in the store, kept by GC for
 // store.Options.PendingGrace. It returns how many chunks came and the
 // bytes they added.
+//
+// Chunks cross between hosts, under the host token: a tenant may not put
+// chunks into the store, where they could stand in for others' images.
 func PutChunks(ctx context.Context, st *store.Store, r io.Reader) (int, int64, error) {
+	if err := tenant.RequireAdmin(ctx, "the chunk transfer between hosts"); err != nil {
+		return 0, 0, err
+	}
 	rr := newRecordReader(r, nil)
 	defer rr.close()
 	in := st.NewIngest()

@@ -19,6 +19,7 @@ import (
 	"github.com/gpuctl/gpuctl/ids"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/store"
+	"github.com/gpuctl/gpuctl/tenant"
 )
 
 // ManifestVersion is the manifest format this build writes. It reads this
@@ -62,6 +63,11 @@ type Meta struct {
 	// Labels decorate an image; nothing gpuctl needs to restore it lives
 	// here.
 	Labels map[string]string `json:"labels,omitempty"`
+
+	// Tenant owns the image, and the session restored from it (gpud
+	// --tenants); empty for the administrator. An export, an import and
+	// a migration keep it.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // Manifest describes one image completely.
@@ -183,6 +189,11 @@ func (m *Manifest) Validate() error {
 	}
 	if err := ids.CheckImage(m.ID); err != nil {
 		return err
+	}
+	if m.Tenant != "" {
+		if err := tenant.ValidName(m.Tenant); err != nil {
+			return errs.Wrap(err, errs.InvalidArgument, subj, "owner")
+		}
 	}
 	if len(m.Files) > maxFiles {
 		return errs.New(errs.InvalidArgument, subj, "%d files, at most %d allowed", len(m.Files), maxFiles)
@@ -318,5 +329,5 @@ func (m *Manifest) info(newBytes int64) api.Image {
 		}
 	}
 	return api.Image{ID: m.ID, Session: m.Session, Parent: m.Parent, Created: m.Created, Host: m.Host, Backend: m.Backend,
-		Bytes: m.Bytes(), NewBytes: newBytes, Files: len(m.Files), Chunks: len(refs), ZeroBytes: zero}
+		Bytes: m.Bytes(), NewBytes: newBytes, Files: len(m.Files), Chunks: len(refs), ZeroBytes: zero, Tenant: m.Tenant}
 }

@@ -42,7 +42,7 @@ func TestManifestV2Format(t *testing.T) {
 		Version: ManifestVersion,
 		Meta: Meta{ID: "img-1", Session: "s-0123456789ab", Parent: "img-0", Host: "hostA", Backend: "cuda",
 			GPUs: h200[:1], Driver: "580.159.04", CRIU: "4.1.1", Kernel: "6.18.0", AttachNonce: "9c0e",
-			Labels: map[string]string{"team": "x"}},
+			Labels: map[string]string{"team": "x"}, Tenant: "alice"},
 		Created:  time.Date(2026, 11, 30, 3, 10, 0, 0, time.UTC),
 		Chunking: "page-cdc/4096-16384-131072",
 		Files:    []File{{Path: "gpu", Type: TypeDir, Mode: 0o755}},
@@ -53,7 +53,7 @@ func TestManifestV2Format(t *testing.T) {
 	}
 	want := `{"version":2,"id":"img-1","session":"s-0123456789ab","parent":"img-0","host":"hostA","backend":"cuda",` +
 		`"gpus":[{"index":0,"name":"NVIDIA H200","uuid":"GPU-aaaa","memory_bytes":150754820096,"pci_bus_id":"00000000:18:00.0"}],` +
-		`"driver":"580.159.04","criu":"4.1.1","kernel":"6.18.0","attach_nonce":"9c0e","labels":{"team":"x"},` +
+		`"driver":"580.159.04","criu":"4.1.1","kernel":"6.18.0","attach_nonce":"9c0e","labels":{"team":"x"},"tenant":"alice",` +
 		`"created":"2026-11-30T03:10:00Z","chunking":"page-cdc/4096-16384-131072",` +
 		`"files":[{"path":"gpu","type":"dir","mode":493,"size":0}]}`
 	if string(got) != want {
@@ -102,6 +102,10 @@ func TestManifestVersions(t *testing.T) {
 			js: strings.Replace(v1(t, v1GPUs, ""), `"version":1`, `"version":2`, 1), wantErr: `unknown field "model"`},
 		{name: "v1 does not take v2's GPU form",
 			js: v1(t, `[{"name":"NVIDIA H200","uuid":"GPU-aaaa"}]`, ""), wantErr: `unknown field "name"`},
+		{name: "v1 has no tenant",
+			js: v1(t, v1GPUs, `"tenant":"alice",`), wantErr: "manifest version 1 has no tenant field"},
+		{name: "v2 refuses a tenant name that is not one",
+			js: strings.Replace(v1(t, `[]`, `"tenant":"Not A Tenant",`), `"version":1`, `"version":2`, 1), wantErr: `tenant name "Not A Tenant"`},
 		{name: "a later version",
 			js: strings.Replace(v1(t, v1GPUs, ""), `"version":1`, `"version":3`, 1), wantErr: "manifest version 3; this gpud reads versions 1 to 2"},
 	}
@@ -120,7 +124,7 @@ func TestManifestVersions(t *testing.T) {
 			if m.Version != ManifestVersion || !reflect.DeepEqual(m.GPUs, c.wantGPUs) || !reflect.DeepEqual(m.Labels, c.wantLabels) {
 				t.Errorf("version %d GPUs %+v labels %v", m.Version, m.GPUs, m.Labels)
 			}
-			if m.ID != "img-old" || m.Driver != "580.159.04" || m.CRIU != "4.1.1" || m.AttachNonce != "9c0e" || len(m.Files) != 1 {
+			if m.ID != "img-old" || m.Tenant != "" || m.Driver != "580.159.04" || m.CRIU != "4.1.1" || m.AttachNonce != "9c0e" || len(m.Files) != 1 {
 				t.Errorf("other fields lost: %+v", m)
 			}
 		})
@@ -177,7 +181,7 @@ func TestOldImageRestores(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := openStore(t)
-	imp, _, err := Import(ctx, other, &exp, nil)
+	imp, _, err := Import(ctx, other, &exp, ImportOptions{})
 	if err != nil || !reflect.DeepEqual(imp.GPUs, h200) {
 		t.Fatalf("import of the old image's export: %+v, %v", imp, err)
 	}

@@ -8,10 +8,16 @@ import (
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/store"
+	"github.com/gpuctl/gpuctl/tenant"
 )
 
-// Missing returns the digests in ds that st lacks.
+// Missing returns the digests in ds that st lacks. It is the
+// administrator's alone (the host token, which peers migrate with): to a
+// tenant it would tell which content other tenants' images hold.
 func Missing(ctx context.Context, st *store.Store, ds []store.Digest) ([]store.Digest, error) {
+	if err := tenant.RequireAdmin(ctx, "asking the store which chunks it holds"); err != nil {
+		return nil, err
+	}
 	return st.Missing(ctx, ds)
 }
 

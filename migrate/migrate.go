@@ -1,7 +1,9 @@
 // Package migrate moves a live session from this host (A) to another
 // gpud (B) while its client keeps running:
 //
-//	precheck  B answers GET /v1/host, runs the same backend, has GPUs
+//	precheck  B answers GET /v1/host, runs the same backend, has GPUs,
+//	          knows the session's tenant by the same token and has room
+//	          for the session within the tenant's limits
 //	freeze    the checkpoint pipeline on A: quiesce, suspend, detach, dump,
 //	          store; A's worker stays alive, frozen     (undo: resume on A)
 //	migrating the session is marked as being restored elsewhere
@@ -77,11 +79,29 @@ type Service struct {
 	// SessionBytes reports the device memory a session holds, which the
 	// target must have free; nil skips that check.
 	SessionBytes func(ctx context.Context, id string) (uint64, error)
+	// SessionTenancy tells whose a session is; nil treats every session
+	// as the administrator's. The target must know a tenant's session's
+	// owner by the same token (the client reconnects there with it) and
+	// have room for it within the tenant's limits there; the image keeps
+	// its owner on the way.
+	SessionTenancy func(ctx context.Context, id string) (Tenancy, error)
 	// RestoreHere restores an image on this host; it undoes a handover.
 	RestoreHere func(ctx context.Context, image string) error
 	// PrecheckTimeout bounds the target's health check; zero means 3 s.
 	PrecheckTimeout time.Duration
 	Log             *slog.Logger
+}
+
+// Tenancy is what a migration needs to know about a session's owner.
+type Tenancy struct {
+	// Tenant owns the session; empty for the administrator.
+	Tenant string
+	// Fingerprint is the tenant's token fingerprint here (see
+	// api.Tenant.TokenFingerprint).
+	Fingerprint string
+	// AllocBytes is what the session's allocations hold: what counts
+	// against the tenant's memory limit.
+	AllocBytes uint64
 }
 
 // Register adds POST /v1/sessions/{id}/migrate to mux.
@@ -91,6 +111,7 @@ func (s *Service) Register(mux *http.ServeMux) {
 		if err := control.DecodeJSON(r, &req); err != nil {
 			return err
 		}
+		control.Note(r.Context(), slog.String("to", req.To))
 		res, err := s.Migrate(r.Context(), control.PathID(r), req.To)
 		if err != nil {
 			return err
@@ -237,6 +258,11 @@ func (s *Service) precheck(ctx context.Context, id string, target *control.Clien
 	if len(hi.GPUs) == 0 {
 		return "", false, errs.New(errs.ResourceExhausted, host, "reports no GPUs to run the session on")
 	}
+	// Before anything that depends on the session: the caller's view of
+	// another tenant's session ends here, as that of a missing one does.
+	if err := s.Checkpoint.Sessions.Authorize(ctx, id); err != nil {
+		return "", false, err
+	}
 	if s.SessionBytes != nil && hi.MemFreeBytes != nil {
 		need, err := s.SessionBytes(ctx, id)
 		if err != nil {
@@ -252,7 +278,42 @@ func (s *Service) precheck(ctx context.Context, id string, target *control.Clien
 			return "", false, errs.Wrap(err, errs.KindOf(err), host, "cannot run the session")
 		}
 	}
+	if s.SessionTenancy != nil {
+		ten, err := s.SessionTenancy(ctx, id)
+		if err != nil {
+			return "", false, err
+		}
+		if err := checkTenant(ten, id, hi.Tenants); err != nil {
+			return "", false, errs.Wrap(err, errs.KindOf(err), host, "cannot take the session")
+		}
+	}
 	return hi.Listen, s.SocketNS != "" && hi.SocketNS == s.SocketNS, nil
+}
+
+// checkTenant refuses a target that does not know the session's tenant
+// by the same token, or whose limits for it leave no room.
+func checkTenant(ten Tenancy, id string, there []api.Tenant) error {
+	if ten.Tenant == "" {
+		return nil
+	}
+	var t *api.Tenant
+	for i := range there {
+		if there[i].Name == ten.Tenant {
+			t = &there[i]
+		}
+	}
+	switch {
+	case t == nil:
+		return errs.New(errs.FailedPrecondition, "", "it does not know tenant %q, which owns session %s; add the tenant, with the same token file, to gpud's --tenants file there", ten.Tenant, id)
+	case t.TokenFingerprint != ten.Fingerprint:
+		return errs.New(errs.FailedPrecondition, "", "it knows tenant %q by another token, so the session's client could not reconnect there; give both hosts the same token file for the tenant", ten.Tenant)
+	case t.MaxSessions > 0 && t.Sessions >= t.MaxSessions:
+		return errs.New(errs.ResourceExhausted, "", "tenant %q already has %d live session(s) there, its max_sessions", ten.Tenant, t.Sessions)
+	case t.MaxMemBytes > 0 && t.MemBytes+ten.AllocBytes > t.MaxMemBytes:
+		return errs.New(errs.ResourceExhausted, "", "session %s holds %d bytes of device memory and tenant %q has %d of its max_mem_bytes (%d) left there",
+			id, ten.AllocBytes, ten.Tenant, t.MaxMemBytes-min(t.MemBytes, t.MaxMemBytes), t.MaxMemBytes)
+	}
+	return nil
 }
 
 func (s *Service) log() *slog.Logger {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/checkpoint/checkpointtest"
 	"github.com/gpuctl/gpuctl/checkpoint/proctest"
@@ -17,6 +18,7 @@ import (
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/restore"
+	"github.com/gpuctl/gpuctl/tenant"
 )
 
 func TestMain(m *testing.M) { proctest.Main(m) }
@@ -36,12 +38,12 @@ func (p *pusher) Push(_ context.Context, image string, _ *control.Client) (PushS
 }
 
 // hostB is a second gpud's API: GET /v1/host and the real restore route.
-func hostB(t *testing.T, store *checkpointtest.Images, tab *checkpointtest.Sessions, reportBackend, restoreBackend, socketNS string) string {
+func hostB(t *testing.T, store *checkpointtest.Images, tab *checkpointtest.Sessions, reportBackend, restoreBackend, socketNS string, tenants ...api.Tenant) string {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/host", func(w http.ResponseWriter, r *http.Request) {
 		control.WriteJSON(w, map[string]any{"backend": reportBackend, "listen": "127.0.0.1:17070", "socket_ns": socketNS,
-			"gpus": []map[string]any{{"index": 0, "name": "emulated", "uuid": "GPU-b"}}})
+			"gpus": []map[string]any{{"index": 0, "name": "emulated", "uuid": "GPU-b"}}, "tenants": tenants})
 	})
 	svc := &restore.Service{
 		Restorer: &restore.Restorer{WorkDir: t.TempDir(), Store: store, Reattach: &checkpointtest.Reattacher{}, Backend: restoreBackend},
@@ -65,7 +67,9 @@ func TestMigrate(t *testing.T) {
 		checkErr       error
 		wantStep       string
 		wantKind       errs.Kind
-		wantCalls      string // on A's worker
+		wantCalls      string       // on A's worker
+		owner          string       // the session's tenant
+		bTenants       []api.Tenant // B's tenants
 	}{
 		{name: "moves", reportBackend: "emulated", restoreBackend: "emulated", wantCalls: "quiesce detach"},
 		{name: "target down", to: "127.0.0.1:1", wantStep: "precheck", wantKind: errs.Unavailable},
@@ -76,6 +80,16 @@ func TestMigrate(t *testing.T) {
 			wantStep: "push", wantKind: errs.ResourceExhausted, wantCalls: "quiesce detach reattach resume"},
 		{name: "target cannot restore", reportBackend: "emulated", restoreBackend: "cuda",
 			wantStep: "restore", wantKind: errs.FailedPrecondition, wantCalls: "quiesce detach reattach resume"},
+		{name: "a tenant's session moves", reportBackend: "emulated", restoreBackend: "emulated", wantCalls: "quiesce detach",
+			owner: "alice", bTenants: []api.Tenant{{Name: "alice", TokenFingerprint: "fp-a"}}},
+		{name: "target does not know the tenant", reportBackend: "emulated", restoreBackend: "emulated", owner: "alice",
+			bTenants: []api.Tenant{{Name: "bob", TokenFingerprint: "fp-b"}}, wantStep: "precheck", wantKind: errs.FailedPrecondition},
+		{name: "target knows the tenant by another token", reportBackend: "emulated", restoreBackend: "emulated", owner: "alice",
+			bTenants: []api.Tenant{{Name: "alice", TokenFingerprint: "fp-x"}}, wantStep: "precheck", wantKind: errs.FailedPrecondition},
+		{name: "tenant at its session limit on the target", reportBackend: "emulated", restoreBackend: "emulated", owner: "alice",
+			bTenants: []api.Tenant{{Name: "alice", TokenFingerprint: "fp-a", MaxSessions: 1, Sessions: 1}}, wantStep: "precheck", wantKind: errs.ResourceExhausted},
+		{name: "tenant without room for the memory on the target", reportBackend: "emulated", restoreBackend: "emulated", owner: "alice",
+			bTenants: []api.Tenant{{Name: "alice", TokenFingerprint: "fp-a", MaxMemBytes: 3 << 20, MemBytes: 2 << 20}}, wantStep: "precheck", wantKind: errs.ResourceExhausted},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -87,10 +101,11 @@ func TestMigrate(t *testing.T) {
 			w := checkpointtest.Worker{Pid: pid, Calls: calls}
 			tabA, tabB := checkpointtest.NewSessions(), checkpointtest.NewSessions()
 			tabA.Add(id, w, "")
+			tabA.Own(id, c.owner)
 			storeA, storeB := checkpointtest.NewImages(t), checkpointtest.NewImages(t)
 			to := c.to
 			if to == "" {
-				to = hostB(t, storeB, tabB, c.reportBackend, c.restoreBackend, "")
+				to = hostB(t, storeB, tabB, c.reportBackend, c.restoreBackend, "", c.bTenants...)
 			}
 			svc := &Service{
 				Checkpoint: &checkpoint.Service{
@@ -100,6 +115,9 @@ func TestMigrate(t *testing.T) {
 				Push:    &pusher{from: storeA, to: storeB, fail: c.pushErr},
 				Token:   "tok",
 				Backend: "emulated",
+				SessionTenancy: func(context.Context, string) (Tenancy, error) {
+					return Tenancy{Tenant: c.owner, Fingerprint: "fp-a", AllocBytes: 2 << 20}, nil
+				},
 			}
 			if c.checkErr != nil {
 				svc.CheckTarget = func(h backend.HostInfo) error {
@@ -148,6 +166,10 @@ func TestMigrate(t *testing.T) {
 			if tabB.State(id) != "detached" {
 				t.Errorf("B: state %q, want detached (waiting for the client)", tabB.State(id))
 			}
+			// The owner travels with the image and owns the session on B.
+			if m, _ := storeB.Meta(res.Image); m.Tenant != c.owner || tabB.Owner(id) != c.owner {
+				t.Errorf("on B the image is tenant %q's and the session %q's, want %q's", m.Tenant, tabB.Owner(id), c.owner)
+			}
 			if err := child.Wait(); err == nil {
 				t.Error("A's worker exited cleanly; it should have been released (killed)")
 			}
@@ -178,6 +200,29 @@ func TestMigrateBadInput(t *testing.T) {
 		if _, err := svc.Migrate(context.Background(), c.id, c.to); !errs.IsInvalidArgument(err) {
 			t.Errorf("Migrate(%q, %q) = %v, want invalid argument", c.id, c.to, err)
 		}
+	}
+}
+
+// A session the caller may not see is not found at the precheck, before
+// anything that depends on the session, exactly as a missing one.
+func TestMigrateSessionNotTheCallers(t *testing.T) {
+	const id = "s-0000000000b1"
+	tab := checkpointtest.NewSessions()
+	tab.Add(id, checkpointtest.Worker{Pid: 1, Calls: &checkpointtest.Calls{}}, "")
+	tab.Own(id, "alice")
+	to := hostB(t, checkpointtest.NewImages(t), checkpointtest.NewSessions(), "emulated", "emulated", "")
+	svc := &Service{Checkpoint: &checkpoint.Service{Sessions: tab}, Token: "tok", Backend: "emulated",
+		SessionBytes: func(context.Context, string) (uint64, error) {
+			t.Error("the session's memory was looked at")
+			return 0, nil
+		}}
+	asBob := tenant.NewContext(context.Background(), tenant.Principal{Tenant: "bob"})
+	_, err := svc.Migrate(asBob, id, to)
+	if !errs.IsNotFound(err) || checkpoint.FailedStep(err) != "precheck" {
+		t.Errorf("another tenant's session: %v, want not found at the precheck", err)
+	}
+	if s := tab.State(id); s != "running" {
+		t.Errorf("the session is %q, want untouched", s)
 	}
 }
 

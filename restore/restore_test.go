@@ -152,12 +152,13 @@ func TestRestoreService(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := checkpointtest.NewImages(t)
-	if err := store.Put("img-1", dump, images.Meta{Session: "s-00000000000b", AttachNonce: "n-1", Backend: "emulated"}); err != nil {
+	if err := store.Put("img-1", dump, images.Meta{Session: "s-00000000000b", AttachNonce: "n-1", Backend: "emulated", Tenant: "alice"}); err != nil {
 		t.Fatal(err)
 	}
+	tab := checkpointtest.NewSessions()
 	svc := &Service{
 		Restorer: &Restorer{WorkDir: t.TempDir(), Store: store, Reattach: &checkpointtest.Reattacher{Nonce: "n-1"}, Backend: "emulated"},
-		Sessions: checkpointtest.NewSessions(), Listen: "10.1.0.2:7070",
+		Sessions: tab, Listen: "10.1.0.2:7070",
 	}
 	cases := []struct {
 		name, image string
@@ -187,6 +188,9 @@ func TestRestoreService(t *testing.T) {
 			}
 			if res.Session != "s-00000000000b" || res.Listen != "10.1.0.2:7070" || res.PID <= 0 {
 				t.Errorf("response %+v", res)
+			}
+			if got := tab.Owner(res.Session); got != "alice" {
+				t.Errorf("adopted as %q's session, want the image's tenant alice", got)
 			}
 			h.Counting(res.PID)
 			adopted = append(adopted, res.PID)

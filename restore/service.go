@@ -16,9 +16,11 @@ import (
 type Adopter interface {
 	// Adopt registers a restored session, detached and waiting for its
 	// client (which reconnects with the session's id and secret), served
-	// by w. A session with that id already live here is
-	// errs.AlreadyExists.
-	Adopt(ctx context.Context, id string, w checkpoint.Worker, image string) error
+	// by w, and owned by owner (the image's tenant; empty for the
+	// administrator). A session with that id already live here is
+	// errs.AlreadyExists; one its tenant's limits here leave no room for
+	// errs.ResourceExhausted.
+	Adopt(ctx context.Context, id string, w checkpoint.Worker, image, owner string) error
 }
 
 // Service restores images on request; gpud builds one and registers its
@@ -39,6 +41,7 @@ func (s *Service) Register(mux *http.ServeMux) {
 		if err != nil {
 			return err
 		}
+		control.Note(r.Context(), slog.String("session", res.Session))
 		control.WriteJSON(w, res)
 		return nil
 	}))
@@ -53,7 +56,7 @@ func (s *Service) Restore(ctx context.Context, image string) (*api.RestoreReply,
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Sessions.Adopt(ctx, res.Session, res.Worker, image); err != nil {
+	if err := s.Sessions.Adopt(ctx, res.Session, res.Worker, image, res.Meta.Tenant); err != nil {
 		// Nothing may run that no session owns.
 		if kerr := kill(res.PID); kerr != nil {
 			s.log().Error("restored worker left running", "pid", res.PID, "err", kerr)

@@ -13,6 +13,13 @@
 // socket, so that a quiesced session's client only stalls and a worker can
 // be given the socket back.
 //
+// Every session has an owner: the tenant (package tenant) whose token
+// created it, or whose image it was restored from; empty for the
+// administrator. Create and Adopt hold each tenant to its limits
+// (tenancy.go): max_sessions there, and max_mem_bytes through the Manager
+// being the ledger of gpud's quota service, which metered workers ask
+// before they hold more device memory.
+//
 // A Record persists as JSON in Records, one value per session id; gpud
 // keeps them in the sessions bucket of its host store. On start, records
 // of sessions whose worker died with the previous gpud are dropped, and

@@ -18,6 +18,7 @@ import (
 	"github.com/gpuctl/gpuctl/remoting/cu"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
 	"github.com/gpuctl/gpuctl/remoting/worker"
+	"github.com/gpuctl/gpuctl/tenant"
 )
 
 // DefaultGrace is how long a detached session waits for its client.
@@ -34,6 +35,12 @@ type Config struct {
 	Worker worker.Options
 	// Records persists session records; nil keeps them in memory only.
 	Records Records
+	// Tenants are the host's tenants and their limits; nil knows none.
+	Tenants Tenants
+	// QuotaSocket names gpud's quota service (worker.QuotaServer), which
+	// the workers of tenants with a memory limit ask before they hold
+	// more; the Manager is its ledger. Empty: memory is not metered.
+	QuotaSocket string
 	// Reaper reaps adopted (restored) workers; may be nil.
 	Reaper  *worker.Reaper
 	Metrics *Metrics
@@ -48,6 +55,7 @@ type Manager struct {
 
 	mu       sync.Mutex
 	sessions map[string]*Session
+	starting map[string]int // sessions being created, by tenant
 	closed   bool
 	wg       sync.WaitGroup // watchers
 }
@@ -71,6 +79,9 @@ type Session struct {
 	// ending is set when gpud itself ends the worker, so its exit is not
 	// taken for a crash.
 	ending bool
+	// held is the device memory the quota ledger counts for the session:
+	// what its worker was last granted.
+	held uint64
 }
 
 // NewManager returns a manager. Records left by an earlier gpud run are
@@ -87,7 +98,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
-	m := &Manager{cfg: cfg, log: log, rec: records{cfg.Records}, sessions: map[string]*Session{}}
+	m := &Manager{cfg: cfg, log: log, rec: records{cfg.Records}, sessions: map[string]*Session{}, starting: map[string]int{}}
 	recs, err := m.rec.list()
 	if err != nil {
 		return nil, err
@@ -317,8 +328,11 @@ func (m *Manager) workerExited(id string, h *worker.Handle) {
 
 // Create starts a new session for a client that passed the handshake: a
 // fresh id and secret and a new worker serving conn, which the worker
-// greets with them.
+// greets with them. The session belongs to the principal ctx carries
+// (tenant.FromContext); a tenant at its max_sessions is refused with an
+// errs.ResourceExhausted error whose message the client prints.
 func (m *Manager) Create(ctx context.Context, conn *net.TCPConn) (string, error) {
+	owner := tenant.FromContext(ctx).Tenant
 	id, secret, err := newID()
 	if err != nil {
 		return "", errs.Wrap(err, errs.Internal, "", "session id")
@@ -333,25 +347,42 @@ func (m *Manager) Create(ctx context.Context, conn *net.TCPConn) (string, error)
 		m.mu.Unlock()
 		return "", errs.New(errs.Unavailable, "", "gpud is shutting down")
 	}
-	m.wg.Add(1) // shutdown waits for a worker being started
+	limits, err := m.admit(owner)
+	if err != nil {
+		m.mu.Unlock()
+		return "", err
+	}
+	m.starting[owner]++ // counts against max_sessions while it starts
+	m.wg.Add(1)         // shutdown waits for a worker being started
 	m.mu.Unlock()
 	defer m.wg.Done()
+	started := false
+	defer func() {
+		if !started {
+			m.mu.Lock()
+			m.doneStarting(owner)
+			m.mu.Unlock()
+		}
+	}()
 	h, err := startWorker(ctx, opts)
 	if err != nil {
 		return "", err
 	}
 	m.cfg.Metrics.workerStarts.WithLabelValues("start").Inc()
+	h.SetQuota(m.quotaFor(limits))
 	s := &Session{
 		rec: Record{
 			ID: id, SecretHash: hashSecret(secret), State: Running,
 			Client: conn.RemoteAddr().String(), Created: time.Now().UTC(),
-			Backend: opts.Backend, Device: opts.Device, WorkerPID: h.PID(),
+			Backend: opts.Backend, Device: opts.Device, WorkerPID: h.PID(), Tenant: owner,
 		},
 		worker: h,
 		conn:   conn,
 	}
 	m.mu.Lock()
 	m.sessions[id] = s
+	m.doneStarting(owner)
+	started = true
 	m.persist(s)
 	m.mu.Unlock()
 	m.watch(id, h)
@@ -371,10 +402,15 @@ var errUnknown = errs.New(errs.NotFound, "", "no such session on this host")
 // migrated away answers with a *MovedError; one this host does not know,
 // or a wrong secret, with an errs.NotFound error; one that cannot take its
 // client now (in an image, being checkpointed) with errs.Unavailable.
+//
+// The token of the handshake must be the session owner's (or the host
+// token): a tenant's client cannot take over another's session even with
+// its secret, and is answered as for an unknown one.
 func (m *Manager) Resume(ctx context.Context, conn *net.TCPConn, id, secret string) error {
+	who := tenant.FromContext(ctx)
 	m.mu.Lock()
 	s, ok := m.sessions[id]
-	if !ok || subtle.ConstantTimeCompare(hashSecret(secret), s.rec.SecretHash) != 1 {
+	if !ok || subtle.ConstantTimeCompare(hashSecret(secret), s.rec.SecretHash) != 1 || !who.Owns(s.rec.Tenant) {
 		m.mu.Unlock()
 		return errUnknown
 	}
@@ -440,7 +476,11 @@ type Info struct {
 	MemBytes  uint64 // device memory the worker last reported in use
 	Device    string
 	Backend   string
-	WorkerPID int // 0 when no worker serves the session here
+	WorkerPID int    // 0 when no worker serves the session here
+	Tenant    string // the owner; empty for the administrator
+	// AllocBytes is what the client's allocations hold, as the worker
+	// last reported it: what a tenant's memory limit counts.
+	AllocBytes uint64
 }
 
 // refreshStats asks each live worker for its counters, briefly: a busy
@@ -516,6 +556,7 @@ func (s *Session) info(host string) Info {
 	return Info{
 		ID: s.rec.ID, State: s.rec.State, Host: host, Client: s.rec.Client, Created: s.rec.Created,
 		MemBytes: s.stats.MemInUse, Device: s.rec.Device, Backend: s.rec.Backend, WorkerPID: s.rec.WorkerPID,
+		Tenant: s.rec.Tenant, AllocBytes: s.stats.AllocBytes,
 	}
 }
 
@@ -525,7 +566,7 @@ func (m *Manager) Get(id string) (Info, error) {
 	defer m.mu.Unlock()
 	s, ok := m.sessions[id]
 	if !ok {
-		return Info{}, errs.New(errs.NotFound, errs.Session(id), "no such session on this host")
+		return Info{}, errNoSession(id)
 	}
 	return s.info(m.cfg.Host), nil
 }
@@ -537,7 +578,7 @@ func (m *Manager) Transition(id string, to State) error {
 	defer m.mu.Unlock()
 	s, ok := m.sessions[id]
 	if !ok {
-		return errs.New(errs.NotFound, errs.Session(id), "no such session on this host")
+		return errNoSession(id)
 	}
 	return m.setState(s, to)
 }

@@ -47,7 +47,7 @@ func (w *sessionWorker) Handle() *worker.Handle { return w.h }
 func (m *Manager) session(id string) (*Session, error) {
 	s, ok := m.sessions[id]
 	if !ok {
-		return nil, errs.New(errs.NotFound, errs.Session(id), "no such session on this host")
+		return nil, errNoSession(id)
 	}
 	return s, nil
 }
@@ -150,6 +150,7 @@ func (m *Manager) Released(id string) error {
 	s.worker = nil
 	s.rec.WorkerPID = 0
 	s.stats.MemInUse = 0
+	s.held = 0
 	return m.setState(s, Stopped)
 }
 
@@ -193,13 +194,28 @@ func (m *Manager) Reattach(ctx context.Context, pid int, nonce string) (checkpoi
 	if err != nil {
 		return nil, err
 	}
+	// A session of this host (a checkpoint that left it running, or one
+	// that failed) stays metered as it was; a restored one is set up by
+	// Adopt.
+	m.mu.Lock()
+	if s, ok := m.sessions[st.SessionID]; ok {
+		limits, _ := m.limits(s.rec.Tenant)
+		h.SetQuota(m.quotaFor(limits))
+	}
+	m.mu.Unlock()
 	return &sessionWorker{m: m, id: st.SessionID, h: h}, nil
 }
 
 // Adopt registers a restored session, detached and waiting for its client,
 // served by w (from Reattach). The worker is resumed (its backend's
 // in-process hook) without a client; the client's reconnect attaches.
-func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, image string) error {
+//
+// The session belongs to owner, the tenant that owns its image (empty
+// for the administrator). This host must know that tenant, and the
+// session must fit the tenant's limits here (max_sessions, and its
+// allocations within max_mem_bytes); otherwise it is refused before it
+// is registered, and the caller ends the worker.
+func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, image, owner string) error {
 	sw, ok := w.(*sessionWorker)
 	if !ok {
 		return errs.New(errs.Internal, errs.Session(id), "adopt: a worker gpud did not make")
@@ -215,6 +231,14 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 		return errs.New(errs.DataLoss, errs.Session(id), "the restored worker holds no session secret")
 	}
 	m.mu.Lock()
+	limits, err := m.admit(owner)
+	if err == nil {
+		err = m.fits(owner, limits, id, st.AllocBytes)
+	}
+	if err != nil {
+		m.mu.Unlock()
+		return errs.Wrap(err, errs.KindOf(err), errs.Session(id), "cannot run here")
+	}
 	var held *net.TCPConn
 	if old, dup := m.sessions[id]; dup {
 		if old.rec.State != Stopped {
@@ -243,11 +267,14 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 		rec: Record{
 			ID: id, SecretHash: bytes.Clone(st.SecretSHA256), State: state, Created: time.Now().UTC(),
 			Backend: m.cfg.Worker.Backend, Device: m.cfg.Worker.Device, WorkerPID: sw.h.PID(), Image: image,
+			Tenant: owner,
 		},
 		worker: sw.h,
 		conn:   held,
 		stats:  st,
+		held:   st.AllocBytes,
 	}
+	sw.h.SetQuota(m.quotaFor(limits))
 	if held != nil {
 		s.rec.Client = held.RemoteAddr().String()
 	}

@@ -26,6 +26,9 @@ type Record struct {
 	Image string `json:"image,omitempty"`
 	// StoppedAt is when the session's worker here was released.
 	StoppedAt time.Time `json:"stopped_at,omitzero"`
+	// Tenant owns the session: the tenant whose token created it, or
+	// whose image it was restored from; empty for the administrator.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // Records is where session records persist: one opaque value per session

@@ -50,6 +50,13 @@ func (s *Store) ImagesOfSession(ctx context.Context, session string) ([]string, 
 	return out, dbErr(err, "list images of session")
 }
 
+// ImageNotFound is the error for an image the store does not hold. Those
+// who must answer as if an image were missing (one a tenant may not see)
+// return it too, so that the two cannot be told apart.
+func ImageNotFound(id string) error {
+	return errs.New(errs.NotFound, errs.Image(id), "not in this host's store; `gpuctl images ls` lists what is")
+}
+
 // GetImage returns an image's info and manifest as committed.
 func (s *Store) GetImage(ctx context.Context, id string) (info, manifest []byte, err error) {
 	if err := ctx.Err(); err != nil {
@@ -58,7 +65,7 @@ func (s *Store) GetImage(ctx context.Context, id string) (info, manifest []byte,
 	err = s.view(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketImages).Bucket([]byte(id))
 		if b == nil {
-			return errs.New(errs.NotFound, errs.Image(id), "not in this host's store; `gpuctl images ls` lists what is")
+			return ImageNotFound(id)
 		}
 		info, manifest = slices.Clone(b.Get(keyInfo)), slices.Clone(b.Get(keyManifest))
 		return nil
@@ -102,7 +109,7 @@ func (s *Store) DeleteImage(ctx context.Context, id string) error {
 		images, chunks := tx.Bucket(bucketImages), tx.Bucket(bucketChunks)
 		b := images.Bucket([]byte(id))
 		if b == nil {
-			return errs.New(errs.NotFound, errs.Image(id), "not in this host's store; `gpuctl images ls` lists what is")
+			return ImageNotFound(id)
 		}
 		refs, err := splitRefs(id, b.Get(keyRefs))
 		if err != nil {

@@ -10,7 +10,8 @@
 //   - Images: an image store kept as plain directories, with the real
 //     images.Meta;
 //   - Sessions: a session table that enforces the state machine's order
-//     of the calls the services make.
+//     of the calls the services make, and whose sessions may belong to
+//     tenants.
 //
 // The real pieces (CRIU, processes, the pipelines' step runner) stay real;
 // only gpud's own parts are stood in for.
@@ -32,6 +33,7 @@ import (
 	"github.com/gpuctl/gpuctl/ids"
 	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/remoting/backend"
+	"github.com/gpuctl/gpuctl/tenant"
 )
 
 // Calls is the ordered record of the calls the pipelines made on workers
@@ -290,19 +292,24 @@ func copyFiles(from, to string) (int64, error) {
 // enforces the state machine's order: Begin takes a running or detached
 // session to quiescing, Dumped quiescing to checkpointing, Migrating
 // checkpointing to migrating; any other order is errs.FailedPrecondition.
+// A session may belong to a tenant (Own, or the owner Adopt is given);
+// Authorize answers a caller that is not its owner as gpud does, as for
+// a session that is not here.
 type Sessions struct {
 	mu      sync.Mutex
 	state   map[string]string
 	workers map[string]checkpoint.Worker
 	moved   map[string]string
 	last    map[string]string
+	owners  map[string]string
 }
 
 var _ checkpoint.Sessions = (*Sessions)(nil)
 
 // NewSessions returns an empty table.
 func NewSessions() *Sessions {
-	return &Sessions{state: map[string]string{}, workers: map[string]checkpoint.Worker{}, moved: map[string]string{}, last: map[string]string{}}
+	return &Sessions{state: map[string]string{}, workers: map[string]checkpoint.Worker{}, moved: map[string]string{}, last: map[string]string{},
+		owners: map[string]string{}}
 }
 
 // Add registers a running session served by w, whose last image here is
@@ -311,6 +318,32 @@ func (t *Sessions) Add(id string, w checkpoint.Worker, last string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.state[id], t.workers[id], t.last[id] = "running", w, last
+}
+
+// Own makes tenant the owner of session id ("": the administrator).
+func (t *Sessions) Own(id, tenant string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.owners[id] = tenant
+}
+
+// Owner is the tenant that owns session id; "" for the administrator.
+func (t *Sessions) Owner(id string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.owners[id]
+}
+
+// Authorize lets the caller in ctx act on a session it owns (the
+// administrator owns all); any other, and one the table does not have,
+// is errs.NotFound with the same words.
+func (t *Sessions) Authorize(ctx context.Context, id string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.state[id]; ok && tenant.FromContext(ctx).Owns(t.owners[id]) {
+		return nil
+	}
+	return errs.New(errs.NotFound, errs.Session(id), "no such session on this host")
 }
 
 // State is the session's state; "" for a session the table never had.
@@ -381,15 +414,15 @@ func (t *Sessions) LastImage(_ context.Context, id string) (string, error) {
 	return t.last[id], nil
 }
 
-// Adopt registers a restored session, detached and waiting for its client;
-// one already live here is errs.AlreadyExists.
-func (t *Sessions) Adopt(_ context.Context, id string, w checkpoint.Worker, image string) error {
+// Adopt registers a restored session of owner, detached and waiting for
+// its client; one already live here is errs.AlreadyExists.
+func (t *Sessions) Adopt(_ context.Context, id string, w checkpoint.Worker, image, owner string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if s := t.state[id]; s != "" && s != "stopped" {
 		return errs.New(errs.AlreadyExists, errs.Session(id), "already live on this host")
 	}
-	t.state[id], t.workers[id], t.last[id] = "detached", w, image
+	t.state[id], t.workers[id], t.last[id], t.owners[id] = "detached", w, image, owner
 	return nil
 }
 

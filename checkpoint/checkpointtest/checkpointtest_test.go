@@ -2,9 +2,11 @@ package checkpointtest
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/tenant"
 )
 
 // The table refuses calls out of the state machine's order, so the
@@ -16,7 +18,7 @@ func TestSessionsOrder(t *testing.T) {
 	dumped := func(s *Sessions) error { return s.Dumped("s-1") }
 	migrating := func(s *Sessions) error { return s.Migrating("s-1") }
 	released := func(s *Sessions) error { return s.Released("s-1") }
-	adopt := func(s *Sessions) error { return s.Adopt(ctx, "s-1", Worker{Pid: 1}, "img-1") }
+	adopt := func(s *Sessions) error { return s.Adopt(ctx, "s-1", Worker{Pid: 1}, "img-1", "") }
 	cases := []struct {
 		name  string
 		calls []call
@@ -48,5 +50,35 @@ func TestSessionsOrder(t *testing.T) {
 		if got := s.State("s-1"); got != c.want {
 			t.Errorf("%s: state %q, want %q", c.name, got, c.want)
 		}
+	}
+}
+
+// A tenant is let at its own sessions only, and is told of another's
+// what it would be told of one the table does not have.
+func TestSessionsOwners(t *testing.T) {
+	s := NewSessions()
+	s.Add("s-1", Worker{Pid: 1}, "")
+	s.Own("s-1", "alice")
+	as := func(who string) context.Context {
+		if who == "" {
+			return tenant.NewContext(context.Background(), tenant.Admin())
+		}
+		return tenant.NewContext(context.Background(), tenant.Principal{Tenant: who})
+	}
+	missing := s.Authorize(as("alice"), "s-2")
+	if !errs.IsNotFound(missing) {
+		t.Fatalf("a session the table does not have: %v", missing)
+	}
+	for who, ok := range map[string]bool{"alice": true, "": true, "bob": false} {
+		err := s.Authorize(as(who), "s-1")
+		if ok != (err == nil) {
+			t.Errorf("%q at alice's session: %v", who, err)
+		}
+		if !ok && (!errs.IsNotFound(err) || strings.ReplaceAll(err.Error(), "s-1", "s-2") != missing.Error()) {
+			t.Errorf("%q at alice's session: %v; at a missing one: %v", who, err, missing)
+		}
+	}
+	if err := s.Adopt(context.Background(), "s-3", Worker{Pid: 3}, "img-3", "bob"); err != nil || s.Owner("s-3") != "bob" {
+		t.Errorf("adopted session: %v, owner %q", err, s.Owner("s-3"))
 	}
 }

@@ -90,7 +90,7 @@ func exitCode(err error) int {
 		return 3
 	case errs.Unavailable:
 		return 4
-	case errs.Unauthenticated:
+	case errs.Unauthenticated, errs.PermissionDenied:
 		return 5
 	case errs.FailedPrecondition, errs.AlreadyExists:
 		return 6

@@ -38,6 +38,10 @@ func imagesCommand(e *env) *cli.Command {
 	return &cli.Command{
 		Name:  "images",
 		Usage: "list, inspect, remove, export, import, verify and collect a host's checkpoint images",
+		Description: "An image belongs to the tenant whose session it holds (on a host with tenants).\n" +
+			"With a tenant's token, every subcommand sees that tenant's images only; import takes\n" +
+			"only the tenant's own exports and keeps their owner; gc is the administrator's (the\n" +
+			"host token), since it works on the whole store.",
 		Subcommands: []*cli.Command{
 			one("ls", "list the host's images", "", e.imagesList, 0, 0),
 			one("inspect", "show an image's manifest", "ID", e.imagesInspect, 1, 1),
@@ -66,11 +70,23 @@ func (e *env) imagesList(ctx context.Context, cl *control.Client, _ []string, as
 	if e.now != nil {
 		now = e.now()
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSESSION\tAGE\tSIZE\tNEW\tHOST\tPARENT")
+	tenants := false
 	for _, in := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", in.ID, orDash(in.Session), age(now.Sub(in.Created)),
+		tenants = tenants || in.Tenant != ""
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	header := "ID\tSESSION\tAGE\tSIZE\tNEW\tHOST\tPARENT"
+	if tenants {
+		header += "\tTENANT"
+	}
+	fmt.Fprintln(tw, header)
+	for _, in := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s", in.ID, orDash(in.Session), age(now.Sub(in.Created)),
 			humanBytes(uint64(in.Bytes)), humanBytes(uint64(in.NewBytes)), orDash(in.Host), orDash(in.Parent))
+		if tenants {
+			fmt.Fprintf(tw, "\t%s", orDash(in.Tenant))
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }

@@ -52,7 +52,8 @@ func newApp(e *env) *cli.App {
 		HideHelpCommand: true,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "host", Usage: "gpud control API address `HOST:PORT`", EnvVars: []string{"GPUCTL_HOST"}, Value: "127.0.0.1:7071"},
-			&cli.StringFlag{Name: "token-file", Usage: "file holding the host's token", EnvVars: []string{"GPUCTL_TOKEN_FILE"}},
+			&cli.StringFlag{Name: "token-file", Usage: "`FILE` holding the host's token (the administrator's, who sees everything) or a tenant's " +
+				"(who sees and acts on only that tenant's sessions and images)", EnvVars: []string{"GPUCTL_TOKEN_FILE"}},
 		}, tlsFlags()...),
 		Commands: []*cli.Command{
 			sessionsCommand(e),

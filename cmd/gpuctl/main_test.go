@@ -107,8 +107,9 @@ func testEnv(out, errOut *bytes.Buffer) *env {
 
 func TestSessionsAndHost(t *testing.T) {
 	addr, tok := fakeAPI(t, map[string]string{
-		"GET /v1/sessions": `[{"id":"s-0123456789ab","state":"running","host":"a","client":"10.0.0.2:5000","created":"2026-11-30T11:55:00Z","mem_bytes":1048576,"device":"0","backend":"emulated"}]`,
-		"GET /v1/host":     `{"name":"a","backend":"emulated","driver_version":"13.0 (emulated)","listen":"10.0.0.1:7070","version":"dev","sessions":1,"gpus":[{"index":0,"name":"gpuctl emulated device","uuid":"GPU-1","memory_bytes":17179869184}]}`,
+		"GET /v1/sessions": `[{"id":"s-0123456789ab","state":"running","host":"a","client":"10.0.0.2:5000","created":"2026-11-30T11:55:00Z","mem_bytes":1048576,"device":"0","backend":"emulated","tenant":"alice"}]`,
+		"GET /v1/host": `{"name":"a","backend":"emulated","driver_version":"13.0 (emulated)","listen":"10.0.0.1:7070","version":"dev","sessions":1,"gpus":[{"index":0,"name":"gpuctl emulated device","uuid":"GPU-1","memory_bytes":17179869184}],` +
+			`"tenants":[{"name":"alice","max_sessions":2,"max_mem_bytes":1073741824,"sessions":1,"mem_bytes":1048576},{"name":"bob","sessions":0,"mem_bytes":0}]}`,
 	})
 	for _, tc := range []struct {
 		name     string
@@ -116,9 +117,9 @@ func TestSessionsAndHost(t *testing.T) {
 		code     int
 		contains []string
 	}{
-		{"sessions table", []string{"sessions"}, 0, []string{"s-0123456789ab", "running", "10.0.0.2:5000", "5m", "1.0 MiB"}},
+		{"sessions table", []string{"sessions"}, 0, []string{"s-0123456789ab", "running", "10.0.0.2:5000", "5m", "1.0 MiB", "TENANT", "alice"}},
 		{"sessions json", []string{"sessions", "--json"}, 0, []string{`"id": "s-0123456789ab"`, `"state": "running"`, `"host": "a"`}},
-		{"host text", []string{"host"}, 0, []string{"backend emulated", "gpuctl emulated device", "16.0 GiB"}},
+		{"host text", []string{"host"}, 0, []string{"backend emulated", "gpuctl emulated device", "16.0 GiB", "alice", "1 of 2", "1.0 MiB of 1.0 GiB", "bob"}},
 		{"host json", []string{"host", "--json"}, 0, []string{`"backend": "emulated"`}},
 		{"extra argument", []string{"sessions", "bogus"}, 2, nil},
 	} {

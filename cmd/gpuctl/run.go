@@ -22,10 +22,13 @@ func runCommand(e *env) *cli.Command {
 		ArgsUsage: "-- CMD [ARGS...]",
 		Description: "Runs CMD with gpuctl's libcuda.so.1 first on LD_LIBRARY_PATH and GPUCTL_SERVER and the\n" +
 			"token in its environment, so every CUDA driver call goes to the gpud at --server.\n" +
+			"With a tenant's token the session is the tenant's: it counts against the tenant's\n" +
+			"max_sessions (past it, gpud refuses the session with one line) and its allocations\n" +
+			"against max_mem_bytes (past it, they fail with CUDA_ERROR_OUT_OF_MEMORY).\n" +
 			"gpuctl exits with CMD's status.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "server", Usage: "gpud --listen address `HOST:PORT`", EnvVars: []string{"GPUCTL_SERVER"}},
-			&cli.StringFlag{Name: "token-file", Usage: "`FILE` holding the host's token (or set GPUCTL_TOKEN)"},
+			&cli.StringFlag{Name: "token-file", Usage: "`FILE` holding the host's token or a tenant's (or set GPUCTL_TOKEN)"},
 		},
 		Action: func(c *cli.Context) error {
 			// run's own --token-file, else the global one (which also reads

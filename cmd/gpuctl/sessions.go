@@ -16,7 +16,9 @@ func sessionsCommand(e *env) *cli.Command {
 		Name:  "sessions",
 		Usage: "list the sessions on a host",
 		Description: "Lists the host's sessions: id, state (running, detached, quiescing, checkpointing,\n" +
-			"migrating, stopped), client address, age, device memory in use and device.",
+			"migrating, stopped), client address, age, device memory in use and device, and the\n" +
+			"tenant that owns each on a host with tenants. With a tenant's token, only that\n" +
+			"tenant's sessions are listed.",
 		Flags: []cli.Flag{jsonFlag},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -43,16 +45,29 @@ func runSessions(ctx context.Context, e *env, cl *control.Client, asJSON bool) e
 		e.printf("no sessions on %s\n", cl.Addr())
 		return nil
 	}
+	// The tenant column only where some session has a tenant.
+	tenants := false
+	for _, s := range list {
+		tenants = tenants || s.Tenant != ""
+	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tCLIENT\tAGE\tMEMORY\tDEVICE")
+	header := "ID\tSTATE\tCLIENT\tAGE\tMEMORY\tDEVICE"
+	if tenants {
+		header += "\tTENANT"
+	}
+	fmt.Fprintln(tw, header)
 	now := e.now()
 	for _, s := range list {
 		client := s.Client
 		if client == "" {
 			client = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s %s\n", s.ID, s.State, client, age(now.Sub(s.Created)),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s %s", s.ID, s.State, client, age(now.Sub(s.Created)),
 			humanBytes(s.MemBytes), s.Backend, s.Device)
+		if tenants {
+			fmt.Fprintf(tw, "\t%s", orDash(s.Tenant))
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }

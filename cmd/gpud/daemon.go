@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,12 +27,14 @@ import (
 	"github.com/gpuctl/gpuctl/remoting/worker"
 	"github.com/gpuctl/gpuctl/session"
 	"github.com/gpuctl/gpuctl/store"
+	"github.com/gpuctl/gpuctl/tenant"
 )
 
 // daemon is everything a running gpud holds.
 type daemon struct {
 	cfg      config
 	log      *slog.Logger
+	audit    *slog.Logger // the audit log: one line per control action
 	token    string
 	host     backend.HostInfo
 	workerOp worker.Options
@@ -47,6 +48,11 @@ type daemon struct {
 	routes   []router    // the concept packages' control routes
 	apiTLS   *tls.Config // --tls-cert/--tls-key; nil serves plain HTTP
 	peerTLS  *tls.Config // --tls-ca; nil calls peers over plain HTTP
+
+	// tenants tells who a token stands for: the host token is the
+	// administrator's; --tenants adds the tenants'.
+	tenants *tenant.Set
+	quota   *worker.QuotaServer // nil without tenants
 }
 
 // run starts gpud and blocks until ctx ends (SIGTERM), then shuts down:
@@ -69,9 +75,21 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 	hopts := &slog.HandlerOptions{Level: cfg.logLevel}
 	log := slog.New(slog.NewMultiHandler(slog.NewTextHandler(logFile, hopts), slog.NewTextHandler(stderr, hopts)))
 
-	d := &daemon{cfg: cfg, log: log, started: time.Now().UTC(), socketNS: migrate.SocketNamespace()}
+	d := &daemon{cfg: cfg, log: log, audit: log.With(slog.String("log", "audit")), started: time.Now().UTC(), socketNS: migrate.SocketNamespace()}
 	if d.token, err = loadToken(cfg); err != nil {
 		return err
+	}
+	d.tenants = tenant.NewSet(d.token)
+	if cfg.tenants != "" {
+		if d.tenants, err = tenant.Load(cfg.tenants, d.token); err != nil {
+			return err
+		}
+		// Workers of tenants with a memory limit ask this before they
+		// hold more.
+		if d.quota, err = worker.ListenQuota(); err != nil {
+			return err
+		}
+		defer d.quota.Close()
 	}
 	// TLS files are read once, here, so that a bad one stops gpud at
 	// startup instead of failing each caller's handshake.
@@ -127,13 +145,27 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 	d.registry = prometheus.NewRegistry()
 	d.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d.metrics = session.NewMetrics(d.registry)
-	d.manager, err = session.NewManager(session.Config{
+	scfg := session.Config{
 		Host: cfg.name, Grace: cfg.grace, Worker: d.workerOp, Records: d.store,
-		Reaper: d.reaper, Metrics: d.metrics, Log: log,
-	})
+		Reaper: d.reaper, Metrics: d.metrics, Log: log, Tenants: d.tenants,
+	}
+	if d.quota != nil {
+		scfg.QuotaSocket = d.quota.Name()
+	}
+	d.manager, err = session.NewManager(scfg)
 	if err != nil {
 		return err
 	}
+	// The quota service answers until the sessions are gone: it stops
+	// after the manager's shutdown, below.
+	qctx, stopQuota := context.WithCancel(context.Background())
+	quotaDone := make(chan struct{})
+	if d.quota != nil {
+		go func() { d.quota.Serve(qctx, d.manager, log); close(quotaDone) }()
+	} else {
+		close(quotaDone)
+	}
+	defer func() { stopQuota(); <-quotaDone }()
 
 	if d.routes, err = d.routers(); err != nil {
 		return err
@@ -159,12 +191,12 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 		}
 		apiDone <- api.Serve(apiLn)
 	}()
-	listener := &server.Listener{Sessions: d.manager, Token: d.token, HandshakeTimeout: cfg.handshakeTimeout,
+	listener := &server.Listener{Sessions: d.manager, Auth: d.tenants, Audit: d.audit, HandshakeTimeout: cfg.handshakeTimeout,
 		Metrics: server.NewMetrics(d.registry), Log: log}
 	clientDone := make(chan error, 1)
 	go func() { clientDone <- listener.Serve(ctx, clientLn) }()
 	log.Info("gpud ready", "listen", clientLn.Addr().String(), "api", apiLn.Addr().String(), "api_tls", d.apiTLS != nil, "peer_tls", d.peerTLS != nil, "backend", name,
-		"gpus", len(d.host.GPUs), "state_dir", cfg.stateDir, "name", cfg.name)
+		"gpus", len(d.host.GPUs), "state_dir", cfg.stateDir, "name", cfg.name, "tenants", d.tenants.Len())
 
 	var runErr error
 	select {
@@ -199,13 +231,14 @@ func waitErr(ch chan error) error {
 }
 
 // loadToken reads --token-file, or DIR/token, creating the latter with a
-// fresh random token (mode 0600) on first start.
+// fresh random token (mode 0600) on first start. A token file that group
+// or others may read is refused (tenant.ReadTokenFile).
 func loadToken(cfg config) (string, error) {
 	path, create := cfg.tokenFile, false
 	if path == "" {
 		path, create = filepath.Join(cfg.stateDir, "token"), true
 	}
-	b, err := os.ReadFile(path)
+	_, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) && create {
 		var raw [32]byte
 		if _, err := rand.Read(raw[:]); err != nil {
@@ -225,12 +258,5 @@ func loadToken(cfg config) (string, error) {
 		}
 		return tok, nil
 	}
-	if err != nil {
-		return "", errs.Wrap(err, errs.InvalidArgument, "", "read token file %s", path)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", errs.New(errs.InvalidArgument, "", "token file %s is empty", path)
-	}
-	return tok, nil
+	return tenant.ReadTokenFile(path, "host token")
 }

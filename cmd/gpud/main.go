@@ -49,6 +49,7 @@ type config struct {
 	listen, api, stateDir string
 	backend               string
 	tokenFile             string
+	tenants               string // --tenants FILE; empty: no tenants
 	name                  string
 	device                string
 	grace                 time.Duration
@@ -71,7 +72,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.api, "api", "", "`HOST:PORT` of the control API (required)")
 	fs.StringVar(&c.stateDir, "state-dir", "", "`DIR` for the token, session records, image store and log (required)")
 	fs.StringVar(&c.backend, "backend", worker.BackendAuto, "device backend: auto, emulated or cuda")
-	fs.StringVar(&c.tokenFile, "token-file", "", "`FILE` holding the host token (default: DIR/token, created if missing)")
+	fs.StringVar(&c.tokenFile, "token-file", "", "`FILE` holding the host token, the administrator's (default: DIR/token, created if missing); mode 0600")
+	fs.StringVar(&c.tenants, "tenants", "", "JSON `FILE` of tenants: [{\"name\", \"token_file\", \"max_mem_bytes\", \"max_sessions\"}]; each token acts as its tenant, seeing only its own sessions and images")
 	fs.StringVar(&c.name, "name", host, "this host's `NAME` in listings and image manifests")
 	fs.StringVar(&c.device, "device", "0", "the GPU sessions use: an ordinal, or a UUID for the cuda backend")
 	fs.DurationVar(&c.grace, "grace", session.DefaultGrace, "how long a session whose client disconnected waits for it")
@@ -84,7 +86,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.tlsCA, "tls-ca", "", "PEM CA bundle `FILE` to verify peers' API certificates with; when set, migrations reach targets over HTTPS")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gpud --listen HOST:PORT --api HOST:PORT --state-dir DIR [--backend auto|emulated|cuda] [--token-file FILE] [--name NAME] [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]")
+		fmt.Fprintln(stderr, "usage: gpud --listen HOST:PORT --api HOST:PORT --state-dir DIR [--backend auto|emulated|cuda] [--token-file FILE] [--tenants FILE] [--name NAME] [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -24,6 +24,7 @@ func TestParseFlags(t *testing.T) {
 		{"bad level", append(base, "--log-level", "loud"), "log-level"},
 		{"tls", append(base, "--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-ca", "ca.pem"), ""},
 		{"tls cert without key", append(base, "--tls-cert", "c.pem"), "--tls-cert and --tls-key go together"},
+		{"tenants", append(base, "--tenants", "/etc/gpud/tenants.json"), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parseFlags(tc.args, io.Discard)
@@ -63,6 +64,17 @@ func TestLoadToken(t *testing.T) {
 	}
 	if _, err := loadToken(config{stateDir: dir, tokenFile: "/nonexistent/token"}); err == nil {
 		t.Fatal("missing --token-file accepted")
+	}
+	// A token others can read is refused, with the file and the fix.
+	open := filepath.Join(t.TempDir(), "open")
+	os.WriteFile(open, []byte("tok\n"), 0o600)
+	os.Chmod(open, 0o644)
+	if _, err := loadToken(config{stateDir: dir, tokenFile: open}); err == nil || !strings.Contains(err.Error(), "run chmod 600 "+open) {
+		t.Fatalf("world-readable --token-file: %v", err)
+	}
+	os.Chmod(filepath.Join(dir, "token"), 0o640)
+	if _, err := loadToken(config{stateDir: dir}); err == nil || !strings.Contains(err.Error(), "chmod 600 "+filepath.Join(dir, "token")) {
+		t.Fatalf("group-readable DIR/token: %v", err)
 	}
 }
 

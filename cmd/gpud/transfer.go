@@ -28,12 +28,20 @@ func (d *daemon) transferRouters(ckpt *checkpoint.Service, rst *restore.Service,
 			}
 			return 0, errs.New(errs.NotFound, errs.Session(id), "no such session on this host")
 		},
+		SessionTenancy: func(ctx context.Context, id string) (migrate.Tenancy, error) {
+			for _, s := range d.manager.List(ctx) {
+				if s.ID == id {
+					return migrate.Tenancy{Tenant: s.Tenant, Fingerprint: d.tenants.Fingerprint(s.Tenant), AllocBytes: s.AllocBytes}, nil
+				}
+			}
+			return migrate.Tenancy{}, errs.New(errs.NotFound, errs.Session(id), "no such session on this host")
+		},
 		RestoreHere: func(ctx context.Context, image string) error {
 			_, err := rst.Restore(ctx, image)
 			return err
 		},
 	}
-	return []router{mig, imageRoutes{st: d.store, opts: images.RouteOptions{Logger: d.log}}}
+	return []router{mig, imageRoutes{st: d.store, opts: images.RouteOptions{Logger: d.log, Known: d.tenants.Known}}}
 }
 
 // imageRoutes registers the image store's routes.

@@ -1,9 +1,10 @@
 // Package server is gpud's client listener: it accepts connections on
 // --listen, bounds and times the handshake, checks the token, and hands
 // each connection that passed to the session table (package session), as
-// a new session or a client coming back to its own. A refused connection
-// gets at most one Welcome that says why, and nothing it does can touch
-// another session.
+// a new session or a client coming back to its own, with the principal
+// its token names (the administrator or a tenant) in the context. A
+// refused connection gets at most one Welcome that says why, and nothing
+// it does can touch another session.
 package server
 
 import (
@@ -19,6 +20,7 @@ import (
 
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/remoting/wire"
+	"github.com/gpuctl/gpuctl/tenant"
 )
 
 // Defaults for the listener's protection against misbehaving peers.
@@ -48,11 +50,24 @@ type Sessions interface {
 // moved is the error a session that migrated away answers a resume with.
 type moved interface{ MovedTo() string }
 
+// Authenticator tells who a client's token stands for: the host's
+// administrator or a tenant. *tenant.Set is gpud's.
+type Authenticator interface {
+	Identify(token string) (who tenant.Principal, ok bool)
+}
+
 // Listener accepts clients on --listen and routes them to sessions.
 type Listener struct {
 	Sessions Sessions
-	// Token is the host token every client must present.
+	// Auth identifies a client by its token; the session table gets the
+	// principal in the context of Create and Resume. Nil: Token is the
+	// one token, the administrator's.
+	Auth  Authenticator
 	Token string
+	// Audit, when set, gets one line per handshake that asks for a
+	// session: tenant, action (session.create, session.resume), subject
+	// and result, as the control API's audit lines.
+	Audit *slog.Logger
 	// HandshakeTimeout and MaxHandshakes default to the constants above.
 	HandshakeTimeout time.Duration
 	MaxHandshakes    int
@@ -125,6 +140,31 @@ func (l *Listener) Serve(ctx context.Context, ln net.Listener) error {
 	}
 }
 
+// identify names the principal a token stands for.
+func (l *Listener) identify(token string) (tenant.Principal, bool) {
+	if l.Auth != nil {
+		return l.Auth.Identify(token)
+	}
+	return tenant.Admin(), subtle.ConstantTimeCompare([]byte(token), []byte(l.Token)) == 1
+}
+
+// audit writes a handshake's audit line.
+func (l *Listener) audit(ctx context.Context, who, action, id, peer, result string) {
+	if l.Audit == nil {
+		return
+	}
+	subject := ""
+	if id != "" {
+		subject = "session " + id
+	}
+	level := slog.LevelInfo
+	if result != "ok" {
+		level = slog.LevelWarn
+	}
+	l.Audit.LogAttrs(ctx, level, "audit", slog.String("tenant", who), slog.String("action", action),
+		slog.String("subject", subject), slog.String("result", result), slog.String("peer", peer))
+}
+
 // handshake reads the Hello under a deadline, authenticates it, and hands
 // the connection to a new or resumed session. Every refusal answers with
 // a Welcome that says why (when the peer got as far as a Hello) and
@@ -159,34 +199,60 @@ func (l *Listener) handshake(ctx context.Context, c *net.TCPConn, timeout time.D
 		log.Info("refused connection", "err", err)
 		return
 	}
-	if subtle.ConstantTimeCompare([]byte(hello.Token), []byte(l.Token)) != 1 {
+	action := "session.create"
+	if hello.Resume() {
+		action = "session.resume"
+	}
+	who, ok := l.identify(hello.Token)
+	if !ok {
 		met.WithLabelValues("bad_token").Inc()
 		log.Warn("refused connection: wrong token")
+		l.audit(ctx, "(none)", action, hello.SessionID, peer, "unauthenticated")
 		_ = wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusBadToken,
-			Message: "wrong token: set GPUCTL_TOKEN or GPUCTL_TOKEN_FILE to the host's token (STATE_DIR/token)"})
+			Message: "wrong token: set GPUCTL_TOKEN or GPUCTL_TOKEN_FILE to the host's token (STATE_DIR/token) or your tenant's"})
 		return
 	}
 	// The worker clears the deadline on its own descriptor; gpud's copy
 	// is only held, so clear ours too.
 	_ = c.SetDeadline(time.Time{})
-	sctx, cancel := context.WithTimeout(ctx, sessionStartTimeout)
+	sctx, cancel := context.WithTimeout(tenant.NewContext(ctx, who), sessionStartTimeout)
 	defer cancel()
 	if !hello.Resume() {
 		id, err := l.Sessions.Create(sctx, c)
 		if err != nil {
-			met.WithLabelValues("start_failed").Inc()
-			log.Error("could not start a session", "err", err)
+			l.audit(ctx, who.String(), action, "", peer, string(errs.KindOf(err)))
+			msg := "gpud could not start a session: " + err.Error()
+			switch errs.KindOf(err) {
+			case errs.ResourceExhausted, errs.FailedPrecondition:
+				// A limit or the configuration, not a failure: the
+				// message says it all, and the client prints it.
+				met.WithLabelValues("refused").Inc()
+				log.Info("refused a session", "tenant", who.String(), "err", err)
+				msg = err.Error()
+			default:
+				met.WithLabelValues("start_failed").Inc()
+				log.Error("could not start a session", "err", err)
+			}
 			_ = c.SetDeadline(time.Now().Add(timeout))
-			_ = wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusRefused, Message: "gpud could not start a session: " + err.Error()})
+			_ = wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusRefused, Message: msg})
 			return
 		}
 		met.WithLabelValues("new").Inc()
-		log.Info("new session", "session", id)
+		log.Info("new session", "session", id, "tenant", who.String())
+		l.audit(ctx, who.String(), action, id, peer, "ok")
 		handedOver = true
 		return
 	}
 	err = l.Sessions.Resume(sctx, c, hello.SessionID, hello.Secret)
 	var mv moved
+	result := "ok"
+	switch {
+	case errors.As(err, &mv):
+		result = "moved"
+	case err != nil:
+		result = string(errs.KindOf(err))
+	}
+	l.audit(ctx, who.String(), action, hello.SessionID, peer, result)
 	switch {
 	case err == nil:
 		met.WithLabelValues("resumed").Inc()

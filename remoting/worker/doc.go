@@ -17,6 +17,11 @@
 // backend without opening a session; Command and SysProcAttr shape any
 // process like a worker.
 //
+// The worker also counts its session's device memory (meter.go) and, for
+// a tenant with a memory limit, asks gpud before it holds more, on a
+// socket of its own (quota.go: the worker's client and gpud's
+// QuotaServer).
+//
 // proto.go is the contract between the halves: one JSON message per
 // SOCK_SEQPACKET packet, with a client socket riding as SCM_RIGHTS on the
 // packet that asks the worker to serve it.

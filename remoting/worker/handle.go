@@ -67,6 +67,7 @@ type Handle struct {
 	modCache *moduleCache
 
 	mu      sync.Mutex
+	quota   string // gpud's quota service, when the session is metered
 	ctrl    *net.UnixConn
 	nextID  uint64
 	pending map[uint64]chan reply
@@ -295,6 +296,21 @@ func withConnFD(conn syscall.Conn, fn func(fd int) error) error {
 	return ferr
 }
 
+// SetQuota meters the session against gpud's quota service of that name
+// (QuotaServer.Name), or stops metering it for "". It takes effect with
+// the next Attach or Resume, when the worker is not serving.
+func (h *Handle) SetQuota(name string) {
+	h.mu.Lock()
+	h.quota = name
+	h.mu.Unlock()
+}
+
+func (h *Handle) quotaName() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.quota
+}
+
 // Attach hands the client's socket to the worker, which serves it.
 // resume=false: a new connection (a new session, or a client that
 // reconnected), which the worker greets with a Welcome carrying welcome's
@@ -302,7 +318,7 @@ func withConnFD(conn syscall.Conn, fn func(fd int) error) error {
 // the worker served before a Quiesce, which needs no greeting.
 func (h *Handle) Attach(ctx context.Context, conn *net.TCPConn, welcome dispatch.WelcomeInfo, resume bool) error {
 	return withConnFD(conn, func(fd int) error {
-		_, err := h.call(ctx, request{Op: opAttach, Welcome: &welcome, Resume: resume, ModuleCache: h.modCache}, fd)
+		_, err := h.call(ctx, request{Op: opAttach, Welcome: &welcome, Resume: resume, ModuleCache: h.modCache, Quota: h.quotaName()}, fd)
 		return err
 	})
 }
@@ -320,12 +336,13 @@ func (h *Handle) Quiesce(ctx context.Context) error {
 // socket gpud kept open while the client stalled). A client that instead
 // reconnected on a new socket is handed over with Attach.
 func (h *Handle) Resume(ctx context.Context, conn *net.TCPConn) error {
+	q := h.quotaName()
 	if conn == nil {
-		_, err := h.call(ctx, request{Op: opResume, ModuleCache: h.modCache}, -1)
+		_, err := h.call(ctx, request{Op: opResume, ModuleCache: h.modCache, Quota: q}, -1)
 		return err
 	}
 	return withConnFD(conn, func(fd int) error {
-		_, err := h.call(ctx, request{Op: opResume, Resume: true, ModuleCache: h.modCache}, fd)
+		_, err := h.call(ctx, request{Op: opResume, Resume: true, ModuleCache: h.modCache, Quota: q}, fd)
 		return err
 	})
 }

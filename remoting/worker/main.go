@@ -85,7 +85,8 @@ func Main(args []string) int {
 		}
 		return 4
 	}
-	w.sess = dispatch.NewSession(w.dev, w.log)
+	w.meter = newMeter(w.dev, w.log)
+	w.sess = dispatch.NewSession(w.meter, w.log)
 	return w.run()
 }
 
@@ -113,8 +114,11 @@ func (t *thread) run(f func()) {
 }
 
 type worker struct {
-	opts   Options
-	dev    backend.Device
+	opts Options
+	dev  backend.Device
+	// meter is dev as the session's calls reach it: it counts device
+	// memory and asks gpud before a metered session holds more.
+	meter  *meter
 	sess   *dispatch.Session
 	log    *slog.Logger
 	thread *thread
@@ -194,11 +198,13 @@ func (w *worker) run() int {
 		switch req.Op {
 		case opAttach:
 			w.useModuleCache(req.ModuleCache)
+			w.meter.configure(req.Quota)
 			err = w.attach(f, req.Welcome, req.Resume)
 		case opQuiesce:
 			r.Seq, err = w.quiesce()
 		case opResume:
 			w.useModuleCache(req.ModuleCache)
+			w.meter.configure(req.Quota)
 			err = w.resume(f)
 		case opStats:
 			r.Stats = w.stats()
@@ -328,9 +334,10 @@ func (w *worker) quiesce() (uint64, error) {
 	if err := w.endServe(); err != nil {
 		w.log.Info("client connection ended during quiesce", "err", err)
 	}
-	// A dump must find no file open, and a module being written to the
-	// cache is one.
+	// A quiesced worker may be dumped next: it must hold no file open (a
+	// module being written to the cache is one) and no socket.
 	w.sess.FlushModuleCache()
+	w.meter.hangUp()
 	var err error
 	if s, ok := w.dev.(backend.Suspender); ok {
 		w.thread.run(func() { err = s.Suspend(context.Background()) })
@@ -352,7 +359,8 @@ func (w *worker) resume(f *os.File) error {
 func (w *worker) stats() *Stats {
 	st := &Stats{Serving: w.serving != nil, Executed: w.sess.ExecutedSeq(),
 		BytesIn: w.bytesIn.Load(), BytesOut: w.bytesOut.Load(),
-		SessionID: w.opts.SessionID, SecretSHA256: w.secretHash}
+		SessionID: w.opts.SessionID, SecretSHA256: w.secretHash, AllocBytes: w.meter.Allocated()}
+	st.MemInUse = st.AllocBytes
 	if m, ok := w.dev.(interface{ MemInUse() uint64 }); ok {
 		st.MemInUse = m.MemInUse()
 	}
@@ -396,7 +404,7 @@ func dialBack(nonce string) (*net.UnixConn, error) {
 // shutdown ends the session and releases the device.
 func (w *worker) shutdown() {
 	_ = w.endServe()
-	w.thread.run(func() { _ = w.dev.Close() })
+	w.thread.run(func() { _ = w.meter.Close() })
 }
 
 // eventHandler forwards the worker's log records to gpud, which writes

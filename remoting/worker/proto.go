@@ -46,6 +46,10 @@ type request struct {
 	// ModuleCache names the host's module cache; it comes with attach
 	// and resume, from whichever host the worker runs on now.
 	ModuleCache *moduleCache `json:"module_cache,omitempty"`
+	// Quota, on attach and resume, names gpud's quota service (see
+	// QuotaAddr) when the session's tenant has a device memory limit;
+	// empty: the session is not metered.
+	Quota string `json:"quota,omitempty"`
 }
 
 // moduleCache is the host's module cache as a worker is told of it.
@@ -72,9 +76,16 @@ type LogRecord struct {
 
 // Stats are a worker's counters.
 type Stats struct {
+	// MemInUse is the device memory the session holds, as its backend
+	// counts it (the emulated device counts module globals too), or
+	// AllocBytes where the backend does not count.
 	MemInUse uint64 `json:"mem_in_use"`
 	Serving  bool   `json:"serving"`
 	Executed uint64 `json:"executed"`
+	// AllocBytes is what the client's allocations hold (cuMemAlloc,
+	// memory pools, VMM; see meter): what a tenant's device memory limit
+	// counts.
+	AllocBytes uint64 `json:"alloc_bytes"`
 	// BytesIn and BytesOut count what the worker read from and wrote to
 	// its clients, over the session's life.
 	BytesIn  uint64 `json:"bytes_in"`

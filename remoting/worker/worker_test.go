@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpuctl/gpuctl/remoting/cu"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
 	"github.com/gpuctl/gpuctl/remoting/worker/testclient"
 )
@@ -256,5 +257,79 @@ func TestNonce(t *testing.T) {
 		if err := checkNonce(tc.nonce); (err == nil) != tc.ok {
 			t.Errorf("checkNonce(%q) = %v", tc.nonce, err)
 		}
+	}
+}
+
+// A metered worker asks gpud's quota service, identified by its PID,
+// before it holds more; it hangs up when quiesced, so that it can be
+// dumped, and dials again once resumed.
+func TestWorkerQuota(t *testing.T) {
+	requireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l := &tenantLedger{limit: 1 << 20}
+	q := serveQuota(t, l)
+
+	h, err := Start(ctx, testOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Kill()
+	pid := h.PID()
+	h.SetQuota(q.Name())
+	srv, cconn := tcpPair(t)
+	defer cconn.Close()
+	defer srv.Close()
+	if err := h.Attach(ctx, srv, dispatch.WelcomeInfo{SessionID: "s-0123456789ab", Secret: "s"}, false); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := testclient.Greeted(cconn, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cl.PrimaryCtxRetain(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.MemAlloc(c, 768<<10); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.holding(pid); got != 768<<10 {
+		t.Fatalf("the ledger holds %d for worker %d, want 768 KiB", got, pid)
+	}
+	if _, err := cl.MemAlloc(c, 512<<10); err != cu.ErrorOutOfMemory {
+		t.Fatalf("allocation past the limit: %v, want CUDA_ERROR_OUT_OF_MEMORY", err)
+	}
+	if free, total, err := cl.MemGetInfo(c); err != nil || free != 256<<10 || total != 1<<20 {
+		t.Fatalf("MemGetInfo: %d free of %d, %v; want 256 KiB of 1 MiB", free, total, err)
+	}
+	if st, err := h.Stats(ctx); err != nil || st.AllocBytes != 768<<10 {
+		t.Fatalf("stats %+v, %v", st, err)
+	}
+
+	if err := h.Quiesce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Detach(ctx, "tq"); err != nil {
+		t.Fatal(err)
+	}
+	checkNoSockets(t, pid)
+	h2, err := Reattach(ctx, pid, "tq", nil, testOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2.SetQuota(q.Name())
+	if err := h2.Resume(ctx, srv); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.MemAlloc(c, 256<<10); err != nil {
+		t.Fatalf("allocation of what is left after a resume: %v", err)
+	}
+	if got := l.holding(pid); got != 1<<20 {
+		t.Fatalf("the ledger holds %d, want 1 MiB", got)
+	}
+	cconn.Close()
+	if err := h2.Exit(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -148,7 +148,7 @@ func run(size int, scratch string) error {
 			_, err := images.Export(ctx, st, m1.ID, pw, nil)
 			pw.CloseWithError(err)
 		}()
-		_, _, err := images.Import(ctx, st2, pr, nil)
+		_, _, err := images.Import(ctx, st2, pr, images.ImportOptions{})
 		_ = pr.CloseWithError(io.ErrClosedPipe)
 		return err
 	})
