@@ -24,6 +24,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <netdb.h>
@@ -911,8 +912,39 @@ static int read_token(void)
 	return 0;
 }
 
+/* With GPUCTL_DEBUG set, a fault in the process prints a native backtrace
+ * before the default action ends it: a crash inside this library (or in
+ * a library that got an answer it did not expect from it) is otherwise
+ * only an exit status. backtrace() and backtrace_symbols_fd() are used
+ * because they write straight to the descriptor without allocating. */
+static void crash_trace(int sig)
+{
+	void *pcs[64];
+	char head[64];
+	int n = snprintf(head, sizeof head, "gpuctl: signal %d; backtrace:\n", sig);
+	if (n > 0 && write(2, head, (size_t)n) < 0)
+		_exit(128 + sig);
+	backtrace_symbols_fd(pcs, backtrace(pcs, 64), 2);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static void debug_crash_handlers(void)
+{
+	static const int sigs[] = { SIGSEGV, SIGFPE, SIGBUS, SIGILL, SIGABRT };
+	void *warm[1];
+	backtrace(warm, 1); /* loads libgcc now, not inside the handler */
+	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+		struct sigaction sa = { .sa_handler = crash_trace, .sa_flags = (int)SA_RESETHAND };
+		sigemptyset(&sa.sa_mask);
+		sigaction(sigs[i], &sa, NULL);
+	}
+}
+
 static void init_once(void)
 {
+	if (getenv("GPUCTL_DEBUG") != NULL)
+		debug_crash_handlers();
 	const char *srv = getenv("GPUCTL_SERVER");
 	if (srv == NULL || *srv == 0) {
 		gc_log("GPUCTL_SERVER is not set; set it to the HOST:PORT of a gpud --listen address");

@@ -1075,6 +1075,36 @@ static CUresult launch_first(struct CUfunc_st *f, int *dev)
 	return CUDA_SUCCESS;
 }
 
+/* func_attr_checked is the function's cached limit attrib, asked of the
+ * server again before a launch that needs more is refused: the limit may
+ * have been raised through another handle of the same kernel (cudart and
+ * the math libraries set it on a CUkernel or on a CUfunction they got from
+ * one, then launch through a third), which this cache does not see. Only
+ * the refusal path pays the round trip. */
+static int64_t func_attr_checked(struct CUfunc_st *f, CUfunction_attribute attrib, uint64_t need)
+{
+	int64_t have = __atomic_load_n(&f->attrs[attrib], __ATOMIC_RELAXED);
+	if ((uint64_t)have >= need)
+		return have;
+	atomic_fetch_and_explicit(&f->attr_known, ~(1u << attrib), memory_order_acq_rel);
+	int v;
+	if (func_get_attr(f, attrib, &v) != CUDA_SUCCESS)
+		return have;
+	return v;
+}
+
+static CUresult launch_refused(struct CUfunc_st *f, CUresult r, const char *why, const unsigned int grid[3],
+			       const unsigned int block[3], unsigned int shared)
+{
+	/* Logged under GPUCTL_DEBUG only, and at most a few times: a program
+	 * probing configurations may be refused on purpose. */
+	static atomic_int logged;
+	if (getenv("GPUCTL_DEBUG") != NULL && atomic_fetch_add(&logged, 1) < 16)
+		gc_log("launch of %s refused (%s): grid %ux%ux%u block %ux%ux%u shared %u", f->name[0] ? f->name : "?", why,
+		       grid[0], grid[1], grid[2], block[0], block[1], block[2], shared);
+	return r;
+}
+
 CUresult gc_launch_check(struct CUfunc_st *f, const unsigned int grid[3], const unsigned int block[3], unsigned int shared)
 {
 	int dev = atomic_load_explicit(&f->launch_dev, memory_order_acquire) - 1, lim[7];
@@ -1085,21 +1115,21 @@ CUresult gc_launch_check(struct CUfunc_st *f, const unsigned int grid[3], const 
 		return r;
 	for (int i = 0; i < 3; i++) {
 		if (grid[i] == 0 || block[i] == 0)
-			return CUDA_ERROR_INVALID_VALUE;
+			return launch_refused(f, CUDA_ERROR_INVALID_VALUE, "zero dimension", grid, block, shared);
 		if (grid[i] > (unsigned)lim[4 + i] || block[i] > (unsigned)lim[1 + i])
-			return CUDA_ERROR_INVALID_VALUE;
+			return launch_refused(f, CUDA_ERROR_INVALID_VALUE, "past the device's grid or block limit", grid, block, shared);
 	}
 	uint64_t threads = (uint64_t)block[0] * block[1] * block[2];
 	if (threads > (uint64_t)(unsigned)lim[0])
-		return CUDA_ERROR_INVALID_VALUE;
+		return launch_refused(f, CUDA_ERROR_INVALID_VALUE, "past the device's threads per block", grid, block, shared);
 	/* The function's own limits: dynamic shared memory beyond what it
 	 * allows (48 KiB less its static memory unless raised with
 	 * cuFuncSetAttribute) is an invalid value; more threads than its
 	 * registers or launch bounds allow is "too many resources requested". */
-	if ((int64_t)shared > (int64_t)__atomic_load_n(&f->attrs[CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES], __ATOMIC_RELAXED))
-		return CUDA_ERROR_INVALID_VALUE;
-	if (threads > (uint64_t)__atomic_load_n(&f->attrs[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK], __ATOMIC_RELAXED))
-		return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+	if ((int64_t)shared > (int64_t)func_attr_checked(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared))
+		return launch_refused(f, CUDA_ERROR_INVALID_VALUE, "past the function's dynamic shared memory", grid, block, shared);
+	if (threads > (uint64_t)func_attr_checked(f, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, threads))
+		return launch_refused(f, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "past the function's threads per block", grid, block, shared);
 	return CUDA_SUCCESS;
 }
 
