@@ -408,7 +408,18 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
 	if (pi == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	CUresult r = gc_ready();
-	return r != CUDA_SUCCESS ? r : gc_dev_attr((int32_t)attrib, dev, pi);
+	if (r == CUDA_SUCCESS)
+		r = gc_dev_attr((int32_t)attrib, dev, pi);
+	/* GPUCTL_DEBUG=2 logs each attribute's first answer, to compare with
+	 * the driver's. */
+	const char *d = getenv("GPUCTL_DEBUG");
+	if (d != NULL && d[0] == '2' && (unsigned)attrib < 256) {
+		static _Atomic uint64_t seen[4];
+		uint64_t bit = 1ull << ((unsigned)attrib % 64);
+		if (!(atomic_fetch_or(&seen[(unsigned)attrib / 64], bit) & bit))
+			gc_log("device attribute %d of %d: %d (result %d)", (int)attrib, (int)dev, r == CUDA_SUCCESS ? *pi : 0, (int)r);
+	}
+	return r;
 }
 
 /* ---- contexts ------------------------------------------------------------ */

@@ -867,11 +867,20 @@ static CUresult occ_inputs(CUfunction fn, struct fneeds *need, struct smlimits *
 	if ((r = func_get_attr(f, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &need->max_threads)) != CUDA_SUCCESS ||
 	    (r = func_get_attr(f, CU_FUNC_ATTRIBUTE_NUM_REGS, &need->regs)) != CUDA_SUCCESS ||
 	    (r = func_get_attr(f, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, &need->smem_static)) != CUDA_SUCCESS ||
-	    (r = func_get_attr(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, &need->max_dyn)) != CUDA_SUCCESS)
+	    (r = func_get_attr(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, &need->max_dyn)) != CUDA_SUCCESS) {
+		const char *d = getenv("GPUCTL_DEBUG");
+		if (d != NULL && d[0] == '2')
+			gc_log("occupancy attributes of %s: error %d", f->name ? f->name : "?", (int)r);
 		return r;
+	}
 	CUdevice dev;
 	r = cuCtxGetDevice_v2(&dev, (CUcontext)(uintptr_t)f->ctx);
-	return r != CUDA_SUCCESS ? r : sm_limits(dev, lim);
+	if (r == CUDA_SUCCESS)
+		r = sm_limits(dev, lim);
+	const char *d = getenv("GPUCTL_DEBUG");
+	if (r != CUDA_SUCCESS && d != NULL && d[0] == '2')
+		gc_log("occupancy inputs of %s: error %d", f->name ? f->name : "?", (int)r);
+	return r;
 }
 
 static int ceil_to(int v, int g) { return g > 0 ? (v + g - 1) / g * g : v; }
@@ -881,7 +890,23 @@ static int ceil_to(int v, int g) { return g > 0 ? (v + g - 1) / g * g : v; }
  * one SM at once, limited by warps, blocks, registers and shared memory.
  * Registers are allocated per warp in units of 256, shared memory per
  * block in units of 128 bytes plus the driver's reserve. */
+static int active_blocks_calc(const struct fneeds *n, const struct smlimits *l, int block_size, size_t dyn);
+
+/* GPUCTL_DEBUG=2 logs every occupancy answer with what it was computed
+ * from, to compare against the driver's. */
 static int active_blocks(const struct fneeds *n, const struct smlimits *l, int block_size, size_t dyn)
+{
+	int v = active_blocks_calc(n, l, block_size, dyn);
+	const char *d = getenv("GPUCTL_DEBUG");
+	if (d != NULL && d[0] == '2')
+		gc_log("occupancy: block %d dyn %zu -> %d (fn: maxthr %d regs %d static %d maxdyn %d; sm: warp %d blocks %d threads %d regs %d/%d smem %d optin %d reserved %d sms %d cc %d)",
+		       block_size, dyn, v, n->max_threads, n->regs, n->smem_static, n->max_dyn, l->warp, l->blocks_sm,
+		       l->threads_sm, l->regs_sm, l->regs_block, (int)l->smem_sm, (int)l->smem_optin, (int)l->smem_reserved,
+		       l->sms, l->cc_major);
+	return v;
+}
+
+static int active_blocks_calc(const struct fneeds *n, const struct smlimits *l, int block_size, size_t dyn)
 {
 	if (block_size <= 0 || block_size > n->max_threads)
 		return 0;
@@ -1100,7 +1125,7 @@ static CUresult launch_refused(struct CUfunc_st *f, CUresult r, const char *why,
 	 * probing configurations may be refused on purpose. */
 	static atomic_int logged;
 	if (getenv("GPUCTL_DEBUG") != NULL && atomic_fetch_add(&logged, 1) < 16)
-		gc_log("launch of %s refused (%s): grid %ux%ux%u block %ux%ux%u shared %u", f->name[0] ? f->name : "?", why,
+		gc_log("launch of %s refused (%s): grid %ux%ux%u block %ux%ux%u shared %u", f->name && f->name[0] ? f->name : "?", why,
 		       grid[0], grid[1], grid[2], block[0], block[1], block[2], shared);
 	return r;
 }
