@@ -247,3 +247,41 @@ func TestRuntimeSurfaceOnCaches(t *testing.T) {
 		}
 	}
 }
+
+// TestLaunchChecksCostNoRoundTrips: the client checks every launch
+// against its device's limits, read from the attribute cache (filled with
+// one DeviceAttributes) also under GPUCTL_NO_CACHE, and the function's,
+// fetched by its first launch; the launches stay asynchronous.
+func TestLaunchChecksCostNoRoundTrips(t *testing.T) {
+	srv := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const n = 300
+	for _, tc := range []struct {
+		name string
+		env  []string
+	}{
+		{"cached", nil},
+		{"uncached", []string{"GPUCTL_NO_CACHE=1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := filepath.Join(t.TempDir(), "stats.json")
+			out, err := cachetest(ctx, t, srv, f, tc.env, "launches", fmt.Sprint(n)).CombinedOutput()
+			if err != nil || !bytes.Contains(out, []byte("PASS launches")) {
+				t.Fatalf("cachetest launches: %v\n%s", err, out)
+			}
+			s := readStats(t, f)
+			for op, want := range map[string]int{"DeviceAttributes": 1, "DeviceAttribute": 0, "FuncGetAttribute": 2, "Launch": 0} {
+				if got := s.RoundTrips[op]; got != want {
+					t.Errorf("%d round trips of %s, want %d", got, op, want)
+				}
+			}
+			if got := s.Async["Launch"]; got != n {
+				t.Errorf("%d launches sent, want %d (the refused one never leaves the client)", got, n)
+			}
+			if s.Total > 25 {
+				t.Errorf("%d round trips for %d launches, want at most 25: %v", s.Total, n, s.RoundTrips)
+			}
+		})
+	}
+}

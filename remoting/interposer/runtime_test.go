@@ -12,14 +12,23 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpuctl/gpuctl/remoting/backend"
+	"github.com/gpuctl/gpuctl/remoting/interposer/testserver"
 )
 
 // rtest runs testdata/rtest.c in one mode against a fresh test server.
 func rtest(t *testing.T, mode string) (stdout, stderr string) {
 	t.Helper()
-	srv := startServer(t)
+	return rtestOn(t, startServer(t), mode)
+}
+
+// rtestOn runs testdata/rtest.c in one mode against srv.
+func rtestOn(t *testing.T, srv *testserver.Server, mode string) (stdout, stderr string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(build(t), "rtest"), mode)
@@ -49,6 +58,50 @@ func TestRuntimeSurface(t *testing.T) {
 	} {
 		if n := strings.Count(stderr, want); n != 1 {
 			t.Errorf("%q logged %d times, want once\nstderr: %s", want, n, stderr)
+		}
+	}
+}
+
+// TestRuntimeClusterLaunches: thread-block cluster and cooperative
+// launches reach the server as such (LaunchEx), with their shape and flag,
+// whether made directly or replayed from a captured graph, and a grid that
+// is not whole clusters never leaves the client.
+func TestRuntimeClusterLaunches(t *testing.T) {
+	var (
+		mu  sync.Mutex
+		got []backend.LaunchConfig
+	)
+	srv, err := testserver.StartWith("127.0.0.1:0", "secret-token", nil, testserver.Options{
+		Clusters: func(c backend.LaunchConfig) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, c)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	rtestOn(t, srv, "clusters")
+	mu.Lock()
+	defer mu.Unlock()
+	want := []struct {
+		cluster [3]uint32
+		coop    bool
+	}{
+		{[3]uint32{2, 1, 1}, false}, // cuLaunchKernelEx
+		{[3]uint32{1, 1, 1}, true},  // cuLaunchCooperativeKernel
+		{[3]uint32{4, 1, 1}, false}, // the captured launch, from each of two graph launches
+		{[3]uint32{4, 1, 1}, false},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("the server received %d cluster or cooperative launches, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		g := got[i]
+		if g.Cluster != w.cluster || g.Cooperative != w.coop || g.Grid != [3]uint32{4, 1, 1} || g.Block != [3]uint32{64, 1, 1} {
+			t.Errorf("launch %d: cluster %v cooperative %v grid %v block %v, want cluster %v cooperative %v grid [4 1 1] block [64 1 1]",
+				i, g.Cluster, g.Cooperative, g.Grid, g.Block, w.cluster, w.coop)
 		}
 	}
 }

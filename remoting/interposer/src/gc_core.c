@@ -96,6 +96,9 @@ static struct {
 	_Atomic uint64_t tail;     /* freed up to */
 	_Atomic uint64_t sent_pub; /* sent, for readers without tx_mu */
 	uint64_t sent;             /* written to the socket up to; tx_mu */
+	/* Handed to the socket up to: published before the write returns,
+	 * because a reply can overtake it (see rx_one). */
+	_Atomic uint64_t wire_end;
 	_Atomic int ack_pending;
 
 	pthread_mutex_t tx_mu;
@@ -365,9 +368,11 @@ static int flush_some(uint64_t limit)
 		if (pos != g.sent) {
 			g.sent = pos;
 			atomic_store(&g.sent_pub, pos);
+			atomic_store(&g.wire_end, pos);
 		}
 		return 0;
 	}
+	atomic_store(&g.wire_end, pos);
 	int fd = atomic_load(&g.fd);
 	struct iovec *v = iov;
 	while (n > 0) {
@@ -568,11 +573,17 @@ static int rx_one(void)
 	}
 
 	/* Find the waiting request. Its record stays in the ring until it is
-	 * marked replied, so the lookup is safe without a lock. */
+	 * marked replied, so the lookup is safe without a lock. The bound is
+	 * what was handed to the socket, not sent_pub: the reply to a request
+	 * can arrive before the thread that wrote it has returned from the
+	 * write and published it as sent (the flusher resending after a
+	 * reconnect while this thread reads, or another thread's request),
+	 * and a reply dropped as a duplicate leaves its caller waiting
+	 * forever. */
 	struct gc_waiter *w = NULL;
 	struct gc_rec *r = NULL;
 	uint64_t pos = seq - 1;
-	if (seq != 0 && pos >= atomic_load(&g.tail) && pos < atomic_load(&g.sent_pub)) {
+	if (seq != 0 && pos >= atomic_load(&g.tail) && pos < atomic_load(&g.wire_end)) {
 		r = rec_at(pos);
 		if (r->seq == seq && r->w != NULL && !r->replied)
 			w = r->w;
@@ -705,6 +716,7 @@ static void reconnect_locked(const char *why, const char *moved)
 				pthread_mutex_unlock(&g.rx_mu);
 				g.sent = atomic_load(&g.tail);
 				atomic_store(&g.sent_pub, g.sent);
+				atomic_store(&g.wire_end, g.sent);
 				atomic_store(&g.ack_pending, 0);
 				atomic_fetch_add(&g.gen, 1);
 				/* Threads waiting in conn_lost for this generation

@@ -1,6 +1,6 @@
 /* Tests of the client's caches, module upload by hash and graph replay,
  * against a gpuctl server; built like ctest.c.
- * Usage: cachetest hot N | sizes | graph N | runtime N */
+ * Usage: cachetest hot N | sizes | graph N | runtime N | launches N */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -317,6 +317,31 @@ static void test_runtime(int n)
 	OK(cuLibraryUnload(lib));
 }
 
+/* launches makes N launches, each checked in the client against the
+ * device's and the kernel's limits, and one refused by the check: the
+ * statistics show what the checks cost. */
+static void test_launches(int n)
+{
+	CUdevice dev;
+	setup(&dev);
+	CUmodule m;
+	CUfunction f;
+	OK(cuModuleLoadData(&m, kernel));
+	OK(cuModuleGetFunction(&f, m, "add"));
+	unsigned cnt = 1024, one = 1;
+	CUdeviceptr p;
+	OK(cuMemAlloc(&p, cnt * 4));
+	OK(cuMemsetD32(p, 0, cnt));
+	void *a[] = { &p, &one, &cnt };
+	for (int i = 0; i < n; i++)
+		OK(cuLaunchKernel(f, cnt / 128, 1, 1, 128, 1, 1, 0, NULL, a, NULL));
+	CHECK(cuLaunchKernel(f, 1, 1, 1, 4096, 1, 1, 0, NULL, a, NULL), CUDA_ERROR_INVALID_VALUE);
+	OK(cuCtxSynchronize());
+	check_sum(p, cnt, (unsigned)n, "checked launches");
+	OK(cuMemFree(p));
+	OK(cuModuleUnload(m));
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "hot";
@@ -328,6 +353,8 @@ int main(int argc, char **argv)
 		test_graph(argc > 2 ? atoi(argv[2]) : 1000);
 	else if (strcmp(mode, "runtime") == 0)
 		test_runtime(argc > 2 ? atoi(argv[2]) : 1000);
+	else if (strcmp(mode, "launches") == 0)
+		test_launches(argc > 2 ? atoi(argv[2]) : 1000);
 	else {
 		fprintf(stderr, "unknown mode %s\n", mode);
 		return 2;

@@ -1,7 +1,7 @@
 /* Client-level test of the runtime-API surface of libcuda.so.1: export
  * tables, cuGetProcAddress versions and flags, libraries and kernels,
  * cached attributes, occupancy, cuLaunchKernelEx and bad input.
- * Usage: rtest surface | integrity | badinput */
+ * Usage: rtest surface | integrity | badinput | clusters */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <dlfcn.h>
@@ -343,6 +343,69 @@ static void test_launch_checks(void)
 	OK(cuCtxDestroy(ctx));
 }
 
+/* Clusters and cooperative launches on a device that supports them (the
+ * test server's Clusters option claims so and reports every such launch
+ * it receives, which the Go test compares): they travel as LaunchEx,
+ * directly and from a captured graph, and run. */
+static void test_clusters(void)
+{
+	enum { N = 256 };
+	CUcontext ctx = setup();
+	CUmodule m;
+	CUfunction f;
+	OK(cuModuleLoadData(&m, ptx));
+	OK(cuModuleGetFunction(&f, m, "twice"));
+	int clusters = 0, coop = 0;
+	OK(cuDeviceGetAttribute(&clusters, CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, 0));
+	OK(cuDeviceGetAttribute(&coop, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 0));
+	EXPECT(clusters == 1 && coop == 1);
+	uint32_t host[N];
+	for (uint32_t i = 0; i < N; i++)
+		host[i] = i;
+	CUdeviceptr d;
+	OK(cuMemAlloc(&d, sizeof host));
+	OK(cuMemcpyHtoD(d, host, sizeof host));
+	unsigned int n = N;
+	void *args[] = { &d, &n };
+
+	CUlaunchAttribute at;
+	memset(&at, 0, sizeof at);
+	at.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+	at.value.clusterDim.x = 2, at.value.clusterDim.y = 1, at.value.clusterDim.z = 1;
+	CUlaunchConfig cfg = { 4, 1, 1, 64, 1, 1, 0, NULL, &at, 1 };
+	OK(cuLaunchKernelEx(&cfg, f, args, NULL)); /* x2 */
+	cfg.gridDimX = 3;			   /* not whole clusters: never sent */
+	CHECK(cuLaunchKernelEx(&cfg, f, args, NULL), CUDA_ERROR_INVALID_CLUSTER_SIZE);
+	cfg.gridDimX = 4;
+	OK(cuLaunchCooperativeKernel(f, 4, 1, 1, 64, 1, 1, 0, NULL, args)); /* x4 */
+
+	/* Captured, the launch keeps its cluster shape, and each launch of
+	 * the graph sends it again. */
+	CUstream s;
+	CUgraph g;
+	CUgraphExec x;
+	OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	cfg.hStream = s;
+	at.value.clusterDim.x = 4;
+	OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+	OK(cuLaunchKernelEx(&cfg, f, args, NULL));
+	OK(cuStreamEndCapture(s, &g));
+	OK(cuGraphInstantiate(&x, g, 0));
+	OK(cuGraphLaunch(x, s));
+	OK(cuGraphLaunch(x, s)); /* x16 */
+	OK(cuStreamSynchronize(s));
+	OK(cuMemcpyDtoH(host, d, sizeof host));
+	int bad = 0;
+	for (uint32_t i = 0; i < N; i++)
+		bad += host[i] != i * 16;
+	EXPECT(bad == 0);
+	OK(cuGraphExecDestroy(x));
+	OK(cuGraphDestroy(g));
+	OK(cuStreamDestroy(s));
+	OK(cuMemFree(d));
+	OK(cuCtxDestroy(ctx));
+}
+
 static void test_procaddr(void)
 {
 	void *fn = NULL, *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
@@ -570,8 +633,10 @@ int main(int argc, char **argv)
 		test_integrity();
 	} else if (strcmp(mode, "badinput") == 0) {
 		test_badinput();
+	} else if (strcmp(mode, "clusters") == 0) {
+		test_clusters();
 	} else {
-		fprintf(stderr, "usage: rtest surface | integrity | badinput\n");
+		fprintf(stderr, "usage: rtest surface | integrity | badinput | clusters\n");
 		return 2;
 	}
 	if (failures > 0) {

@@ -58,6 +58,14 @@ type Options struct {
 	// ModuleCache, when set, is the module cache every session shares,
 	// as gpud's sessions share the host's.
 	ModuleCache dispatch.ModuleCache
+	// Clusters, when set, makes the device report support for
+	// thread-block clusters and cooperative launches, which the emulated
+	// device lacks, so that a test can follow such launches through the
+	// client: each is handed to Clusters, then run as a plain launch. The
+	// interpreter runs blocks independently, which a kernel that neither
+	// shares distributed shared memory nor synchronises its grid cannot
+	// tell apart.
+	Clusters func(backend.LaunchConfig)
 }
 
 // Start listens on addr ("127.0.0.1:0" for any free port) and serves
@@ -210,6 +218,9 @@ func (s *Server) serve(c net.Conn) error {
 		if s.opt.NullLaunch {
 			bd = nullLaunch{dev}
 		}
+		if s.opt.Clusters != nil {
+			bd = clusterLaunch{bd, s.opt.Clusters}
+		}
 		ss.ds = dispatch.NewSession(bd, s.log.With("session", ss.id))
 		if s.opt.ModuleCache != nil {
 			ss.ds.SetModuleCache(s.opt.ModuleCache)
@@ -244,4 +255,33 @@ type nullLaunch struct{ *emulated.Device }
 func (n nullLaunch) Launch(ctx context.Context, c backend.Ctx, f backend.Function, cfg backend.LaunchConfig) error {
 	_, err := n.FuncGetAttribute(ctx, c, f, 0)
 	return err
+}
+
+// CUdevice_attribute values clusterLaunch reports as supported.
+const (
+	attrCooperativeLaunch = 95
+	attrClusterLaunch     = 120
+)
+
+// clusterLaunch is a device that claims cluster and cooperative launch
+// support and shows each such launch to seen before running it plainly.
+type clusterLaunch struct {
+	backend.Device
+	seen func(backend.LaunchConfig)
+}
+
+func (d clusterLaunch) DeviceAttribute(ctx context.Context, attr, dev int32) (int32, error) {
+	v, err := d.Device.DeviceAttribute(ctx, attr, dev)
+	if err == nil && (attr == attrCooperativeLaunch || attr == attrClusterLaunch) {
+		v = 1
+	}
+	return v, err
+}
+
+func (d clusterLaunch) Launch(ctx context.Context, c backend.Ctx, f backend.Function, cfg backend.LaunchConfig) error {
+	if cfg.Clustered() || cfg.Cooperative {
+		d.seen(cfg)
+		cfg.Cluster, cfg.Cooperative = [3]uint32{}, false
+	}
+	return d.Device.Launch(ctx, c, f, cfg)
 }
