@@ -713,7 +713,17 @@ func (c *fcomp) cvt(in *instr, x *inst) {
 	c.nargs(in, 2)
 	x.d = c.dst(a[0])
 	x.a = c.val(a[1], st)
-	x.fn = un(cvtFn(dt, st, in.mods))
+	f := cvtFn(dt, st, in.mods)
+	if dm := c.widthMask(a[0]); dm > dt.mask() {
+		// A result narrower than its register is extended to it: sign
+		// extension for signed types, zero extension (which f's result
+		// already is) for the others.
+		if dt.signed() {
+			g, w := f, dt.bits()
+			f = func(v uint64) uint64 { return sext(g(v), w) & dm }
+		}
+	}
+	x.fn = un(f)
 }
 
 // memSpace reads the state space of a memory instruction.
@@ -800,8 +810,10 @@ func (c *fcomp) ld(in *instr, x *inst) {
 		for _, e := range dstOp.elems {
 			x.vec = append(x.vec, c.dst(e))
 		}
+		x.dmask = c.widthMask(dstOp.elems...)
 	} else {
 		x.d = c.dst(dstOp)
+		x.dmask = c.widthMask(dstOp)
 	}
 	slot, off, ps := c.address(in.args[1], sp)
 	x.a, x.off = slot, off
@@ -821,10 +833,13 @@ func (c *fcomp) ld(in *instr, x *inst) {
 		x.fn = opLdParam
 		return
 	}
+	// The 4-byte fast paths zero-extend: a signed load into a wider
+	// register takes the general path, which sign-extends.
+	zext := !t.signed() || x.dmask == 0xffffffff
 	switch {
-	case sp == spGlobal && x.n == 1 && t.size() == 4:
+	case sp == spGlobal && x.n == 1 && t.size() == 4 && zext:
 		x.fn = opLdGlobal32
-	case sp == spShared && x.n == 1 && t.size() == 4:
+	case sp == spShared && x.n == 1 && t.size() == 4 && zext:
 		x.fn = opLdShared32
 	case sp == spGeneric && x.n == 1 && t.size() == 4:
 		x.fn = opLdGeneric32
@@ -906,6 +921,7 @@ func (c *fcomp) atom(in *instr, x *inst) {
 	}
 	if in.op == "atom" {
 		x.d = c.dst(args[0])
+		x.dmask = c.widthMask(args[0])
 		args = args[1:]
 	}
 	want := 2

@@ -11,7 +11,10 @@ import (
 	"github.com/gpuctl/gpuctl/remoting/cu"
 )
 
-func loadVal(b []byte, t ptype) uint64 {
+// loadVal reads a little-endian value of type t and extends it to a
+// destination register of width mask dm: signed types sign-extend, all
+// others zero-extend.
+func loadVal(b []byte, t ptype, dm uint64) uint64 {
 	var v uint64
 	switch len(b) {
 	case 1:
@@ -26,13 +29,13 @@ func loadVal(b []byte, t ptype) uint64 {
 	if t.signed() {
 		v = sext(v, t.bits())
 	}
-	return v
+	return v & dm
 }
 
 // loadShared reads a value other blocks may update with atomics: aligned
 // 4- and 8-byte loads are atomic loads, which cost a plain move on amd64
 // and order the load after those atomics.
-func loadShared(b []byte, t ptype) uint64 {
+func loadShared(b []byte, t ptype, dm uint64) uint64 {
 	p := unsafe.Pointer(&b[0])
 	var v uint64
 	switch {
@@ -41,12 +44,12 @@ func loadShared(b []byte, t ptype) uint64 {
 	case len(b) == 8 && uintptr(p)&7 == 0:
 		v = atomic.LoadUint64((*uint64)(p))
 	default:
-		return loadVal(b, t)
+		return loadVal(b, t, dm)
 	}
 	if t.signed() {
 		v = sext(v, t.bits())
 	}
-	return v
+	return v & dm
 }
 
 func storeVal(b []byte, v uint64) {
@@ -81,11 +84,11 @@ func opLd(w *warp, fr *frame, in *inst, m uint32) {
 		w.checkAlign(addr, min(total, 16), in)
 		b := w.mem(in.space, l, addr, total, in)
 		if n == 1 {
-			r[int(in.d)*warpSize+l] = loadShared(b, in.t)
+			r[int(in.d)*warpSize+l] = loadShared(b, in.t, in.dmask)
 			continue
 		}
 		for i, d := range in.vec {
-			r[int(d)*warpSize+l] = loadShared(b[uint64(i)*sz:uint64(i+1)*sz], in.t)
+			r[int(d)*warpSize+l] = loadShared(b[uint64(i)*sz:uint64(i+1)*sz], in.t, in.dmask)
 		}
 	}
 }
@@ -122,7 +125,7 @@ func opLdGeneric32(w *warp, fr *frame, in *inst, m uint32) {
 		} else {
 			b = w.generic(l, addr, 4, in)
 		}
-		r[d+l] = loadShared(b, in.t)
+		r[d+l] = loadShared(b, in.t, in.dmask)
 	}
 }
 
@@ -201,7 +204,7 @@ func opLdParam(w *warp, fr *frame, in *inst, m uint32) {
 	if in.aux == 0 && in.a < 0 && in.n == 1 {
 		// A kernel parameter at a fixed offset is the same for every
 		// lane: read it once.
-		v := loadVal(w.paramBytes(fr, in, 0, in.off, sz), in.t)
+		v := loadVal(w.paramBytes(fr, in, 0, in.off, sz), in.t, in.dmask)
 		d := int(in.d) * warpSize
 		for ; m != 0; m &= m - 1 {
 			r[d+bits.TrailingZeros32(m)] = v
@@ -216,11 +219,11 @@ func opLdParam(w *warp, fr *frame, in *inst, m uint32) {
 		}
 		b := w.paramBytes(fr, in, l, off, sz*uint64(in.n))
 		if in.n == 1 {
-			r[int(in.d)*warpSize+l] = loadVal(b, in.t)
+			r[int(in.d)*warpSize+l] = loadVal(b, in.t, in.dmask)
 			continue
 		}
 		for i, d := range in.vec {
-			r[int(d)*warpSize+l] = loadVal(b[uint64(i)*sz:uint64(i+1)*sz], in.t)
+			r[int(d)*warpSize+l] = loadVal(b[uint64(i)*sz:uint64(i+1)*sz], in.t, in.dmask)
 		}
 	}
 }
@@ -419,7 +422,7 @@ func opAtom(w *warp, fr *frame, in *inst, m uint32) {
 			if in.t.signed() {
 				old = sext(old, in.t.bits())
 			}
-			r[int(in.d)*warpSize+l] = old
+			r[int(in.d)*warpSize+l] = old & in.dmask
 		}
 	}
 }
