@@ -696,8 +696,8 @@ func (c *fcomp) cvt(in *instr, x *inst) {
 		relu := hasMod(in.mods, "relu")
 		conv := func(v uint64) uint64 {
 			f := float32(readFloat(st, v, false))
-			if relu && (f < 0 || f != f) {
-				f = 0
+			if relu && f <= 0 {
+				f = 0 // negatives and -0 become +0; NaN stays NaN
 			}
 			if dt == tF16x2 {
 				return uint64(f32ToF16(f))
@@ -714,6 +714,16 @@ func (c *fcomp) cvt(in *instr, x *inst) {
 	x.d = c.dst(a[0])
 	x.a = c.val(a[1], st)
 	f := cvtFn(dt, st, in.mods)
+	if hasMod(in.mods, "relu") && (dt == tF16 || dt == tBF16) {
+		g := f
+		f = func(v uint64) uint64 {
+			r := g(v)
+			if r&0x8000 != 0 && r&0x7fff <= 0x7f80 && (dt == tBF16 || r&0x7fff <= 0x7c00) {
+				return 0 // negative, or -0: +0 (a NaN stays a NaN)
+			}
+			return r
+		}
+	}
 	if dm := c.widthMask(a[0]); dm > dt.mask() {
 		// A result narrower than its register is extended to it: sign
 		// extension for signed types, zero extension (which f's result
