@@ -101,6 +101,11 @@ func (c *fcomp) build(in *instr, x *inst) {
 		x.t = t
 		x.d = c.dst(a[0])
 		x.a, x.b = c.val(a[1], t), c.val(a[2], t)
+		if t.float() || t == tF16x2 || t == tBF16x2 {
+			if c.floatPeephole(in, x, t) {
+				return
+			}
+		}
 		if t.float() {
 			if t == tF16 || t == tBF16 {
 				x.fn = bin(halfBinary(in.op, t, in.mods))
@@ -207,12 +212,23 @@ func (c *fcomp) build(in *instr, x *inst) {
 		x.d = c.dst(a[0])
 		x.a, x.b, x.c = c.val(a[1], t), c.val(a[2], tU32), c.val(a[3], tU32)
 		x.fn = ter(bfe(t))
+		// With a constant position past bit 31 and a non-zero constant
+		// length, an H200 returns all ones from bfe.s32 whatever the
+		// value (the compiler folds it so; see e2e/ptxgen's probes).
+		if t == tS32 && a[2].kind == oImm && a[3].kind == oImm && a[2].ival&0xff >= 32 && a[3].ival&0xff != 0 {
+			x.fn = ter(func(_, _, _ uint64) uint64 { return 0xffffffff })
+		}
 	case "bfi":
 		c.nargs(in, 5)
 		t := c.lastType(in)
 		x.d = c.dst(a[0])
 		x.a, x.b, x.c, x.e = c.val(a[1], t), c.val(a[2], t), c.val(a[3], tU32), c.val(a[4], tU32)
 		x.fn = quad(bfi(t))
+		// A constant length of 33 to 63 inserts only length-32 bits on an
+		// H200 (the compiler's folding; see e2e/ptxgen's probes).
+		if t.size() == 4 && a[3].kind == oImm && a[4].kind == oImm && a[4].ival&0xff > 32 && a[4].ival&0xff < 64 {
+			x.e = c.constSlot(a[4].ival & 31)
+		}
 	case "prmt":
 		c.nargs(in, 4)
 		mode := ""
@@ -474,6 +490,11 @@ func (c *fcomp) mad(in *instr, x *inst) {
 		if t == tF16 || t == tBF16 || t == tF16x2 || t == tBF16x2 {
 			x.fn = ter(halfFma(t, in.mods))
 			return
+		}
+		if t == tF64 && a[1].kind == oReg && a[2].kind == oReg && x.a > x.b {
+			// see floatPeephole: the product's operands are ordered by
+			// register
+			x.a, x.b = x.b, x.a
 		}
 		if t == tF32 && roundMode(in.mods) == rmRN && !hasMod(in.mods, "ftz") && !hasMod(in.mods, "sat") {
 			x.fn = opFmaF32
@@ -1128,4 +1149,47 @@ func (c *fcomp) vote(in *instr, x *inst) {
 	x.d = c.dst(a[0])
 	x.a = c.val(a[1], tPred)
 	x.fn = opVote
+}
+
+// floatPeephole applies what ptxas does to float instructions before the
+// hardware sees them, where that changes a result an H200 returns (see
+// e2e/ptxgen): it reports whether it compiled the instruction itself.
+//
+//   - min and max of a register with itself are the register, NaN payload
+//     and all, in f16, f32 and f64 (not with .ftz or .NaN);
+//   - a double add, sub, mul, min or max of two registers takes the NaN
+//     of the later-declared register when both are NaNs (the hardware
+//     keeps its second operand's, and ptxas orders the operands by
+//     register);
+//   - a double sub of a constant is an add of the negated constant, which
+//     shows in the sign of a NaN constant.
+func (c *fcomp) floatPeephole(in *instr, x *inst, t ptype) bool {
+	a := in.args
+	switch {
+	case (in.op == "min" || in.op == "max") && (t == tF16 || t == tF32 || t == tF64) && !hasMod(in.mods, "ftz") && !hasMod(in.mods, "NaN") &&
+		a[1].kind == oReg && a[2].kind == oReg && a[1].name == a[2].name:
+		x.fn = opMov
+		return true
+	case t == tF64 && (in.op == "add" || in.op == "mul" || in.op == "min" || in.op == "max") &&
+		a[1].kind == oReg && a[2].kind == oReg && x.a > x.b:
+		x.a, x.b = x.b, x.a
+	case t == tF64 && in.op == "sub" && a[1].kind == oReg && a[2].kind == oReg && x.a > x.b:
+		f := floatBinary("sub", t, in.mods)
+		x.fn = bin(func(p, q uint64) uint64 {
+			if isNaN64(p) {
+				return p | 1<<51
+			}
+			return f(p, q)
+		})
+		return true
+	case t == tF64 && in.op == "sub" && (a[2].kind == oImm || a[2].kind == oFImm):
+		x.b = c.constSlot(immBits(a[2], t) ^ 1<<63)
+		f := floatBinary("add", t, in.mods)
+		if f == nil {
+			return false
+		}
+		x.fn = bin(f)
+		return true
+	}
+	return false
 }

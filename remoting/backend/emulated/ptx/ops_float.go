@@ -223,11 +223,34 @@ func floatBinary(op string, t ptype, mods []string) func(a, b uint64) uint64 {
 	}
 	return func(a, b uint64) uint64 {
 		r := f(f64(a), f64(b))
+		if r != r {
+			if op == "div" {
+				return nan64(a, b)
+			}
+			return nan64(b, a)
+		}
 		if sat {
 			r = sat01(r)
 		}
 		return b64(r)
 	}
+}
+
+// defaultNaN64 is the NaN an H200 makes from non-NaN operands (inf-inf,
+// 0*inf, 0/0, sqrt(-1)).
+const defaultNaN64 = 0xfff8000000000000
+
+// nan64 is a double NaN result as an H200 gives it: the first NaN among
+// the operands in the order given (the device's order: b, a for add, sub
+// and mul; a, b for div; b, c, a for fma), quieted, or the default NaN
+// when no operand is one.
+func nan64(ops ...uint64) uint64 {
+	for _, o := range ops {
+		if isNaN64(o) {
+			return o | 1<<51
+		}
+	}
+	return defaultNaN64
 }
 
 // fminmax follows PTX min/max: a NaN operand is ignored unless both are
@@ -302,6 +325,9 @@ func fmaFn(t ptype, mods []string) func(a, b, c uint64) uint64 {
 	}
 	return func(a, b, c uint64) uint64 {
 		r := fma64(f64(a), f64(b), f64(c), mode)
+		if r != r {
+			return nan64(b, c, a)
+		}
 		if sat {
 			r = sat01(r)
 		}
@@ -590,25 +616,10 @@ func isNaN64(a uint64) bool {
 }
 
 // minmax64 is min or max of doubles as the device computes it: a NaN
-// operand is ignored, and of two NaNs the one that orders lower (min) or
-// higher (max) when their bits are read as sign and magnitude is returned
-// unchanged.
+// operand is ignored, and of two NaNs the second is returned, quieted.
 func minmax64(a, b uint64, isMin bool) uint64 {
 	if isNaN64(a) && isNaN64(b) {
-		if (nanOrder(a, 63) < nanOrder(b, 63)) == isMin {
-			return a
-		}
-		return b
+		return b | 1<<51
 	}
 	return b64(fminmax(f64(a), f64(b), isMin, false))
-}
-
-// nanOrder reads the bits of a NaN of a signBit+1-bit format as a signed
-// magnitude.
-func nanOrder(v uint64, signBit uint) int64 {
-	m := int64(v &^ (1 << signBit))
-	if v>>signBit&1 == 1 {
-		return -m
-	}
-	return m
 }
