@@ -523,7 +523,10 @@ func (g *gen) cvtOp() {
 		dc, _ := g.intReg(dt.bits)
 		sc, _ := g.intReg(st.bits)
 		sat := ""
-		if g.r.chance(0.4) {
+		// ptxas refuses .sat where the source's range fits the
+		// destination's.
+		fits := dt.signed == st.signed && dt.bits >= st.bits || !st.signed && dt.signed && dt.bits > st.bits
+		if g.r.chance(0.4) && !fits {
 			sat = ".sat"
 		}
 		g.def("cvt.int", dc, func(d string) string {

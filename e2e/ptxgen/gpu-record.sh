@@ -12,6 +12,8 @@
 #   h200.txt, h200.approx   the corpus (commit them as e2e/ptxgen/corpus/)
 #   report.txt              the emulator against the device, per instruction
 #   diffs.bin               the device's outputs of kernels that differ
+#   h200-probes.bin         the probe kernels' outputs (commit it too)
+#   probes.txt              the emulator against the device on the probes
 # Variables: CUDA_INC (default /usr/local/cuda/include), CUDA_LIB (the
 # driver's directory, default /usr/local/nvidia/lib64), JOBS (default 12).
 set -uo pipefail
@@ -39,6 +41,8 @@ for i in $(seq 0 $((jobs - 1))); do
 	"$work/gpurun" "$work/batch" "$work/r$i.bin" "$i" "$jobs" &
 done
 wait
+# The probe kernels (bit-field edges, NaNs, float atomics), kept raw.
+"$ptxgen" probe -dir "$work/probe" && "$work/gpurun" "$work/probe" "$out/h200-probes.bin"
 t2=$(date +%s)
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)
 cuda=$("${NVCC:-/usr/local/cuda/bin/nvcc}" --version 2>/dev/null | sed -n 's/^Cuda compilation tools, //p')
@@ -46,6 +50,7 @@ cuda=$("${NVCC:-/usr/local/cuda/bin/nvcc}" --version 2>/dev/null | sed -n 's/^Cu
 	-note "${gpu:-unknown GPU}; PTX compiled by the driver's JIT; toolkit ${cuda:-unknown}" \
 	-report "$out/report.txt" -diffs "$out/diffs.bin"
 status=$?
+"$ptxgen" probecheck -results "$out/h200-probes.bin" >"$out/probes.txt" 2>&1
 t3=$(date +%s)
 echo "gpu-record.sh: batch $((t1 - t0)) s, device runs $((t2 - t1)) s, record and emulator comparison $((t3 - t2)) s"
 exit $status

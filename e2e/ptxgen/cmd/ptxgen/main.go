@@ -6,6 +6,9 @@
 //	ptxgen record -dir DIR -results 'R*.bin' -corpus h200.txt -note "..." -report report.txt -diffs diffs.bin
 //	ptxgen check -corpus e2e/ptxgen/corpus/h200.txt [-seed N] [-diffs diffs.bin]
 //	ptxgen show -seed N
+//	ptxgen explain -diffs diffs.bin
+//	ptxgen probe -dir DIR
+//	ptxgen probecheck -results h200-probes.bin
 package main
 
 import (
@@ -39,6 +42,10 @@ func main() {
 		err = show(os.Args[2:])
 	case "explain":
 		err = explain(os.Args[2:])
+	case "probe":
+		err = probe(os.Args[2:])
+	case "probecheck":
+		err = probecheck(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q: want batch, record, check or show", os.Args[1])
 	}
@@ -329,5 +336,76 @@ func explain(args []string) error {
 			fmt.Printf("        %s\n", fd)
 		}
 	}
+	return nil
+}
+
+// probe writes the probe kernels as a batch for gpurun.
+func probe(args []string) error {
+	fs := flag.NewFlagSet("probe", flag.ExitOnError)
+	dir := fs.String("dir", "", "directory to write")
+	fs.Parse(args)
+	if *dir == "" {
+		return fmt.Errorf("probe needs -dir")
+	}
+	if err := os.MkdirAll(*dir, 0o755); err != nil {
+		return err
+	}
+	var man strings.Builder
+	for _, p := range ptxgen.Probes() {
+		for ext, b := range map[string][]byte{"ptx": []byte(p.PTX), "in": p.In, "init": p.OutInit} {
+			if err := os.WriteFile(filepath.Join(*dir, fmt.Sprintf("%d.%s", p.Seed, ext)), b, 0o644); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(&man, "%d %d %d %d %d %d %d\n", p.Seed, p.Grid, p.Block, len(p.In), p.OutLen()-64, 0, 0)
+	}
+	return os.WriteFile(filepath.Join(*dir, "manifest"), []byte(man.String()), 0o644)
+}
+
+// probecheck compares the emulator with a device's probe outputs.
+func probecheck(args []string) error {
+	fs := flag.NewFlagSet("probecheck", flag.ExitOnError)
+	results := fs.String("results", "", "gpurun results of the probe batch")
+	per := fs.Int("examples", 6, "differences shown per column")
+	fs.Parse(args)
+	f, err := os.Open(*results)
+	if err != nil {
+		return err
+	}
+	dev, err := ptxgen.ReadResults(f)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	total := 0
+	for _, p := range ptxgen.Probes() {
+		r, ok := dev[p.Seed]
+		if !ok || r.Status != 0 {
+			fmt.Printf("probe %s: no result from the device: %s\n", p.Name, r.Data)
+			continue
+		}
+		ds, err := ptxgen.CheckProbe(p, r.Data)
+		if err != nil {
+			return err
+		}
+		total += len(ds)
+		byCol := map[string][]ptxgen.ProbeDiff{}
+		for _, d := range ds {
+			byCol[d.Col] = append(byCol[d.Col], d)
+		}
+		for _, col := range p.Cols {
+			if len(byCol[col]) == 0 {
+				continue
+			}
+			fmt.Printf("%s %s: %d differ\n", p.Name, col, len(byCol[col]))
+			for i, d := range byCol[col] {
+				if i == *per {
+					break
+				}
+				fmt.Printf("    %s: emulator %#x device %#x\n", d.Inputs, d.Emu, d.Dev)
+			}
+		}
+	}
+	fmt.Printf("%d probe outputs differ\n", total)
 	return nil
 }
