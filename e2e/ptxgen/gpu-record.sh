@@ -37,8 +37,19 @@ t0=$(date +%s)
 t1=$(date +%s)
 export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export CUDA_CACHE_DISABLE=1
+# slice I: a kernel that faults ends its process (the device state is
+# lost), so the slice goes on in a new one from the next kernel.
+slice() {
+	local i=$1 start=0 rc
+	while :; do
+		"$work/gpurun" "$work/batch" "$work/r$i.$start.bin" "$i" "$jobs" "$start"
+		rc=$?
+		[[ $rc == 3 ]] || return $rc
+		start=$(cat "$work/r$i.$start.bin.next")
+	done
+}
 for i in $(seq 0 $((jobs - 1))); do
-	"$work/gpurun" "$work/batch" "$work/r$i.bin" "$i" "$jobs" &
+	slice "$i" &
 done
 wait
 # The probe kernels (bit-field edges, NaNs, float atomics), kept raw.

@@ -1,7 +1,7 @@
 // gpurun runs a batch of generated kernels natively through the CUDA
 // driver API and records their outputs for `ptxgen record`.
 //
-//   gpurun BATCHDIR RESULTS [SLICE NSLICES]
+//   gpurun BATCHDIR RESULTS [SLICE NSLICES [START]]
 //
 // BATCHDIR holds what `ptxgen batch` wrote: a manifest with one line per
 // kernel ("SEED GRID BLOCK INLEN OUTLEN APPROXLEN SCALAR") and, per seed,
@@ -13,7 +13,10 @@
 //   u32 n, then n bytes: the output buffer followed by the approximate
 //   buffer, or the error text.
 //
-// A launch error is sticky in CUDA, so the context is replaced after one.
+// A kernel that faults leaves the process's device state unusable, so
+// after recording it gpurun writes the index of the next kernel to
+// RESULTS.next and exits with status 3; the caller runs it again from
+// START = that index (gpu-record.sh does).
 #include <cuda.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -71,15 +74,17 @@ static void errtext(FILE *out, unsigned long long seed, uint32_t status, CUresul
 }
 
 int main(int argc, char **argv) {
-	if (argc != 3 && argc != 5) {
-		fprintf(stderr, "usage: gpurun BATCHDIR RESULTS [SLICE NSLICES]\n");
+	if (argc != 3 && argc != 5 && argc != 6) {
+		fprintf(stderr, "usage: gpurun BATCHDIR RESULTS [SLICE NSLICES [START]]\n");
 		return 2;
 	}
 	const char *dir = argv[1];
-	int slice = argc == 5 ? atoi(argv[3]) : 0, nslices = argc == 5 ? atoi(argv[4]) : 1;
+	int slice = argc >= 5 ? atoi(argv[3]) : 0, nslices = argc >= 5 ? atoi(argv[4]) : 1;
+	int start = argc == 6 ? atoi(argv[5]) : 0;
 	CUresult r;
 	CUdevice dev;
 	CUcontext ctx;
+	(void)ctx;
 	if ((r = cuInit(0)) != CUDA_SUCCESS)
 		die("cuInit", r);
 	if ((r = cuDeviceGet(&dev, 0)) != CUDA_SUCCESS)
@@ -102,7 +107,8 @@ int main(int argc, char **argv) {
 	unsigned grid, block, inlen, outlen, alen, scalar;
 	int i = 0, ran = 0, failed = 0;
 	while (fscanf(man, "%llu %u %u %u %u %u %u", &seed, &grid, &block, &inlen, &outlen, &alen, &scalar) == 7) {
-		if (i++ % nslices != slice)
+		int idx = i++;
+		if (idx % nslices != slice || idx < start)
 			continue;
 		size_t n;
 		char *ptx = slurp(dir, seed, "ptx", &n, 1);
@@ -134,13 +140,18 @@ int main(int argc, char **argv) {
 			r = cuCtxSynchronize();
 		if (r != CUDA_SUCCESS) {
 			errtext(out, seed, 2, r, NULL);
-			failed++;
-			// The context is unusable after a fault: start a new one.
-			cuDevicePrimaryCtxReset(dev);
-			if ((r = cuDevicePrimaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS || (r = cuCtxSetCurrent(ctx)) != CUDA_SUCCESS)
-				die("primary context", r);
-			free(ptx), free(in), free(init);
-			continue;
+			fclose(out);
+			char next[4096];
+			snprintf(next, sizeof next, "%s.next", argv[2]);
+			FILE *nf = fopen(next, "w");
+			if (!nf) {
+				perror(next);
+				return 1;
+			}
+			fprintf(nf, "%d\n", idx + 1);
+			fclose(nf);
+			fprintf(stderr, "gpurun slice %d/%d: kernel %llu faulted; run again from %d\n", slice, nslices, seed, idx + 1);
+			return 3;
 		}
 		void *ho = malloc(outlen), *ha = malloc(asz);
 		if ((r = cuMemcpyDtoH(ho, dout, outlen)) || (r = cuMemcpyDtoH(ha, dap, asz)))
