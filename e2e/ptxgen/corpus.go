@@ -73,7 +73,8 @@ func approxPath(path string) string { return strings.TrimSuffix(path, ".txt") + 
 
 // ReadCorpus reads a corpus written by WriteCorpus. The approximate
 // outputs are cut from the binary file by each program's ApproxLen, so
-// the generator's Version must match the corpus's.
+// the generator must still make the corpus's version (MinVersion to
+// Version).
 func ReadCorpus(path string) (*Corpus, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -122,8 +123,8 @@ func ReadCorpus(path string) (*Corpus, error) {
 	if err := sc.Err(); err != nil {
 		return nil, err
 	}
-	if c.Version != Version {
-		return nil, fmt.Errorf("corpus %s was recorded with generator version %d; this generator is version %d: record it again on a GPU (e2e/ptxgen/gpu-record.sh)", path, c.Version, Version)
+	if err := CheckVersion(c.Version); err != nil {
+		return nil, fmt.Errorf("corpus %s: %w: record it again on a GPU (e2e/ptxgen/gpu-record.sh)", path, err)
 	}
 	ab, err := os.ReadFile(approxPath(path))
 	if err != nil {
@@ -134,7 +135,7 @@ func ReadCorpus(path string) (*Corpus, error) {
 		if e.Err != "" {
 			continue
 		}
-		n := Generate(e.Seed).ApproxLen
+		n := GenerateWith(e.Seed, Options{Version: c.Version}).ApproxLen
 		if len(ab) < n {
 			return nil, fmt.Errorf("corpus %s: %s ends early, at seed %d", path, approxPath(path), e.Seed)
 		}
@@ -174,10 +175,10 @@ type Result struct {
 	Approx int
 }
 
-// Check runs the program of e on the emulator and compares it with the
-// device's record.
-func Check(ctx context.Context, e Entry, workers int) Result {
-	p := Generate(e.Seed)
+// Check runs the program of e (generator version v) on the emulator and
+// compares it with the device's record.
+func Check(ctx context.Context, v int, e Entry, workers int) Result {
+	p := GenerateWith(e.Seed, Options{Version: v})
 	out, ap, err := RunEmulator(ctx, p, workers)
 	res := Result{Seed: e.Seed}
 	var ce *cu.Error
@@ -234,7 +235,7 @@ func Replay(ctx context.Context, c *Corpus, parallel int) []Result {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				res[i] = Check(ctx, c.Entries[i], 1)
+				res[i] = Check(ctx, c.Version, c.Entries[i], 1)
 			}
 		}()
 	}
@@ -450,12 +451,13 @@ func opcode(text string) string {
 	return t
 }
 
-// Families lists the instruction families of rs's programs with how many
-// instructions of each the corpus holds, sorted by name.
-func Families(seeds []uint64) []string {
+// Families lists the instruction families of the programs of seeds
+// (generator version v) with how many instructions of each they hold,
+// sorted by name.
+func Families(v int, seeds []uint64) []string {
 	total := map[string]int{}
 	for _, s := range seeds {
-		for f, n := range Generate(s).Families {
+		for f, n := range GenerateWith(s, Options{Version: v}).Families {
 			total[f] += n
 		}
 	}

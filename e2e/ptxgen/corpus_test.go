@@ -55,7 +55,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 	e := back.Entries[0]
 	e.Hash = "0000000000000000"
-	if r := Check(ctx, e, 1); r.Outcome != Mismatch {
+	if r := Check(ctx, Version, e, 1); r.Outcome != Mismatch {
 		t.Errorf("changed hash: %s, want %s", r.Outcome, Mismatch)
 	}
 	for _, e := range back.Entries {
@@ -67,7 +67,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		a := p.Approx[0]
 		// Flip a high mantissa bit: far outside every bound.
 		e.Approx[a.Off+a.Size-2] ^= 0x10
-		if r := Check(ctx, e, 1); r.Outcome != ApproxBound {
+		if r := Check(ctx, Version, e, 1); r.Outcome != ApproxBound {
 			t.Errorf("seed %d: moved approximation: %s, want %s", e.Seed, r.Outcome, ApproxBound)
 		}
 		break

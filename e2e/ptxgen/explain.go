@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
+	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/gpuctl/gpuctl/remoting/backend/emulated/ptx"
@@ -152,31 +155,42 @@ func regClass(name string) (class, bool) {
 // its register operands set to vals, and returns its result.
 func runOne(op string, args []string, vals []uint64) (uint64, error) {
 	var decl, body strings.Builder
-	declared := map[string]bool{}
-	declare := func(r string) (class, error) {
+	// The registers are declared as a generated kernel declares them, by
+	// class and then by number: the emulator, like ptxas, orders some
+	// operands by register (floatPeephole in the ptx package).
+	var regs []string
+	for _, a := range args {
+		if strings.HasPrefix(a, "%") && !slices.Contains(regs, a) {
+			regs = append(regs, a)
+		}
+	}
+	key := func(r string) (class, int) {
+		c, _ := regClass(r)
+		n, _ := strconv.Atoi(r[len(classPrefix[c]):])
+		return c, n
+	}
+	sort.Slice(regs, func(i, j int) bool {
+		ci, ni := key(regs[i])
+		cj, nj := key(regs[j])
+		return ci < cj || ci == cj && ni < nj
+	})
+	for _, r := range regs {
 		c, ok := regClass(r)
 		if !ok {
 			return 0, fmt.Errorf("not a generated register: %s", r)
 		}
-		if !declared[r] {
-			declared[r] = true
-			fmt.Fprintf(&decl, "\t.reg %s %s;\n", classDecl[c], r)
-		}
-		return c, nil
+		fmt.Fprintf(&decl, "\t.reg %s %s;\n", classDecl[c], r)
 	}
-	dc, err := declare(args[0])
-	if err != nil {
-		return 0, err
+	dc, ok := regClass(args[0])
+	if !ok {
+		return 0, fmt.Errorf("not a generated register: %s", args[0])
 	}
 	i := 0
 	for _, a := range args[1:] {
 		if !strings.HasPrefix(a, "%") {
 			continue
 		}
-		c, err := declare(a)
-		if err != nil {
-			return 0, err
-		}
+		c, _ := regClass(a)
 		if c == cP {
 			fmt.Fprintf(&body, "\tld.global.u8 %%xh, [%%xa0+%d];\n\tsetp.ne.b16 %s, %%xh, 0;\n", 8*i, a)
 		} else {

@@ -257,6 +257,12 @@ func (g *gen) posLen() string {
 // carryChain emits an extended-precision add, subtract or multiply-add:
 // the condition code lives only between its instructions.
 func (g *gen) carryChain() {
+	if g.version >= 2 {
+		// A guard that skips an instruction of the chain on some lanes
+		// leaves the condition code the next one reads undefined there.
+		g.noGuard = true
+		defer func() { g.noGuard = false }()
+	}
 	bits := pick(g.r, []int{32, 32, 64})
 	c := intClass(bits)
 	t := ity(bits, g.r.chance(0.3))
@@ -715,9 +721,11 @@ func (g *gen) memOp() {
 		// Through local memory, at a run-time index.
 		size := mt.bytes
 		idx, la := g.tmp(cR), g.tmp(cD)
+		g.addr(la)
 		g.emit("and.b32 %s, %s, %d", idx, g.use(cR), (64-size)&^(size-1))
 		g.emit("cvt.u64.u32 %s, %s", la, idx)
 		lb := g.tmp(cD)
+		g.addr(lb)
 		g.emit("mov.u64 %s, lbuf", lb)
 		g.emit("add.s64 %s, %s, %s", la, la, lb)
 		g.emit("st.local.%s [%s], %s", mt.name, la, g.use(c))
@@ -725,6 +733,7 @@ func (g *gen) memOp() {
 		off := g.r.intn(64/size) * size
 		if g.r.chance(0.5) {
 			ga := g.tmp(cD)
+			g.addr(ga)
 			g.emit("cvta.local.u64 %s, %s", ga, lb)
 			g.def("mem.ld.generic", c, func(d string) string { return fmt.Sprintf("ld.%s %s, [%s+%d]", mt.name, d, ga, off) })
 			return
@@ -755,10 +764,12 @@ func joinRegs(rs []string) string {
 // neighbourInput is the address of another thread's inputs.
 func (g *gen) neighbourInput() string {
 	t, a := g.tmp(cR), g.tmp(cD)
+	g.addr(a)
 	g.emit("add.u32 %s, %s, %d", t, g.gtid, 1+g.r.intn(int(g.prog.Threads())))
 	g.emit("rem.u32 %s, %s, %d", t, t, g.prog.Threads())
 	g.emit("mul.wide.u32 %s, %s, %d", a, t, inStride)
 	b := g.tmp(cD)
+	g.addr(b)
 	g.emit("ld.param.u64 %s, [pin]", b)
 	g.emit("cvta.to.global.u64 %s, %s", b, b)
 	g.emit("add.s64 %s, %s, %s", a, a, b)

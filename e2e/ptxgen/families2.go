@@ -46,8 +46,8 @@ func (g *gen) atomOp() {
 			g.emit("red%s.%s.%s [%s+%d], %s", space, a.op, a.ty, g.acc, 8*i, v)
 		} else {
 			// The old value depends on the order of the threads: it goes
-			// to a register nothing reads.
-			g.emit("atom%s.%s.%s %s, [%s+%d], %s", space, a.op, a.ty, g.tmp(a.cls), g.acc, 8*i, v)
+			// to a register nothing reads, and no trace records it.
+			g.emitUntraced("atom%s.%s.%s %s, [%s+%d], %s", space, a.op, a.ty, g.tmp(a.cls), g.acc, 8*i, v)
 		}
 		return
 	}
@@ -182,7 +182,12 @@ func (g *gen) region() {
 	}
 	g.fams["ctl.loop"]++
 	cnt, q := g.tmp(cR), g.tmp(cP)
-	g.emit("and.b32 %s, %s, %d", cnt, g.use(cR), pick(g.r, []int{3, 7, 15}))
+	src := g.use(cR)
+	trips := pick(g.r, []int{3, 7, 15})
+	g.emit("and.b32 %s, %s, %d", cnt, src, trips)
+	outer := g.mult
+	g.mult *= trips + 1
+	defer func() { g.mult = outer }()
 	top, next, end := g.label(), g.label(), g.label()
 	g.place(top)
 	g.emit("setp.eq.u32 %s, %s, 0", q, cnt)
@@ -219,6 +224,7 @@ func (g *gen) sharedPhase() {
 	}
 	g.fams["mem.shared"]++
 	sa := g.tmp(cR)
+	g.addr(sa)
 	g.emit("mov.u32 %s, sbuf", sa)
 	g.emit("mad.lo.s32 %s, %s, 16, %s", sa, g.tid, sa)
 	g.emit("st.shared.v2.b64 [%s], {%s, %s}", sa, g.use(cD), g.use(cD))
@@ -229,6 +235,7 @@ func (g *gen) sharedPhase() {
 	}
 	g.emit("bar.sync 0")
 	t, na := g.tmp(cR), g.tmp(cR)
+	g.addr(na)
 	g.emit("add.u32 %s, %s, %d", t, g.tid, g.r.intn(int(g.prog.Block)))
 	g.emit("rem.u32 %s, %s, %d", t, t, g.prog.Block)
 	g.emit("mov.u32 %s, sbuf", na)
@@ -236,6 +243,7 @@ func (g *gen) sharedPhase() {
 	generic := ""
 	if g.r.chance(0.4) {
 		a64 := g.tmp(cD)
+		g.addr(a64)
 		g.emit("cvt.u64.u32 %s, %s", a64, na)
 		g.emit("cvta.shared.u64 %s, %s", a64, a64)
 		generic = a64
@@ -283,6 +291,7 @@ func (g *gen) sharedAtomics() {
 	limit := 1 + g.r.intn(100)
 	// Thread j starts word j; for a float add, with a small integer.
 	pinit, sa := g.tmp(cP), g.tmp(cR)
+	g.addr(sa)
 	g.emit("setp.lt.u32 %s, %s, 8", pinit, g.tid)
 	g.emit("mov.u32 %s, sacc", sa)
 	g.emit("mad.lo.s32 %s, %s, 8, %s", sa, g.tid, sa)
@@ -302,7 +311,7 @@ func (g *gen) sharedAtomics() {
 	if g.r.chance(0.5) {
 		g.emit("red.shared.%s.%s [sacc+%d], %s", a.op, a.ty, 8*j, v)
 	} else {
-		g.emit("atom.shared.%s.%s %s, [sacc+%d], %s", a.op, a.ty, g.tmp(a.cls), 8*j, v)
+		g.emitUntraced("atom.shared.%s.%s %s, [sacc+%d], %s", a.op, a.ty, g.tmp(a.cls), 8*j, v)
 	}
 	g.emit("bar.sync 0")
 	g.noGuard = true
@@ -437,11 +446,13 @@ func (g *gen) approxOp() {
 	name += "." + ty
 	res := g.tmp(o.cls)
 	in2 := ""
+	// An approximation is compared within bounds, not bit for bit: no
+	// trace records it.
 	if o.bin {
 		in2 = y
-		g.emit("%s %s, %s, %s", name, res, in, in2)
+		g.emitUntraced("%s %s, %s, %s", name, res, in, in2)
 	} else {
-		g.emit("%s %s, %s", name, res, in)
+		g.emitUntraced("%s %s, %s", name, res, in)
 	}
 	g.fams["approx."+o.op]++
 	size := classBytes[o.cls]

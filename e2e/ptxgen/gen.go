@@ -9,8 +9,28 @@ import (
 
 // Version numbers the generator's output: a seed names the same program
 // only under the same version. A corpus records the version it was made
-// with, and the replay refuses a corpus of another version.
-const Version = 1
+// with, and is replayed with programs of that version.
+//
+// Version 2 never guards an instruction of a carry chain: a guarded
+// add.cc that a lane skips leaves the condition code the next addc reads
+// undefined, and version 1 generated such chains.
+const Version = 2
+
+// MinVersion is the oldest version Generate still reproduces, so that a
+// corpus recorded with it stays usable until it is recorded again.
+const MinVersion = 1
+
+// Options select what GenerateWith makes of a seed.
+type Options struct {
+	// Version is the generator version, MinVersion to Version; 0 means
+	// Version.
+	Version int
+	// MaxStmts, when positive, stops after that many top-level
+	// statements: the program is a prefix of the seed's full program
+	// (the same first statements, the same inputs), which lets a fault
+	// be narrowed down to the statement that causes it.
+	MaxStmts int
+}
 
 // Kernel parameters, in order: the input buffer, the exact outputs, the
 // approximate outputs, and one 32-bit scalar.
@@ -23,6 +43,7 @@ const (
 // Program is one generated kernel and everything needed to run it.
 type Program struct {
 	Seed    uint64
+	Version int
 	PTX     string
 	Grid    uint32 // blocks, along x
 	Block   uint32 // threads per block, along x
@@ -44,6 +65,42 @@ type Program struct {
 	Families map[string]int
 	// regs are the observable registers, for Explain.
 	regs map[string]*reg
+	// The kernel's text in parts, for Trace: everything before the
+	// entry's register declarations, the declarations, and the body's
+	// lines with what the generator knows of each.
+	head, decls string
+	body        []string
+	lines       []lineInfo
+	// stmts holds the body line at which each top-level statement
+	// starts, and then the line at which the epilogue starts.
+	stmts []int
+	// addrs are the registers that hold addresses, which differ between
+	// devices and which a trace therefore does not record.
+	addrs map[string]bool
+}
+
+// Stmts is the number of top-level statements: a MaxStmts of k < Stmts
+// makes a strict prefix.
+func (p *Program) Stmts() int { return len(p.stmts) - 1 }
+
+// StmtText is the text of top-level statement k (1-based), as it
+// appears in the kernel's body.
+func (p *Program) StmtText(k int) string {
+	if k < 1 || k > p.Stmts() {
+		return ""
+	}
+	return strings.Join(p.body[p.stmts[k-1]:p.stmts[k]], "")
+}
+
+// lineInfo is what the generator knows of one line of the kernel's body.
+type lineInfo struct {
+	// mult bounds how often the line runs: the product of the trip
+	// counts (plus one) of the loops around it.
+	mult int
+	// noTrace marks an instruction whose result depends on the order in
+	// which threads run (an atomic's old value on a shared accumulator),
+	// which a trace must not record.
+	noTrace bool
 }
 
 // Slot is one exact output of every thread.
@@ -104,15 +161,20 @@ type inputView struct {
 }
 
 type gen struct {
-	r      *rng
-	body   strings.Builder
-	funcs  strings.Builder
-	nreg   [nClass]int
-	pool   [nClass][]*reg
-	byName map[string]*reg
-	depth  int
-	loops  int
-	labels int
+	r       *rng
+	version int
+	body    strings.Builder
+	lines   []lineInfo
+	mult    int  // the loop multiplier of the lines written now
+	noTrace bool // the lines written now are not traced
+	addrs   map[string]bool
+	funcs   strings.Builder
+	nreg    [nClass]int
+	pool    [nClass][]*reg
+	byName  map[string]*reg
+	depth   int
+	loops   int
+	labels  int
 	// warp is true when every warp is full, so warp-wide instructions
 	// with a full member mask are defined.
 	warp bool
@@ -135,9 +197,30 @@ type gen struct {
 }
 
 func (g *gen) emit(format string, args ...any) {
-	g.body.WriteString("\t")
-	fmt.Fprintf(&g.body, format, args...)
-	g.body.WriteString(";\n")
+	g.write("\t" + fmt.Sprintf(format, args...) + ";\n")
+}
+
+// write appends text (whole lines) to the body, noting for each line its
+// loop multiplier and whether it is traced.
+func (g *gen) write(text string) {
+	g.body.WriteString(text)
+	for range strings.Count(text, "\n") {
+		g.lines = append(g.lines, lineInfo{mult: g.mult, noTrace: g.noTrace})
+	}
+}
+
+// addr notes registers that hold addresses.
+func (g *gen) addr(regs ...string) {
+	for _, r := range regs {
+		g.addrs[r] = true
+	}
+}
+
+// emitUntraced emits an instruction whose result a trace must not record.
+func (g *gen) emitUntraced(format string, args ...any) {
+	g.noTrace = true
+	g.emit(format, args...)
+	g.noTrace = false
 }
 
 func (g *gen) label() string {
@@ -145,7 +228,7 @@ func (g *gen) label() string {
 	return fmt.Sprintf("$L%d", g.labels)
 }
 
-func (g *gen) place(l string) { fmt.Fprintf(&g.body, "%s:\n", l) }
+func (g *gen) place(l string) { g.write(l + ":\n") }
 
 // tmp declares a register that is not an output.
 func (g *gen) tmp(c class) string {
@@ -178,7 +261,7 @@ func (g *gen) def(fam string, c class, emitText func(d string) string) {
 		d := g.tmp(c)
 		text := emitText(d)
 		if strings.HasPrefix(text, "{") {
-			g.body.WriteString("\t" + text + "\n")
+			g.write("\t" + text + "\n")
 		} else {
 			g.emit("%s", text)
 		}
@@ -192,7 +275,7 @@ func (g *gen) def(fam string, c class, emitText func(d string) string) {
 	text := emitText(rg.name)
 	if strings.HasPrefix(text, "{") {
 		// a block (a call sequence): written as is, never guarded
-		g.body.WriteString("\t" + text + "\n")
+		g.write("\t" + text + "\n")
 		rg.last = text
 		return
 	}
@@ -311,10 +394,21 @@ func (g *gen) fopnd(c class) string {
 
 // Generate makes the program of seed. The same seed and Version always
 // give the same program, byte for byte.
-func Generate(seed uint64) *Program {
-	r := newRNG(seed)
-	p := &Program{Seed: seed, Scalar: r.u32()}
-	g := &gen{r: r, byName: map[string]*reg{}, fams: map[string]int{}, prog: p}
+func Generate(seed uint64) *Program { return GenerateWith(seed, Options{}) }
+
+// GenerateWith makes the program of seed under o. It panics on a version
+// it cannot generate (see CheckVersion).
+func GenerateWith(seed uint64, o Options) *Program {
+	v := o.Version
+	if v == 0 {
+		v = Version
+	}
+	if err := CheckVersion(v); err != nil {
+		panic(err)
+	}
+	r := newRNG(seed, v)
+	p := &Program{Seed: seed, Version: v, Scalar: r.u32()}
+	g := &gen{r: r, version: v, mult: 1, byName: map[string]*reg{}, fams: map[string]int{}, prog: p, addrs: map[string]bool{}}
 	// Launch shape: mostly whole warps, which warp-wide instructions
 	// need; sometimes a partial warp, and then no warp-wide instruction.
 	p.Grid = uint32(1 + r.intn(2))
@@ -338,12 +432,18 @@ func Generate(seed uint64) *Program {
 	}
 	g.prologue()
 	n := 30 + r.intn(60)
+	if o.MaxStmts > 0 {
+		n = min(n, o.MaxStmts)
+	}
 	for i := 0; i < n; i++ {
+		p.stmts = append(p.stmts, len(g.lines))
 		g.stmt()
 	}
+	p.stmts = append(p.stmts, len(g.lines))
 	g.epilogue()
 	p.PTX = g.module()
 	p.Families = g.fams
+	p.addrs = g.addrs
 	p.regs = g.byName
 	return p
 }
@@ -353,6 +453,7 @@ func Generate(seed uint64) *Program {
 func (g *gen) prologue() {
 	g.in, g.out, g.aout = g.tmp(cD), g.tmp(cD), g.tmp(cD)
 	g.own, g.acc = g.tmp(cD), g.tmp(cD)
+	g.addr(g.in, g.out, g.aout, g.own, g.acc)
 	g.gtid, g.tid, g.lane = g.tmp(cR), g.tmp(cR), g.tmp(cR)
 	g.w0 = g.tmp(cP)
 	ctaid, ntid, t64 := g.tmp(cR), g.tmp(cR), g.tmp(cD)
@@ -376,8 +477,10 @@ func (g *gen) prologue() {
 	g.emit("add.s64 %s, %s, %s", g.own, g.out, t64)
 	g.emit("add.s64 %s, %s, %d", g.own, g.own, accBytes)
 	g.ownA = g.tmp(cD)
+	g.addr(g.ownA)
 	g.emit("add.s64 %s, %s, OWNOFF", g.ownA, g.own)
 	g.alane = g.tmp(cD)
+	g.addr(g.alane)
 	g.emit("mul.wide.u32 %s, %s, ASTRIDE", t64, g.gtid)
 	g.emit("add.s64 %s, %s, %s", g.alane, g.aout, t64)
 	// Local memory starts zeroed by its first stores.
@@ -503,27 +606,43 @@ func (g *gen) epilogue() {
 	}
 }
 
-// module assembles the PTX text.
+// entryParams are the kernel's parameters; a trace adds one.
+const entryParams = ".param .u64 pin, .param .u64 pout, .param .u64 paout, .param .u32 pscalar"
+
+// module assembles the PTX text, and keeps its parts for Trace.
 func (g *gen) module() string {
 	p := g.prog
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "// gpuctl ptxgen version %d seed %#x: %d blocks of %d threads\n", Version, p.Seed, p.Grid, p.Block)
-	sb.WriteString(".version 8.0\n.target sm_90\n.address_size 64\n\n")
-	sb.WriteString(g.funcs.String())
-	sb.WriteString(".visible .entry k(.param .u64 pin, .param .u64 pout, .param .u64 paout, .param .u32 pscalar)\n{\n")
+	var head, decls strings.Builder
+	fmt.Fprintf(&head, "// gpuctl ptxgen version %d seed %#x: %d blocks of %d threads\n", g.version, p.Seed, p.Grid, p.Block)
+	head.WriteString(".version 8.0\n.target sm_90\n.address_size 64\n\n")
+	head.WriteString(g.funcs.String())
 	for c := range nClass {
 		if g.nreg[c] > 0 {
-			fmt.Fprintf(&sb, "\t.reg %s %s<%d>;\n", classDecl[c], classPrefix[c], g.nreg[c])
+			fmt.Fprintf(&decls, "\t.reg %s %s<%d>;\n", classDecl[c], classPrefix[c], g.nreg[c])
 		}
 	}
-	fmt.Fprintf(&sb, "\t.shared .align 16 .b8 sbuf[%d];\n", shBytes(p.Block))
-	sb.WriteString("\t.shared .align 8 .b8 sacc[64];\n")
-	sb.WriteString("\t.local .align 16 .b8 lbuf[64];\n")
+	fmt.Fprintf(&decls, "\t.shared .align 16 .b8 sbuf[%d];\n", shBytes(p.Block))
+	decls.WriteString("\t.shared .align 8 .b8 sacc[64];\n")
+	decls.WriteString("\t.local .align 16 .b8 lbuf[64];\n")
 	body := strings.ReplaceAll(g.body.String(), "OUTSTRIDE", fmt.Sprint(p.OutStride))
 	body = strings.ReplaceAll(body, "ASTRIDE", fmt.Sprint(p.ApproxStride))
-	sb.WriteString(strings.ReplaceAll(body, "OWNOFF", fmt.Sprint(g.ownOff)))
-	sb.WriteString("}\n")
-	return sb.String()
+	body = strings.ReplaceAll(body, "OWNOFF", fmt.Sprint(g.ownOff))
+	p.head, p.decls = head.String(), decls.String()
+	p.body = strings.SplitAfter(body, "\n")
+	p.body = p.body[:len(p.body)-1] // the empty string after the last newline
+	p.lines = g.lines
+	if len(p.body) != len(p.lines) {
+		panic(fmt.Sprintf("ptxgen: %d body lines but %d line notes", len(p.body), len(p.lines)))
+	}
+	return p.head + ".visible .entry k(" + entryParams + ")\n{\n" + p.decls + body + "}\n"
+}
+
+// CheckVersion reports whether Generate can make programs of version v.
+func CheckVersion(v int) error {
+	if v < MinVersion || v > Version {
+		return fmt.Errorf("generator version %d: this generator makes versions %d to %d", v, MinVersion, Version)
+	}
+	return nil
 }
 
 // shBytes is the shared buffer: 16 bytes per thread.

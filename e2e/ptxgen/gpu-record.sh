@@ -1,21 +1,35 @@
 #!/usr/bin/env bash
-# Records the generated-kernel corpus on an NVIDIA GPU. Run it on the GPU
+# Records the generated-kernel corpus on an NVIDIA GPU, with instruction
+# traces of the kernels the emulator does not reproduce. Run it on the GPU
 # machine from the repository root, with a ptxgen binary built elsewhere
-# (CGO_ENABLED=0 go build -o ptxgen ./e2e/ptxgen/cmd/ptxgen; no Go is
-# needed here):
+# (make gpu-tools, or CGO_ENABLED=0 go build -o ptxgen ./e2e/ptxgen/cmd/ptxgen;
+# no Go is needed here):
 #
 #   e2e/ptxgen/gpu-record.sh PTXGEN OUTDIR [COUNT [FROM]]
 #
 # It writes the batch of COUNT kernels (seeds FROM...), builds gpurun
 # against NVIDIA's cuda.h, runs the batch natively in JOBS processes (the
-# driver's JIT compiles each module's PTX), and writes to OUTDIR:
+# driver's JIT compiles each module's PTX; a kernel that faults or hangs
+# ends its process, and the share goes on in a new one from the next
+# kernel, so no seed is lost), and writes to OUTDIR:
 #   h200.txt, h200.approx   the corpus (commit them as e2e/ptxgen/corpus/)
 #   report.txt              the emulator against the device, per instruction
-#   diffs.bin               the device's outputs of kernels that differ
-#   h200-probes.bin         the probe kernels' outputs (commit it too)
+#   failing.txt             the seeds the emulator does not reproduce ("SEED OUTCOME")
+#   diffs.bin               the device's outputs of some kernels that differ
+#   h200-probes.bin         the probe kernels' outputs (commit it too, gzipped)
 #   probes.txt              the emulator against the device on the probes
+#   traces.bin              instruction traces of the failing kernels on the
+#                           device (ptxgen tracereduce), and trace.txt, their
+#                           comparison with this emulator (ptxgen trace)
+#   bisect.txt              for kernels that fail on the device, the first
+#                           statement with which a prefix of the kernel fails
+#   times.txt               how long each step took
 # Variables: CUDA_INC (default /usr/local/cuda/include), CUDA_LIB (the
-# driver's directory, default /usr/local/nvidia/lib64), JOBS (default 12).
+# driver's directory, default /usr/local/nvidia/lib64), CUDA_STUBS (a
+# directory with libcuda.so to link against), JOBS (default 12), RUNNER (a
+# command that prefixes every gpurun, e.g. `gpuctl run ... --`),
+# TRACE_SEEDS (a file of seeds to trace in place of the failing ones),
+# MAX_TRACES (default 1500), MAX_BISECT (default 8).
 set -uo pipefail
 
 ptxgen=${1:?usage: gpu-record.sh PTXGEN OUTDIR [COUNT [FROM]]}
@@ -26,42 +40,101 @@ here=$(cd "$(dirname "$0")" && pwd)
 inc=${CUDA_INC:-/usr/local/cuda/include}
 lib=${CUDA_LIB:-/usr/local/nvidia/lib64}
 jobs=${JOBS:-12}
-stubs=$(dirname "$(find /usr/local/cuda/ -path '*stubs/libcuda.so' 2>/dev/null | head -n 1)")
+stubs=${CUDA_STUBS:-$(dirname "$(find /usr/local/cuda/ -path '*stubs/libcuda.so' 2>/dev/null | head -n 1)")}
+read -ra runner <<<"${RUNNER:-}"
 work=$(mktemp -d /tmp/ptxgen.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$out"
+: >"$out/times.txt"
+t_last=$(date +%s)
+timed() { # timed STEP: note the seconds since the last note
+	local now
+	now=$(date +%s)
+	echo "$1 $((now - t_last)) s" | tee -a "$out/times.txt"
+	t_last=$now
+}
 
 gcc -O2 -std=gnu11 -Wall -I"$inc" -o "$work/gpurun" "$here/gpurun/gpurun.c" -L"$stubs" -lcuda || exit 1
-t0=$(date +%s)
-"$ptxgen" batch -dir "$work/batch" -from "$from" -count "$count" || exit 1
-t1=$(date +%s)
 export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export CUDA_CACHE_DISABLE=1
-# slice I: a kernel that faults ends its process (the device state is
-# lost), so the slice goes on in a new one from the next kernel.
-slice() {
-	local i=$1 start=0 rc
+
+# runshare BATCH PREFIX I N: runs share I of N of BATCH into PREFIX.*.bin. A
+# kernel that fails ends its process (the device state is lost), so the
+# share goes on in a new one from the next kernel; so does a process that
+# hangs outside a kernel (killed after 600 s), from the kernel after the
+# one it was at.
+runshare() {
+	local batch=$1 res=$2 i=$3 n=$4 start=0 rc
 	while :; do
-		"$work/gpurun" "$work/batch" "$work/r$i.$start.bin" "$i" "$jobs" "$start"
+		timeout 600 "${runner[@]}" "$work/gpurun" "$batch" "$res.$i.$start.bin" "$i" "$n" "$start"
 		rc=$?
-		[[ $rc == 3 ]] || return $rc
-		start=$(cat "$work/r$i.$start.bin.next")
+		case $rc in
+		3) start=$(cat "$res.$i.$start.bin.next") ;;
+		124)
+			local at
+			at=$(cat "$res.$i.$start.bin.cur" 2>/dev/null) || return 1
+			echo "gpu-record.sh: share $i of $batch hung at kernel index $at; going on after it" >&2
+			start=$((at + 1))
+			;;
+		*) return $rc ;;
+		esac
 	done
 }
-for i in $(seq 0 $((jobs - 1))); do
-	slice "$i" &
-done
-wait
+# runbatch BATCH PREFIX: runs BATCH in JOBS processes.
+runbatch() {
+	local i pids=() rc=0
+	for i in $(seq 0 $((jobs - 1))); do
+		runshare "$1" "$2" "$i" "$jobs" &
+		pids+=($!)
+	done
+	for i in "${pids[@]}"; do
+		wait "$i" || rc=1
+	done
+	return $rc
+}
+
+"$ptxgen" batch -dir "$work/batch" -from "$from" -count "$count" || exit 1
+timed batch
+runbatch "$work/batch" "$work/r" || echo "gpu-record.sh: a gpurun share failed" >&2
+timed "device runs"
 # The probe kernels (bit-field edges, NaNs, float atomics), kept raw.
-"$ptxgen" probe -dir "$work/probe" && "$work/gpurun" "$work/probe" "$out/h200-probes.bin"
-t2=$(date +%s)
+"$ptxgen" probe -dir "$work/probe" && "${runner[@]}" "$work/gpurun" "$work/probe" "$out/h200-probes.bin"
+"$ptxgen" probecheck -results "$out/h200-probes.bin" >"$out/probes.txt" 2>&1
+timed probes
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)
 cuda=$("${NVCC:-/usr/local/cuda/bin/nvcc}" --version 2>/dev/null | sed -n 's/^Cuda compilation tools, //p')
-"$ptxgen" record -dir "$work/batch" -results "$work/r*.bin" -corpus "$out/h200.txt" \
+"$ptxgen" record -dir "$work/batch" -results "$work/r.*.bin" -corpus "$out/h200.txt" \
 	-note "${gpu:-unknown GPU}; PTX compiled by the driver's JIT; toolkit ${cuda:-unknown}" \
-	-report "$out/report.txt" -diffs "$out/diffs.bin"
+	-report "$out/report.txt" -diffs "$out/diffs.bin" -maxdiffs 60 -failing "$out/failing.txt" >/dev/null
 status=$?
-"$ptxgen" probecheck -results "$out/h200-probes.bin" >"$out/probes.txt" 2>&1
-t3=$(date +%s)
-echo "gpu-record.sh: batch $((t1 - t0)) s, device runs $((t2 - t1)) s, record and emulator comparison $((t3 - t2)) s"
+grep -E '^[0-9]+ kernels' "$out/report.txt"
+timed "record and emulator comparison"
+
+# Instruction traces of the kernels the emulator does not reproduce.
+if [[ -n ${TRACE_SEEDS:-} ]]; then
+	cp "$TRACE_SEEDS" "$work/trace-seeds"
+else
+	grep -E ' (MISMATCH|ERROR_DIFFERS)$' "$out/failing.txt" | head -n "${MAX_TRACES:-1500}" >"$work/trace-seeds"
+fi
+if [[ -s $work/trace-seeds ]]; then
+	"$ptxgen" batch -dir "$work/tbatch" -trace -seeds "$work/trace-seeds" &&
+		runbatch "$work/tbatch" "$work/t" &&
+		"$ptxgen" tracereduce -dir "$work/tbatch" -results "$work/t.*.bin" -out "$out/traces.bin" &&
+		"$ptxgen" trace -traces "$out/traces.bin" >"$out/trace.txt" 2>&1 || status=1
+	tail -n 20 "$out/trace.txt"
+fi
+timed traces
+
+# Kernels that fail on the device: the first prefix that fails names the
+# statement that makes it fail.
+: >"$out/bisect.txt"
+grep -E ' ERROR_DIFFERS$' "$out/failing.txt" | head -n "${MAX_BISECT:-8}" | while read -r seed _; do
+	echo "$seed" >"$work/bseed"
+	"$ptxgen" batch -dir "$work/p$seed" -prefixes -seeds "$work/bseed" || continue
+	# One process: it stops at the first prefix that fails.
+	timeout 600 "${runner[@]}" "$work/gpurun" "$work/p$seed" "$work/p$seed.bin"
+	"$ptxgen" bisect -dir "$work/p$seed" -results "$work/p$seed.bin" >>"$out/bisect.txt" 2>&1
+done
+cat "$out/bisect.txt"
+timed bisection
 exit $status

@@ -7,7 +7,7 @@ import "math"
 // stay the same).
 type rng struct{ s uint64 }
 
-func newRNG(seed uint64) *rng { return &rng{s: seed ^ 0x9e3779b97f4a7c15*uint64(Version)} }
+func newRNG(seed uint64, version int) *rng { return &rng{s: seed ^ 0x9e3779b97f4a7c15*uint64(version)} }
 
 func (r *rng) u64() uint64 {
 	r.s += 0x9e3779b97f4a7c15

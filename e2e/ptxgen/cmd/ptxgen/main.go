@@ -1,12 +1,16 @@
 // Command ptxgen writes batches of generated PTX kernels for a GPU to run,
-// turns the GPU's outputs into a corpus, and replays a corpus on the PTX
-// emulator. See e2e/ptxgen/README.md.
+// turns the GPU's outputs into a corpus, replays a corpus on the PTX
+// emulator, and compares instruction traces of the two. See
+// e2e/ptxgen/README.md.
 //
-//	ptxgen batch -dir DIR -from 1 -count 4096
-//	ptxgen record -dir DIR -results 'R*.bin' -corpus h200.txt -note "..." -report report.txt -diffs diffs.bin
+//	ptxgen batch -dir DIR -from 1 -count 4096 [-version V] [-trace] [-seeds FILE] [-prefixes]
+//	ptxgen record -dir DIR -results 'R*.bin' -corpus h200.txt -note "..." -report report.txt -diffs diffs.bin -failing failing.txt
 //	ptxgen check -corpus e2e/ptxgen/corpus/h200.txt [-seed N] [-diffs diffs.bin]
-//	ptxgen show -seed N
-//	ptxgen explain -diffs diffs.bin
+//	ptxgen show -seed N [-version V] [-trace] [-stmts K]
+//	ptxgen explain -diffs diffs.bin [-version V]
+//	ptxgen tracereduce -dir DIR -results 'T*.bin' -out traces.bin [-keep 8]
+//	ptxgen trace -traces traces.bin [-seed N]
+//	ptxgen bisect -dir DIR -results R.bin
 //	ptxgen probe -dir DIR
 //	ptxgen probecheck -results h200-probes.bin
 package main
@@ -26,61 +30,79 @@ import (
 )
 
 func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: ptxgen batch|record|check|show [flags]")
+	cmds := map[string]func([]string) error{
+		"batch": batch, "record": record, "check": check, "show": show, "explain": explain,
+		"tracereduce": tracereduce, "trace": trace, "bisect": bisect, "probe": probe, "probecheck": probecheck,
+	}
+	var names []string
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if len(os.Args) < 2 || cmds[os.Args[1]] == nil {
+		fmt.Fprintf(os.Stderr, "usage: ptxgen %s [flags] (see e2e/ptxgen/README.md)\n", strings.Join(names, "|"))
 		os.Exit(2)
 	}
-	var err error
-	switch os.Args[1] {
-	case "batch":
-		err = batch(os.Args[2:])
-	case "record":
-		err = record(os.Args[2:])
-	case "check":
-		err = check(os.Args[2:])
-	case "show":
-		err = show(os.Args[2:])
-	case "explain":
-		err = explain(os.Args[2:])
-	case "probe":
-		err = probe(os.Args[2:])
-	case "probecheck":
-		err = probecheck(os.Args[2:])
-	default:
-		err = fmt.Errorf("unknown command %q: want batch, record, check or show", os.Args[1])
-	}
-	if err != nil {
+	if err := cmds[os.Args[1]](os.Args[2:]); err != nil {
 		fmt.Fprintln(os.Stderr, "ptxgen:", err)
 		os.Exit(1)
 	}
 }
 
-// batch writes what gpurun reads: a manifest and, per seed, the PTX, the
-// input buffer and the output buffer's initial contents.
+// seedList is the seeds a command works on: -seeds FILE, or -count seeds
+// from -from.
+func seedList(file string, from uint64, count int) ([]uint64, error) {
+	if file != "" {
+		return ptxgen.ReadSeeds(file)
+	}
+	var out []uint64
+	for i := 0; i < count; i++ {
+		out = append(out, from+uint64(i))
+	}
+	return out, nil
+}
+
+// batch writes what gpurun reads: a manifest and, per kernel, the PTX,
+// the input buffer and the output buffer's initial contents. -trace
+// writes the instrumented kernels (ptxgen trace compares their traces),
+// -prefixes every prefix of each seed (ptxgen bisect reads their runs).
 func batch(args []string) error {
 	fs := flag.NewFlagSet("batch", flag.ExitOnError)
 	dir := fs.String("dir", "", "directory to write")
 	from := fs.Uint64("from", 1, "first seed")
 	count := fs.Int("count", 4096, "number of kernels")
+	seedsFile := fs.String("seeds", "", "a file of seeds, one per line, instead of -from and -count")
+	version := fs.Int("version", ptxgen.Version, "generator version")
+	traced := fs.Bool("trace", false, "write the kernels instrumented to record every instruction's result")
+	prefixes := fs.Bool("prefixes", false, "write every prefix of each seed (the first 1, 2, ... statements), in order")
 	fs.Parse(args)
 	if *dir == "" {
 		return fmt.Errorf("batch needs -dir")
 	}
-	if err := os.MkdirAll(*dir, 0o755); err != nil {
+	if err := ptxgen.CheckVersion(*version); err != nil {
 		return err
 	}
-	var man strings.Builder
-	for i := 0; i < *count; i++ {
-		s := *from + uint64(i)
-		p := ptxgen.Generate(s)
-		for ext, b := range map[string][]byte{"ptx": []byte(p.PTX), "in": p.In, "init": p.OutInit} {
-			if err := os.WriteFile(filepath.Join(*dir, fmt.Sprintf("%d.%s", s, ext)), b, 0o644); err != nil {
-				return err
-			}
-		}
-		fmt.Fprintf(&man, "%d %d %d %d %d %d %d\n", s, p.Grid, p.Block, len(p.In), p.OutLen(), p.ApproxLen, p.Scalar)
+	seeds, err := seedList(*seedsFile, *from, *count)
+	if err != nil {
+		return err
 	}
-	return os.WriteFile(filepath.Join(*dir, "manifest"), []byte(man.String()), 0o644)
+	var ks []ptxgen.BatchKernel
+	for _, s := range seeds {
+		p := ptxgen.GenerateWith(s, ptxgen.Options{Version: *version})
+		if !*prefixes {
+			k := ptxgen.BatchKernel{ID: s, Program: p}
+			if *traced {
+				k.Trace = p.Trace()
+			}
+			ks = append(ks, k)
+			continue
+		}
+		for n := 1; n <= p.Stmts(); n++ {
+			q := ptxgen.GenerateWith(s, ptxgen.Options{Version: *version, MaxStmts: n})
+			ks = append(ks, ptxgen.BatchKernel{ID: ptxgen.PrefixID(s, n), Program: q})
+		}
+	}
+	return ptxgen.WriteBatch(*dir, *version, ks)
 }
 
 // record turns gpurun's results into a corpus, and compares each kernel
@@ -95,49 +117,29 @@ func record(args []string) error {
 	report := fs.String("report", "", "report file to write")
 	diffs := fs.String("diffs", "", "file for the device outputs of kernels that differ")
 	maxDiffs := fs.Int("maxdiffs", 200, "at most this many kernels in -diffs")
+	failing := fs.String("failing", "", "file to list the seeds the emulator does not reproduce in (\"SEED OUTCOME\")")
 	fs.Parse(args)
-	files, err := filepath.Glob(*results)
-	if err != nil || len(files) == 0 {
-		return fmt.Errorf("no result files match %q", *results)
-	}
-	recs := map[uint64]ptxgen.Record{}
-	for _, f := range files {
-		fh, err := os.Open(f)
-		if err != nil {
-			return err
-		}
-		m, err := ptxgen.ReadResults(fh)
-		fh.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %w", f, err)
-		}
-		for k, v := range m {
-			recs[k] = v
-		}
-	}
-	man, err := os.ReadFile(filepath.Join(*dir, "manifest"))
+	recs, err := readGlob(*results)
 	if err != nil {
 		return err
 	}
-	var seeds []uint64
-	for _, l := range strings.Split(strings.TrimSpace(string(man)), "\n") {
-		var s uint64
-		if _, err := fmt.Sscan(l, &s); err == nil {
-			seeds = append(seeds, s)
-		}
+	seeds, version, err := ptxgen.ReadBatch(*dir)
+	if err != nil {
+		return err
 	}
-	c := &ptxgen.Corpus{Version: ptxgen.Version, Note: *note}
+	c := &ptxgen.Corpus{Version: version, Note: *note}
 	var rep strings.Builder
-	compileErrs := 0
+	compileErrs, missing := 0, 0
 	for _, s := range seeds {
 		r, ok := recs[s]
 		if !ok {
+			missing++
 			fmt.Fprintf(&rep, "seed %d: no result from the device\n", s)
 			continue
 		}
 		switch r.Status {
 		case 0:
-			p := ptxgen.Generate(s)
+			p := ptxgen.GenerateWith(s, ptxgen.Options{Version: version})
 			out := r.Data[:p.OutLen()]
 			c.Entries = append(c.Entries, ptxgen.Entry{Seed: s, Hash: ptxgen.Digest(out), Approx: r.Data[p.OutLen():]})
 		case 1:
@@ -150,7 +152,7 @@ func record(args []string) error {
 			c.Entries = append(c.Entries, ptxgen.Entry{Seed: s, Err: name})
 		}
 	}
-	fmt.Fprintf(&rep, "%d kernels, %d ran, %d did not compile\n", len(seeds), len(c.Entries), compileErrs)
+	fmt.Fprintf(&rep, "%d kernels, %d ran, %d did not compile, %d have no result\n", len(seeds), len(c.Entries), compileErrs, missing)
 	if err := ptxgen.WriteCorpus(c, *corpusPath); err != nil {
 		return err
 	}
@@ -168,16 +170,18 @@ func record(args []string) error {
 	}
 	kept := 0
 	var mu sync.Mutex
+	var fail strings.Builder
 	for i, r := range res {
 		if !r.Outcome.Failed() {
 			continue
 		}
+		fmt.Fprintf(&fail, "%d %s\n", r.Seed, strings.ReplaceAll(r.Outcome.String(), " ", "_"))
 		e := c.Entries[i]
 		if r.Outcome != ptxgen.Mismatch {
 			fmt.Fprintf(&rep, "seed %d: %s: %s\n", r.Seed, r.Outcome, r.Detail)
 			continue
 		}
-		p := ptxgen.Generate(e.Seed)
+		p := ptxgen.GenerateWith(e.Seed, ptxgen.Options{Version: version})
 		emu, _, err := ptxgen.RunEmulator(context.Background(), p, 1)
 		if err != nil {
 			continue
@@ -213,10 +217,30 @@ func record(args []string) error {
 		}
 	}
 	fmt.Print(rep.String())
+	if *failing != "" {
+		if err := os.WriteFile(*failing, []byte(fail.String()), 0o644); err != nil {
+			return err
+		}
+	}
 	if *report != "" {
-		return os.WriteFile(*report, []byte(rep.String()), 0o644)
+		if err := os.WriteFile(*report, []byte(rep.String()), 0o644); err != nil {
+			return err
+		}
+	}
+	if missing > 0 {
+		return fmt.Errorf("%d kernels of the batch have no result from the device", missing)
 	}
 	return nil
+}
+
+// readGlob reads every result file that pattern matches.
+func readGlob(pattern string) (map[uint64]ptxgen.Record, error) {
+	files, err := filepath.Glob(pattern)
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("no result files match %q", pattern)
+	}
+	sort.Strings(files)
+	return ptxgen.ReadResultFiles(files...)
 }
 
 // check replays a corpus (or one seed of it) on the emulator; with
@@ -244,13 +268,7 @@ func check(args []string) error {
 	res := ptxgen.Replay(context.Background(), c, 0)
 	var dev map[uint64]ptxgen.Record
 	if *diffs != "" {
-		f, err := os.Open(*diffs)
-		if err != nil {
-			return err
-		}
-		dev, err = ptxgen.ReadResults(f)
-		f.Close()
-		if err != nil {
+		if dev, err = ptxgen.ReadResultFiles(*diffs); err != nil {
 			return err
 		}
 	}
@@ -260,7 +278,7 @@ func check(args []string) error {
 		}
 		fmt.Printf("seed %d: %s: %s\n", r.Seed, r.Outcome, r.Detail)
 		if d, ok := dev[r.Seed]; ok && r.Outcome == ptxgen.Mismatch {
-			p := ptxgen.Generate(r.Seed)
+			p := ptxgen.GenerateWith(r.Seed, ptxgen.Options{Version: c.Version})
 			emu, _, err := ptxgen.RunEmulator(context.Background(), p, 1)
 			if err != nil {
 				continue
@@ -281,9 +299,21 @@ func check(args []string) error {
 func show(args []string) error {
 	fs := flag.NewFlagSet("show", flag.ExitOnError)
 	seed := fs.Uint64("seed", 1, "seed")
+	version := fs.Int("version", ptxgen.Version, "generator version")
+	traced := fs.Bool("trace", false, "show the kernel instrumented for a trace")
+	stmts := fs.Int("stmts", 0, "show only the first this many statements (a prefix)")
 	fs.Parse(args)
-	p := ptxgen.Generate(*seed)
-	fmt.Print(p.PTX)
+	if err := ptxgen.CheckVersion(*version); err != nil {
+		return err
+	}
+	p := ptxgen.GenerateWith(*seed, ptxgen.Options{Version: *version, MaxStmts: *stmts})
+	if *traced {
+		t := p.Trace()
+		fmt.Print(t.PTX)
+		fmt.Printf("// trace: %d instructions traced, %d bytes per thread\n", len(t.Points), t.Stride)
+	} else {
+		fmt.Print(p.PTX)
+	}
 	fmt.Printf("// grid %d, block %d, scalar %#x, %d slots of %d bytes per thread, %d approximate\n", p.Grid, p.Block, p.Scalar, len(p.Slots), p.OutStride, len(p.Approx))
 	return nil
 }
@@ -295,20 +325,19 @@ func explain(args []string) error {
 	fs := flag.NewFlagSet("explain", flag.ExitOnError)
 	diffs := fs.String("diffs", "", "device outputs written by record -diffs")
 	per := fs.Int("examples", 4, "examples per opcode")
+	version := fs.Int("version", ptxgen.Version, "generator version of the kernels")
 	fs.Parse(args)
-	f, err := os.Open(*diffs)
-	if err != nil {
+	if err := ptxgen.CheckVersion(*version); err != nil {
 		return err
 	}
-	dev, err := ptxgen.ReadResults(f)
-	f.Close()
+	dev, err := ptxgen.ReadResultFiles(*diffs)
 	if err != nil {
 		return err
 	}
 	byOp := map[string][]ptxgen.Finding{}
 	kernels := map[string]map[uint64]bool{}
 	for seed, rec := range dev {
-		p := ptxgen.Generate(seed)
+		p := ptxgen.GenerateWith(seed, ptxgen.Options{Version: *version})
 		emu, _, err := ptxgen.RunEmulator(context.Background(), p, 1)
 		if err != nil {
 			continue
