@@ -380,7 +380,7 @@ func probe(args []string) error {
 		return err
 	}
 	var man strings.Builder
-	for _, p := range ptxgen.Probes() {
+	for _, p := range append(ptxgen.Probes(), ptxgen.PendingProbes()...) {
 		for ext, b := range map[string][]byte{"ptx": []byte(p.PTX), "in": p.In, "init": p.OutInit} {
 			if err := os.WriteFile(filepath.Join(*dir, fmt.Sprintf("%d.%s", p.Seed, ext)), b, 0o644); err != nil {
 				return err
@@ -407,7 +407,7 @@ func probecheck(args []string) error {
 		return err
 	}
 	total := 0
-	for _, p := range ptxgen.Probes() {
+	for _, p := range append(ptxgen.Probes(), ptxgen.PendingProbes()...) {
 		r, ok := dev[p.Seed]
 		if !ok || r.Status != 0 {
 			fmt.Printf("probe %s: no result from the device: %s\n", p.Name, r.Data)

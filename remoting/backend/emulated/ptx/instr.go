@@ -181,6 +181,9 @@ func (c *fcomp) build(in *instr, x *inst) {
 		if f == nil {
 			unsupported("%s on .%s", in.op, t)
 		}
+		if g := guardedSignOp(in, t); g != nil {
+			f = g
+		}
 		x.fn = un(f)
 	case "and", "or", "xor":
 		c.nargs(in, 3)
@@ -677,12 +680,16 @@ func (c *fcomp) setp(in *instr, x *inst) {
 		if dt == tF32 {
 			one = uint64(math.Float32bits(1))
 		}
-		x.fn = ter(func(p, q, r uint64) uint64 {
+		set := func(p, q, r uint64) uint64 {
 			if combine(cf(p, q), r) {
 				return one
 			}
 			return 0
-		})
+		}
+		x.fn = ter(set)
+		if dt == tF32 && x.guard >= 0 {
+			x.fn, x.e, x.guard = guardedSetF32(set), x.guard, -1
+		}
 		return
 	}
 	if x.d2 < 0 && boolop == "" {
@@ -1149,6 +1156,52 @@ func (c *fcomp) vote(in *instr, x *inst) {
 	x.d = c.dst(a[0])
 	x.a = c.val(a[1], tPred)
 	x.fn = opVote
+}
+
+// guardedSignOp is neg or abs of .f32 (without .ftz) under a guard as
+// an H200 runs it after ptxas (measured by the generated corpus): a plain
+// change of the sign bit, a NaN's payload kept and not quieted, where the
+// unguarded instruction returns the canonical NaN. (The corpus shows the
+// other float types and .ftz canonicalising under a guard too.) It is nil
+// for every other instruction.
+func guardedSignOp(in *instr, t ptype) func(uint64) uint64 {
+	if in.guard == "" || t != tF32 || hasMod(in.mods, "ftz") {
+		return nil
+	}
+	switch in.op {
+	case "neg":
+		return func(a uint64) uint64 { return a ^ 0x80000000 }
+	case "abs":
+		return func(a uint64) uint64 { return a &^ 0x80000000 }
+	}
+	return nil
+}
+
+// guardedSetF32 runs a guarded set with a .f32 result as an H200 does
+// after ptxas (measured by the generated corpus, e2e/ptxgen): ptxas
+// computes the comparison as an integer 0 or -1 under the guard and
+// converts its absolute value to float unguarded, so a lane whose guard
+// is false does not keep its register d but gets float(|int32(d)|), the
+// absolute value taken in 32 bits (INT_MIN gives -2^31). The
+// guard (slot x.e, negated per x.guardNeg) is evaluated here, on every
+// active lane.
+func guardedSetF32(set func(p, q, r uint64) uint64) execFn {
+	return func(w *warp, fr *frame, in *inst, m uint32) {
+		r := fr.regs
+		d, a, b, c, g := int(in.d)*warpSize, int(in.a)*warpSize, int(in.b)*warpSize, int(in.c)*warpSize, int(in.e)*warpSize
+		for ; m != 0; m &= m - 1 {
+			l := bits.TrailingZeros32(m)
+			if (r[g+l] != 0) != in.guardNeg {
+				r[d+l] = set(r[a+l], r[b+l], r[c+l])
+				continue
+			}
+			v := int32(r[d+l])
+			if v < 0 {
+				v = -v // wraps as the hardware's does: INT_MIN stays INT_MIN
+			}
+			r[d+l] = uint64(math.Float32bits(float32(v)))
+		}
+	}
 }
 
 // floatPeephole applies what ptxas does to float instructions before the
