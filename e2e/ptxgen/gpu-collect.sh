@@ -9,7 +9,8 @@
 #
 #   e2e/ptxgen/gpu-collect.sh OUTDIR
 #
-# OUTDIR receives two files, small enough to bring back:
+# OUTDIR receives two files, small enough to bring back (one over 15 MB is
+# split into FILE.part00, FILE.part01, ...):
 #   results.tar.gz   the corpus (h200.txt, h200.approx, h200-probes.bin.gz),
 #                    report.txt, failing.txt, trace.txt, bisect.txt,
 #                    probes.txt, diffs.bin, conformance.log, the logs and
@@ -35,7 +36,7 @@ rec=$?
 conf_rc=skipped
 if [[ -x $conf ]]; then
 	lib=${CUDA_LIB:-/usr/local/nvidia/lib64}
-	LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 300 "$conf" -test.run '^TestConformance$' -test.v >"$res/conformance.log" 2>&1
+	LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 120 "$conf" -test.run '^TestConformance$' -test.v >"$res/conformance.log" 2>&1
 	conf_rc=$?
 else
 	echo "no $conf (make gpu-tools)" >"$res/conformance.log"
@@ -59,5 +60,11 @@ fi
 	cat "$res/times.txt" 2>/dev/null
 } >"$res/summary.txt" 2>&1
 tar -C "$res" -czf "$out/results.tar.gz" .
+# No file may pass 16 MB on the way back: split what does (cat the parts).
+for f in "$out"/*.gz; do
+	if (($(stat -c %s "$f") > 15000000)); then
+		split -b 15000000 -d "$f" "$f.part" && rm "$f"
+	fi
+done
 cat "$res/summary.txt"
 ls -l "$out"

@@ -22,14 +22,17 @@
 #                           device (ptxgen tracereduce), and trace.txt, their
 #                           comparison with this emulator (ptxgen trace)
 #   bisect.txt              for kernels that fail on the device, the first
-#                           statement with which a prefix of the kernel fails
+#                           statement with which a prefix of the kernel fails,
+#                           and compute-sanitizer's report of the fault
 #   times.txt               how long each step took
 # Variables: CUDA_INC (default /usr/local/cuda/include), CUDA_LIB (the
 # driver's directory, default /usr/local/nvidia/lib64), CUDA_STUBS (a
 # directory with libcuda.so to link against), JOBS (default 12), RUNNER (a
 # command that prefixes every gpurun, e.g. `gpuctl run ... --`),
 # TRACE_SEEDS (a file of seeds to trace in place of the failing ones),
-# MAX_TRACES (default 1500), MAX_BISECT (default 8).
+# MAX_TRACES (default 1500), MAX_BISECT (default 8), BISECT_ALSO
+# (VERSION:SEED of earlier corpora's kernels that failed on the device, to
+# bisect too; default 1:1741).
 set -uo pipefail
 
 ptxgen=${1:?usage: gpu-record.sh PTXGEN OUTDIR [COUNT [FROM]]}
@@ -61,22 +64,21 @@ export CUDA_CACHE_DISABLE=1
 # runshare BATCH PREFIX I N: runs share I of N of BATCH into PREFIX.*.bin. A
 # kernel that fails ends its process (the device state is lost), so the
 # share goes on in a new one from the next kernel; so does a process that
-# hangs outside a kernel (killed after 600 s), from the kernel after the
-# one it was at.
+# hangs (killed after 240 s) or dies, from the kernel after the one it was
+# at, which then has no record.
 runshare() {
-	local batch=$1 res=$2 i=$3 n=$4 start=0 rc
+	local batch=$1 res=$2 i=$3 n=$4 start=0 rc at
 	while :; do
-		timeout 600 "${runner[@]}" "$work/gpurun" "$batch" "$res.$i.$start.bin" "$i" "$n" "$start"
+		timeout 240 "${runner[@]}" "$work/gpurun" "$batch" "$res.$i.$start.bin" "$i" "$n" "$start"
 		rc=$?
 		case $rc in
+		0) return 0 ;;
 		3) start=$(cat "$res.$i.$start.bin.next") ;;
-		124)
-			local at
-			at=$(cat "$res.$i.$start.bin.cur" 2>/dev/null) || return 1
-			echo "gpu-record.sh: share $i of $batch hung at kernel index $at; going on after it" >&2
+		*)
+			at=$(cat "$res.$i.$start.bin.cur" 2>/dev/null) || return $rc
+			echo "gpu-record.sh: gpurun share $i of $batch ended with status $rc at kernel index $at; going on after it" >&2
 			start=$((at + 1))
 			;;
-		*) return $rc ;;
 		esac
 	done
 }
@@ -98,7 +100,7 @@ timed batch
 runbatch "$work/batch" "$work/r" || echo "gpu-record.sh: a gpurun share failed" >&2
 timed "device runs"
 # The probe kernels (bit-field edges, NaNs, float atomics), kept raw.
-"$ptxgen" probe -dir "$work/probe" && "${runner[@]}" "$work/gpurun" "$work/probe" "$out/h200-probes.bin"
+"$ptxgen" probe -dir "$work/probe" && "${runner[@]}" "$work/gpurun" "$work/probe" "$work/probes.bin" && cp "$work/probes.bin" "$out/h200-probes.bin"
 "$ptxgen" probecheck -results "$out/h200-probes.bin" >"$out/probes.txt" 2>&1
 timed probes
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)
@@ -117,23 +119,40 @@ else
 	grep -E ' (MISMATCH|ERROR_DIFFERS)$' "$out/failing.txt" | head -n "${MAX_TRACES:-1500}" >"$work/trace-seeds"
 fi
 if [[ -s $work/trace-seeds ]]; then
-	"$ptxgen" batch -dir "$work/tbatch" -trace -seeds "$work/trace-seeds" &&
-		runbatch "$work/tbatch" "$work/t" &&
-		"$ptxgen" tracereduce -dir "$work/tbatch" -results "$work/t.*.bin" -out "$out/traces.bin" &&
-		"$ptxgen" trace -traces "$out/traces.bin" >"$out/trace.txt" 2>&1 || status=1
-	tail -n 20 "$out/trace.txt"
+	"$ptxgen" batch -dir "$work/tbatch" -trace -seeds "$work/trace-seeds" || status=1
+	runbatch "$work/tbatch" "$work/t" || echo "gpu-record.sh: a gpurun share of the traces failed" >&2
+	"$ptxgen" tracereduce -dir "$work/tbatch" -results "$work/t.*.bin" -out "$out/traces.bin" || status=1
+	if [[ -s $out/traces.bin ]]; then
+		"$ptxgen" trace -traces "$out/traces.bin" -corpus "$out/h200.txt" >"$out/trace.txt" 2>&1 || status=1
+		tail -n 20 "$out/trace.txt"
+	fi
 fi
 timed traces
 
 # Kernels that fail on the device: the first prefix that fails names the
-# statement that makes it fail.
+# statement that makes it fail, and compute-sanitizer the thread, the
+# instruction and the address.
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+bisect_one() { # VERSION SEED
+	local v=$1 seed=$2 d=$work/p$1-$2
+	echo "$seed" >"$d.seed"
+	"$ptxgen" batch -dir "$d" -prefixes -version "$v" -seeds "$d.seed" || return
+	# One process: it stops at the first prefix that fails.
+	timeout 240 "${runner[@]}" "$work/gpurun" "$d" "$d.bin"
+	echo "== version $v" >>"$out/bisect.txt"
+	"$ptxgen" bisect -dir "$d" -results "$d.bin" >>"$out/bisect.txt" 2>&1
+	if [[ -x $sanitizer && ${#runner[@]} == 0 ]] && "$ptxgen" batch -dir "$d.one" -version "$v" -seeds "$d.seed"; then
+		echo "compute-sanitizer --tool memcheck on the whole kernel:" >>"$out/bisect.txt"
+		timeout 120 "$sanitizer" --tool memcheck --print-limit 4 "$work/gpurun" "$d.one" "$d.one.bin" 2>&1 | head -n 60 >>"$out/bisect.txt"
+	fi
+}
 : >"$out/bisect.txt"
 grep -E ' ERROR_DIFFERS$' "$out/failing.txt" | head -n "${MAX_BISECT:-8}" | while read -r seed _; do
-	echo "$seed" >"$work/bseed"
-	"$ptxgen" batch -dir "$work/p$seed" -prefixes -seeds "$work/bseed" || continue
-	# One process: it stops at the first prefix that fails.
-	timeout 600 "${runner[@]}" "$work/gpurun" "$work/p$seed" "$work/p$seed.bin"
-	"$ptxgen" bisect -dir "$work/p$seed" -results "$work/p$seed.bin" >>"$out/bisect.txt" 2>&1
+	bisect_one "$(cat "$work/batch/version")" "$seed"
+done
+# Kernels of earlier corpora that failed on the device (VERSION:SEED).
+for vs in ${BISECT_ALSO-1:1741}; do
+	bisect_one "${vs%%:*}" "${vs#*:}"
 done
 cat "$out/bisect.txt"
 timed bisection

@@ -364,12 +364,18 @@ func (tr *Trace) alone(d TraceDiff, guard, op string, args []string, valueOf fun
 	switch {
 	case err != nil:
 		return fmt.Sprintf("alone on the emulator: %v", err)
-	case got == d.Dev:
-		return fmt.Sprintf("alone, the emulator gives the device's %#x: the difference comes from around it (what ptxas made of the code)", got)
-	case got == d.Emu:
-		return fmt.Sprintf("alone, the emulator gives %#x again: it computes this instruction differently from the device", got)
 	}
-	return fmt.Sprintf("alone, the emulator gives %#x", got)
+	alone := "alone"
+	if guard != "" {
+		alone = "alone and unguarded"
+	}
+	switch got {
+	case d.Dev:
+		return fmt.Sprintf("%s, the emulator gives the device's %#x: the difference comes from around it (what ptxas made of the code)", alone, got)
+	case d.Emu:
+		return fmt.Sprintf("%s, the emulator gives %#x again: it computes this instruction differently from the device", alone, got)
+	}
+	return fmt.Sprintf("%s, the emulator gives %#x", alone, got)
 }
 
 // splitOperands splits an operand list at the commas outside braces and

@@ -86,8 +86,8 @@ func tracereduce(args []string) error {
 		return err
 	}
 	fmt.Printf("tracereduce: %d kernels, %d without a usable trace\n", len(ids), bad)
-	if bad > 0 {
-		return fmt.Errorf("%d kernels without a usable trace", bad)
+	if bad == len(ids) {
+		return fmt.Errorf("no kernel of %s has a usable trace", *dir)
 	}
 	return nil
 }
@@ -100,11 +100,23 @@ func trace(args []string) error {
 	traces := fs.String("traces", "", "device traces written by tracereduce (.gz too)")
 	seed := fs.Uint64("seed", 0, "only this seed")
 	per := fs.Int("threads", 1, "differences shown per kernel (earliest first)")
+	corpusPath := fs.String("corpus", "", "the corpus of the plain kernels, to tell where instrumenting changed the device's outputs")
 	fs.Parse(args)
 	recs, err := ptxgen.ReadResultFiles(*traces)
 	if err != nil {
 		return err
 	}
+	plain := map[uint64]string{}
+	if *corpusPath != "" {
+		c, err := ptxgen.ReadCorpus(*corpusPath)
+		if err != nil {
+			return err
+		}
+		for _, e := range c.Entries {
+			plain[e.Seed] = e.Hash
+		}
+	}
+	outsDiffer := 0
 	var seeds []uint64
 	for s := range recs {
 		if *seed == 0 || s == *seed {
@@ -116,6 +128,7 @@ func trace(args []string) error {
 		return fmt.Errorf("%s holds no trace of seed %d", *traces, *seed)
 	}
 	reports := make([]*ptxgen.TraceReport, len(seeds))
+	devOut := make([]string, len(seeds))
 	errs := make([]error, len(seeds))
 	var wg sync.WaitGroup
 	next := make(chan int)
@@ -129,6 +142,7 @@ func trace(args []string) error {
 					errs[i] = err
 					continue
 				}
+				devOut[i] = dt.OutDigest
 				reports[i], errs[i] = ptxgen.CompareTrace(context.Background(), dt)
 			}
 		}()
@@ -145,6 +159,10 @@ func trace(args []string) error {
 			failed++
 			fmt.Printf("seed %d: %v\n", seeds[i], errs[i])
 			continue
+		}
+		if h, ok := plain[r.Seed]; ok && r.Err == "" && h != "" && h != devOut[i] {
+			outsDiffer++
+			fmt.Printf("seed %d: instrumented, the kernel's exact outputs on the device are not the plain kernel's (ptxas compiled it otherwise)\n", r.Seed)
 		}
 		switch {
 		case r.Err != "":
@@ -187,6 +205,9 @@ func trace(args []string) error {
 	sort.Slice(ops, func(i, j int) bool {
 		return len(byOp[ops[i]]) > len(byOp[ops[j]]) || len(byOp[ops[i]]) == len(byOp[ops[j]]) && ops[i] < ops[j]
 	})
+	if *corpusPath != "" {
+		fmt.Printf("\n%d kernels computed otherwise on the device once instrumented\n", outsDiffer)
+	}
 	fmt.Printf("\n%d kernels: %d with every trace the device's, %d unreadable; the first differing instruction, by opcode:\n", len(seeds), same, failed)
 	for _, op := range ops {
 		ss := byOp[op]
