@@ -8,13 +8,23 @@ gpu-test:
 
 # gpu-tools adds what the suite uses when present: kernelcheck compares the
 # kernel corpus's native and remote outputs with each case's tolerance
-# (without it the suite requires byte-identical files).
-gpu-tools: $(BUILD)/bin/kernelcheck
+# (without it the suite requires byte-identical files); cuda-conformance.test
+# runs the backend conformance suite (remoting/backend/backendtest) on the
+# cuda backend; ptxgen records the generated-kernel corpus
+# (e2e/ptxgen/gpu-record.sh).
+gpu-tools: $(BUILD)/bin/kernelcheck $(BUILD)/bin/cuda-conformance.test $(BUILD)/bin/ptxgen
 
 $(BUILD)/bin/kernelcheck: FORCE
 	@mkdir -p $(BUILD)/bin
 	$(GO) build -o $@ ./e2e/kernels/cmd/kernelcheck
 
+$(BUILD)/bin/cuda-conformance.test: FORCE
+	@mkdir -p $(BUILD)/bin
+	$(GO) test -c -o $@ ./remoting/backend/cuda
+
+$(BUILD)/bin/ptxgen: FORCE
+	@mkdir -p $(BUILD)/bin
+	CGO_ENABLED=0 $(GO) build -o $@ ./e2e/ptxgen/cmd/ptxgen
 # gpu-apps: real applications (NVIDIA's samples, Thrust, PyTorch) natively and
 # through gpuctl, and a PyTorch training run migrated mid-run
 # (e2e/gpu/apps.sh). NVIDIA's samples are read from .samples/ (see there).

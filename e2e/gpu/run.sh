@@ -26,6 +26,9 @@
 #      serving GPU1 (on one GPU: a second gpud on GPU0) while the client
 #      keeps running and checking its data;
 #   6. prints one table of everything measured, side by side.
+# Right after the build it runs the backend conformance suite
+# (remoting/backend/backendtest) on the cuda backend, when make gpu-tools
+# built build/bin/cuda-conformance.test.
 #
 # Variables: OUT (logs; default /tmp/gpuctl-gpu-suite), WORK (scratch for
 # images, default a fresh dir under /tmp), SIZES (MiB, default "1024 8192"),
@@ -139,6 +142,21 @@ if [[ -f $ROOT/e2e/cprogs/build.sh ]]; then
 		CPROGS=1 || fail "e2e/cprogs/build.sh failed (see $OUT/build-cprogs.*.log)"
 fi
 echo "built holder, bench, gpuckpt$( ((CPROGS)) && echo ", e2e/cprogs and kernelrun")"
+
+# ----------------------------------------------- backend conformance suite
+step "backend conformance suite on the cuda backend"
+# The same tests the emulated backend passes in every go test
+# (remoting/backend/backendtest), through the cuda backend on this GPU.
+if [[ -x $ROOT/build/bin/cuda-conformance.test ]]; then
+	if "${NATIVE[@]}" timeout 120 "$ROOT/build/bin/cuda-conformance.test" -test.run '^TestConformance$' -test.v >"$OUT/conformance.log" 2>&1 &&
+		! grep -q -- '--- SKIP: TestConformance' "$OUT/conformance.log"; then
+		pass "backend conformance suite: $(grep -c -- '    --- PASS' "$OUT/conformance.log") tests pass on the cuda backend"
+	else
+		fail "backend conformance suite on the cuda backend (see $OUT/conformance.log): $(grep -E -- '--- (FAIL|SKIP)' "$OUT/conformance.log" | head -n 3 | tr '\n' ' ')"
+	fi
+else
+	skip "backend conformance suite: no build/bin/cuda-conformance.test (make gpu-tools)"
+fi
 
 # ------------------------------------------------------------ gpud (GPU0)
 step "gpud on GPU0"

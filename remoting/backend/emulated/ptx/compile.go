@@ -359,6 +359,37 @@ func (c *fcomp) dst(o operand) int32 {
 	return 0
 }
 
+// regType is the declared type of register operand o; the sink `_` and
+// anything that is not a register count as 64 bits wide.
+func (c *fcomp) regType(o operand) ptype {
+	if o.kind == oReg || o.kind == oSym {
+		if s := c.lookup(o.name); s != nil && s.kind == symReg && s.typ != tNone {
+			return s.typ
+		}
+	}
+	return tB64
+}
+
+// widthMask is the mask of the widest of the registers os. Loads,
+// conversions and atomics whose type is narrower than their destination
+// extend the result to the register's width: sign extension for signed
+// types, zero extension for the others (PTX ISA, "Operand Size Exceeding
+// Instruction-Type Size"). Registers hold their value zero-extended from
+// their own width, so a 32-bit register used as a shared-memory address
+// never carries sign bits above bit 31.
+func (c *fcomp) widthMask(os ...operand) uint64 {
+	var m uint64
+	for _, o := range os {
+		rt := c.regType(o)
+		if rt == tPred {
+			m |= 1
+			continue
+		}
+		m |= rt.mask()
+	}
+	return m
+}
+
 // emit appends an unguarded preparatory instruction that prepares an operand
 // of the instruction being compiled.
 func (c *fcomp) emit(in inst) {

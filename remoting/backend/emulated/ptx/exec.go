@@ -72,13 +72,17 @@ type inst struct {
 	d2       int32 // second destination (predicate), -1 if none
 	vec      []int32
 	t, t2    ptype
-	off      uint64 // address offset or immediate
-	space    uint8
-	n        uint8 // vector length / access size
-	aux      uint32
-	target   int32
-	call     *callInfo
-	src      *instr
+	// dmask is the destination register's width as a mask, for the
+	// instructions whose type may be narrower than their destination
+	// (ld, cvt, atom): their result is sign- or zero-extended to it.
+	dmask  uint64
+	off    uint64 // address offset or immediate
+	space  uint8
+	n      uint8 // vector length / access size
+	aux    uint32
+	target int32
+	call   *callInfo
+	src    *instr
 	// unsupported says why the instruction cannot run, for one the
 	// emulator does not implement ("" otherwise).
 	unsupported string

@@ -101,6 +101,11 @@ func (c *fcomp) build(in *instr, x *inst) {
 		x.t = t
 		x.d = c.dst(a[0])
 		x.a, x.b = c.val(a[1], t), c.val(a[2], t)
+		if t.float() || t == tF16x2 || t == tBF16x2 {
+			if c.floatPeephole(in, x, t) {
+				return
+			}
+		}
 		if t.float() {
 			if t == tF16 || t == tBF16 {
 				x.fn = bin(halfBinary(in.op, t, in.mods))
@@ -176,6 +181,9 @@ func (c *fcomp) build(in *instr, x *inst) {
 		if f == nil {
 			unsupported("%s on .%s", in.op, t)
 		}
+		if g := guardedSignOp(in, t); g != nil {
+			f = g
+		}
 		x.fn = un(f)
 	case "and", "or", "xor":
 		c.nargs(in, 3)
@@ -207,12 +215,23 @@ func (c *fcomp) build(in *instr, x *inst) {
 		x.d = c.dst(a[0])
 		x.a, x.b, x.c = c.val(a[1], t), c.val(a[2], tU32), c.val(a[3], tU32)
 		x.fn = ter(bfe(t))
+		// With a constant position past bit 31 and a non-zero constant
+		// length, an H200 returns all ones from bfe.s32 whatever the
+		// value (the compiler folds it so; see e2e/ptxgen's probes).
+		if t == tS32 && a[2].kind == oImm && a[3].kind == oImm && a[2].ival&0xff >= 32 && a[3].ival&0xff != 0 {
+			x.fn = ter(func(_, _, _ uint64) uint64 { return 0xffffffff })
+		}
 	case "bfi":
 		c.nargs(in, 5)
 		t := c.lastType(in)
 		x.d = c.dst(a[0])
 		x.a, x.b, x.c, x.e = c.val(a[1], t), c.val(a[2], t), c.val(a[3], tU32), c.val(a[4], tU32)
 		x.fn = quad(bfi(t))
+		// A constant length of 33 to 63 inserts only length-32 bits on an
+		// H200 (the compiler's folding; see e2e/ptxgen's probes).
+		if t.size() == 4 && a[3].kind == oImm && a[4].kind == oImm && a[4].ival&0xff > 32 && a[4].ival&0xff < 64 {
+			x.e = c.constSlot(a[4].ival & 31)
+		}
 	case "prmt":
 		c.nargs(in, 4)
 		mode := ""
@@ -475,6 +494,11 @@ func (c *fcomp) mad(in *instr, x *inst) {
 			x.fn = ter(halfFma(t, in.mods))
 			return
 		}
+		if t == tF64 && a[1].kind == oReg && a[2].kind == oReg && x.a > x.b {
+			// see floatPeephole: the product's operands are ordered by
+			// register
+			x.a, x.b = x.b, x.a
+		}
 		if t == tF32 && roundMode(in.mods) == rmRN && !hasMod(in.mods, "ftz") && !hasMod(in.mods, "sat") {
 			x.fn = opFmaF32
 			return
@@ -656,12 +680,16 @@ func (c *fcomp) setp(in *instr, x *inst) {
 		if dt == tF32 {
 			one = uint64(math.Float32bits(1))
 		}
-		x.fn = ter(func(p, q, r uint64) uint64 {
+		set := func(p, q, r uint64) uint64 {
 			if combine(cf(p, q), r) {
 				return one
 			}
 			return 0
-		})
+		}
+		x.fn = ter(set)
+		if dt == tF32 && x.guard >= 0 {
+			x.fn, x.e, x.guard = guardedSetF32(set), x.guard, -1
+		}
 		return
 	}
 	if x.d2 < 0 && boolop == "" {
@@ -696,8 +724,8 @@ func (c *fcomp) cvt(in *instr, x *inst) {
 		relu := hasMod(in.mods, "relu")
 		conv := func(v uint64) uint64 {
 			f := float32(readFloat(st, v, false))
-			if relu && (f < 0 || f != f) {
-				f = 0
+			if relu && f <= 0 {
+				f = 0 // negatives and -0 become +0; NaN stays NaN
 			}
 			if dt == tF16x2 {
 				return uint64(f32ToF16(f))
@@ -713,7 +741,27 @@ func (c *fcomp) cvt(in *instr, x *inst) {
 	c.nargs(in, 2)
 	x.d = c.dst(a[0])
 	x.a = c.val(a[1], st)
-	x.fn = un(cvtFn(dt, st, in.mods))
+	f := cvtFn(dt, st, in.mods)
+	if hasMod(in.mods, "relu") && (dt == tF16 || dt == tBF16) {
+		g := f
+		f = func(v uint64) uint64 {
+			r := g(v)
+			if r&0x8000 != 0 && r&0x7fff <= 0x7f80 && (dt == tBF16 || r&0x7fff <= 0x7c00) {
+				return 0 // negative, or -0: +0 (a NaN stays a NaN)
+			}
+			return r
+		}
+	}
+	if dm := c.widthMask(a[0]); dm > dt.mask() {
+		// A result narrower than its register is extended to it: sign
+		// extension for signed types, zero extension (which f's result
+		// already is) for the others.
+		if dt.signed() {
+			g, w := f, dt.bits()
+			f = func(v uint64) uint64 { return sext(g(v), w) & dm }
+		}
+	}
+	x.fn = un(f)
 }
 
 // memSpace reads the state space of a memory instruction.
@@ -800,8 +848,10 @@ func (c *fcomp) ld(in *instr, x *inst) {
 		for _, e := range dstOp.elems {
 			x.vec = append(x.vec, c.dst(e))
 		}
+		x.dmask = c.widthMask(dstOp.elems...)
 	} else {
 		x.d = c.dst(dstOp)
+		x.dmask = c.widthMask(dstOp)
 	}
 	slot, off, ps := c.address(in.args[1], sp)
 	x.a, x.off = slot, off
@@ -821,10 +871,13 @@ func (c *fcomp) ld(in *instr, x *inst) {
 		x.fn = opLdParam
 		return
 	}
+	// The 4-byte fast paths zero-extend: a signed load into a wider
+	// register takes the general path, which sign-extends.
+	zext := !t.signed() || x.dmask == 0xffffffff
 	switch {
-	case sp == spGlobal && x.n == 1 && t.size() == 4:
+	case sp == spGlobal && x.n == 1 && t.size() == 4 && zext:
 		x.fn = opLdGlobal32
-	case sp == spShared && x.n == 1 && t.size() == 4:
+	case sp == spShared && x.n == 1 && t.size() == 4 && zext:
 		x.fn = opLdShared32
 	case sp == spGeneric && x.n == 1 && t.size() == 4:
 		x.fn = opLdGeneric32
@@ -906,6 +959,7 @@ func (c *fcomp) atom(in *instr, x *inst) {
 	}
 	if in.op == "atom" {
 		x.d = c.dst(args[0])
+		x.dmask = c.widthMask(args[0])
 		args = args[1:]
 	}
 	want := 2
@@ -1102,4 +1156,93 @@ func (c *fcomp) vote(in *instr, x *inst) {
 	x.d = c.dst(a[0])
 	x.a = c.val(a[1], tPred)
 	x.fn = opVote
+}
+
+// guardedSignOp is neg or abs of .f32 (without .ftz) under a guard as
+// an H200 runs it after ptxas (measured by the generated corpus): a plain
+// change of the sign bit, a NaN's payload kept and not quieted, where the
+// unguarded instruction returns the canonical NaN. (The corpus shows the
+// other float types and .ftz canonicalising under a guard too.) It is nil
+// for every other instruction.
+func guardedSignOp(in *instr, t ptype) func(uint64) uint64 {
+	if in.guard == "" || t != tF32 || hasMod(in.mods, "ftz") {
+		return nil
+	}
+	switch in.op {
+	case "neg":
+		return func(a uint64) uint64 { return a ^ 0x80000000 }
+	case "abs":
+		return func(a uint64) uint64 { return a &^ 0x80000000 }
+	}
+	return nil
+}
+
+// guardedSetF32 runs a guarded set with a .f32 result as an H200 does
+// after ptxas (measured by the generated corpus, e2e/ptxgen): ptxas
+// computes the comparison as an integer 0 or -1 under the guard and
+// converts its absolute value to float unguarded, so a lane whose guard
+// is false does not keep its register d but gets float(|int32(d)|), the
+// absolute value taken in 32 bits (INT_MIN gives -2^31). The
+// guard (slot x.e, negated per x.guardNeg) is evaluated here, on every
+// active lane.
+func guardedSetF32(set func(p, q, r uint64) uint64) execFn {
+	return func(w *warp, fr *frame, in *inst, m uint32) {
+		r := fr.regs
+		d, a, b, c, g := int(in.d)*warpSize, int(in.a)*warpSize, int(in.b)*warpSize, int(in.c)*warpSize, int(in.e)*warpSize
+		for ; m != 0; m &= m - 1 {
+			l := bits.TrailingZeros32(m)
+			if (r[g+l] != 0) != in.guardNeg {
+				r[d+l] = set(r[a+l], r[b+l], r[c+l])
+				continue
+			}
+			v := int32(r[d+l])
+			if v < 0 {
+				v = -v // wraps as the hardware's does: INT_MIN stays INT_MIN
+			}
+			r[d+l] = uint64(math.Float32bits(float32(v)))
+		}
+	}
+}
+
+// floatPeephole applies what ptxas does to float instructions before the
+// hardware sees them, where that changes a result an H200 returns (see
+// e2e/ptxgen): it reports whether it compiled the instruction itself.
+//
+//   - min and max of a register with itself are the register, NaN payload
+//     and all, in f16, f32 and f64 (not with .ftz or .NaN);
+//   - a double add, sub, mul, min or max of two registers takes the NaN
+//     of the later-declared register when both are NaNs (the hardware
+//     keeps its second operand's, and ptxas orders the operands by
+//     register);
+//   - a double sub of a constant is an add of the negated constant, which
+//     shows in the sign of a NaN constant.
+func (c *fcomp) floatPeephole(in *instr, x *inst, t ptype) bool {
+	a := in.args
+	switch {
+	case (in.op == "min" || in.op == "max") && (t == tF16 || t == tF32 || t == tF64) && !hasMod(in.mods, "ftz") && !hasMod(in.mods, "NaN") &&
+		a[1].kind == oReg && a[2].kind == oReg && a[1].name == a[2].name:
+		x.fn = opMov
+		return true
+	case t == tF64 && (in.op == "add" || in.op == "mul" || in.op == "min" || in.op == "max") &&
+		a[1].kind == oReg && a[2].kind == oReg && x.a > x.b:
+		x.a, x.b = x.b, x.a
+	case t == tF64 && in.op == "sub" && a[1].kind == oReg && a[2].kind == oReg && x.a > x.b:
+		f := floatBinary("sub", t, in.mods)
+		x.fn = bin(func(p, q uint64) uint64 {
+			if isNaN64(p) {
+				return p | 1<<51
+			}
+			return f(p, q)
+		})
+		return true
+	case t == tF64 && in.op == "sub" && (a[2].kind == oImm || a[2].kind == oFImm):
+		x.b = c.constSlot(immBits(a[2], t) ^ 1<<63)
+		f := floatBinary("add", t, in.mods)
+		if f == nil {
+			return false
+		}
+		x.fn = bin(f)
+		return true
+	}
+	return false
 }

@@ -503,7 +503,13 @@ func TestFloatInstructions(t *testing.T) {
 			}
 			return fb(max(x, y))
 		}},
-		{"neg/abs.f32", "neg.f32 %f4, %f1; abs.f32 %f3, %f4;", "f3", vb, nil, func(a, b uint64, _ int) uint64 { return a &^ 0x80000000 }},
+		// An H200's neg and abs canonicalise a NaN (see e2e/ptxgen).
+		{"neg/abs.f32", "neg.f32 %f4, %f1; abs.f32 %f3, %f4;", "f3", vb, nil, func(a, b uint64, _ int) uint64 {
+			if f(a) != f(a) {
+				return canonNaN32
+			}
+			return a &^ 0x80000000
+		}},
 		{"sqrt.rn.f32", "sqrt.rn.f32 %f3, %f1;", "f3", vb, nil, func(a, b uint64, _ int) uint64 { return b32(float32(math.Sqrt(float64(f(a))))) }},
 		{"rcp.rn.f32", "rcp.rn.f32 %f3, %f1;", "f3", vb, nil, func(a, b uint64, _ int) uint64 { return b32(1 / f(a)) }},
 		{"rsqrt.approx.f32", "rsqrt.approx.f32 %f3, %f1;", "f3", vb, nil, func(a, b uint64, _ int) uint64 { return b32(float32(1 / math.Sqrt(float64(f(a))))) }},
@@ -662,5 +668,88 @@ func TestCarryArithmetic(t *testing.T) {
 			mad.lo.cc.u32 %r9, %r5, %r2, %r9; madc.hi.u32 %r10, %r5, %r2, 0;
 			mov.b64 %rd3, {%r8, %r9};`, "rd3", a, b,
 			func(a, b uint64, _ int) uint64 { return a * (b & 0xffffffff) }},
+	})
+}
+
+func b2f(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// TestGuardedLowering: instructions an H200 computes differently under a
+// guard, as ptxas lowers them (measured by the generated corpus,
+// e2e/ptxgen). Lane l's guard %p3 is a < b; %f1 holds a's bits.
+func TestGuardedLowering(t *testing.T) {
+	nans := []uint64{0x7fa00001, 0xff812345, 0x7fffffff, 0xfffffffe, 0x7fc00000, fb(-2.5), fb(3), 0x80000000,
+		0xffffffed, 0xc, 0xba48ce09, 0x7f800000, 0, 1, 0x80000001, 0x7fffffff}
+	b := lanes32(func(l int) uint64 { return uint64(l % 2 * 0x100000000) }) // lane parity decides the guard
+	guard := func(a, b uint64) bool { return int64(a) < int64(b) }
+	f := func(a uint64) float32 { return math.Float32frombits(uint32(a)) }
+	canon := func(x uint64) uint64 {
+		if f(x) != f(x) {
+			return 0x7fffffff
+		}
+		return x
+	}
+	runInsnCases(t, []insnCase{
+		// A guarded set.f32 converts |int32(d)| to float in the lanes
+		// whose guard is false (INT_MIN stays INT_MIN).
+		{"guarded set.f32", "setp.lt.s64 %p3, %rd1, %rd2;\n\tmov.b32 %f3, %r1;\n\t@%p3 set.gt.f32.s32 %f3, %r1, %r2;", "f3", nans, b,
+			func(a, b uint64, _ int) uint64 {
+				if guard(a, b) {
+					return b32(float32(b2f(int32(a) > int32(b))))
+				}
+				v := int32(a)
+				if v < 0 {
+					v = -v
+				}
+				return b32(float32(v))
+			}},
+		{"unguarded set.f32", "set.gt.f32.s32 %f3, %r1, %r2;", "f3", nans, b, func(a, b uint64, _ int) uint64 {
+			if int32(a) > int32(b) {
+				return b32(1)
+			}
+			return b32(0)
+		}},
+		{"guarded set.u32", "setp.lt.s64 %p3, %rd1, %rd2;\n\tmov.b32 %r3, %r1;\n\t@%p3 set.gt.u32.s32 %r3, %r1, %r2;", "r3", nans, b,
+			func(a, b uint64, _ int) uint64 {
+				if guard(a, b) {
+					return uint64(uint32(-int32(b2f(int32(a) > int32(b)))))
+				}
+				return a & 0xffffffff
+			}},
+		// Guarded neg and abs of .f32 change the sign bit alone; without
+		// a guard, or with .ftz, a NaN comes out canonical.
+		{"guarded neg.f32", "setp.lt.s64 %p3, %rd1, %rd2;\n\tmov.f32 %f3, 0f3F800000;\n\t@!%p3 neg.f32 %f3, %f1;", "f3", nans, b,
+			func(a, b uint64, _ int) uint64 {
+				if guard(a, b) {
+					return b32(1)
+				}
+				return (a ^ 0x80000000) & 0xffffffff
+			}},
+		{"guarded abs.f32", "setp.lt.s64 %p3, %rd1, %rd2;\n\tmov.f32 %f3, 0f3F800000;\n\t@!%p3 abs.f32 %f3, %f1;", "f3", nans, b,
+			func(a, b uint64, _ int) uint64 {
+				if guard(a, b) {
+					return b32(1)
+				}
+				return a &^ 0x80000000 & 0xffffffff
+			}},
+		{"neg.f32", "neg.f32 %f3, %f1;", "f3", nans, b, func(a, b uint64, _ int) uint64 { return canon((a ^ 0x80000000) & 0xffffffff) }},
+		{"guarded abs.ftz.f32", "setp.lt.s64 %p3, %rd1, %rd2;\n\tmov.f32 %f3, 0f3F800000;\n\t@!%p3 abs.ftz.f32 %f3, %f1;", "f3", nans, b,
+			func(a, b uint64, _ int) uint64 {
+				if guard(a, b) {
+					return b32(1)
+				}
+				x := f(a)
+				if x != x {
+					return 0x7fffffff
+				}
+				if math.Abs(float64(x)) < 0x1p-126 {
+					return 0
+				}
+				return a &^ 0x80000000 & 0xffffffff
+			}},
 	})
 }

@@ -32,7 +32,7 @@ func cvtFn(dt, st ptype, mods []string) func(a uint64) uint64 {
 		}
 		return func(a uint64) uint64 {
 			x := roundIntegral(readFloat(st, a, ftz), mode)
-			return floatToInt(x, dt)
+			return floatToInt(x, dt, st)
 		}
 	case dt.float() && !st.float():
 		return func(a uint64) uint64 {
@@ -59,6 +59,15 @@ func cvtFn(dt, st ptype, mods []string) func(a uint64) uint64 {
 		}
 		return func(a uint64) uint64 {
 			x := readFloat(st, a, ftz)
+			if x != x {
+				if sat {
+					return 0 // .sat turns NaN into +0
+				}
+				return nanConvert(dt, st, a, ftz)
+			}
+			if st == tBF16 && dt == tF32 {
+				return a << 16 & 0xffffffff // exact
+			}
 			if integral {
 				x = roundIntegral(x, mode)
 			}
@@ -134,14 +143,15 @@ func roundIntegral(x float64, mode rmode) float64 {
 }
 
 // floatToInt saturates as the device does: out-of-range values become the
-// nearest bound, and NaN becomes 0 for results of up to 32 bits but 1<<63
-// for 64-bit ones, signed or not (measured on an H200; see
+// nearest bound. NaN becomes 1<<(width-1) from a double, signed or not,
+// and from the narrower floats 0 for results of up to 32 bits but 1<<63
+// for 64-bit ones (measured on an H200; see e2e/ptxgen and
 // e2e/kernels/golden).
-func floatToInt(x float64, dt ptype) uint64 {
+func floatToInt(x float64, dt, st ptype) uint64 {
 	w := dt.bits()
 	if x != x {
-		if w == 64 {
-			return 1 << 63
+		if w == 64 || st == tF64 {
+			return 1 << (w - 1)
 		}
 		return 0
 	}
@@ -263,4 +273,47 @@ func toHalf(x float64, mode rmode, mant int, minExp int) uint16 {
 	}
 	m := uint16(v/math.Ldexp(1, fe-mant)) & (1<<mant - 1)
 	return signBit | uint16(fe+bias)<<mant | m
+}
+
+// nanConvert is a float-to-float conversion of a NaN as an H200 does it:
+// from a double, the sign and the leading payload bits are kept and the
+// quiet bit set; from a single to a double the same, except that .ftz
+// gives the canonical single NaN widened; from bf16 to single, the bits
+// as they are; otherwise the destination's canonical NaN.
+func nanConvert(dt, st ptype, a uint64, ftz bool) uint64 {
+	switch st {
+	case tF64:
+		sign, mant := a>>63, a&(1<<52-1)
+		switch dt {
+		case tF32:
+			return sign<<31 | 0x7fc00000 | mant>>29
+		case tF16:
+			return sign<<15 | 0x7e00 | mant>>42
+		case tBF16:
+			return sign<<15 | 0x7fc0 | mant>>45
+		}
+		return a | 1<<51
+	case tBF16:
+		if dt == tF32 {
+			return a << 16 & 0xffffffff
+		}
+	case tF16:
+		if dt == tF64 {
+			return a>>15&1<<63 | 0x7ff8000000000000 | a&0x3ff<<42
+		}
+	case tF32:
+		if dt == tF64 {
+			if ftz {
+				return 0x7fffffffe0000000
+			}
+			return math.Float64bits(float64(math.Float32frombits(uint32(a)))) // payload kept, quieted
+		}
+	}
+	switch dt {
+	case tF32:
+		return canonNaN32
+	case tF16, tBF16:
+		return 0x7fff
+	}
+	return 0x7ff8000000000000
 }

@@ -2,7 +2,6 @@ package ptx
 
 import (
 	"math"
-	"math/big"
 )
 
 // Floating point. Results are IEEE-754 correctly rounded in the
@@ -58,11 +57,10 @@ func ftz32(f float32) float32 {
 	return f
 }
 
+// sat01 clamps to [0, 1]: NaN and -0 give +0, as the device does.
 func sat01(f float64) float64 {
 	switch {
-	case f != f:
-		return 0
-	case f < 0:
+	case f != f, f <= 0:
 		return 0
 	case f > 1:
 		return 1
@@ -93,38 +91,6 @@ func round32(s, e float64, mode rmode) float32 {
 		}
 	}
 	return f
-}
-
-// round64 rounds s (the nearest double to an exact value whose residual
-// has e's sign) in a directed mode.
-func round64(s, e float64, mode rmode) float64 {
-	if e == 0 || s != s {
-		return s
-	}
-	switch mode {
-	case rmRZ:
-		if math.IsInf(s, 0) {
-			return math.Copysign(math.MaxFloat64, s)
-		}
-		if (e > 0) != (s > 0) {
-			return math.Nextafter(s, 0)
-		}
-	case rmRM:
-		if math.IsInf(s, 1) {
-			return math.MaxFloat64
-		}
-		if e < 0 {
-			return math.Nextafter(s, math.Inf(-1))
-		}
-	case rmRP:
-		if math.IsInf(s, -1) {
-			return -math.MaxFloat64
-		}
-		if e > 0 {
-			return math.Nextafter(s, math.Inf(1))
-		}
-	}
-	return s
 }
 
 func sign(x float64) int {
@@ -189,6 +155,14 @@ func floatBinary(op string, t ptype, mods []string) func(a, b uint64) uint64 {
 			} else {
 				f = func(x, y float32) float32 {
 					s, e := exact64(op, float64(x), float64(y))
+					if s == 0 && e == 0 && (op == "add" || op == "sub") {
+						// an exact zero sum takes IEEE's sign, -0 in .rm
+						y := float64(y)
+						if op == "sub" {
+							y = -y
+						}
+						return float32(zeroSum(float64(x), y, mode))
+					}
 					return round32(s, e, mode)
 				}
 			}
@@ -237,14 +211,11 @@ func floatBinary(op string, t ptype, mods []string) func(a, b uint64) uint64 {
 				f = func(x, y float64) float64 { return x / y }
 			}
 		} else {
-			f = func(x, y float64) float64 {
-				s, e := exact64(op, x, y)
-				return round64(s, e, mode)
-			}
+			f = func(x, y float64) float64 { return directed64(op, mode, x, y, 0) }
 		}
 	case "min", "max":
 		isMin := op == "min"
-		f = func(x, y float64) float64 { return fminmax(x, y, isMin, nanProp) }
+		return func(a, b uint64) uint64 { return minmax64(a, b, isMin) }
 	case "copysign":
 		return func(a, b uint64) uint64 { return b&^(1<<63) | a&(1<<63) }
 	default:
@@ -252,11 +223,34 @@ func floatBinary(op string, t ptype, mods []string) func(a, b uint64) uint64 {
 	}
 	return func(a, b uint64) uint64 {
 		r := f(f64(a), f64(b))
+		if r != r {
+			if op == "div" {
+				return nan64(a, b)
+			}
+			return nan64(b, a)
+		}
 		if sat {
 			r = sat01(r)
 		}
 		return b64(r)
 	}
+}
+
+// defaultNaN64 is the NaN an H200 makes from non-NaN operands (inf-inf,
+// 0*inf, 0/0, sqrt(-1)).
+const defaultNaN64 = 0xfff8000000000000
+
+// nan64 is a double NaN result as an H200 gives it: the first NaN among
+// the operands in the order given (the device's order: b, a for add, sub
+// and mul; a, b for div; b, c, a for fma), quieted, or the default NaN
+// when no operand is one.
+func nan64(ops ...uint64) uint64 {
+	for _, o := range ops {
+		if isNaN64(o) {
+			return o | 1<<51
+		}
+	}
+	return defaultNaN64
 }
 
 // fminmax follows PTX min/max: a NaN operand is ignored unless both are
@@ -293,26 +287,20 @@ func fma32(a, b, c float32, mode rmode) float32 {
 	}
 	p := float64(a) * float64(b) // exact
 	s, e := twoSum(p, float64(c))
-	if math.IsInf(p, 0) || math.IsInf(float64(c), 0) {
+	if math.IsInf(p, 0) || math.IsInf(float64(c), 0) || p != p || c != c {
 		return float32(p + float64(c))
+	}
+	if s == 0 && e == 0 {
+		return float32(zeroSum(p, float64(c), mode))
 	}
 	return round32(s, e, mode)
 }
 
 func fma64(a, b, c float64, mode rmode) float64 {
-	if mode == rmRN || math.IsInf(a, 0) || math.IsInf(b, 0) || math.IsInf(c, 0) || a != a || b != b || c != c {
+	if mode == rmRN {
 		return math.FMA(a, b, c)
 	}
-	x := new(big.Float).SetPrec(2200).SetFloat64(a)
-	x.Mul(x, new(big.Float).SetPrec(2200).SetFloat64(b))
-	x.Add(x, new(big.Float).SetPrec(2200).SetFloat64(c))
-	if x.Sign() == 0 {
-		return math.FMA(a, b, c)
-	}
-	x.SetMode(map[rmode]big.RoundingMode{rmRZ: big.ToZero, rmRM: big.ToNegativeInf, rmRP: big.ToPositiveInf}[mode])
-	x.SetPrec(53)
-	r, _ := x.Float64()
-	return r
+	return directed64("fma", mode, a, b, c)
 }
 
 func fmaFn(t ptype, mods []string) func(a, b, c uint64) uint64 {
@@ -337,6 +325,9 @@ func fmaFn(t ptype, mods []string) func(a, b, c uint64) uint64 {
 	}
 	return func(a, b, c uint64) uint64 {
 		r := fma64(f64(a), f64(b), f64(c), mode)
+		if r != r {
+			return nan64(b, c, a)
+		}
 		if sat {
 			r = sat01(r)
 		}
@@ -352,6 +343,9 @@ func floatUnary(op string, t ptype, mods []string) func(a uint64) uint64 {
 		case "neg":
 			return func(a uint64) uint64 {
 				x := f32(a)
+				if x != x {
+					return canonNaN32 // the device's neg and abs canonicalise NaN
+				}
 				if ftz {
 					x = ftz32(x)
 				}
@@ -360,6 +354,9 @@ func floatUnary(op string, t ptype, mods []string) func(a uint64) uint64 {
 		case "abs":
 			return func(a uint64) uint64 {
 				x := f32(a)
+				if x != x {
+					return canonNaN32
+				}
 				if ftz {
 					x = ftz32(x)
 				}
@@ -412,25 +409,39 @@ func floatUnary(op string, t ptype, mods []string) func(a uint64) uint64 {
 		return nil
 	}
 	switch op {
+	// The device's double neg and abs pass a NaN through, quieted, with
+	// its sign.
 	case "neg":
-		return func(a uint64) uint64 { return a ^ 1<<63 }
+		return func(a uint64) uint64 {
+			if isNaN64(a) {
+				return a | 1<<51
+			}
+			return a ^ 1<<63
+		}
 	case "abs":
-		return func(a uint64) uint64 { return a &^ (1 << 63) }
+		return func(a uint64) uint64 {
+			if isNaN64(a) {
+				return a | 1<<51
+			}
+			return a &^ (1 << 63)
+		}
 	case "sqrt":
 		return func(a uint64) uint64 {
 			x := f64(a)
 			s := math.Sqrt(x)
-			if s == 0 || s != s || math.IsInf(s, 0) {
+			if mode == rmRN || s == 0 || s != s || math.IsInf(s, 0) {
 				return b64(s)
 			}
-			return b64(round64(s, math.FMA(-s, s, x), mode))
+			return b64(directed64("sqrt", mode, x, 0, 0))
 		}
 	case "rsqrt":
 		return func(a uint64) uint64 { return b64(1 / math.Sqrt(f64(a))) }
 	case "rcp":
 		return func(a uint64) uint64 {
-			s, e := exact64("div", 1, f64(a))
-			return b64(round64(s, e, mode))
+			if mode == rmRN {
+				return b64(1 / f64(a))
+			}
+			return b64(directed64("rcp", mode, f64(a), 0, 0))
 		}
 	case "ex2":
 		return func(a uint64) uint64 { return b64(math.Exp2(f64(a))) }
@@ -528,7 +539,8 @@ func testp(op string, t ptype) func(a uint64) uint64 {
 			if op == "subnormal" {
 				r = sub
 			} else {
-				r = x == x && !math.IsInf(x, 0) && x != 0 && !sub
+				// The device counts zeros as normal.
+				r = x == x && !math.IsInf(x, 0) && !sub
 			}
 		}
 		return b2u(r)
@@ -597,4 +609,17 @@ func f32ToBF16(f float32) uint16 {
 	}
 	b += 0x7fff + (b >> 16 & 1)
 	return uint16(b >> 16)
+}
+
+func isNaN64(a uint64) bool {
+	return a&0x7ff0000000000000 == 0x7ff0000000000000 && a&0xfffffffffffff != 0
+}
+
+// minmax64 is min or max of doubles as the device computes it: a NaN
+// operand is ignored, and of two NaNs the second is returned, quieted.
+func minmax64(a, b uint64, isMin bool) uint64 {
+	if isNaN64(a) && isNaN64(b) {
+		return b | 1<<51
+	}
+	return b64(fminmax(f64(a), f64(b), isMin, false))
 }

@@ -229,8 +229,14 @@ func bfe(t ptype) func(a, b, c uint64) uint64 {
 	w := uint64(t.bits())
 	signed := t.signed()
 	mask := t.mask()
+	// The ISA reads the low 8 bits of the position and length; an H200
+	// reads all 32 bits in the 64-bit forms (see e2e/ptxgen).
+	fieldMask := uint64(0xff)
+	if w == 64 {
+		fieldMask = 0xffffffff
+	}
 	return func(a, b, c uint64) uint64 {
-		pos, ln := b&0xff, c&0xff
+		pos, ln := b&fieldMask, c&fieldMask
 		x := a & mask
 		var sbit uint64
 		if signed && ln != 0 {
@@ -254,8 +260,12 @@ func bfe(t ptype) func(a, b, c uint64) uint64 {
 func bfi(t ptype) func(f, b, pos, ln uint64) uint64 {
 	w := uint64(t.bits())
 	mask := t.mask()
+	fieldMask := uint64(0xff)
+	if w == 64 {
+		fieldMask = 0xffffffff
+	}
 	return func(f, b, pos, ln uint64) uint64 {
-		p, l := pos&0xff, ln&0xff
+		p, l := pos&fieldMask, ln&fieldMask
 		d := b & mask
 		for i := uint64(0); i < l && p+i < w; i++ {
 			d = d&^(1<<(p+i)) | (f>>i&1)<<(p+i)
@@ -271,13 +281,13 @@ func prmt(mode string) func(a, b, c uint64) uint64 {
 		var sel [4]uint64
 		s := c & 0xffff
 		switch mode {
-		case "f4e":
+		case "f4e": // the named modes read only c's low two bits
 			for i := uint64(0); i < 4; i++ {
-				sel[i] = (s + i) & 7
+				sel[i] = (s&3 + i) & 7
 			}
 		case "b4e":
 			for i := uint64(0); i < 4; i++ {
-				sel[i] = (s - i + 8) & 7
+				sel[i] = (s&3 - i + 8) & 7
 			}
 		case "rc8":
 			for i := range sel {

@@ -11,7 +11,10 @@ import (
 	"github.com/gpuctl/gpuctl/remoting/cu"
 )
 
-func loadVal(b []byte, t ptype) uint64 {
+// loadVal reads a little-endian value of type t and extends it to a
+// destination register of width mask dm: signed types sign-extend, all
+// others zero-extend.
+func loadVal(b []byte, t ptype, dm uint64) uint64 {
 	var v uint64
 	switch len(b) {
 	case 1:
@@ -26,13 +29,13 @@ func loadVal(b []byte, t ptype) uint64 {
 	if t.signed() {
 		v = sext(v, t.bits())
 	}
-	return v
+	return v & dm
 }
 
 // loadShared reads a value other blocks may update with atomics: aligned
 // 4- and 8-byte loads are atomic loads, which cost a plain move on amd64
 // and order the load after those atomics.
-func loadShared(b []byte, t ptype) uint64 {
+func loadShared(b []byte, t ptype, dm uint64) uint64 {
 	p := unsafe.Pointer(&b[0])
 	var v uint64
 	switch {
@@ -41,12 +44,12 @@ func loadShared(b []byte, t ptype) uint64 {
 	case len(b) == 8 && uintptr(p)&7 == 0:
 		v = atomic.LoadUint64((*uint64)(p))
 	default:
-		return loadVal(b, t)
+		return loadVal(b, t, dm)
 	}
 	if t.signed() {
 		v = sext(v, t.bits())
 	}
-	return v
+	return v & dm
 }
 
 func storeVal(b []byte, v uint64) {
@@ -81,11 +84,11 @@ func opLd(w *warp, fr *frame, in *inst, m uint32) {
 		w.checkAlign(addr, min(total, 16), in)
 		b := w.mem(in.space, l, addr, total, in)
 		if n == 1 {
-			r[int(in.d)*warpSize+l] = loadShared(b, in.t)
+			r[int(in.d)*warpSize+l] = loadShared(b, in.t, in.dmask)
 			continue
 		}
 		for i, d := range in.vec {
-			r[int(d)*warpSize+l] = loadShared(b[uint64(i)*sz:uint64(i+1)*sz], in.t)
+			r[int(d)*warpSize+l] = loadShared(b[uint64(i)*sz:uint64(i+1)*sz], in.t, in.dmask)
 		}
 	}
 }
@@ -122,7 +125,7 @@ func opLdGeneric32(w *warp, fr *frame, in *inst, m uint32) {
 		} else {
 			b = w.generic(l, addr, 4, in)
 		}
-		r[d+l] = loadShared(b, in.t)
+		r[d+l] = loadShared(b, in.t, in.dmask)
 	}
 }
 
@@ -201,7 +204,7 @@ func opLdParam(w *warp, fr *frame, in *inst, m uint32) {
 	if in.aux == 0 && in.a < 0 && in.n == 1 {
 		// A kernel parameter at a fixed offset is the same for every
 		// lane: read it once.
-		v := loadVal(w.paramBytes(fr, in, 0, in.off, sz), in.t)
+		v := loadVal(w.paramBytes(fr, in, 0, in.off, sz), in.t, in.dmask)
 		d := int(in.d) * warpSize
 		for ; m != 0; m &= m - 1 {
 			r[d+bits.TrailingZeros32(m)] = v
@@ -216,11 +219,11 @@ func opLdParam(w *warp, fr *frame, in *inst, m uint32) {
 		}
 		b := w.paramBytes(fr, in, l, off, sz*uint64(in.n))
 		if in.n == 1 {
-			r[int(in.d)*warpSize+l] = loadVal(b, in.t)
+			r[int(in.d)*warpSize+l] = loadVal(b, in.t, in.dmask)
 			continue
 		}
 		for i, d := range in.vec {
-			r[int(d)*warpSize+l] = loadVal(b[uint64(i)*sz:uint64(i+1)*sz], in.t)
+			r[int(d)*warpSize+l] = loadVal(b[uint64(i)*sz:uint64(i+1)*sz], in.t, in.dmask)
 		}
 	}
 }
@@ -261,15 +264,28 @@ var atomOps = map[string]int{"add": atAdd, "min": atMin, "max": atMax, "and": at
 	"exch": atExch, "cas": atCas, "inc": atInc, "dec": atDec}
 
 // atomApply computes the new value of an atomic read-modify-write.
-func atomApply(op int, t ptype, old, b, c uint64) uint64 {
+//
+// Float adds in global memory follow an H200 (see e2e/ptxgen): single
+// precision flushes subnormal operands and results to zero, keeping the
+// sign; double precision returns a NaN operand unchanged, the added value's
+// before the old one's. In shared memory they are ordinary IEEE adds.
+func atomApply(op int, t ptype, old, b, c uint64, global bool) uint64 {
 	mask := t.mask()
 	switch op {
 	case atAdd:
-		switch t {
-		case tF32:
+		switch {
+		case t == tF32 && global:
+			return b32(ftz32(ftz32(f32(old)) + ftz32(f32(b))))
+		case t == tF32:
 			return b32(f32(old) + f32(b))
-		case tF64:
+		case t == tF64 && global && isNaN64(b):
+			return b
+		case t == tF64 && global && isNaN64(old):
+			return old
+		case t == tF64:
 			return b64(f64(old) + f64(b))
+		}
+		switch t {
 		case tF16x2:
 			return addHalf2(old, b, f16ToF32, func(f float32) uint64 { return uint64(f32ToF16(f)) })
 		case tBF16x2:
@@ -332,7 +348,7 @@ func addHalf2(x, y uint64, dec func(uint16) float32, enc func(float32) uint64) u
 
 // atomic performs one atomic read-modify-write on b and returns the old
 // value.
-func (w *warp) atomic(b []byte, op int, t ptype, x, y uint64, in *inst) uint64 {
+func (w *warp) atomic(b []byte, op int, t ptype, x, y uint64, in *inst, global bool) uint64 {
 	p := unsafe.Pointer(&b[0])
 	switch len(b) {
 	case 4:
@@ -348,7 +364,7 @@ func (w *warp) atomic(b []byte, op int, t ptype, x, y uint64, in *inst) uint64 {
 		}
 		for {
 			old := atomic.LoadUint32(ptr)
-			nv := uint32(atomApply(op, t, uint64(old), x, y))
+			nv := uint32(atomApply(op, t, uint64(old), x, y, global))
 			if nv == old || atomic.CompareAndSwapUint32(ptr, old, nv) {
 				return uint64(old)
 			}
@@ -366,7 +382,7 @@ func (w *warp) atomic(b []byte, op int, t ptype, x, y uint64, in *inst) uint64 {
 		}
 		for {
 			old := atomic.LoadUint64(ptr)
-			nv := atomApply(op, t, old, x, y)
+			nv := atomApply(op, t, old, x, y, global)
 			if nv == old || atomic.CompareAndSwapUint64(ptr, old, nv) {
 				return old
 			}
@@ -391,7 +407,7 @@ func (w *warp) atomic(b []byte, op int, t ptype, x, y uint64, in *inst) uint64 {
 		case tBF16:
 			n16 = uint64(f32ToBF16(math.Float32frombits(uint32(o16)<<16) + math.Float32frombits(uint32(x&0xffff)<<16)))
 		default:
-			n16 = atomApply(op, tB16, o16, x, y)
+			n16 = atomApply(op, tB16, o16, x, y, global)
 		}
 		nv := old&^(0xffff<<shift) | uint32(n16)<<shift
 		if nv == old || atomic.CompareAndSwapUint32(wp, old, nv) {
@@ -414,12 +430,13 @@ func opAtom(w *warp, fr *frame, in *inst, m uint32) {
 		if in.c >= 0 {
 			y = r[int(in.c)*warpSize+l]
 		}
-		old := w.atomic(b, op, in.t, r[int(in.b)*warpSize+l], y, in)
+		global := in.space == spGlobal || in.space == spGeneric && addr&^(windowSize-1) != SharedWindow
+		old := w.atomic(b, op, in.t, r[int(in.b)*warpSize+l], y, in, global)
 		if in.d >= 0 {
 			if in.t.signed() {
 				old = sext(old, in.t.bits())
 			}
-			r[int(in.d)*warpSize+l] = old
+			r[int(in.d)*warpSize+l] = old & in.dmask
 		}
 	}
 }

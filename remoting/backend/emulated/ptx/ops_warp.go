@@ -208,7 +208,7 @@ var builtins = map[string]func(w *warp, fr *frame, in *inst, em uint32){
 				return 0
 			}
 			a := ci.args[i]
-			return loadVal(fr.params[uint32(l)*ps+a.Offset:uint32(l)*ps+a.Offset+min(a.Size, 8)], tU64)
+			return loadVal(fr.params[uint32(l)*ps+a.Offset:uint32(l)*ps+a.Offset+min(a.Size, 8)], tU64, ^uint64(0))
 		}
 		msg := w.cstring(l, arg(0))
 		file := w.cstring(l, arg(1))

@@ -23,7 +23,7 @@ func printfBuiltin(w *warp, fr *frame, in *inst, em uint32) {
 			return 0
 		}
 		a := ci.args[i]
-		return loadVal(fr.params[l*ps+a.Offset:l*ps+a.Offset+min(a.Size, 8)], tU64)
+		return loadVal(fr.params[l*ps+a.Offset:l*ps+a.Offset+min(a.Size, 8)], tU64, ^uint64(0))
 	}
 	out := w.b.l.out
 	for x := em; x != 0; x &= x - 1 {
@@ -60,7 +60,7 @@ func (w *warp) formatPrintf(lane int, format string, args uint64) (s string, n i
 		b := w.generic(lane, args+off, size, nil)
 		off += size
 		n++
-		return loadVal(b, tU64)
+		return loadVal(b, tU64, ^uint64(0))
 	}
 	for i := 0; i < len(format) && sb.Len() <= maxPrintfLine; i++ {
 		c := format[i]
