@@ -190,7 +190,8 @@ type ThreadTrace struct {
 type DeviceTrace struct {
 	Seed    uint64
 	Version int
-	// Err is the device's error, when the launch failed.
+	// Err is the device's error, when the kernel did not compile or its
+	// launch failed (for a compile error, the start of the log too).
 	Err string
 	// OutDigest is the digest of the instrumented kernel's exact
 	// outputs, which should equal the plain kernel's (the corpus).

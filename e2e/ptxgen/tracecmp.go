@@ -93,7 +93,9 @@ func (dt *DeviceTrace) encode() []byte {
 func DecodeDeviceTrace(rec Record) (*DeviceTrace, error) {
 	dt := &DeviceTrace{Seed: rec.Seed}
 	if rec.Status != 0 {
-		dt.Err = strings.SplitN(string(rec.Data), "\n", 2)[0]
+		// The error's name, and for a kernel the driver did not compile
+		// the start of its log.
+		dt.Err = strings.Join(strings.Fields(string(rec.Data[:min(len(rec.Data), 400)])), " ")
 		return dt, nil
 	}
 	b := rec.Data
