@@ -58,6 +58,9 @@ type Options struct {
 	// ModuleCache, when set, is the module cache every session shares,
 	// as gpud's sessions share the host's.
 	ModuleCache dispatch.ModuleCache
+	// Device, when set, wraps each session's emulated device, so that a
+	// test can stand in for a driver's answers the emulator does not give.
+	Device func(*emulated.Device) backend.Device
 }
 
 // Start listens on addr ("127.0.0.1:0" for any free port) and serves
@@ -209,6 +212,9 @@ func (s *Server) serve(c net.Conn) error {
 		var bd backend.Device = dev
 		if s.opt.NullLaunch {
 			bd = nullLaunch{dev}
+		}
+		if s.opt.Device != nil {
+			bd = s.opt.Device(dev)
 		}
 		ss.ds = dispatch.NewSession(bd, s.log.With("session", ss.id))
 		if s.opt.ModuleCache != nil {
