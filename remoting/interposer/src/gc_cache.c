@@ -671,6 +671,17 @@ CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
 	return cuDevicePrimaryCtxSetFlags_v2(dev, flags);
 }
 
+uint64_t gc_primary_ctx_held(CUdevice dev)
+{
+	struct prim *p = prim(dev);
+	if (p == NULL)
+		return 0;
+	pthread_mutex_lock(&pc.mu);
+	uint64_t c = p->refs > 0 ? p->ctx : 0;
+	pthread_mutex_unlock(&pc.mu);
+	return c;
+}
+
 CUresult gc_primary_ctx_peek(CUdevice dev, CUcontext *pctx)
 {
 	struct prim *p = prim(dev);

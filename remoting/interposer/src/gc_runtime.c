@@ -670,17 +670,26 @@ CUresult CUDAAPI cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
 	return r;
 }
 
-/* Kernel attributes are per device; the kernel is resolved in the
- * calling thread's context, whose device must be dev. */
+/* Kernel attributes are per device and asked with or without a current
+ * context: the kernel is resolved in the calling thread's context when that
+ * context is on dev, or else in dev's primary context while this process
+ * holds it (a library's worker thread may ask before it has made any
+ * context current). */
 static CUresult kernel_func(CUkernel kernel, CUdevice dev, struct CUfunc_st **f)
 {
 	if (kern_of(kernel) == NULL)
 		return CUDA_ERROR_INVALID_HANDLE;
-	CUdevice cur;
-	CUresult r = cuCtxGetDevice_v2(&cur, NULL);
-	if (r == CUDA_SUCCESS && cur != dev)
-		r = CUDA_ERROR_INVALID_DEVICE;
-	return r != CUDA_SUCCESS ? r : resolve_current((CUfunction)(void *)kernel, f);
+	uint64_t ctx;
+	int cur = -1;
+	CUresult r = gc_current_ctx(&ctx);
+	if (r == CUDA_SUCCESS)
+		r = gc_ctx_dev(ctx, &cur);
+	if (r == CUDA_SUCCESS && cur == dev)
+		return gc_func_resolve((CUfunction)(void *)kernel, ctx, f);
+	uint64_t primary = gc_primary_ctx_held(dev);
+	if (primary != 0)
+		return gc_func_resolve((CUfunction)(void *)kernel, primary, f);
+	return r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_DEVICE;
 }
 
 CUresult CUDAAPI cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)

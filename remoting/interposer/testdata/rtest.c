@@ -382,6 +382,20 @@ static void test_procaddr(void)
 		CHECK(((CUresult(*)(void))fn)(), CUDA_ERROR_NOT_SUPPORTED);
 }
 
+/* kernel_attr_thread asks a kernel attribute from a thread of its own. */
+struct kernel_attr {
+	CUkernel k;
+	CUfunction_attribute attr;
+	int v;
+	CUresult r;
+};
+static void *kernel_attr_thread(void *p)
+{
+	struct kernel_attr *a = p;
+	a->r = cuKernelGetAttribute(&a->v, a->attr, a->k, 0);
+	return NULL;
+}
+
 static void test_library(void)
 {
 	CUcontext ctx = setup();
@@ -430,6 +444,15 @@ static void test_library(void)
 	OK(cuFuncGetAttribute(&dyn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f));
 	EXPECT(dyn == 4096);
 	CHECK(cuKernelGetAttribute(&dyn, CU_FUNC_ATTRIBUTE_NUM_REGS, k, 7), CUDA_ERROR_INVALID_DEVICE);
+	/* A thread with no current context asks through the device's primary
+	 * context, which the process holds. */
+	CUcontext prim;
+	OK(cuDevicePrimaryCtxRetain(&prim, 0));
+	struct kernel_attr ka = { k, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 0, CUDA_ERROR_UNKNOWN };
+	pthread_t th;
+	EXPECT(pthread_create(&th, NULL, kernel_attr_thread, &ka) == 0 && pthread_join(th, NULL) == 0);
+	EXPECT(ka.r == CUDA_SUCCESS && ka.v == maxt);
+	OK(cuDevicePrimaryCtxRelease(0));
 
 	/* Occupancy, computed in the client. */
 	int blocks = 0, minGrid = 0, block = 0, sms = 0, tpsm = 0;
