@@ -436,8 +436,10 @@ static struct {
 		int dev;
 		unsigned int flags;
 		int primary;
+		uint64_t id; /* its unique number: 1, 2, ... in the order contexts were made */
 	} *t;
 	size_t n, cap;
+	uint64_t ids;
 } ct = { .mu = PTHREAD_RWLOCK_INITIALIZER };
 
 void gc_ctx_created(uint64_t ctx, int dev, unsigned int flags, int primary)
@@ -445,7 +447,7 @@ void gc_ctx_created(uint64_t ctx, int dev, unsigned int flags, int primary)
 	pthread_rwlock_wrlock(&ct.mu);
 	for (size_t i = 0; i < ct.n; i++) {
 		if (ct.t[i].ctx == ctx) {
-			ct.t[i] = (struct ctxinfo){ ctx, dev, flags, primary };
+			ct.t[i] = (struct ctxinfo){ ctx, dev, flags, primary, ct.t[i].id };
 			pthread_rwlock_unlock(&ct.mu);
 			return;
 		}
@@ -460,7 +462,7 @@ void gc_ctx_created(uint64_t ctx, int dev, unsigned int flags, int primary)
 		ct.t = nt;
 		ct.cap = nc;
 	}
-	ct.t[ct.n++] = (struct ctxinfo){ ctx, dev, flags, primary };
+	ct.t[ct.n++] = (struct ctxinfo){ ctx, dev, flags, primary, ++ct.ids };
 	pthread_rwlock_unlock(&ct.mu);
 }
 
@@ -493,6 +495,12 @@ static int ctx_lookup(uint64_t ctx, struct ctxinfo *out)
 	}
 	pthread_rwlock_unlock(&ct.mu);
 	return hit;
+}
+
+uint64_t gc_ctx_id(uint64_t ctx)
+{
+	struct ctxinfo ci;
+	return ctx_lookup(ctx, &ci) ? ci.id : 0;
 }
 
 CUresult gc_ctx_dev(uint64_t ctx, int *dev)

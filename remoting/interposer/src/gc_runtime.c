@@ -33,9 +33,15 @@ CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
 		return CUDA_ERROR_INVALID_VALUE;
 	uint64_t c;
 	CUresult r = gc_ctx_or_current(ctx, &c);
-	if (r == CUDA_SUCCESS)
-		*ctxId = c; /* the server never reuses a handle within a session */
-	return r;
+	if (r != CUDA_SUCCESS)
+		return r;
+	/* A small number in the order contexts were made, the numbering
+	 * profilers show for NVIDIA's driver (its first context is 1); a
+	 * context the client's table lost (it could not grow) is numbered by
+	 * its handle, which the server never reuses within a session. */
+	uint64_t id = gc_ctx_id(c);
+	*ctxId = id != 0 ? id : c;
+	return CUDA_SUCCESS;
 }
 
 /* Limits are the server's driver's: its values are what the session's
