@@ -1547,107 +1547,125 @@ enum {
 };
 static void *et_real[S_DECODED];
 
-static CUresult et_tls_ctx(void **ctx)
+/* The decoders take and pass on six integer arguments, all the System V
+ * ABI passes in registers, whatever the slot's own count: a slot that
+ * takes more arguments than its established meaning says still gets them,
+ * and one that takes fewer ignores the rest. */
+typedef u64 (*et_fn)(u64, u64, u64, u64, u64, u64);
+#define ET_ARGS u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5
+#define ET_CALL(id) ((et_fn)et_real[id])(a0, a1, a2, a3, a4, a5)
+
+/* (CUcontext *out): the calling thread's context. */
+static u64 et_tls_ctx(ET_ARGS)
 {
-	CUresult r = ((CUresult (*)(void **))et_real[S_TLS_CTX])(ctx);
+	u64 ret = ET_CALL(S_TLS_CTX);
+	CUresult r = (CUresult)ret;
+	void **ctx = (void **)a0;
 	struct line l = { .n = 0 };
 	put(&l, "ET 42d85a81[2] -> %d", r);
 	if (r == 0 && ctx != NULL)
 		put(&l, " ctx=%s", ctx_name(*ctx));
 	record(&l);
-	return r;
+	return ret;
 }
 
-static CUresult et_lt_ctx_number(void *ctx, u64 *n)
+/* (CUcontext, unsigned long long *out): the context's number. */
+static u64 et_lt_ctx_number(ET_ARGS)
 {
-	CUresult r = ((CUresult (*)(void *, u64 *))et_real[S_LT_CTX_NUMBER])(ctx, n);
+	u64 ret = ET_CALL(S_LT_CTX_NUMBER);
+	CUresult r = (CUresult)ret;
+	u64 *n = (u64 *)a1;
 	struct line l = { .n = 0 };
-	put(&l, "ET 21318c60[4] ctx=%s -> %d", ctx_name(ctx), r);
+	put(&l, "ET 21318c60[4] ctx=%s -> %d", ctx_name((void *)a0), r);
 	if (r == 0 && n != NULL)
 		put(&l, " number=%#llx", *n);
 	record(&l);
-	return r;
+	return ret;
 }
 
-static CUresult et_lt_stream_number(void *ctx, const void *obj, u64 *n)
+/* (CUcontext, stream object, unsigned long long *out): its number. */
+static u64 et_lt_stream_number(ET_ARGS)
 {
-	CUresult r = ((CUresult (*)(void *, const void *, u64 *))et_real[S_LT_STREAM_NUMBER])(ctx, obj, n);
+	u64 ret = ET_CALL(S_LT_STREAM_NUMBER);
+	CUresult r = (CUresult)ret;
+	u64 *n = (u64 *)a2;
 	struct line l = { .n = 0 };
-	put(&l, "ET 21318c60[39] ctx=%s -> %d", ctx_name(ctx), r);
+	put(&l, "ET 21318c60[39] ctx=%s -> %d", ctx_name((void *)a0), r);
 	if (r == 0 && n != NULL)
 		put(&l, " number=%#llx", *n);
 	record(&l);
-	return r;
+	return ret;
 }
 
-static CUresult et_lt_stream_object(void *ctx, void *s, void **obj, int pt)
+/* (CUcontext, CUstream, void **out, int per_thread): the stream's object. */
+static u64 et_lt_stream_object(ET_ARGS)
 {
-	CUresult r = ((CUresult (*)(void *, void *, void **, int))et_real[S_LT_STREAM_OBJECT])(ctx, s, obj, pt);
+	u64 ret = ET_CALL(S_LT_STREAM_OBJECT);
+	CUresult r = (CUresult)ret;
+	void *s = (void *)a1, **obj = (void **)a2;
 	struct line l = { .n = 0 };
-	put(&l, "ET 21318c60[51] ctx=%s stream=%s per_thread=%d -> %d", ctx_name(ctx), stream_name(s), pt, r);
+	put(&l, "ET 21318c60[51] ctx=%s stream=%s per_thread=%d -> %d", ctx_name((void *)a0), stream_name(s), (int)a3, r);
 	if (r == 0 && obj != NULL)
 		put(&l, " object=%s", *obj == NULL ? "0" : *obj == s ? "the stream" : "other");
 	record(&l);
-	return r;
+	return ret;
 }
 
-static CUresult et_checks_ctx(void *ctx, uint32_t *flags, const void **extra)
+/* (CUcontext, uint32_t *flags, const void **extra). */
+static u64 et_checks_ctx(ET_ARGS)
 {
-	CUresult r = ((CUresult (*)(void *, uint32_t *, const void **))et_real[S_CHECKS_CTX])(ctx, flags, extra);
+	u64 ret = ET_CALL(S_CHECKS_CTX);
+	CUresult r = (CUresult)ret;
+	uint32_t *flags = (uint32_t *)a1;
+	const void **extra = (const void **)a2;
 	struct line l = { .n = 0 };
-	put(&l, "ET 263e8860[2] ctx=%s -> %d", ctx_name(ctx), r);
+	put(&l, "ET 263e8860[2] ctx=%s -> %d", ctx_name((void *)a0), r);
 	if (r == 0)
 		put(&l, " flags=%#x extra=%s", flags ? *flags : 0, extra && *extra ? "set" : "0");
 	record(&l);
-	return r;
+	return ret;
 }
 
-static uint32_t et_checks_global(void)
+/* () -> a 32-bit value. */
+static u64 et_checks_global(ET_ARGS)
 {
-	uint32_t v = ((uint32_t (*)(void))et_real[S_CHECKS_GLOBAL])();
+	u64 ret = ET_CALL(S_CHECKS_GLOBAL);
 	struct line l = { .n = 0 };
-	put(&l, "ET 263e8860[3] -> %#x", v);
+	put(&l, "ET 263e8860[3] -> %#x", (uint32_t)ret);
 	record(&l);
-	return v;
+	return ret;
 }
 
-static void et_hooks(int which, void **buf, size_t *n)
+/* (void **buf, size_t *n), no result. */
+static u64 et_hooks(int which, ET_ARGS)
 {
-	((void (*)(void **, size_t *))et_real[which])(buf, n);
+	u64 ret = ET_CALL(which);
+	size_t *n = (size_t *)a1;
 	struct line l = { .n = 0 };
 	put(&l, "ET a094798c[%d] -> size=%zu", which == S_HOOKS_2 ? 2 : 6, n ? *n : 0);
 	record(&l);
+	return ret;
 }
-static void et_hooks_2(void **buf, size_t *n) { et_hooks(S_HOOKS_2, buf, n); }
-static void et_hooks_6(void **buf, size_t *n) { et_hooks(S_HOOKS_6, buf, n); }
+static u64 et_hooks_2(ET_ARGS) { return et_hooks(S_HOOKS_2, a0, a1, a2, a3, a4, a5); }
+static u64 et_hooks_6(ET_ARGS) { return et_hooks(S_HOOKS_6, a0, a1, a2, a3, a4, a5); }
 
-/* Context-local storage holds the runtime's own pointers: only results. */
-static CUresult et_cls_put(void *ctx, void *key, void *val, void *dtor)
+/* Context-local storage holds the runtime's own pointers: results only.
+ * Put is (CUcontext, key, value, destructor), get (void **value,
+ * CUcontext, key). */
+static u64 et_cls(int which, int slot, const void *ctx, ET_ARGS)
 {
-	CUresult r = ((CUresult (*)(void *, void *, void *, void *))et_real[S_CLS_PUT])(ctx, key, val, dtor);
+	u64 ret = ET_CALL(which);
 	struct line l = { .n = 0 };
-	put(&l, "ET c693336e[0] ctx=%s -> %d", ctx_name(ctx), r);
+	put(&l, "ET c693336e[%d]", slot);
+	if (slot != 1)
+		put(&l, " ctx=%s", ctx_name(ctx));
+	put(&l, " -> %d", (CUresult)ret);
 	record(&l);
-	return r;
+	return ret;
 }
-
-static CUresult et_cls_delete(void *a, void *b)
-{
-	CUresult r = ((CUresult (*)(void *, void *))et_real[S_CLS_DELETE])(a, b);
-	struct line l = { .n = 0 };
-	put(&l, "ET c693336e[1] -> %d", r);
-	record(&l);
-	return r;
-}
-
-static CUresult et_cls_get(void **val, void *ctx, void *key)
-{
-	CUresult r = ((CUresult (*)(void **, void *, void *))et_real[S_CLS_GET])(val, ctx, key);
-	struct line l = { .n = 0 };
-	put(&l, "ET c693336e[2] ctx=%s -> %d", ctx_name(ctx), r);
-	record(&l);
-	return r;
-}
+static u64 et_cls_put(ET_ARGS) { return et_cls(S_CLS_PUT, 0, (void *)a0, a0, a1, a2, a3, a4, a5); }
+static u64 et_cls_delete(ET_ARGS) { return et_cls(S_CLS_DELETE, 1, NULL, a0, a1, a2, a3, a4, a5); }
+static u64 et_cls_get(ET_ARGS) { return et_cls(S_CLS_GET, 2, (void *)a1, a0, a1, a2, a3, a4, a5); }
 
 static const struct {
 	const char *uuid8;
