@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -119,4 +120,94 @@ func compileRuntime(t *testing.T, nvcc, src string, progs []runtimeProgram) []ru
 	}
 	t.Logf("compiled %d programs in %v", len(bins), time.Since(start).Round(time.Millisecond))
 	return bins
+}
+
+// TestCallTracer runs a CUDA runtime program through gpuctl on the
+// emulated device with and without e2e/gpu/tools/cudiff.c preloaded: the
+// program's output must not change, the trace must record the runtime's
+// questions with their answers and handles by name, two traced runs must
+// compare equal under e2e/gpu/cudiff.sh --diff, and an answer changed in
+// one of them must be reported as the first difference.
+func TestCallTracer(t *testing.T) {
+	c := harness.New(t)
+	nvcc := nvccDir(t, c.Build.Root)
+	bins := compileRuntime(t, nvcc, filepath.Join(c.Build.Root, "e2e/runtime/testdata"), []runtimeProgram{{"vadd", false}})
+	dir := t.TempDir()
+	tracer := filepath.Join(dir, "cudiff.so")
+	if o, err := exec.Command("gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o", tracer,
+		filepath.Join(c.Build.Root, "e2e/gpu/tools/cudiff.c"), "-ldl", "-lpthread").CombinedOutput(); err != nil {
+		t.Fatalf("gcc cudiff.c: %v\n%s", err, o)
+	}
+
+	host := c.NewHost("gpu-a", harness.HostOptions{Args: []string{"--grace", "1s"}})
+	client := c.NewNode("client")
+	plain := client.RunClient(host, 3*time.Minute, nil, bins[0].path)
+	if plain.Code != 0 {
+		t.Fatalf("untraced run: exit %d\nstdout: %s\nstderr: %s", plain.Code, plain.Stdout, plain.Stderr)
+	}
+	traced := func(name string) string {
+		out := filepath.Join(dir, name)
+		r := client.RunClient(host, 3*time.Minute, nil, "env", "CUDIFF_OUT="+out, "LD_PRELOAD="+tracer, bins[0].path)
+		if r.Code != 0 || r.Stdout != plain.Stdout {
+			t.Fatalf("traced run: exit %d, stdout %q (untraced: %q)\nstderr: %s", r.Code, r.Stdout, plain.Stdout, r.Stderr)
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	a, b := filepath.Join(dir, "a.trace"), filepath.Join(dir, "b.trace")
+	trace := traced("a.trace")
+	traced("b.trace")
+	for _, want := range []string{
+		"cuGetProcAddress_v2 sym=cuDeviceGetAttribute ver=", // the runtime's look-ups
+		"cuDeviceGetAttribute attr=16 dev=0 -> 0 v=",        // answers to them
+		"cuDevicePrimaryCtxRetain dev=0 -> 0 ctx=ctx1",      // contexts by order
+		"cuGetExportTable uuid=42d85a8123f6cb478298f6e78a3aecdc -> 0 size=0x18",
+		"ET 263e8860[2] ctx=ctx1 -> 0 flags=0 extra=0", // a decoded export-table slot
+		"cuFuncGetAttribute attr=0 fn=_Z3addPKfS0_Pfi -> 0 v=",
+		"cuLaunchKernel fn=_Z3addPKfS0_Pfi grid=", // functions by name
+		"# 1 cuModuleGetLoadingMode -> 0 v=",      // counts at exit
+	} {
+		if !strings.Contains(trace, want) {
+			t.Errorf("the trace lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Fatalf("trace:\n%s", trace)
+	}
+
+	script := filepath.Join(c.Build.Root, "e2e/gpu/cudiff.sh")
+	if o, err := exec.Command(script, "--diff", a, b).CombinedOutput(); err != nil || !strings.Contains(string(o), "no difference") {
+		t.Fatalf("two traced runs of one program differ (%v):\n%s", err, o)
+	}
+	// One answer changed: the report names the question and both answers.
+	var changed []string
+	for _, line := range strings.Split(trace, "\n") {
+		if strings.Contains(line, "cuDeviceGetAttribute attr=16 dev=0 -> 0 v=") {
+			line = line[:strings.LastIndex(line, "v=")] + "v=0"
+		}
+		changed = append(changed, line)
+	}
+	if err := os.WriteFile(b, []byte(strings.Join(changed, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o, err := exec.Command(script, "--diff", a, b).CombinedOutput()
+	report := string(o)
+	if code := exitCode(err); code != 1 || !strings.Contains(report, "answers that differ (in the order the program first asked): 1\n  cuDeviceGetAttribute attr=16 dev=0\n") ||
+		!strings.Contains(report, "gpuctl:  0 v=0") {
+		t.Fatalf("a changed answer: exit %d, report:\n%s", code, report)
+	}
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
 }

@@ -20,6 +20,8 @@ type Extended interface {
 	StreamMemOps
 	TensorMaps
 	PitchedCopies
+	ContextLimits
+	ClusterOccupancy
 }
 
 // Pools serves memory pools and stream-ordered allocation
@@ -137,4 +139,35 @@ type PitchedCopies interface {
 	// MemcpyPeer copies n bytes from src in srcCtx to dst in dstCtx, on
 	// stream s of c.
 	MemcpyPeer(ctx context.Context, c Ctx, dst DevPtr, dstCtx Ctx, src DevPtr, srcCtx Ctx, n uint64, s Stream) error
+}
+
+// ContextLimits serves a context's resource limits (a CUlimit): the
+// values the device's driver reports and accepts, since libraries size
+// their work from them (cuBLAS asks CUDA 12.5's shared memory limit).
+type ContextLimits interface {
+	CtxGetLimit(ctx context.Context, c Ctx, limit int32) (uint64, error)
+	CtxSetLimit(ctx context.Context, c Ctx, limit int32, value uint64) error
+}
+
+// ClusterQuery says which thread-block cluster occupancy question
+// OccupancyClusters answers.
+type ClusterQuery uint32
+
+const (
+	// ClusterMaxActive is cuOccupancyMaxActiveClusters: how many clusters
+	// of the launch's shape can be resident on the device at once.
+	ClusterMaxActive ClusterQuery = 0
+	// ClusterMaxSize is cuOccupancyMaxPotentialClusterSize: the largest
+	// cluster, in blocks, the launch could use.
+	ClusterMaxSize ClusterQuery = 1
+)
+
+// ClusterOccupancy answers cluster occupancy for a launch configuration
+// (Grid, Block, SharedBytes, Cluster; a zero Cluster leaves the shape to
+// the function's compile-time one). The answer depends on how the
+// device groups its SMs, which only its driver knows. A backend that
+// cannot say returns cu.ErrorNotSupported; the client then computes an
+// upper bound itself.
+type ClusterOccupancy interface {
+	OccupancyClusters(ctx context.Context, c Ctx, f Function, cfg LaunchConfig, q ClusterQuery) (int32, error)
 }

@@ -132,3 +132,19 @@ func (s *Session) doLaunchEx(ctx context.Context, x *call, c backend.Ctx, fn bac
 		Cooperative: flags&LaunchExCooperative != 0,
 	})
 }
+
+// doOccupancyClusters asks the device's cluster occupancy for a launch
+// shape (a zero cluster dimension: the function's own shape).
+func (s *Session) doOccupancyClusters(ctx context.Context, x *call, c backend.Ctx, fn backend.Function,
+	gx, gy, gz, bx, by, bz, shared, cx, cy, cz, query uint32) (int32, error) {
+	q := backend.ClusterQuery(query)
+	if q != backend.ClusterMaxActive && q != backend.ClusterMaxSize {
+		return 0, cu.Errorf(cu.ErrorInvalidValue, "cluster occupancy: unknown query %d", query)
+	}
+	return s.dev.OccupancyClusters(ctx, c, fn, backend.LaunchConfig{
+		Grid:        [3]uint32{gx, gy, gz},
+		Block:       [3]uint32{bx, by, bz},
+		SharedBytes: shared,
+		Cluster:     [3]uint32{cx, cy, cz},
+	}, q)
+}

@@ -1116,6 +1116,65 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 			return err
 		}
 		return nil
+	case wire.OpCtxGetLimit:
+		c := backend.Ctx(x.d.U64())
+		x.c = c
+		inLimit := int32(x.d.I32())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		if err := s.takePending(x, c); err != nil {
+			return err
+		}
+		outValue, err := s.dev.CtxGetLimit(ctx, c, inLimit)
+		if err != nil {
+			return err
+		}
+		x.e.U64(uint64(outValue))
+		return nil
+	case wire.OpCtxSetLimit:
+		c := backend.Ctx(x.d.U64())
+		x.c = c
+		inLimit := int32(x.d.I32())
+		inValue := uint64(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		if err := s.takePending(x, c); err != nil {
+			return err
+		}
+		err := s.dev.CtxSetLimit(ctx, c, inLimit, inValue)
+		if err != nil {
+			return err
+		}
+		return nil
+	case wire.OpOccupancyClusters:
+		c := backend.Ctx(x.d.U64())
+		x.c = c
+		inFn := backend.Function(x.d.U64())
+		inGx := uint32(x.d.U32())
+		inGy := uint32(x.d.U32())
+		inGz := uint32(x.d.U32())
+		inBx := uint32(x.d.U32())
+		inBy := uint32(x.d.U32())
+		inBz := uint32(x.d.U32())
+		inShared := uint32(x.d.U32())
+		inCx := uint32(x.d.U32())
+		inCy := uint32(x.d.U32())
+		inCz := uint32(x.d.U32())
+		inQuery := uint32(x.d.U32())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		if err := s.takePending(x, c); err != nil {
+			return err
+		}
+		outValue, err := s.doOccupancyClusters(ctx, x, c, inFn, inGx, inGy, inGz, inBx, inBy, inBz, inShared, inCx, inCy, inCz, inQuery)
+		if err != nil {
+			return err
+		}
+		x.e.I32(int32(outValue))
+		return nil
 	}
 	return s.unknownOp(x)
 }

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/gpuctl/gpuctl/remoting/backend"
+	"github.com/gpuctl/gpuctl/remoting/backend/emulated"
+	"github.com/gpuctl/gpuctl/remoting/cu"
 	"github.com/gpuctl/gpuctl/remoting/interposer/testserver"
 )
 
@@ -253,3 +255,103 @@ func (h *md2) Sum(in []byte) []byte {
 func (h *md2) Reset()         { *h = md2{} }
 func (h *md2) Size() int      { return 16 }
 func (h *md2) BlockSize() int { return 16 }
+
+// newerDriver stands in for answers a CUDA 13 driver gives and the
+// emulated device does not: one CUfunction per kernel and module however
+// often it is looked up, function attribute 16, and cluster occupancy
+// (an answer that depends on the function's dynamic shared memory limit,
+// so that a client that kept it after the limit changed shows). It counts
+// the questions that reach it.
+type newerDriver struct {
+	*emulated.Device
+	mu           sync.Mutex
+	funcs        map[newerFunc]newerFuncAnswer
+	clusterCalls int
+	limitCalls   int
+}
+
+type newerFunc struct {
+	c    backend.Ctx
+	m    backend.Module
+	name string
+}
+
+type newerFuncAnswer struct {
+	f      backend.Function
+	params []backend.Param
+}
+
+func (d *newerDriver) ModuleGetFunction(ctx context.Context, c backend.Ctx, m backend.Module, name string) (backend.Function, []backend.Param, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := newerFunc{c, m, name}
+	if a, ok := d.funcs[k]; ok {
+		return a.f, a.params, nil
+	}
+	f, ps, err := d.Device.ModuleGetFunction(ctx, c, m, name)
+	if err == nil {
+		d.funcs[k] = newerFuncAnswer{f, ps}
+	}
+	return f, ps, err
+}
+
+func (d *newerDriver) FuncGetAttribute(ctx context.Context, c backend.Ctx, f backend.Function, attr int32) (int32, error) {
+	if attr == 16 {
+		_, err := d.Device.FuncGetAttribute(ctx, c, f, 0)
+		return 1, err
+	}
+	return d.Device.FuncGetAttribute(ctx, c, f, attr)
+}
+
+func (d *newerDriver) OccupancyClusters(ctx context.Context, c backend.Ctx, f backend.Function, cfg backend.LaunchConfig, q backend.ClusterQuery) (int32, error) {
+	d.mu.Lock()
+	d.clusterCalls++
+	d.mu.Unlock()
+	dyn, err := d.Device.FuncGetAttribute(ctx, c, f, 8)
+	if err != nil {
+		return 0, err
+	}
+	if q == backend.ClusterMaxSize {
+		return 12, nil
+	}
+	n := cfg.Cluster[0] * cfg.Cluster[1] * cfg.Cluster[2]
+	if n == 0 {
+		return 0, cu.Errorf(cu.ErrorInvalidClusterSize, "no cluster shape")
+	}
+	return int32(1000/n) + dyn/1024, nil
+}
+
+func (d *newerDriver) CtxGetLimit(ctx context.Context, c backend.Ctx, limit int32) (uint64, error) {
+	d.mu.Lock()
+	d.limitCalls++
+	d.mu.Unlock()
+	return d.Device.CtxGetLimit(ctx, c, limit)
+}
+
+// TestRuntimeDriverAnswers: what the server's driver answers reaches the
+// program, and the client keeps what it may keep: a function attribute
+// CUDA 13 added, cluster occupancy until the function changes, a
+// context's limit.
+func TestRuntimeDriverAnswers(t *testing.T) {
+	drivers := make(chan *newerDriver, 1)
+	srv, err := testserver.StartWith("127.0.0.1:0", "secret-token", nil, testserver.Options{
+		Device: func(dev *emulated.Device) backend.Device {
+			d := &newerDriver{Device: dev, funcs: map[newerFunc]newerFuncAnswer{}}
+			drivers <- d
+			return d
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	rtestOn(t, srv, "driver")
+	d := <-drivers
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	// Cluster questions: the first shape, the same after a limit was
+	// raised, no shape (an error, kept as well) and the largest size.
+	if d.clusterCalls != 4 || d.limitCalls != 1 {
+		t.Fatalf("the server was asked %d cluster and %d limit questions, want 4 and 1", d.clusterCalls, d.limitCalls)
+	}
+}

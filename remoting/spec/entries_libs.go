@@ -21,6 +21,27 @@ var libraryOps = []Op{
 		f("cx", U32, "uint32"), f("cy", U32, "uint32"), f("cz", U32, "uint32"), f("flags", U32, "uint32"),
 		f("params", Bytes, "[]byte"),
 	}},
+
+	// A context's resource limits (CUlimit), answered by the server's
+	// driver: besides the stack, heap and printf sizes, CUDA 12.5 and
+	// later report the shared memory available to kernels and whether the
+	// context shares the GPU with graphics (CIG), which cuBLAS asks.
+	{Code: 401, Name: "CtxGetLimit", Ctx: true, In: []Field{f("limit", I32, "int32")}, Out: []Field{f("value", U64, "uint64")}},
+	{Code: 402, Name: "CtxSetLimit", Ctx: true, In: []Field{f("limit", I32, "int32"), f("value", U64, "uint64")}},
+
+	// Thread-block cluster occupancy of a function for a launch shape,
+	// answered by the server's driver, which knows how the device's SMs
+	// are grouped: query ClusterQueryMaxActive is
+	// cuOccupancyMaxActiveClusters, ClusterQueryMaxSize
+	// cuOccupancyMaxPotentialClusterSize. A zero cluster dimension leaves
+	// the shape to the function's own (compile-time) cluster size.
+	{Code: 403, Name: "OccupancyClusters", Ctx: true, Custom: true, In: []Field{
+		fn,
+		f("gx", U32, "uint32"), f("gy", U32, "uint32"), f("gz", U32, "uint32"),
+		f("bx", U32, "uint32"), f("by", U32, "uint32"), f("bz", U32, "uint32"),
+		f("shared", U32, "uint32"),
+		f("cx", U32, "uint32"), f("cy", U32, "uint32"), f("cz", U32, "uint32"), f("query", U32, "uint32"),
+	}, Out: []Field{f("value", I32, "int32")}},
 }
 
 // libraryEntries: cuBLAS and cuBLASLt resolve a fixed list of driver
@@ -46,6 +67,16 @@ var libraryEntries = []Entry{
 	local("cuProfilerInitialize", sym("cuProfilerInitialize", 4000)),
 	local("cuProfilerStart", sym("cuProfilerStart", 4000)),
 	local("cuProfilerStop", sym("cuProfilerStop", 4000)),
+
+	// Answered in the client from what it already knows: the legacy
+	// device properties from the device's attributes, and the shared
+	// memory bank size, fixed at four bytes on every GPU CUDA 12 and 13
+	// support (a request for another is accepted and changes nothing, as
+	// NVIDIA's driver does on those GPUs).
+	local("cuDeviceGetProperties", sym("cuDeviceGetProperties", 2000)),
+	local("cuCtxGetSharedMemConfig", sym("cuCtxGetSharedMemConfig", 4020)),
+	local("cuCtxSetSharedMemConfig", sym("cuCtxSetSharedMemConfig", 4020)),
+	local("cuFuncSetSharedMemConfig", sym("cuFuncSetSharedMemConfig", 4020)),
 }
 
 // dlsymNames are the driver symbols cuBLAS, cuBLASLt, cuDNN and PyTorch

@@ -81,6 +81,9 @@ const (
 	OpMemcpyDtoD3D                Op = 342
 	OpMemcpyPeer                  Op = 343
 	OpLaunchEx                    Op = 400
+	OpCtxGetLimit                 Op = 401
+	OpCtxSetLimit                 Op = 402
+	OpOccupancyClusters           Op = 403
 )
 
 // String returns the op's name.
@@ -234,6 +237,12 @@ func (o Op) String() string {
 		return "MemcpyPeer"
 	case OpLaunchEx:
 		return "LaunchEx"
+	case OpCtxGetLimit:
+		return "CtxGetLimit"
+	case OpCtxSetLimit:
+		return "CtxSetLimit"
+	case OpOccupancyClusters:
+		return "OccupancyClusters"
 	}
 	return "op(" + itoa(uint64(o)) + ")"
 }
@@ -241,7 +250,7 @@ func (o Op) String() string {
 // Known reports whether o is an op of this protocol version.
 func (o Op) Known() bool {
 	switch o {
-	case OpDriverVersion, OpDeviceCount, OpDeviceName, OpDeviceUUID, OpDeviceTotalMem, OpDeviceAttribute, OpDevicePCIBusID, OpPrimaryCtxRetain, OpPrimaryCtxRelease, OpPrimaryCtxReset, OpPrimaryCtxState, OpPrimaryCtxSetFlags, OpCtxCreate, OpCtxDestroy, OpCtxDevice, OpCtxSynchronize, OpMemAlloc, OpMemFree, OpMemGetInfo, OpMemGetAddressRange, OpMemcpyHtoD, OpMemcpyDtoH, OpMemcpyDtoD, OpMemset, OpModuleLoad, OpModuleUnload, OpModuleGetFunction, OpModuleGetGlobal, OpFuncGetAttribute, OpFuncSetAttribute, OpLaunch, OpStreamCreate, OpStreamDestroy, OpStreamQuery, OpStreamSynchronize, OpStreamWaitEvent, OpEventCreate, OpEventDestroy, OpEventRecord, OpEventQuery, OpEventSynchronize, OpEventElapsedTime, OpDeviceAttributes, OpModuleLoadCached, OpModuleUpload, OpDeviceGetMemPool, OpDeviceGetDefaultMemPool, OpDeviceSetMemPool, OpMemPoolCreate, OpMemPoolDestroy, OpMemPoolSetAttribute, OpMemPoolGetAttribute, OpMemPoolTrimTo, OpMemAllocAsync, OpMemFreeAsync, OpMemAddressReserve, OpMemAddressFree, OpMemCreate, OpMemRelease, OpMemMap, OpMemUnmap, OpMemSetAccess, OpMemGetAccess, OpMemGetAllocationGranularity, OpMemRetainAllocationHandle, OpStreamWaitValue, OpStreamWriteValue, OpStreamBatchMemOp, OpTensorMapEncode, OpMemcpyHtoD3D, OpMemcpyDtoH3D, OpMemcpyDtoD3D, OpMemcpyPeer, OpLaunchEx:
+	case OpDriverVersion, OpDeviceCount, OpDeviceName, OpDeviceUUID, OpDeviceTotalMem, OpDeviceAttribute, OpDevicePCIBusID, OpPrimaryCtxRetain, OpPrimaryCtxRelease, OpPrimaryCtxReset, OpPrimaryCtxState, OpPrimaryCtxSetFlags, OpCtxCreate, OpCtxDestroy, OpCtxDevice, OpCtxSynchronize, OpMemAlloc, OpMemFree, OpMemGetInfo, OpMemGetAddressRange, OpMemcpyHtoD, OpMemcpyDtoH, OpMemcpyDtoD, OpMemset, OpModuleLoad, OpModuleUnload, OpModuleGetFunction, OpModuleGetGlobal, OpFuncGetAttribute, OpFuncSetAttribute, OpLaunch, OpStreamCreate, OpStreamDestroy, OpStreamQuery, OpStreamSynchronize, OpStreamWaitEvent, OpEventCreate, OpEventDestroy, OpEventRecord, OpEventQuery, OpEventSynchronize, OpEventElapsedTime, OpDeviceAttributes, OpModuleLoadCached, OpModuleUpload, OpDeviceGetMemPool, OpDeviceGetDefaultMemPool, OpDeviceSetMemPool, OpMemPoolCreate, OpMemPoolDestroy, OpMemPoolSetAttribute, OpMemPoolGetAttribute, OpMemPoolTrimTo, OpMemAllocAsync, OpMemFreeAsync, OpMemAddressReserve, OpMemAddressFree, OpMemCreate, OpMemRelease, OpMemMap, OpMemUnmap, OpMemSetAccess, OpMemGetAccess, OpMemGetAllocationGranularity, OpMemRetainAllocationHandle, OpStreamWaitValue, OpStreamWriteValue, OpStreamBatchMemOp, OpTensorMapEncode, OpMemcpyHtoD3D, OpMemcpyDtoH3D, OpMemcpyDtoD3D, OpMemcpyPeer, OpLaunchEx, OpCtxGetLimit, OpCtxSetLimit, OpOccupancyClusters:
 		return true
 	}
 	return false

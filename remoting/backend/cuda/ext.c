@@ -61,6 +61,10 @@ gc_ext *gc_ext_load(const gc_api *a)
 	OPT(cuTensorMapEncodeIm2col, "cuTensorMapEncodeIm2col");
 	OPT(cuMemcpy3DAsync, "cuMemcpy3DAsync_v2");
 	OPT(cuMemcpyPeerAsync, "cuMemcpyPeerAsync");
+	OPT(cuCtxGetLimit, "cuCtxGetLimit");
+	OPT(cuCtxSetLimit, "cuCtxSetLimit");
+	OPT(cuOccupancyMaxActiveClusters, "cuOccupancyMaxActiveClusters");
+	OPT(cuOccupancyMaxPotentialClusterSize, "cuOccupancyMaxPotentialClusterSize");
 	return x;
 }
 
@@ -374,4 +378,46 @@ CUresult gc_copy_peer(const gc_api *a, const gc_ext *x, CUcontext c, CUdeviceptr
 	NEED(cuMemcpyPeerAsync);
 	USE(c);
 	return x->cuMemcpyPeerAsync(dst, dst_ctx, src, src_ctx, n, s);
+}
+
+CUresult gc_ctx_get_limit(const gc_api *a, const gc_ext *x, CUcontext c, int limit, size_t *v)
+{
+	NEED(cuCtxGetLimit);
+	USE(c);
+	return x->cuCtxGetLimit(v, limit);
+}
+
+CUresult gc_ctx_set_limit(const gc_api *a, const gc_ext *x, CUcontext c, int limit, size_t v)
+{
+	NEED(cuCtxSetLimit);
+	USE(c);
+	return x->cuCtxSetLimit(limit, v);
+}
+
+enum { LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4 };
+
+// The configuration's stream is NULL: the driver then answers for the
+// current context, c.
+CUresult gc_occupancy_clusters(const gc_api *a, const gc_ext *x, CUcontext c, CUfunction f,
+			       const unsigned int *grid, const unsigned int *block, unsigned int shared,
+			       const unsigned int *cluster, int query, int *out)
+{
+	CUlaunchAttribute attr;
+	CUlaunchConfig cfg = {grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, NULL, &attr, 0};
+	memset(&attr, 0, sizeof attr);
+	if (cluster[0] != 0 && cluster[1] != 0 && cluster[2] != 0) {
+		attr.id = LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+		attr.value.clusterDim.x = cluster[0];
+		attr.value.clusterDim.y = cluster[1];
+		attr.value.clusterDim.z = cluster[2];
+		cfg.numAttrs = 1;
+	}
+	if (query == 0)
+		NEED(cuOccupancyMaxActiveClusters);
+	else
+		NEED(cuOccupancyMaxPotentialClusterSize);
+	USE(c);
+	if (query == 0)
+		return x->cuOccupancyMaxActiveClusters(out, f, &cfg);
+	return x->cuOccupancyMaxPotentialClusterSize(out, f, &cfg);
 }

@@ -113,6 +113,10 @@ typedef struct {
 					    unsigned int, const unsigned int *, int, int, int, int);
 	CUresult (*cuMemcpy3DAsync)(const CUDA_MEMCPY3D *, CUstream);
 	CUresult (*cuMemcpyPeerAsync)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream);
+	CUresult (*cuCtxGetLimit)(size_t *, int);
+	CUresult (*cuCtxSetLimit)(int, size_t);
+	CUresult (*cuOccupancyMaxActiveClusters)(int *, CUfunction, const CUlaunchConfig *);
+	CUresult (*cuOccupancyMaxPotentialClusterSize)(int *, CUfunction, const CUlaunchConfig *);
 } gc_ext;
 
 // gc_ext_load resolves the entry points from the driver a was loaded from.
@@ -174,5 +178,18 @@ CUresult gc_copy3d(const gc_api *a, const gc_ext *x, CUcontext c, CUstream s,
 		   size_t width, size_t height, size_t depth);
 CUresult gc_copy_peer(const gc_api *a, const gc_ext *x, CUcontext c, CUdeviceptr dst,
 		      CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n, CUstream s);
+
+// gc_ctx_get_limit and gc_ctx_set_limit read and set one of c's CUlimit
+// values.
+CUresult gc_ctx_get_limit(const gc_api *a, const gc_ext *x, CUcontext c, int limit, size_t *v);
+CUresult gc_ctx_set_limit(const gc_api *a, const gc_ext *x, CUcontext c, int limit, size_t v);
+
+// gc_occupancy_clusters answers cuOccupancyMaxActiveClusters (query 0) or
+// cuOccupancyMaxPotentialClusterSize (query 1) for f in c, for a launch
+// of grid, block and shared bytes in clusters of cluster (all zero: the
+// function's own cluster shape).
+CUresult gc_occupancy_clusters(const gc_api *a, const gc_ext *x, CUcontext c, CUfunction f,
+			       const unsigned int *grid, const unsigned int *block, unsigned int shared,
+			       const unsigned int *cluster, int query, int *out);
 
 #endif

@@ -737,3 +737,57 @@ func (d *Device) MemcpyPeer(_ context.Context, h backend.Ctx, dst backend.DevPtr
 	}
 	return d.drv.check(C.gc_copy_peer(d.drv.api, x.x, c.raw, C.CUdeviceptr(dst), dc.raw, C.CUdeviceptr(src), sc.raw, C.size_t(n), rs), "cuMemcpyPeerAsync")
 }
+
+func (d *Device) CtxGetLimit(_ context.Context, h backend.Ctx, limit int32) (uint64, error) {
+	c, err := d.ctx(h)
+	if err != nil {
+		return 0, err
+	}
+	x, err := d.extended()
+	if err != nil {
+		return 0, err
+	}
+	var v C.size_t
+	if err := d.drv.check(C.gc_ctx_get_limit(d.drv.api, x.x, c.raw, C.int(limit), &v), "cuCtxGetLimit"); err != nil {
+		return 0, err
+	}
+	return uint64(v), nil
+}
+
+func (d *Device) CtxSetLimit(_ context.Context, h backend.Ctx, limit int32, value uint64) error {
+	c, err := d.ctx(h)
+	if err != nil {
+		return err
+	}
+	x, err := d.extended()
+	if err != nil {
+		return err
+	}
+	return d.drv.check(C.gc_ctx_set_limit(d.drv.api, x.x, c.raw, C.int(limit), C.size_t(value)), "cuCtxSetLimit")
+}
+
+// OccupancyClusters asks the driver, which places clusters within the
+// device's GPCs.
+func (d *Device) OccupancyClusters(_ context.Context, h backend.Ctx, fh backend.Function, cfg backend.LaunchConfig, q backend.ClusterQuery) (int32, error) {
+	c, f, err := d.function(h, fh)
+	if err != nil {
+		return 0, err
+	}
+	x, err := d.extended()
+	if err != nil {
+		return 0, err
+	}
+	grid := [3]C.uint{C.uint(cfg.Grid[0]), C.uint(cfg.Grid[1]), C.uint(cfg.Grid[2])}
+	block := [3]C.uint{C.uint(cfg.Block[0]), C.uint(cfg.Block[1]), C.uint(cfg.Block[2])}
+	cluster := [3]C.uint{C.uint(cfg.Cluster[0]), C.uint(cfg.Cluster[1]), C.uint(cfg.Cluster[2])}
+	name := "cuOccupancyMaxActiveClusters"
+	if q == backend.ClusterMaxSize {
+		name = "cuOccupancyMaxPotentialClusterSize"
+	}
+	var v C.int
+	if err := d.drv.check(C.gc_occupancy_clusters(d.drv.api, x.x, c.raw, f.raw, &grid[0], &block[0], C.uint(cfg.SharedBytes),
+		&cluster[0], C.int(q), &v), name); err != nil {
+		return 0, err
+	}
+	return int32(v), nil
+}

@@ -23,6 +23,8 @@ type context_ struct {
 	pending error
 	// defQ queues the default stream's work while it is blocked.
 	defQ blockQ
+	// limits holds the limits set with cuCtxSetLimit (limits.go).
+	limits map[int32]uint64
 }
 
 // stickyCodes are the kernel failures after which CUDA declares the

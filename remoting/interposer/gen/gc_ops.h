@@ -113,6 +113,9 @@ enum gc_op {
 	GC_OP_MemcpyDtoD3D = 342,
 	GC_OP_MemcpyPeer = 343,
 	GC_OP_LaunchEx = 400,
+	GC_OP_CtxGetLimit = 401,
+	GC_OP_CtxSetLimit = 402,
+	GC_OP_OccupancyClusters = 403,
 };
 
 /* gc_op_name names an op for diagnostics and statistics. */
@@ -267,6 +270,12 @@ static inline const char *gc_op_name(unsigned op)
 		return "MemcpyPeer";
 	case GC_OP_LaunchEx:
 		return "LaunchEx";
+	case GC_OP_CtxGetLimit:
+		return "CtxGetLimit";
+	case GC_OP_CtxSetLimit:
+		return "CtxSetLimit";
+	case GC_OP_OccupancyClusters:
+		return "OccupancyClusters";
 	}
 	return NULL;
 }
@@ -873,6 +882,39 @@ static inline uint8_t *gc_enc_LaunchEx(uint8_t *p, uint64_t ctx, uint64_t fn, ui
 	return p;
 }
 
+static inline uint8_t *gc_enc_CtxGetLimit(uint8_t *p, uint64_t ctx, int32_t limit)
+{
+	p = gc_put_u64(p, ctx);
+	p = gc_put_u32(p, (uint32_t)limit);
+	return p;
+}
+
+static inline uint8_t *gc_enc_CtxSetLimit(uint8_t *p, uint64_t ctx, int32_t limit, uint64_t value)
+{
+	p = gc_put_u64(p, ctx);
+	p = gc_put_u32(p, (uint32_t)limit);
+	p = gc_put_u64(p, value);
+	return p;
+}
+
+static inline uint8_t *gc_enc_OccupancyClusters(uint8_t *p, uint64_t ctx, uint64_t fn, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared, uint32_t cx, uint32_t cy, uint32_t cz, uint32_t query)
+{
+	p = gc_put_u64(p, ctx);
+	p = gc_put_u64(p, fn);
+	p = gc_put_u32(p, gx);
+	p = gc_put_u32(p, gy);
+	p = gc_put_u32(p, gz);
+	p = gc_put_u32(p, bx);
+	p = gc_put_u32(p, by);
+	p = gc_put_u32(p, bz);
+	p = gc_put_u32(p, shared);
+	p = gc_put_u32(p, cx);
+	p = gc_put_u32(p, cy);
+	p = gc_put_u32(p, cz);
+	p = gc_put_u32(p, query);
+	return p;
+}
+
 /* RPC wrappers (gc_rpc.c). Synchronous ones wait for the reply; _async
  * ones queue the request and return. */
 CUresult gc_rpc_DriverVersion(int32_t *version);
@@ -963,5 +1005,8 @@ CUresult gc_rpc_MemcpyPeer(uint64_t ctx, uint64_t dst, uint64_t dstCtx, uint64_t
 CUresult gc_rpc_MemcpyPeer_async(uint64_t ctx, uint64_t dst, uint64_t dstCtx, uint64_t src, uint64_t srcCtx, uint64_t n, uint64_t s);
 CUresult gc_rpc_LaunchEx(uint64_t ctx, uint64_t fn, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared, uint64_t s, uint32_t cx, uint32_t cy, uint32_t cz, uint32_t flags, const void *params, uint32_t params_len);
 CUresult gc_rpc_LaunchEx_async(uint64_t ctx, uint64_t fn, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared, uint64_t s, uint32_t cx, uint32_t cy, uint32_t cz, uint32_t flags, const void *params, uint32_t params_len);
+CUresult gc_rpc_CtxGetLimit(uint64_t ctx, int32_t limit, uint64_t *value);
+CUresult gc_rpc_CtxSetLimit(uint64_t ctx, int32_t limit, uint64_t value);
+CUresult gc_rpc_OccupancyClusters(uint64_t ctx, uint64_t fn, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared, uint32_t cx, uint32_t cy, uint32_t cz, uint32_t query, int32_t *value);
 
 #endif

@@ -1466,3 +1466,58 @@ CUresult gc_rpc_LaunchEx_async(uint64_t ctx, uint64_t fn, uint32_t gx, uint32_t 
 	return gc_async(&k);
 }
 
+CUresult gc_rpc_CtxGetLimit(uint64_t ctx, int32_t limit, uint64_t *value)
+{
+	uint8_t out[8];
+	size_t ocap = 8;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_CtxGetLimit, 12, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_CtxGetLimit(args, ctx, limit);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	if (r == CUDA_SUCCESS) {
+		struct gc_rd d = { out, k.out_len, 0, 0 };
+		*value = gc_get_u64(&d);
+		r = gc_rd_check(&d, "CtxGetLimit");
+	}
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_CtxSetLimit(uint64_t ctx, int32_t limit, uint64_t value)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_CtxSetLimit, 20, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_CtxSetLimit(args, ctx, limit, value);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_OccupancyClusters(uint64_t ctx, uint64_t fn, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared, uint32_t cx, uint32_t cy, uint32_t cz, uint32_t query, int32_t *value)
+{
+	uint8_t out[4];
+	size_t ocap = 4;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_OccupancyClusters, 60, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_OccupancyClusters(args, ctx, fn, gx, gy, gz, bx, by, bz, shared, cx, cy, cz, query);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	if (r == CUDA_SUCCESS) {
+		struct gc_rd d = { out, k.out_len, 0, 0 };
+		*value = (int32_t)gc_get_u32(&d);
+		r = gc_rd_check(&d, "OccupancyClusters");
+	}
+	(void)out;
+	return r;
+}
+

@@ -7,12 +7,6 @@
 
 #include "../src/gc_proc.h"
 
-int cuDeviceGetProperties(void)
-{
-	static int once;
-	return gc_unsupported("cuDeviceGetProperties", &once);
-}
-
 int cuDeviceGetLuid(void)
 {
 	static int once;
@@ -23,18 +17,6 @@ int cuCtxSetFlags(void)
 {
 	static int once;
 	return gc_unsupported("cuCtxSetFlags", &once);
-}
-
-int cuCtxGetSharedMemConfig(void)
-{
-	static int once;
-	return gc_unsupported("cuCtxGetSharedMemConfig", &once);
-}
-
-int cuCtxSetSharedMemConfig(void)
-{
-	static int once;
-	return gc_unsupported("cuCtxSetSharedMemConfig", &once);
 }
 
 int cuCtxGetExecAffinity(void)
@@ -125,12 +107,6 @@ int cuModuleGetFunctionCount(void)
 {
 	static int once;
 	return gc_unsupported("cuModuleGetFunctionCount", &once);
-}
-
-int cuFuncSetSharedMemConfig(void)
-{
-	static int once;
-	return gc_unsupported("cuFuncSetSharedMemConfig", &once);
 }
 
 int cuStreamGetId(void)

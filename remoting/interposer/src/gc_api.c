@@ -881,6 +881,60 @@ CUresult CUDAAPI cuModuleLoad(CUmodule *module, const char *fname)
 
 #define MAX_PARAMS 4096
 
+/* Every function handle this client made, by context and server handle.
+ * A server that names the same kernel with the same handle each time it is
+ * looked up (NVIDIA's driver returns one CUfunction per kernel and module)
+ * gets one client object for it too, so that an attribute set through one
+ * lookup (cuBLASLt raises a kernel's dynamic shared memory) is what every
+ * other lookup's cached attributes and occupancy answers see, as with
+ * NVIDIA's driver. */
+static struct {
+	pthread_mutex_t mu;
+	struct CUfunc_st **t;
+	size_t n, cap;
+} funcs = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static size_t func_slot(struct CUfunc_st **t, size_t cap, uint64_t ctx, uint64_t h)
+{
+	size_t i = (size_t)((ctx * 0x9e3779b97f4a7c15ull) ^ (h * 0xc2b2ae3d27d4eb4full)) & (cap - 1);
+	while (t[i] != NULL && (t[i]->ctx != ctx || t[i]->h != h))
+		i = (i + 1) & (cap - 1);
+	return i;
+}
+
+/* func_intern returns the function already made for f's context and
+ * server handle, freeing f, or keeps f as that function. */
+static struct CUfunc_st *func_intern(struct CUfunc_st *f)
+{
+	pthread_mutex_lock(&funcs.mu);
+	if (2 * (funcs.n + 1) > funcs.cap) {
+		size_t nc = funcs.cap ? 2 * funcs.cap : 256;
+		struct CUfunc_st **nt = calloc(nc, sizeof *nt);
+		if (nt == NULL) {
+			pthread_mutex_unlock(&funcs.mu);
+			return f; /* not shared, still correct for its own handle */
+		}
+		for (size_t i = 0; i < funcs.cap; i++)
+			if (funcs.t[i] != NULL)
+				nt[func_slot(nt, nc, funcs.t[i]->ctx, funcs.t[i]->h)] = funcs.t[i];
+		free(funcs.t);
+		funcs.t = nt;
+		funcs.cap = nc;
+	}
+	size_t i = func_slot(funcs.t, funcs.cap, f->ctx, f->h);
+	struct CUfunc_st *have = funcs.t[i];
+	if (have == NULL) {
+		funcs.t[i] = f;
+		funcs.n++;
+	}
+	pthread_mutex_unlock(&funcs.mu);
+	if (have == NULL)
+		return f;
+	free(f->name);
+	free(f);
+	return have;
+}
+
 CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
 	if (hfunc == NULL || name == NULL)
@@ -930,7 +984,7 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const cha
 	/* The handle stays valid for the process's life: CUDA programs may
 	 * keep using a function handle until its module is unloaded, and the
 	 * server reports a stale one as an invalid handle. */
-	*hfunc = f;
+	*hfunc = func_intern(f);
 	return CUDA_SUCCESS;
 }
 

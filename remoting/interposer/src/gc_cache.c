@@ -436,8 +436,10 @@ static struct {
 		int dev;
 		unsigned int flags;
 		int primary;
+		uint64_t id; /* its unique number: 1, 2, ... in the order contexts were made */
 	} *t;
 	size_t n, cap;
+	uint64_t ids;
 } ct = { .mu = PTHREAD_RWLOCK_INITIALIZER };
 
 void gc_ctx_created(uint64_t ctx, int dev, unsigned int flags, int primary)
@@ -445,7 +447,7 @@ void gc_ctx_created(uint64_t ctx, int dev, unsigned int flags, int primary)
 	pthread_rwlock_wrlock(&ct.mu);
 	for (size_t i = 0; i < ct.n; i++) {
 		if (ct.t[i].ctx == ctx) {
-			ct.t[i] = (struct ctxinfo){ ctx, dev, flags, primary };
+			ct.t[i] = (struct ctxinfo){ ctx, dev, flags, primary, ct.t[i].id };
 			pthread_rwlock_unlock(&ct.mu);
 			return;
 		}
@@ -460,7 +462,7 @@ void gc_ctx_created(uint64_t ctx, int dev, unsigned int flags, int primary)
 		ct.t = nt;
 		ct.cap = nc;
 	}
-	ct.t[ct.n++] = (struct ctxinfo){ ctx, dev, flags, primary };
+	ct.t[ct.n++] = (struct ctxinfo){ ctx, dev, flags, primary, ++ct.ids };
 	pthread_rwlock_unlock(&ct.mu);
 }
 
@@ -493,6 +495,12 @@ static int ctx_lookup(uint64_t ctx, struct ctxinfo *out)
 	}
 	pthread_rwlock_unlock(&ct.mu);
 	return hit;
+}
+
+uint64_t gc_ctx_id(uint64_t ctx)
+{
+	struct ctxinfo ci;
+	return ctx_lookup(ctx, &ci) ? ci.id : 0;
 }
 
 CUresult gc_ctx_dev(uint64_t ctx, int *dev)
@@ -669,6 +677,17 @@ CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
 {
 	return cuDevicePrimaryCtxSetFlags_v2(dev, flags);
+}
+
+uint64_t gc_primary_ctx_held(CUdevice dev)
+{
+	struct prim *p = prim(dev);
+	if (p == NULL)
+		return 0;
+	pthread_mutex_lock(&pc.mu);
+	uint64_t c = p->refs > 0 ? p->ctx : 0;
+	pthread_mutex_unlock(&pc.mu);
+	return c;
 }
 
 CUresult gc_primary_ctx_peek(CUdevice dev, CUcontext *pctx)

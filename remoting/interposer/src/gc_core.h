@@ -67,7 +67,7 @@ void gc_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * and resolves it to the function of the current context. */
 #define GC_FUNC_MAGIC 0x676346u /* "Fcg" */
 #define GC_KERN_MAGIC 0x67634bu /* "Kcg" */
-#define GC_FUNC_ATTRS 16
+#define GC_FUNC_ATTRS 32 /* attributes cached; CUDA 13 has 17, later ones are asked each time */
 struct CUfunc_st {
 	uint32_t magic;
 	uint32_t nparams;
@@ -78,6 +78,9 @@ struct CUfunc_st {
 	uint32_t argbytes;
 	_Atomic uint32_t attr_known; /* bit i: attrs[i] holds attribute i */
 	int32_t attrs[GC_FUNC_ATTRS];
+	/* Counts the attributes set on it, so that answers computed from
+	 * them (cluster occupancy) know when to be asked again. */
+	_Atomic uint32_t gen;
 	/* Its device plus one, learnt by its first launch (0 before): the
 	 * launch checks read that device's limits from the attribute cache. */
 	_Atomic int32_t launch_dev;

@@ -41,6 +41,12 @@ void gc_ctx_gone(uint64_t ctx);
  * it, retained if it was not yet (see docs/export-tables.md,
  * CUDART_INTERFACE slot 2). */
 CUresult gc_primary_ctx_peek(CUdevice dev, CUcontext *pctx);
+/* gc_primary_ctx_held: the device's primary context while this process
+ * holds a reference to it (0 when it holds none); never retains it. */
+uint64_t gc_primary_ctx_held(CUdevice dev);
+/* gc_ctx_id is a context's unique number, 1, 2, ... in the order this
+ * client made or retained contexts; 0 for one it does not know. */
+uint64_t gc_ctx_id(uint64_t ctx);
 /* gc_ctx_dev answers the device of a context, from the table when it can. */
 CUresult gc_ctx_dev(uint64_t ctx, int *dev);
 /* gc_cache_off: GPUCTL_NO_CACHE is set; every question goes to the server

@@ -33,42 +33,79 @@ CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
 		return CUDA_ERROR_INVALID_VALUE;
 	uint64_t c;
 	CUresult r = gc_ctx_or_current(ctx, &c);
-	if (r == CUDA_SUCCESS)
-		*ctxId = c; /* the server never reuses a handle within a session */
-	return r;
+	if (r != CUDA_SUCCESS)
+		return r;
+	/* A small number in the order contexts were made, the numbering
+	 * profilers show for NVIDIA's driver (its first context is 1); a
+	 * context the client's table lost (it could not grow) is numbered by
+	 * its handle, which the server never reuses within a session. */
+	uint64_t id = gc_ctx_id(c);
+	*ctxId = id != 0 ? id : c;
+	return CUDA_SUCCESS;
 }
 
-/* Limits and the cache preference are kept per process in the client:
- * the server's kernels run with the device's defaults, which are the
- * values reported until a program sets its own. */
+/* Limits are the server's driver's: its values are what the session's
+ * kernels run with, and libraries size their work from them (cuBLAS reads
+ * CU_LIMIT_SHMEM_SIZE, the shared memory kernels may use, which CUDA 12.5
+ * added). Each context's limit is asked once and kept, and replaced when
+ * the program sets it. The cache preference is a hint the server's devices
+ * ignore, kept per process in the client. */
+#define LIMIT_CACHE 64
 static struct {
 	pthread_mutex_t mu;
-	size_t v[CU_LIMIT_MAX];
+	struct limit_entry {
+		uint64_t ctx, epoch;
+		int32_t limit;
+		uint64_t value;
+	} e[LIMIT_CACHE];
+	unsigned next; /* the entry replaced next when none is free */
 	int cache;
-} limits = {
-	.mu = PTHREAD_MUTEX_INITIALIZER,
-	.v = {
-		[CU_LIMIT_STACK_SIZE] = 1024,
-		[CU_LIMIT_PRINTF_FIFO_SIZE] = 1 << 20,
-		[CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20,
-		[CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2,
-		[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048,
-		[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64,
-		[CU_LIMIT_PERSISTING_L2_CACHE_SIZE] = 0,
-	},
-};
+} limits = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static struct limit_entry *limit_find(uint64_t ctx, int32_t limit) /* mu held */
+{
+	uint64_t ep = gc_epoch();
+	for (int i = 0; i < LIMIT_CACHE; i++)
+		if (limits.e[i].ctx == ctx && limits.e[i].limit == limit && limits.e[i].epoch == ep)
+			return &limits.e[i];
+	return NULL;
+}
+
+static void limit_store(uint64_t ctx, int32_t limit, uint64_t value)
+{
+	pthread_mutex_lock(&limits.mu);
+	struct limit_entry *e = limit_find(ctx, limit);
+	if (e == NULL)
+		e = &limits.e[limits.next++ % LIMIT_CACHE];
+	*e = (struct limit_entry){ ctx, gc_epoch(), limit, value };
+	pthread_mutex_unlock(&limits.mu);
+}
 
 CUresult CUDAAPI cuCtxGetLimit(size_t *pvalue, CUlimit limit)
 {
-	uint64_t c;
+	uint64_t c, v;
 	CUresult r = gc_current_ctx(&c);
 	if (r != CUDA_SUCCESS)
 		return r;
-	if (pvalue == NULL || (int)limit < 0 || limit > CU_LIMIT_PERSISTING_L2_CACHE_SIZE)
-		return CUDA_ERROR_UNSUPPORTED_LIMIT;
-	pthread_mutex_lock(&limits.mu);
-	*pvalue = limits.v[limit];
-	pthread_mutex_unlock(&limits.mu);
+	if (pvalue == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!gc_cache_off()) {
+		pthread_mutex_lock(&limits.mu);
+		struct limit_entry *e = limit_find(c, (int32_t)limit);
+		int hit = e != NULL;
+		if (hit)
+			v = e->value;
+		pthread_mutex_unlock(&limits.mu);
+		if (hit) {
+			*pvalue = (size_t)v;
+			return CUDA_SUCCESS;
+		}
+	}
+	r = gc_rpc_CtxGetLimit(c, (int32_t)limit, &v);
+	if (r != CUDA_SUCCESS)
+		return r;
+	limit_store(c, (int32_t)limit, v);
+	*pvalue = (size_t)v;
 	return CUDA_SUCCESS;
 }
 
@@ -78,12 +115,12 @@ CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value)
 	CUresult r = gc_current_ctx(&c);
 	if (r != CUDA_SUCCESS)
 		return r;
-	if ((int)limit < 0 || limit > CU_LIMIT_PERSISTING_L2_CACHE_SIZE)
-		return CUDA_ERROR_UNSUPPORTED_LIMIT;
 	pthread_mutex_lock(&limits.mu);
-	limits.v[limit] = value;
+	struct limit_entry *e = limit_find(c, (int32_t)limit);
+	if (e != NULL)
+		e->ctx = 0; /* the driver may round the value: ask it again */
 	pthread_mutex_unlock(&limits.mu);
-	return CUDA_SUCCESS;
+	return gc_rpc_CtxSetLimit(c, (int32_t)limit, value);
 }
 
 CUresult CUDAAPI cuCtxGetCacheConfig(CUfunc_cache *pconfig)
@@ -106,6 +143,61 @@ CUresult CUDAAPI cuCtxSetCacheConfig(CUfunc_cache config)
 	if (r == CUDA_SUCCESS)
 		__atomic_store_n(&limits.cache, (int)config, __ATOMIC_RELAXED);
 	return r;
+}
+
+/* Shared memory bank size: four bytes on every GPU CUDA 12 and 13 support,
+ * where setting another is accepted and changes nothing. NVIDIA's cuda.h
+ * declares these (and CUdevprop below); this library's header leaves out
+ * what CUDA deprecates. */
+enum { SHARED_MEM_CONFIG_DEFAULT = 0, SHARED_MEM_CONFIG_FOUR_BYTE = 1, SHARED_MEM_CONFIG_EIGHT_BYTE = 2 };
+CUresult CUDAAPI cuCtxGetSharedMemConfig(int *pConfig);
+CUresult CUDAAPI cuCtxSetSharedMemConfig(int config);
+CUresult CUDAAPI cuFuncSetSharedMemConfig(CUfunction hfunc, int config);
+
+CUresult CUDAAPI cuCtxGetSharedMemConfig(int *pConfig)
+{
+	uint64_t c;
+	CUresult r = gc_current_ctx(&c);
+	if (r == CUDA_SUCCESS && pConfig == NULL)
+		r = CUDA_ERROR_INVALID_VALUE;
+	if (r == CUDA_SUCCESS)
+		*pConfig = SHARED_MEM_CONFIG_FOUR_BYTE;
+	return r;
+}
+
+CUresult CUDAAPI cuCtxSetSharedMemConfig(int config)
+{
+	uint64_t c;
+	CUresult r = gc_current_ctx(&c);
+	if (r == CUDA_SUCCESS && (config < SHARED_MEM_CONFIG_DEFAULT || config > SHARED_MEM_CONFIG_EIGHT_BYTE))
+		r = CUDA_ERROR_INVALID_VALUE;
+	return r;
+}
+
+/* The device's properties in the form CUDA 2 defined (CUdevprop): its
+ * fields are attributes 1 to 14 in order. */
+struct gc_devprop {
+	int maxThreadsPerBlock, maxThreadsDim[3], maxGridSize[3], sharedMemPerBlock, totalConstantMemory, SIMDWidth,
+		memPitch, regsPerBlock, clockRate, textureAlign;
+};
+_Static_assert(sizeof(struct gc_devprop) == 14 * sizeof(int), "CUdevprop is fourteen ints");
+CUresult CUDAAPI cuDeviceGetProperties(struct gc_devprop *prop, CUdevice dev);
+
+CUresult CUDAAPI cuDeviceGetProperties(struct gc_devprop *prop, CUdevice dev)
+{
+	if (prop == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = gc_ready();
+	if (r != CUDA_SUCCESS)
+		return r;
+	CUdevice_attribute attrs[14];
+	int v[14];
+	for (int i = 0; i < 14; i++)
+		attrs[i] = (CUdevice_attribute)(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK + i);
+	if ((r = gc_dev_attrs(dev, 14, attrs, v)) != CUDA_SUCCESS)
+		return r;
+	memcpy(prop, v, sizeof v);
+	return CUDA_SUCCESS;
 }
 
 /* ---- pointers ------------------------------------------------------------ */
@@ -474,13 +566,16 @@ CUresult CUDAAPI cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
 /* ---- function attributes (cached) ------------------------------------------- */
 
 /* Attributes fixed at load time are asked of the server once per
- * function; the two a program may set are cached when set. */
+ * function; those a program may set are cached when set. Attributes past
+ * the cache (newer than CUDA 13's) are asked each time, and a number the
+ * server's driver does not know is its error to report. */
 static CUresult func_get_attr(struct CUfunc_st *f, CUfunction_attribute attrib, int *pi)
 {
-	if ((unsigned)attrib >= GC_FUNC_ATTRS)
+	if ((int)attrib < 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	uint32_t bit = 1u << attrib;
-	if (atomic_load_explicit(&f->attr_known, memory_order_acquire) & bit) {
+	int cached = (unsigned)attrib < GC_FUNC_ATTRS;
+	uint32_t bit = cached ? 1u << attrib : 0;
+	if (cached && (atomic_load_explicit(&f->attr_known, memory_order_acquire) & bit)) {
 		*pi = __atomic_load_n(&f->attrs[attrib], __ATOMIC_RELAXED);
 		return CUDA_SUCCESS;
 	}
@@ -490,23 +585,28 @@ static CUresult func_get_attr(struct CUfunc_st *f, CUfunction_attribute attrib, 
 		r = gc_rpc_FuncGetAttribute(f->ctx, f->h, (int32_t)attrib, &v);
 	if (r != CUDA_SUCCESS)
 		return r;
-	__atomic_store_n(&f->attrs[attrib], v, __ATOMIC_RELAXED);
-	atomic_fetch_or_explicit(&f->attr_known, bit, memory_order_release);
+	if (cached) {
+		__atomic_store_n(&f->attrs[attrib], v, __ATOMIC_RELAXED);
+		atomic_fetch_or_explicit(&f->attr_known, bit, memory_order_release);
+	}
 	*pi = v;
 	return CUDA_SUCCESS;
 }
 
 static CUresult func_set_attr(struct CUfunc_st *f, CUfunction_attribute attrib, int value)
 {
-	if ((unsigned)attrib >= GC_FUNC_ATTRS)
+	if ((int)attrib < 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	CUresult r = gc_ready();
 	if (r == CUDA_SUCCESS)
 		r = gc_rpc_FuncSetAttribute(f->ctx, f->h, (int32_t)attrib, value);
 	if (r != CUDA_SUCCESS)
 		return r;
-	__atomic_store_n(&f->attrs[attrib], value, __ATOMIC_RELAXED);
-	atomic_fetch_or_explicit(&f->attr_known, 1u << attrib, memory_order_release);
+	if ((unsigned)attrib < GC_FUNC_ATTRS) {
+		__atomic_store_n(&f->attrs[attrib], value, __ATOMIC_RELAXED);
+		atomic_fetch_or_explicit(&f->attr_known, 1u << attrib, memory_order_release);
+	}
+	atomic_fetch_add_explicit(&f->gen, 1, memory_order_release);
 	return CUDA_SUCCESS;
 }
 
@@ -544,6 +644,15 @@ CUresult CUDAAPI cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
 	return r;
 }
 
+CUresult CUDAAPI cuFuncSetSharedMemConfig(CUfunction hfunc, int config)
+{
+	struct CUfunc_st *f;
+	CUresult r = resolve_current(hfunc, &f);
+	if (r == CUDA_SUCCESS && (config < SHARED_MEM_CONFIG_DEFAULT || config > SHARED_MEM_CONFIG_EIGHT_BYTE))
+		r = CUDA_ERROR_INVALID_VALUE;
+	return r;
+}
+
 CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
 {
 	if (name == NULL)
@@ -567,17 +676,26 @@ CUresult CUDAAPI cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
 	return r;
 }
 
-/* Kernel attributes are per device; the kernel is resolved in the
- * calling thread's context, whose device must be dev. */
+/* Kernel attributes are per device and asked with or without a current
+ * context: the kernel is resolved in the calling thread's context when that
+ * context is on dev, or else in dev's primary context while this process
+ * holds it (a library's worker thread may ask before it has made any
+ * context current). */
 static CUresult kernel_func(CUkernel kernel, CUdevice dev, struct CUfunc_st **f)
 {
 	if (kern_of(kernel) == NULL)
 		return CUDA_ERROR_INVALID_HANDLE;
-	CUdevice cur;
-	CUresult r = cuCtxGetDevice_v2(&cur, NULL);
-	if (r == CUDA_SUCCESS && cur != dev)
-		r = CUDA_ERROR_INVALID_DEVICE;
-	return r != CUDA_SUCCESS ? r : resolve_current((CUfunction)(void *)kernel, f);
+	uint64_t ctx;
+	int cur = -1;
+	CUresult r = gc_current_ctx(&ctx);
+	if (r == CUDA_SUCCESS)
+		r = gc_ctx_dev(ctx, &cur);
+	if (r == CUDA_SUCCESS && cur == dev)
+		return gc_func_resolve((CUfunction)(void *)kernel, ctx, f);
+	uint64_t primary = gc_primary_ctx_held(dev);
+	if (primary != 0)
+		return gc_func_resolve((CUfunction)(void *)kernel, primary, f);
+	return r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_DEVICE;
 }
 
 CUresult CUDAAPI cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
@@ -596,7 +714,7 @@ CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUke
 	CUresult r = kernel_func(kernel, dev, &f);
 	if (r == CUDA_SUCCESS)
 		r = func_set_attr(f, attrib, val);
-	if (r == CUDA_SUCCESS) {
+	if (r == CUDA_SUCCESS && (unsigned)attrib < GC_FUNC_ATTRS) {
 		pthread_mutex_lock(&k->mu);
 		k->set_mask |= 1u << attrib;
 		k->set_val[attrib] = val;
@@ -858,12 +976,27 @@ struct fneeds {
 	int max_threads, regs, smem_static, max_dyn;
 };
 
-static CUresult occ_inputs(CUfunction fn, struct fneeds *need, struct smlimits *lim)
+/* What an occupancy answer is computed from: the function (in the calling
+ * thread's context), what it needs per block and its device's per-SM
+ * limits. */
+struct occ {
+	struct CUfunc_st *f;
+	struct fneeds n;
+	struct smlimits l;
+	int refreshed; /* the dynamic shared memory limit was asked again */
+};
+
+static int64_t func_attr_checked(struct CUfunc_st *f, CUfunction_attribute attrib, uint64_t need);
+
+static CUresult occ_inputs(CUfunction fn, struct occ *o)
 {
 	struct CUfunc_st *f;
 	CUresult r = resolve_current(fn, &f);
 	if (r != CUDA_SUCCESS)
 		return r;
+	struct fneeds *need = &o->n;
+	o->f = f;
+	o->refreshed = 0;
 	if ((r = func_get_attr(f, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &need->max_threads)) != CUDA_SUCCESS ||
 	    (r = func_get_attr(f, CU_FUNC_ATTRIBUTE_NUM_REGS, &need->regs)) != CUDA_SUCCESS ||
 	    (r = func_get_attr(f, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, &need->smem_static)) != CUDA_SUCCESS ||
@@ -876,7 +1009,7 @@ static CUresult occ_inputs(CUfunction fn, struct fneeds *need, struct smlimits *
 	CUdevice dev;
 	r = cuCtxGetDevice_v2(&dev, (CUcontext)(uintptr_t)f->ctx);
 	if (r == CUDA_SUCCESS)
-		r = sm_limits(dev, lim);
+		r = sm_limits(dev, &o->l);
 	const char *d = getenv("GPUCTL_DEBUG");
 	if (r != CUDA_SUCCESS && d != NULL && d[0] == '2')
 		gc_log("occupancy inputs of %s: error %d", f->name ? f->name : "?", (int)r);
@@ -935,16 +1068,28 @@ static int active_blocks_calc(const struct fneeds *n, const struct smlimits *l, 
 	return lim < 0 ? 0 : lim;
 }
 
+/* occ_blocks is active_blocks for o's function. A request for more
+ * dynamic shared memory than the function's cached limit asks the server
+ * for the limit again first (once per call), as a launch does: it may have
+ * been raised through another handle of the kernel. */
+static int occ_blocks(struct occ *o, int block_size, size_t dyn)
+{
+	if ((int64_t)dyn > o->n.max_dyn && !o->refreshed) {
+		o->refreshed = 1;
+		o->n.max_dyn = (int)func_attr_checked(o->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dyn);
+	}
+	return active_blocks(&o->n, &o->l, block_size, dyn);
+}
+
 CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize,
 								      size_t dynamicSMemSize, unsigned int flags)
 {
 	if (numBlocks == NULL || (flags & ~1u) != 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	struct fneeds n;
-	struct smlimits l;
-	CUresult r = occ_inputs(func, &n, &l);
+	struct occ o;
+	CUresult r = occ_inputs(func, &o);
 	if (r == CUDA_SUCCESS)
-		*numBlocks = active_blocks(&n, &l, blockSize, dynamicSMemSize);
+		*numBlocks = occ_blocks(&o, blockSize, dynamicSMemSize);
 	return r;
 }
 
@@ -964,29 +1109,28 @@ CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int
 {
 	if (minGridSize == NULL || blockSize == NULL || (flags & ~1u) != 0 || blockSizeLimit < 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	struct fneeds n;
-	struct smlimits l;
-	CUresult r = occ_inputs(func, &n, &l);
+	struct occ o;
+	CUresult r = occ_inputs(func, &o);
 	if (r != CUDA_SUCCESS)
 		return r;
-	int top = n.max_threads;
+	int top = o.n.max_threads;
 	if (blockSizeLimit > 0 && blockSizeLimit < top)
 		top = blockSizeLimit;
 	int best = 0, best_blocks = 0, best_threads = 0;
-	for (int bs = ceil_to(top, l.warp); bs > 0; bs -= l.warp) {
+	for (int bs = ceil_to(top, o.l.warp); bs > 0; bs -= o.l.warp) {
 		int size = bs > top ? top : bs;
 		size_t dyn = blockSizeToDynamicSMemSize ? blockSizeToDynamicSMemSize(size) : dynamicSMemSize;
-		int blocks = active_blocks(&n, &l, size, dyn);
+		int blocks = occ_blocks(&o, size, dyn);
 		if (blocks * size > best_threads) {
 			best = size;
 			best_blocks = blocks;
 			best_threads = blocks * size;
 		}
-		if (best_threads == l.threads_sm)
+		if (best_threads == o.l.threads_sm)
 			break; /* the SM is full; smaller blocks cannot beat it */
 	}
 	*blockSize = best;
-	*minGridSize = best_blocks * l.sms;
+	*minGridSize = best_blocks * o.l.sms;
 	return CUDA_SUCCESS;
 }
 
@@ -1002,65 +1146,165 @@ CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize
 {
 	if (dynamicSmemSize == NULL || numBlocks <= 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	struct fneeds n;
-	struct smlimits l;
-	CUresult r = occ_inputs(func, &n, &l);
+	struct occ o;
+	CUresult r = occ_inputs(func, &o);
 	if (r != CUDA_SUCCESS)
 		return r;
-	if (active_blocks(&n, &l, blockSize, 0) < numBlocks) {
+	const struct fneeds *n = &o.n;
+	const struct smlimits *l = &o.l;
+	if (active_blocks(n, l, blockSize, 0) < numBlocks) {
 		*dynamicSmemSize = 0;
 		return CUDA_SUCCESS;
 	}
-	int64_t per_block = l.smem_sm / numBlocks - l.smem_reserved;
-	per_block = per_block / 128 * 128 - n.smem_static;
-	if (per_block > l.smem_optin - n.smem_static)
-		per_block = l.smem_optin - n.smem_static;
+	int64_t per_block = l->smem_sm / numBlocks - l->smem_reserved;
+	per_block = per_block / 128 * 128 - n->smem_static;
+	if (per_block > l->smem_optin - n->smem_static)
+		per_block = l->smem_optin - n->smem_static;
 	*dynamicSmemSize = per_block > 0 ? (size_t)per_block : 0;
 	return CUDA_SUCCESS;
 }
 
-static int cluster_size(const CUlaunchConfig *c)
+/* ---- thread-block cluster occupancy ----------------------------------------------- */
+
+/* How many clusters fit on a device depends on how its SMs are grouped
+ * (a cluster runs within one GPC, and GPCs differ in SM count), which the
+ * driver knows and device attributes do not say. The server's driver
+ * answers, once per function, launch shape and question; the answer is
+ * kept until an attribute of the function is set (its dynamic shared
+ * memory, its cluster sizes). A server without a driver of its own (the
+ * emulated device) says so, and the client computes an upper bound: every
+ * SM's blocks grouped freely. */
+enum { CLUSTER_MAX_ACTIVE = 0, CLUSTER_MAX_SIZE = 1 }; /* backend.ClusterQuery */
+#define CLUSTER_CACHE 256
+static struct {
+	pthread_mutex_t mu;
+	struct cluster_answer {
+		struct CUfunc_st *f;
+		uint32_t gen, query;
+		uint64_t epoch;
+		uint32_t shape[10]; /* grid, block, shared bytes, cluster (0: unspecified) */
+		CUresult r;
+		int value;
+	} e[CLUSTER_CACHE];
+	uint64_t local; /* 1 + the connection epoch in which the server left clusters to the client */
+} clusters = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static unsigned cluster_slot(const struct CUfunc_st *f, uint32_t query, const uint32_t shape[10])
 {
-	for (unsigned int i = 0; i < c->numAttrs; i++)
-		if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
-			return (int)(c->attrs[i].value.clusterDim.x * c->attrs[i].value.clusterDim.y *
-				     c->attrs[i].value.clusterDim.z);
-	return 1;
+	uint64_t h = (uint64_t)(uintptr_t)f * 0x9e3779b97f4a7c15ull ^ query;
+	for (int i = 0; i < 10; i++)
+		h = (h ^ shape[i]) * 0x100000001b3ull;
+	return (unsigned)(h >> 32) % CLUSTER_CACHE;
 }
 
-/* Clusters are placed within one GPC, which the driver does not
- * describe; the answer here assumes the device's SMs can be grouped
- * freely, an upper bound. */
-CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
+/* cluster_local: the client's answer, from the function's attributes and
+ * the device's per-SM limits. A launch names its cluster shape or the
+ * function was compiled with one; a shape past 8 blocks needs the
+ * function's permission for non-portable sizes, and none past 16 exists. */
+static CUresult cluster_local(struct occ *o, const uint32_t shape[10], uint32_t query, int *out)
 {
-	if (numClusters == NULL || config == NULL || (config->numAttrs > 0 && config->attrs == NULL))
+	int req[3];
+	for (int i = 0; i < 3; i++)
+		if (func_get_attr(o->f, (CUfunction_attribute)(CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH + i), &req[i]) != CUDA_SUCCESS)
+			req[i] = 0;
+	int required = req[0] > 0 && req[1] > 0 && req[2] > 0;
+	int64_t dims[3] = { shape[7], shape[8], shape[9] };
+	int given = dims[0] > 0;
+	if (given && required && (dims[0] != req[0] || dims[1] != req[1] || dims[2] != req[2]))
+		return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+	if (!given && required)
+		dims[0] = req[0], dims[1] = req[1], dims[2] = req[2];
+	int non_portable = 0;
+	if (func_get_attr(o->f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, &non_portable) != CUDA_SUCCESS)
+		non_portable = 0;
+	int largest = o->l.cc_major < 9 ? 1 : non_portable ? 16 : 8;
+	int block = (int)((uint64_t)shape[3] * shape[4] * shape[5]);
+	int per_sm = occ_blocks(o, block, shape[6]);
+	if (query == CLUSTER_MAX_SIZE) {
+		/* The shape a launch would use, or the largest one allowed. */
+		int64_t cs = given || required ? dims[0] * dims[1] * dims[2] : largest;
+		*out = per_sm == 0 || cs > largest ? 0 : (int)cs;
+		return CUDA_SUCCESS;
+	}
+	if (!given && !required)
+		return CUDA_ERROR_INVALID_CLUSTER_SIZE; /* the size must come from somewhere */
+	int64_t cs = dims[0] * dims[1] * dims[2];
+	if (cs <= 0 || cs > largest)
+		return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+	*out = (int)((int64_t)per_sm * o->l.sms / cs);
+	return CUDA_SUCCESS;
+}
+
+static CUresult cluster_query(CUfunction func, const CUlaunchConfig *config, uint32_t query, int *out)
+{
+	if (out == NULL || config == NULL || (config->numAttrs > 0 && config->attrs == NULL))
 		return CUDA_ERROR_INVALID_VALUE;
-	struct fneeds n;
-	struct smlimits l;
-	CUresult r = occ_inputs(func, &n, &l);
+	uint32_t shape[10] = { config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
+			       config->blockDimZ, config->sharedMemBytes, 0, 0, 0 };
+	for (unsigned int i = 0; i < config->numAttrs; i++) {
+		const CUlaunchAttribute *a = &config->attrs[i];
+		if (a->id != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+			continue;
+		if (a->value.clusterDim.x == 0 || a->value.clusterDim.y == 0 || a->value.clusterDim.z == 0)
+			return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+		shape[7] = a->value.clusterDim.x, shape[8] = a->value.clusterDim.y, shape[9] = a->value.clusterDim.z;
+	}
+	struct CUfunc_st *f;
+	CUresult r = resolve_current(func, &f);
 	if (r != CUDA_SUCCESS)
 		return r;
-	int cs = cluster_size(config);
-	if (cs <= 0 || cs > 16 || (l.cc_major < 9 && cs > 1))
-		return CUDA_ERROR_INVALID_CLUSTER_SIZE;
-	int block = (int)(config->blockDimX * config->blockDimY * config->blockDimZ);
-	int per_sm = active_blocks(&n, &l, block, config->sharedMemBytes);
-	*numClusters = per_sm * l.sms / cs;
-	return CUDA_SUCCESS;
+	uint64_t ep = gc_epoch();
+	uint32_t gen = atomic_load_explicit(&f->gen, memory_order_acquire);
+	unsigned k = cluster_slot(f, query, shape);
+	int cache = !gc_cache_off();
+	pthread_mutex_lock(&clusters.mu);
+	const struct cluster_answer *e = &clusters.e[k];
+	int hit = cache && e->f == f && e->gen == gen && e->epoch == ep && e->query == query &&
+		  memcmp(e->shape, shape, sizeof shape) == 0;
+	int local = clusters.local == ep + 1;
+	struct cluster_answer found = *e;
+	pthread_mutex_unlock(&clusters.mu);
+	if (hit) {
+		if (found.r == CUDA_SUCCESS)
+			*out = found.value;
+		return found.r;
+	}
+	if (!local) {
+		int32_t v = 0;
+		r = gc_rpc_OccupancyClusters(f->ctx, f->h, shape[0], shape[1], shape[2], shape[3], shape[4], shape[5],
+					     shape[6], shape[7], shape[8], shape[9], query, &v);
+		if (r != CUDA_ERROR_NOT_SUPPORTED) {
+			/* Kept: answers, not an error of earlier asynchronous work
+			 * that the call happened to report. */
+			if (r == CUDA_SUCCESS || r == CUDA_ERROR_INVALID_CLUSTER_SIZE) {
+				pthread_mutex_lock(&clusters.mu);
+				struct cluster_answer *w = &clusters.e[k];
+				w->f = f, w->gen = gen, w->query = query, w->epoch = ep, w->r = r, w->value = v;
+				memcpy(w->shape, shape, sizeof shape);
+				pthread_mutex_unlock(&clusters.mu);
+			}
+			if (r == CUDA_SUCCESS)
+				*out = v;
+			return r;
+		}
+		pthread_mutex_lock(&clusters.mu);
+		clusters.local = ep + 1;
+		pthread_mutex_unlock(&clusters.mu);
+	}
+	struct occ o;
+	if ((r = occ_inputs(func, &o)) != CUDA_SUCCESS)
+		return r;
+	return cluster_local(&o, shape, query, out);
+}
+
+CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
+{
+	return cluster_query(func, config, CLUSTER_MAX_ACTIVE, numClusters);
 }
 
 CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config)
 {
-	if (clusterSize == NULL || config == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
-	struct fneeds n;
-	struct smlimits l;
-	CUresult r = occ_inputs(func, &n, &l);
-	if (r != CUDA_SUCCESS)
-		return r;
-	/* 8 is the portable cluster size of compute capability 9.0 and later. */
-	*clusterSize = l.cc_major >= 9 ? 8 : 1;
-	return CUDA_SUCCESS;
+	return cluster_query(func, config, CLUSTER_MAX_SIZE, clusterSize);
 }
 
 /* ---- launch configuration checks ----------------------------------------------- */

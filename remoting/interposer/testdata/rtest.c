@@ -1,7 +1,7 @@
 /* Client-level test of the runtime-API surface of libcuda.so.1: export
  * tables, cuGetProcAddress versions and flags, libraries and kernels,
  * cached attributes, occupancy, cuLaunchKernelEx and bad input.
- * Usage: rtest surface | integrity | badinput | clusters */
+ * Usage: rtest surface | integrity | badinput | clusters | driver */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <dlfcn.h>
@@ -13,6 +13,12 @@
 #include <unistd.h>
 
 static int failures;
+
+/* NVIDIA's cuda.h declares these; gpuctl's leaves out what CUDA deprecates. */
+CUresult cuDeviceGetProperties(int *prop, CUdevice dev);
+CUresult cuCtxGetSharedMemConfig(int *config);
+CUresult cuCtxSetSharedMemConfig(int config);
+CUresult cuFuncSetSharedMemConfig(CUfunction f, int config);
 
 #define CHECK(call, want)                                                                                 \
 	do {                                                                                              \
@@ -439,6 +445,20 @@ static void test_procaddr(void)
 		CHECK(((CUresult(*)(void))fn)(), CUDA_ERROR_NOT_SUPPORTED);
 }
 
+/* kernel_attr_thread asks a kernel attribute from a thread of its own. */
+struct kernel_attr {
+	CUkernel k;
+	CUfunction_attribute attr;
+	int v;
+	CUresult r;
+};
+static void *kernel_attr_thread(void *p)
+{
+	struct kernel_attr *a = p;
+	a->r = cuKernelGetAttribute(&a->v, a->attr, a->k, 0);
+	return NULL;
+}
+
 static void test_library(void)
 {
 	CUcontext ctx = setup();
@@ -487,6 +507,15 @@ static void test_library(void)
 	OK(cuFuncGetAttribute(&dyn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f));
 	EXPECT(dyn == 4096);
 	CHECK(cuKernelGetAttribute(&dyn, CU_FUNC_ATTRIBUTE_NUM_REGS, k, 7), CUDA_ERROR_INVALID_DEVICE);
+	/* A thread with no current context asks through the device's primary
+	 * context, which the process holds. */
+	CUcontext prim;
+	OK(cuDevicePrimaryCtxRetain(&prim, 0));
+	struct kernel_attr ka = { k, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 0, CUDA_ERROR_UNKNOWN };
+	pthread_t th;
+	EXPECT(pthread_create(&th, NULL, kernel_attr_thread, &ka) == 0 && pthread_join(th, NULL) == 0);
+	EXPECT(ka.r == CUDA_SUCCESS && ka.v == maxt);
+	OK(cuDevicePrimaryCtxRelease(0));
 
 	/* Occupancy, computed in the client. */
 	int blocks = 0, minGrid = 0, block = 0, sms = 0, tpsm = 0;
@@ -503,10 +532,42 @@ static void test_library(void)
 	size_t avail = 0;
 	OK(cuOccupancyAvailableDynamicSMemPerBlock(&avail, f, 1, 128));
 	EXPECT(avail > 0);
-	int clusters = 0;
+	/* Clusters: the emulated device leaves them to the client's own
+	 * calculator. A launch names its cluster shape or the kernel was
+	 * given one; past 8 blocks needs the kernel's permission. */
+	int clusters = 0, csize = 0, per_sm = 0;
+	OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, 256, 0));
+	cfg.attrs = &attrs[1];
 	cfg.numAttrs = 0;
+	CHECK(cuOccupancyMaxActiveClusters(&clusters, f, &cfg), CUDA_ERROR_INVALID_CLUSTER_SIZE);
+	OK(cuOccupancyMaxPotentialClusterSize(&csize, f, &cfg));
+	EXPECT(csize == 8);
+	cfg.numAttrs = 1; /* 2x1x1 */
 	OK(cuOccupancyMaxActiveClusters(&clusters, f, &cfg));
-	EXPECT(clusters >= sms);
+	EXPECT(per_sm > 0 && clusters == per_sm * sms / 2);
+	attrs[1].value.clusterDim.x = 9;
+	CHECK(cuOccupancyMaxActiveClusters(&clusters, f, &cfg), CUDA_ERROR_INVALID_CLUSTER_SIZE);
+	OK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));
+	OK(cuOccupancyMaxActiveClusters(&clusters, f, &cfg));
+	EXPECT(clusters == per_sm * sms / 9);
+	cfg.numAttrs = 0;
+	OK(cuOccupancyMaxPotentialClusterSize(&csize, f, &cfg));
+	EXPECT(csize == 16);
+	OK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, 4));
+	OK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT, 1));
+	OK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH, 1));
+	OK(cuOccupancyMaxActiveClusters(&clusters, f, &cfg));
+	EXPECT(clusters == per_sm * sms / 4);
+	OK(cuOccupancyMaxPotentialClusterSize(&csize, f, &cfg));
+	EXPECT(csize == 4);
+	cfg.numAttrs = 1; /* 9x1x1 is not the kernel's shape */
+	CHECK(cuOccupancyMaxActiveClusters(&clusters, f, &cfg), CUDA_ERROR_INVALID_CLUSTER_SIZE);
+	attrs[1].value.clusterDim.y = 0;
+	CHECK(cuOccupancyMaxActiveClusters(&clusters, f, &cfg), CUDA_ERROR_INVALID_CLUSTER_SIZE);
+	CHECK(cuOccupancyMaxActiveClusters(NULL, f, &cfg), CUDA_ERROR_INVALID_VALUE);
+	/* The legacy calls libraries may still make. */
+	OK(cuFuncSetSharedMemConfig(f, 1));
+	CHECK(cuFuncSetSharedMemConfig(f, 3), CUDA_ERROR_INVALID_VALUE);
 
 	CUmodule m;
 	OK(cuLibraryGetModule(&m, lib));
@@ -522,12 +583,36 @@ static void test_library(void)
 	CHECK(cuKernelGetFunction(&f, k), CUDA_ERROR_INVALID_HANDLE);
 	OK(cuCtxDestroy(c2));
 
-	/* Context state kept in the client. */
-	size_t stack = 0;
+	/* Limits are the server's device's (here the emulated one's), and
+	 * CUDA 12.5's shared memory limit, which cuBLAS reads, among them. */
+	size_t stack = 0, smem = 0, cig = 1;
+	int sm_smem = 0;
 	OK(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE));
+	EXPECT(stack == 1024);
 	OK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 4096));
 	OK(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE));
 	EXPECT(stack == 4096);
+	OK(cuDeviceGetAttribute(&sm_smem, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 0));
+	OK(cuCtxGetLimit(&smem, CU_LIMIT_SHMEM_SIZE));
+	EXPECT(smem > 0 && smem == (size_t)sm_smem);
+	OK(cuCtxGetLimit(&cig, CU_LIMIT_CIG_ENABLED));
+	EXPECT(cig == 0);
+	CHECK(cuCtxSetLimit(CU_LIMIT_SHMEM_SIZE, 1024), CUDA_ERROR_INVALID_VALUE);
+	CHECK(cuCtxGetLimit(&smem, CU_LIMIT_MAX), CUDA_ERROR_UNSUPPORTED_LIMIT);
+	CHECK(cuCtxGetLimit(NULL, CU_LIMIT_STACK_SIZE), CUDA_ERROR_INVALID_VALUE);
+	/* Legacy device and context queries, answered in the client. */
+	int props[14], sconf = -1;
+	OK(cuDeviceGetProperties(props, 0));
+	for (int i = 0; i < 14; i++) {
+		int v = -1;
+		OK(cuDeviceGetAttribute(&v, (CUdevice_attribute)(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK + i), 0));
+		EXPECT(props[i] == v);
+	}
+	CHECK(cuDeviceGetProperties(NULL, 0), CUDA_ERROR_INVALID_VALUE);
+	OK(cuCtxGetSharedMemConfig(&sconf));
+	EXPECT(sconf == 1); /* four-byte banks */
+	OK(cuCtxSetSharedMemConfig(2));
+	CHECK(cuCtxSetSharedMemConfig(3), CUDA_ERROR_INVALID_VALUE);
 	unsigned int flags = 99;
 	OK(cuCtxGetFlags(&flags));
 	EXPECT(flags == 0);
@@ -620,6 +705,55 @@ static void test_badinput(void)
 	OK(cuCtxDestroy(ctx));
 }
 
+/* driver runs against a server standing in for a driver newer than the
+ * emulator (runtime_test.go's newerDriver): one function per kernel however
+ * often it is looked up, a function attribute past CUDA 12's, and cluster
+ * occupancy answered by the driver, which the client keeps per function,
+ * shape and question until an attribute of the function is set. */
+static void test_driver(void)
+{
+	CUcontext ctx = setup();
+	CUmodule m;
+	CUfunction f1, f2;
+	OK(cuModuleLoadData(&m, ptx));
+	OK(cuModuleGetFunction(&f1, m, "twice"));
+	OK(cuModuleGetFunction(&f2, m, "twice"));
+	EXPECT(f1 == f2);
+	int v = 0;
+	OK(cuFuncGetAttribute(&v, (CUfunction_attribute)16, f1));
+	EXPECT(v == 1);
+	CHECK(cuFuncGetAttribute(&v, (CUfunction_attribute)40, f1), CUDA_ERROR_INVALID_VALUE);
+
+	CUlaunchAttribute a;
+	memset(&a, 0, sizeof a);
+	a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+	a.value.clusterDim.x = 2, a.value.clusterDim.y = 1, a.value.clusterDim.z = 1;
+	CUlaunchConfig cfg = { 2, 1, 1, 128, 1, 1, 0, NULL, &a, 1 };
+	int n1 = 0, n2 = 0, dyn = 0;
+	OK(cuFuncGetAttribute(&dyn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f1));
+	OK(cuOccupancyMaxActiveClusters(&n1, f1, &cfg)); /* the driver's answer */
+	EXPECT(n1 == 500 + dyn / 1024);
+	OK(cuOccupancyMaxActiveClusters(&n2, f2, &cfg)); /* kept */
+	EXPECT(n2 == n1);
+	OK(cuFuncSetAttribute(f2, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 64 << 10));
+	OK(cuOccupancyMaxActiveClusters(&n2, f1, &cfg)); /* asked again */
+	EXPECT(n2 == 500 + 64);
+	int blocks = 0;
+	OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f1, 128, 64 << 10));
+	EXPECT(blocks >= 1);
+	cfg.numAttrs = 0;
+	CHECK(cuOccupancyMaxActiveClusters(&n2, f1, &cfg), CUDA_ERROR_INVALID_CLUSTER_SIZE);
+	CHECK(cuOccupancyMaxActiveClusters(&n2, f1, &cfg), CUDA_ERROR_INVALID_CLUSTER_SIZE); /* kept too */
+	OK(cuOccupancyMaxPotentialClusterSize(&n2, f1, &cfg));
+	EXPECT(n2 == 12);
+
+	size_t smem = 0, again = 0;
+	OK(cuCtxGetLimit(&smem, CU_LIMIT_SHMEM_SIZE));
+	OK(cuCtxGetLimit(&again, CU_LIMIT_SHMEM_SIZE)); /* kept */
+	EXPECT(smem > 0 && again == smem);
+	OK(cuCtxDestroy(ctx));
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "surface";
@@ -635,8 +769,10 @@ int main(int argc, char **argv)
 		test_badinput();
 	} else if (strcmp(mode, "clusters") == 0) {
 		test_clusters();
+	} else if (strcmp(mode, "driver") == 0) {
+		test_driver();
 	} else {
-		fprintf(stderr, "usage: rtest surface | integrity | badinput | clusters\n");
+		fprintf(stderr, "usage: rtest surface | integrity | badinput | clusters | driver\n");
 		return 2;
 	}
 	if (failures > 0) {

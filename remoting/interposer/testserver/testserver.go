@@ -66,6 +66,9 @@ type Options struct {
 	// shares distributed shared memory nor synchronises its grid cannot
 	// tell apart.
 	Clusters func(backend.LaunchConfig)
+	// Device, when set, wraps each session's emulated device, so that a
+	// test can stand in for a driver's answers the emulator does not give.
+	Device func(*emulated.Device) backend.Device
 }
 
 // Start listens on addr ("127.0.0.1:0" for any free port) and serves
@@ -217,6 +220,9 @@ func (s *Server) serve(c net.Conn) error {
 		var bd backend.Device = dev
 		if s.opt.NullLaunch {
 			bd = nullLaunch{dev}
+		}
+		if s.opt.Device != nil {
+			bd = s.opt.Device(dev)
 		}
 		if s.opt.Clusters != nil {
 			bd = clusterLaunch{bd, s.opt.Clusters}
