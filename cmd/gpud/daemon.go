@@ -44,7 +44,7 @@ type daemon struct {
 	started  time.Time
 	socketNS string      // see migrate.SocketNamespace
 	routes   []router    // the concept packages' control routes
-	apiTLS   *tls.Config // --tls-cert/--tls-key; nil serves plain HTTP
+	apiTLS   *tls.Config // --tls-cert/--tls-key, for --api and --listen; nil serves plaintext
 	peerTLS  *tls.Config // --tls-ca; nil calls peers over plain HTTP
 }
 
@@ -148,10 +148,10 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 		apiDone <- api.Serve(apiLn)
 	}()
 	listener := &server.Listener{Sessions: d.manager, Token: d.token, HandshakeTimeout: cfg.handshakeTimeout,
-		Metrics: server.NewMetrics(d.registry), Log: log}
+		Metrics: server.NewMetrics(d.registry), Log: log, TLS: d.apiTLS, KernelTLS: cfg.kernelTLS}
 	clientDone := make(chan error, 1)
 	go func() { clientDone <- listener.Serve(ctx, clientLn) }()
-	log.Info("gpud ready", "listen", clientLn.Addr().String(), "api", apiLn.Addr().String(), "api_tls", d.apiTLS != nil, "peer_tls", d.peerTLS != nil, "backend", name,
+	log.Info("gpud ready", "listen", clientLn.Addr().String(), "api", apiLn.Addr().String(), "api_tls", d.apiTLS != nil, "listen_tls", d.apiTLS != nil, "peer_tls", d.peerTLS != nil, "backend", name,
 		"gpus", len(d.host.GPUs), "state_dir", cfg.stateDir, "name", cfg.name)
 
 	var runErr error

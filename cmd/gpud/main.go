@@ -55,9 +55,12 @@ type config struct {
 	emulatedMem           uint64
 	criu                  string
 	logLevel              slog.Level
-	// TLS: tlsCert and tlsKey serve --api over HTTPS; tlsCA is what this
-	// gpud trusts when it calls a peer's API (a migration target).
+	// TLS: tlsCert and tlsKey serve --api over HTTPS and --listen over
+	// TLS; tlsCA is what this gpud trusts when it calls a peer's API (a
+	// migration target). kernelTLS lets the kernel seal --listen's
+	// records where it can (kTLS).
 	tlsCert, tlsKey, tlsCA string
+	kernelTLS              bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -76,9 +79,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.handshakeTimeout, "handshake-timeout", server.DefaultHandshakeTimeout, "how long a new connection may take to present its token")
 	fs.Uint64Var(&c.emulatedMem, "emulated-mem", 16<<30, "device memory of the emulated backend, in bytes")
 	fs.StringVar(&c.criu, "criu", "", "the criu `BINARY` (>= 4.1) for checkpoints (default: GPUCTL_CRIU, the make-deps bundle, or criu on PATH)")
-	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve --api over HTTPS (TLS 1.3) with this PEM certificate `FILE` (with --tls-key; default: plain HTTP)")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve --api (HTTPS) and --listen over TLS 1.3 with this PEM certificate `FILE` (with --tls-key; default: plaintext)")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "the PEM private key `FILE` of --tls-cert")
 	fs.StringVar(&c.tlsCA, "tls-ca", "", "PEM CA bundle `FILE` to verify peers' API certificates with; when set, migrations reach targets over HTTPS")
+	fs.BoolVar(&c.kernelTLS, "kernel-tls", true, "with --tls-cert, let the kernel encrypt --listen's traffic (kTLS) where it has TLS offload; false keeps it in gpud's workers")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: gpud --listen HOST:PORT --api HOST:PORT --state-dir DIR [--backend auto|emulated|cuda] [--token-file FILE] [--name NAME] [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]")
@@ -96,7 +100,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 	}
 	if (c.tlsCert == "") != (c.tlsKey == "") {
-		return c, errors.New("--tls-cert and --tls-key go together: pass both, or neither for plain HTTP")
+		return c, errors.New("--tls-cert and --tls-key go together: pass both, or neither for plaintext")
 	}
 	if c.grace <= 0 || c.handshakeTimeout <= 0 {
 		return c, errors.New("--grace and --handshake-timeout must be positive")

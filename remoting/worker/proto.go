@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
+	"github.com/gpuctl/gpuctl/remoting/tlsrec"
 )
 
 // The control connection between gpud and a worker is a unix
@@ -43,6 +44,9 @@ type request struct {
 	Welcome *dispatch.WelcomeInfo `json:"welcome,omitempty"`
 	Resume  bool                  `json:"resume,omitempty"`
 	Nonce   string                `json:"nonce,omitempty"`
+	// TLS is the passed socket's TLS record layer (attach, resume); nil
+	// for a plaintext connection.
+	TLS *tlsrec.State `json:"tls,omitempty"`
 }
 
 type reply struct {
@@ -52,6 +56,9 @@ type reply struct {
 	Seq   uint64     `json:"seq,omitempty"`
 	Stats *Stats     `json:"stats,omitempty"`
 	Log   *LogRecord `json:"log,omitempty"`
+	// TLS hands a quiesced client's TLS record layer back to gpud, which
+	// holds the socket until a worker serves it again.
+	TLS *tlsrec.State `json:"tls,omitempty"`
 }
 
 // LogRecord is a worker log line forwarded to gpud.
