@@ -151,7 +151,7 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 		Metrics: server.NewMetrics(d.registry), Log: log, TLS: d.apiTLS, KernelTLS: cfg.kernelTLS}
 	clientDone := make(chan error, 1)
 	go func() { clientDone <- listener.Serve(ctx, clientLn) }()
-	log.Info("gpud ready", "listen", clientLn.Addr().String(), "api", apiLn.Addr().String(), "api_tls", d.apiTLS != nil, "listen_tls", d.apiTLS != nil, "peer_tls", d.peerTLS != nil, "backend", name,
+	log.Info("gpud ready", "listen", clientLn.Addr().String(), "api", apiLn.Addr().String(), "api_tls", d.apiTLS != nil, "peer_tls", d.peerTLS != nil, "listen_tls", d.apiTLS != nil, "backend", name,
 		"gpus", len(d.host.GPUs), "state_dir", cfg.stateDir, "name", cfg.name)
 
 	var runErr error
