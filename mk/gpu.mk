@@ -8,12 +8,32 @@ gpu-test:
 
 # gpu-tools adds what the suite uses when present: kernelcheck compares the
 # kernel corpus's native and remote outputs with each case's tolerance
-# (without it the suite requires byte-identical files).
-gpu-tools: $(BUILD)/bin/kernelcheck
+# (without it the suite requires byte-identical files); the test binaries
+# and the benchmark are what e2e/gpu/tls.sh runs on a host without Go.
+gpu-tools: $(BUILD)/bin/kernelcheck $(BUILD)/test/tlsrec.test $(BUILD)/test/e2e.test $(BUILD)/bench/benchremote $(BUILD)/bench/remoting-bench
 
 $(BUILD)/bin/kernelcheck: FORCE
 	@mkdir -p $(BUILD)/bin
 	$(GO) build -o $@ ./e2e/kernels/cmd/kernelcheck
+
+$(BUILD)/test/tlsrec.test $(BUILD)/test/e2e.test: FORCE
+	@mkdir -p $(BUILD)/test
+	$(GO) test -c -o $@ ./$(if $(findstring tlsrec,$@),remoting/tlsrec,e2e)
+
+$(BUILD)/bench/benchremote: FORCE
+	@mkdir -p $(BUILD)/bench
+	$(GO) build -o $@ ./e2e/harness/benchremote
+
+$(BUILD)/bench/remoting-bench: remoting/interposer/testdata/bench.c $(BUILD)/lib/libcuda.so.1 $(BUILD)/include/cuda.h
+	@mkdir -p $(BUILD)/bench
+	$(CC) -O2 -Wall -I$(BUILD)/include -o $@ $< -L$(BUILD)/lib -lcuda
+
+# gpu-tls: TLS on the client data path on this host (e2e/gpu/tls.sh): kernel
+# TLS offload, the record layer's and the end-to-end TLS tests, and the
+# benchmark of plaintext against TLS.
+.PHONY: gpu-tls
+gpu-tls:
+	bash e2e/gpu/tls.sh
 
 # gpu-apps: real applications (NVIDIA's samples, Thrust, PyTorch) natively and
 # through gpuctl, and a PyTorch training run migrated mid-run
