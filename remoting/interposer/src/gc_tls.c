@@ -662,8 +662,10 @@ static long open_record(uint8_t *dst)
 		return i;
 	if (dst[i] == 21 && i == 2 && dst[1] == 0)
 		return -1; /* close_notify */
-	gc_log("gpud sent a TLS %s record (content type %u) this library does not take; reconnecting",
-	       dst[i] == 21 ? "alert" : "handshake", dst[i]);
+	if (dst[i] == 21 && i == 2)
+		gc_log("gpud sent TLS alert %u; reconnecting", dst[1]);
+	else
+		gc_log("gpud sent a TLS record of content type %u, which this library does not take; reconnecting", dst[i]);
 	return -1;
 }
 
