@@ -19,13 +19,13 @@ import (
 // scheme follows the configuration, never the address: addresses stay
 // HOST:PORT everywhere.
 
-// ServerTLS loads gpud's certificate and key (PEM) for serving the API.
-// TLS 1.3 is the minimum: every caller is ours, so there is no older
+// ServerTLS loads gpud's certificate and key (PEM) for serving the API
+// (and --listen, through package tlsrec). TLS 1.3 is the minimum: every caller is ours, so there is no older
 // client to accommodate. A certificate that has already expired is refused
 // here, at startup, rather than at every caller's handshake.
 func ServerTLS(certFile, keyFile string, now time.Time) (*tls.Config, error) {
 	if certFile == "" || keyFile == "" {
-		return nil, errs.New(errs.InvalidArgument, "", "--tls-cert and --tls-key go together: pass both, or neither for plain HTTP")
+		return nil, errs.New(errs.InvalidArgument, "", "--tls-cert and --tls-key go together: pass both, or neither for plaintext")
 	}
 	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {

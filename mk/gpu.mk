@@ -11,8 +11,10 @@ gpu-test:
 # (without it the suite requires byte-identical files); cuda-conformance.test
 # runs the backend conformance suite (remoting/backend/backendtest) on the
 # cuda backend; ptxgen records the generated-kernel corpus
-# (e2e/ptxgen/gpu-record.sh).
-gpu-tools: $(BUILD)/bin/kernelcheck $(BUILD)/bin/cuda-conformance.test $(BUILD)/bin/ptxgen
+# (e2e/ptxgen/gpu-record.sh); the test binaries under test/ and the
+# benchmark are what e2e/gpu/tls.sh runs on a host without Go.
+gpu-tools: $(BUILD)/bin/kernelcheck $(BUILD)/bin/cuda-conformance.test $(BUILD)/bin/ptxgen \
+	$(BUILD)/test/tlsrec.test $(BUILD)/test/e2e.test $(BUILD)/bench/benchremote $(BUILD)/bench/remoting-bench
 
 $(BUILD)/bin/kernelcheck: FORCE
 	@mkdir -p $(BUILD)/bin
@@ -25,6 +27,25 @@ $(BUILD)/bin/cuda-conformance.test: FORCE
 $(BUILD)/bin/ptxgen: FORCE
 	@mkdir -p $(BUILD)/bin
 	CGO_ENABLED=0 $(GO) build -o $@ ./e2e/ptxgen/cmd/ptxgen
+$(BUILD)/test/tlsrec.test $(BUILD)/test/e2e.test: FORCE
+	@mkdir -p $(BUILD)/test
+	$(GO) test -c -o $@ ./$(if $(findstring tlsrec,$@),remoting/tlsrec,e2e)
+
+$(BUILD)/bench/benchremote: FORCE
+	@mkdir -p $(BUILD)/bench
+	$(GO) build -o $@ ./e2e/harness/benchremote
+
+$(BUILD)/bench/remoting-bench: remoting/interposer/testdata/bench.c $(BUILD)/lib/libcuda.so.1 $(BUILD)/include/cuda.h
+	@mkdir -p $(BUILD)/bench
+	$(CC) -O2 -Wall -I$(BUILD)/include -o $@ $< -L$(BUILD)/lib -lcuda
+
+# gpu-tls: TLS on the client data path on this host (e2e/gpu/tls.sh): kernel
+# TLS offload, the record layer's and the end-to-end TLS tests, and the
+# benchmark of plaintext against TLS.
+.PHONY: gpu-tls
+gpu-tls:
+	bash e2e/gpu/tls.sh
+
 # gpu-apps: real applications (NVIDIA's samples, Thrust, PyTorch) natively and
 # through gpuctl, and a PyTorch training run migrated mid-run
 # (e2e/gpu/apps.sh). NVIDIA's samples are read from .samples/ (see there).

@@ -19,7 +19,7 @@ BENCH_STEPS   += bench-interposer
 $(BUILD)/lib/libcuda.so.1: $(INTERPOSER_DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(INTERPOSER_CFLAGS) -shared -Wl,-soname,libcuda.so.1 \
-		-Wl,--version-script=$(INTERPOSER_DIR)/gen/libcuda.map -Wl,-z,defs -o $@ $(INTERPOSER_SRCS)
+		-Wl,--version-script=$(INTERPOSER_DIR)/gen/libcuda.map -Wl,-z,defs -o $@ $(INTERPOSER_SRCS) -ldl
 
 $(BUILD)/lib/libcuda.so: $(BUILD)/lib/libcuda.so.1
 	ln -sfn libcuda.so.1 $@

@@ -17,6 +17,7 @@ import (
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/remoting/cu"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
+	"github.com/gpuctl/gpuctl/remoting/tlsrec"
 	"github.com/gpuctl/gpuctl/remoting/worker"
 	"github.com/gpuctl/gpuctl/tenant"
 )
@@ -66,6 +67,11 @@ type Session struct {
 	rec    Record
 	worker *worker.Handle
 	conn   *net.TCPConn // gpud's copy of the attached client's socket
+	// overTLS: conn is a TLS connection. tlsState is its record layer
+	// while gpud alone holds conn (a quiesce handed it back); nil while a
+	// worker serves conn, when only the worker knows where it stands.
+	overTLS  bool
+	tlsState *tlsrec.State
 	// timer ends a detached session after the grace period, and lets go
 	// of a stopped session's client and later of the session.
 	timer *time.Timer
@@ -270,6 +276,7 @@ func (m *Manager) closeConn(s *Session) {
 		s.conn.Close()
 		s.conn = nil
 	}
+	s.overTLS, s.tlsState = false, nil
 }
 
 // watch follows one worker handle of a session: a client that went away
@@ -330,8 +337,9 @@ func (m *Manager) workerExited(id string, h *worker.Handle) {
 // fresh id and secret and a new worker serving conn, which the worker
 // greets with them. The session belongs to the principal ctx carries
 // (tenant.FromContext); a tenant at its max_sessions is refused with an
-// errs.ResourceExhausted error whose message the client prints.
-func (m *Manager) Create(ctx context.Context, conn *net.TCPConn) (string, error) {
+// errs.ResourceExhausted error whose message the client prints. rec is
+// conn's TLS record layer, nil for plaintext.
+func (m *Manager) Create(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State) (string, error) {
 	owner := tenant.FromContext(ctx).Tenant
 	id, secret, err := newID()
 	if err != nil {
@@ -376,8 +384,9 @@ func (m *Manager) Create(ctx context.Context, conn *net.TCPConn) (string, error)
 			Client: conn.RemoteAddr().String(), Created: time.Now().UTC(),
 			Backend: opts.Backend, Device: opts.Device, WorkerPID: h.PID(), Tenant: owner,
 		},
-		worker: h,
-		conn:   conn,
+		worker:  h,
+		conn:    conn,
+		overTLS: rec != nil,
 	}
 	m.mu.Lock()
 	m.sessions[id] = s
@@ -386,7 +395,7 @@ func (m *Manager) Create(ctx context.Context, conn *net.TCPConn) (string, error)
 	m.persist(s)
 	m.mu.Unlock()
 	m.watch(id, h)
-	if err := h.Attach(ctx, conn, dispatch.WelcomeInfo{SessionID: id, Secret: secret}, false); err != nil {
+	if err := h.Attach(ctx, conn, rec, dispatch.WelcomeInfo{SessionID: id, Secret: secret}, false); err != nil {
 		m.end(id, "attach failed")
 		return "", err
 	}
@@ -401,12 +410,13 @@ var errUnknown = errs.New(errs.NotFound, "", "no such session on this host")
 // Resume re-attaches a reconnecting client to its session. A session that
 // migrated away answers with a *MovedError; one this host does not know,
 // or a wrong secret, with an errs.NotFound error; one that cannot take its
-// client now (in an image, being checkpointed) with errs.Unavailable.
+// client now (in an image, being checkpointed) with errs.Unavailable. rec
+// is conn's TLS record layer, nil for plaintext.
 //
 // The token of the handshake must be the session owner's (or the host
 // token): a tenant's client cannot take over another's session even with
 // its secret, and is answered as for an unknown one.
-func (m *Manager) Resume(ctx context.Context, conn *net.TCPConn, id, secret string) error {
+func (m *Manager) Resume(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State, id, secret string) error {
 	who := tenant.FromContext(ctx)
 	m.mu.Lock()
 	s, ok := m.sessions[id]
@@ -435,7 +445,7 @@ func (m *Manager) Resume(ctx context.Context, conn *net.TCPConn, id, secret stri
 	// A client that reconnects while its old socket still looks alive
 	// (a cut link) replaces it.
 	m.closeConn(s)
-	s.conn = conn
+	s.conn, s.overTLS = conn, rec != nil
 	s.rec.Client = conn.RemoteAddr().String()
 	if s.rec.State == Detached {
 		_ = m.setState(s, Running)
@@ -443,10 +453,10 @@ func (m *Manager) Resume(ctx context.Context, conn *net.TCPConn, id, secret stri
 		m.persist(s)
 	}
 	m.mu.Unlock()
-	if err := h.Attach(ctx, conn, dispatch.WelcomeInfo{SessionID: id}, false); err != nil {
+	if err := h.Attach(ctx, conn, rec, dispatch.WelcomeInfo{SessionID: id}, false); err != nil {
 		m.mu.Lock()
 		if s.conn == conn {
-			s.conn = nil
+			s.conn, s.overTLS = nil, false
 			if s.rec.State == Running {
 				_ = m.setState(s, Detached)
 			}

@@ -3,11 +3,13 @@ package session
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"time"
 
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/remoting/tlsrec"
 	"github.com/gpuctl/gpuctl/remoting/wire"
 	"github.com/gpuctl/gpuctl/remoting/worker"
 	"github.com/gpuctl/gpuctl/restore"
@@ -31,14 +33,33 @@ type sessionWorker struct {
 }
 
 func (w *sessionWorker) PID() int                                   { return w.h.PID() }
-func (w *sessionWorker) Quiesce(ctx context.Context) error          { return w.h.Quiesce(ctx) }
 func (w *sessionWorker) Detach(ctx context.Context, n string) error { return w.h.Detach(ctx, n) }
+
+// Quiesce stops the worker; a TLS client's record layer comes back with
+// it, for gpud to hold with the socket.
+func (w *sessionWorker) Quiesce(ctx context.Context) error {
+	rec, err := w.h.Quiesce(ctx)
+	w.m.mu.Lock()
+	if s, ok := w.m.sessions[w.id]; ok && s.worker == w.h && s.conn != nil {
+		s.tlsState = rec
+	}
+	w.m.mu.Unlock()
+	return err
+}
 
 func (w *sessionWorker) Resume(ctx context.Context) error {
 	w.m.mu.Lock()
-	conn := w.m.connOf(w.id)
+	conn, rec := w.m.heldClient(w.id)
 	w.m.mu.Unlock()
-	return w.h.Resume(ctx, conn)
+	if err := w.h.Resume(ctx, conn, rec); err != nil {
+		return err
+	}
+	w.m.mu.Lock()
+	if s, ok := w.m.sessions[w.id]; ok && s.conn == conn {
+		s.tlsState = nil // the worker carries it on now
+	}
+	w.m.mu.Unlock()
+	return nil
 }
 
 // Handle is the underlying worker handle.
@@ -52,13 +73,25 @@ func (m *Manager) session(id string) (*Session, error) {
 	return s, nil
 }
 
-// connOf is gpud's copy of the session's client socket, or nil; the
-// caller holds m.mu.
-func (m *Manager) connOf(id string) *net.TCPConn {
-	if s, ok := m.sessions[id]; ok {
-		return s.conn
+// heldClient is gpud's copy of the session's client socket and, for TLS,
+// its record layer; nil when gpud holds none. The caller holds m.mu.
+func (m *Manager) heldClient(id string) (*net.TCPConn, *tlsrec.State) {
+	s, ok := m.sessions[id]
+	if !ok {
+		return nil, nil
 	}
-	return nil
+	m.dropUnknownTLS(s)
+	return s.conn, s.tlsState
+}
+
+// dropUnknownTLS closes a held TLS socket whose record layer gpud does
+// not know (a quiesce that failed before handing it back): nobody can
+// speak on it any more, and its client reconnects. The caller holds m.mu.
+func (m *Manager) dropUnknownTLS(s *Session) {
+	if s.conn != nil && s.overTLS && s.tlsState == nil {
+		m.log.Warn("the client's TLS record layer was not handed back; closing its connection so that it reconnects", "session", s.rec.ID)
+		m.closeConn(s)
+	}
 }
 
 // Begin claims a running or detached session for a checkpoint.
@@ -126,10 +159,21 @@ func (m *Manager) Moved(id, addr string) error {
 		return err
 	}
 	s.movedTo = addr
+	m.dropUnknownTLS(s)
 	if s.conn == nil {
 		return nil // no client attached: a reconnect here is sent there
 	}
-	err = wire.WriteMoved(s.conn, addr)
+	var w io.Writer = s.conn
+	if s.overTLS {
+		tc, err := tlsrec.New(s.conn, *s.tlsState)
+		if err != nil {
+			m.closeConn(s)
+			return errs.Wrap(err, errs.Internal, errs.Session(id), "the client's TLS record layer")
+		}
+		defer tc.Forget()
+		w = tc
+	}
+	err = wire.WriteMoved(w, addr)
 	m.closeConn(s)
 	return errs.Wrap(err, errs.Unavailable, errs.Session(id), "tell the client it moved to %s", addr)
 }
@@ -239,15 +283,22 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 		m.mu.Unlock()
 		return errs.Wrap(err, errs.KindOf(err), errs.Session(id), "cannot run here")
 	}
-	var held *net.TCPConn
+	var (
+		held    *net.TCPConn
+		heldTLS bool
+		heldRec *tlsrec.State
+	)
 	if old, dup := m.sessions[id]; dup {
 		if old.rec.State != Stopped {
 			m.mu.Unlock()
 			return errs.New(errs.AlreadyExists, errs.Session(id), "session is already live on this host")
 		}
 		// Restored where it was checkpointed: take over the stopped
-		// entry and the client socket it may still hold.
-		held, old.conn = old.conn, nil
+		// entry and the client socket it may still hold, with its TLS
+		// record layer.
+		m.dropUnknownTLS(old)
+		held, heldTLS, heldRec = old.conn, old.overTLS, old.tlsState
+		old.conn, old.overTLS, old.tlsState = nil, false, nil
 		if old.timer != nil {
 			old.timer.Stop()
 		}
@@ -269,10 +320,11 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 			Backend: m.cfg.Worker.Backend, Device: m.cfg.Worker.Device, WorkerPID: sw.h.PID(), Image: image,
 			Tenant: owner,
 		},
-		worker: sw.h,
-		conn:   held,
-		stats:  st,
-		held:   st.AllocBytes,
+		worker:  sw.h,
+		conn:    held,
+		overTLS: heldTLS,
+		stats:   st,
+		held:    st.AllocBytes,
 	}
 	sw.h.SetQuota(m.quotaFor(limits))
 	if held != nil {
@@ -287,7 +339,7 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 	m.watch(id, sw.h)
 	// Resume the backend; a held client is served again on its own
 	// socket, with no greeting: it never left.
-	if err := sw.h.Resume(ctx, held); err != nil {
+	if err := sw.h.Resume(ctx, held, heldRec); err != nil {
 		m.end(id, "resume after restore failed")
 		return err
 	}

@@ -2,13 +2,17 @@ package session_test
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpuctl/gpuctl/control"
+	"github.com/gpuctl/gpuctl/control/tlstest"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/remoting/server"
 	"github.com/gpuctl/gpuctl/remoting/wire"
@@ -30,11 +34,17 @@ const testToken = "t0ken-for-tests"
 type testServer struct {
 	addr string
 	m    *session.Manager
+	tls  *tls.Config // how clients reach a TLS listener; nil for plaintext
 }
 
 // startServer runs a session table with real workers (emulated backend)
 // behind gpud's client listener; met may be nil.
 func startServer(t *testing.T, grace time.Duration, met *session.Metrics) *testServer {
+	return startServerTLS(t, grace, met, false)
+}
+
+// startServerTLS is startServer with the listener on TLS when overTLS.
+func startServerTLS(t *testing.T, grace time.Duration, met *session.Metrics, overTLS bool) *testServer {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("workers start in a new PID namespace, which needs root")
@@ -56,6 +66,17 @@ func startServer(t *testing.T, grace time.Duration, met *session.Metrics) *testS
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &server.Listener{Sessions: m, Token: testToken}
+	ts := &testServer{addr: ln.Addr().String(), m: m}
+	if overTLS {
+		ca := tlstest.NewCA(t, "sessions")
+		cert := ca.Issue(t, "gpud", "127.0.0.1")
+		if l.TLS, err = control.ServerTLS(cert.CertFile, cert.KeyFile, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if ts.tls, err = control.ClientTLS(ca.CertFile, "127.0.0.1"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	done := make(chan error, 1)
 	go func() { done <- l.Serve(ctx, ln) }()
 	t.Cleanup(func() {
@@ -67,21 +88,42 @@ func startServer(t *testing.T, grace time.Duration, met *session.Metrics) *testS
 		defer c2()
 		m.Shutdown(sctx)
 	})
-	return &testServer{addr: ln.Addr().String(), m: m}
+	return ts
 }
 
-func dial(t *testing.T, addr string, h wire.Hello) (*testclient.Client, error) {
+// dial connects a client to ts, over TLS when ts serves it.
+func dial(t *testing.T, ts *testServer, h wire.Hello) (*testclient.Client, error) {
 	t.Helper()
-	return testclient.Dial(addr, h, 5*time.Second)
+	if ts.tls == nil {
+		return testclient.Dial(ts.addr, h, 5*time.Second)
+	}
+	c, err := tls.Dial("tcp", ts.addr, ts.tls)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := testclient.Handshake(c, h, 5*time.Second)
+	if err != nil {
+		c.Close()
+	}
+	return cl, err
 }
 
 // The checkpoint pipeline's view of the session table: a session claimed,
 // dumped and released stays listed as stopped; its client, coming back, is
-// told to retry, or after a migration where the session went.
+// told to retry, or after a migration where the session went. Over TLS,
+// the record layer goes from the worker to gpud at the quiesce and back
+// at the resume, and gpud's "moved" notice is sealed where the worker
+// left off.
 func TestPipelineSessionTable(t *testing.T) {
-	ts := startServer(t, time.Minute, nil)
+	for _, overTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plaintext", true: "tls"}[overTLS], func(t *testing.T) { testPipelineSessionTable(t, overTLS) })
+	}
+}
+
+func testPipelineSessionTable(t *testing.T, overTLS bool) {
+	ts := startServerTLS(t, time.Minute, nil, overTLS)
 	ctx := context.Background()
-	cl, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	cl, err := dial(t, ts, wire.Hello{Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,9 +151,27 @@ func TestPipelineSessionTable(t *testing.T) {
 	if n, err := cl.DeviceCount(); err != nil || n != 1 {
 		t.Fatalf("after resume: %d %v", n, err)
 	}
+	// Twice more, with calls in between.
+	for i := 0; i < 2; i++ {
+		if err := w.Quiesce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Resume(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := cl.DeviceCount(); err != nil || n != 1 {
+			t.Fatalf("after resume %d: %d %v", i+2, n, err)
+		}
+	}
 
 	for _, step := range []func() error{
-		func() error { _, err := ts.m.Begin(ctx, id); return err },
+		func() error {
+			w, err := ts.m.Begin(ctx, id)
+			if err != nil {
+				return err
+			}
+			return w.Quiesce(ctx)
+		},
 		func() error { return ts.m.Dumped(id) },
 		func() error { return ts.m.Migrating(id) },
 		func() error { return ts.m.Moved(id, "10.9.9.9:7070") },
@@ -121,10 +181,15 @@ func TestPipelineSessionTable(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The client reads the notice on the connection it had.
+	_ = cl.Conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := cl.DeviceCount(); err == nil || !strings.Contains(err.Error(), "10.9.9.9:7070") {
+		t.Fatalf("the client did not read the moved notice: %v", err)
+	}
 	if i, _ := ts.m.Get(id); i.State != session.Stopped {
 		t.Fatalf("state after release: %s", i.State)
 	}
-	back, err := dial(t, ts.addr, wire.Hello{Token: testToken, Flags: wire.HelloResume, SessionID: id, Secret: secret})
+	back, err := dial(t, ts, wire.Hello{Token: testToken, Flags: wire.HelloResume, SessionID: id, Secret: secret})
 	if err == nil || back == nil || back.Welcome.Status != wire.StatusMoved || back.Welcome.Message != "10.9.9.9:7070" {
 		t.Fatalf("returning client: %v %+v", err, back)
 	}
@@ -138,7 +203,7 @@ func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	met := session.NewMetrics(reg)
 	ts := startServer(t, time.Minute, met)
-	cl, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	cl, err := dial(t, ts, wire.Hello{Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -106,26 +106,26 @@ func TestTenantSessionsAndQuotas(t *testing.T) {
 	ctx := context.Background()
 	asAlice := tenant.NewContext(ctx, tenant.Principal{Tenant: "alice"})
 
-	a1, err := dial(t, ts.addr, wire.Hello{Token: aliceToken})
+	a1, err := dial(t, ts, wire.Hello{Token: aliceToken})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a2, err := dial(t, ts.addr, wire.Hello{Token: aliceToken})
+	a2, err := dial(t, ts, wire.Hello{Token: aliceToken})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b1, err := dial(t, ts.addr, wire.Hello{Token: bobToken})
+	b1, err := dial(t, ts, wire.Hello{Token: bobToken})
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	admin, err := dial(t, ts, wire.Hello{Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	// A third session of alice's is refused at the handshake, with a
 	// line that says why; bob and the administrator are not limited.
-	third, err := dial(t, ts.addr, wire.Hello{Token: aliceToken})
+	third, err := dial(t, ts, wire.Hello{Token: aliceToken})
 	if err == nil || third == nil || third.Welcome.Status != wire.StatusRefused ||
 		!strings.Contains(third.Welcome.Message, `tenant "alice" already has 2 live session(s) on this host, its max_sessions`) {
 		t.Fatalf("alice's third session: %v %+v", err, third)
@@ -161,7 +161,7 @@ func TestTenantSessionsAndQuotas(t *testing.T) {
 	// Even with its secret, a session cannot be resumed with another
 	// tenant's token.
 	b1.Close()
-	back, err := dial(t, ts.addr, wire.Hello{Token: aliceToken, Flags: wire.HelloResume, SessionID: bid, Secret: b1.Welcome.Secret})
+	back, err := dial(t, ts, wire.Hello{Token: aliceToken, Flags: wire.HelloResume, SessionID: bid, Secret: b1.Welcome.Secret})
 	if err == nil || back == nil || back.Welcome.Status != wire.StatusUnknownSession {
 		t.Fatalf("resume of bob's session with alice's token: %v %+v", err, back)
 	}
@@ -180,7 +180,7 @@ func TestTenantSessionsAndQuotas(t *testing.T) {
 	if _, err := a2.MemAlloc(c2, 256<<10); err != nil {
 		t.Fatalf("what is left of alice's limit: %v", err)
 	}
-	bb, err := dial(t, ts.addr, wire.Hello{Token: bobToken})
+	bb, err := dial(t, ts, wire.Hello{Token: bobToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,11 +242,11 @@ func TestTenantSessionsAndQuotas(t *testing.T) {
 func TestAdoptChecksTheTenant(t *testing.T) {
 	ts, _ := startTenantServer(t)
 	ctx := context.Background()
-	a1, err := dial(t, ts.addr, wire.Hello{Token: aliceToken})
+	a1, err := dial(t, ts, wire.Hello{Token: aliceToken})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a2, err := dial(t, ts.addr, wire.Hello{Token: aliceToken})
+	a2, err := dial(t, ts, wire.Hello{Token: aliceToken})
 	if err != nil {
 		t.Fatal(err)
 	}

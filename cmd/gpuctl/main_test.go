@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/gpuctl/gpuctl/control/tlstest"
 )
 
 func TestReorderArgs(t *testing.T) {
@@ -164,6 +166,12 @@ func TestRun(t *testing.T) {
 	t.Setenv("GPUCTL_TOKEN", "")
 	t.Setenv("GPUCTL_TOKEN_FILE", "")
 	t.Setenv("LD_LIBRARY_PATH", "/already/there")
+	t.Setenv("GPUCTL_TLS_CA", "")
+	t.Setenv("GPUCTL_TLS_SERVER_NAME", "")
+	ca := tlstest.NewCA(t, "run")
+	notPEM := filepath.Join(t.TempDir(), "not.pem")
+	os.WriteFile(notPEM, []byte("hello\n"), 0o600)
+	tlsEcho := []string{"--", "sh", "-c", "echo ca=$GPUCTL_TLS_CA name=$GPUCTL_TLS_SERVER_NAME"}
 	for _, tc := range []struct {
 		name     string
 		args     []string
@@ -180,6 +188,16 @@ func TestRun(t *testing.T) {
 		{"no program", []string{"run", "--server", "h:1", "--token-file", tok}, 2, nil},
 		{"no token", []string{"run", "--server", "h:1", "--", "true"}, 2, nil},
 		{"missing program", []string{"run", "--server", "h:1", "--token-file", tok, "--", "/no/such/prog"}, 2, nil},
+		{"no TLS", append([]string{"run", "--server", "h:1", "--token-file", tok}, tlsEcho...), 0, []string{"ca= name="}},
+		{"TLS CA", append([]string{"run", "--server", "h:1", "--token-file", tok, "--tls-ca", ca.CertFile}, tlsEcho...), 0,
+			[]string{"ca=" + ca.CertFile + " name="}},
+		{"TLS CA and name", append([]string{"run", "--server", "h:1", "--token-file", tok, "--tls-ca", ca.CertFile, "--tls-server-name", "gpud.internal"}, tlsEcho...), 0,
+			[]string{"ca=" + ca.CertFile + " name=gpud.internal"}},
+		{"global TLS CA", append([]string{"--tls-ca", ca.CertFile, "run", "--server", "h:1", "--token-file", tok}, tlsEcho...), 0,
+			[]string{"ca=" + ca.CertFile}},
+		{"TLS name without CA", append([]string{"run", "--server", "h:1", "--token-file", tok, "--tls-server-name", "x"}, tlsEcho...), 2, nil},
+		{"TLS CA missing", append([]string{"run", "--server", "h:1", "--token-file", tok, "--tls-ca", "/no/such/ca.pem"}, tlsEcho...), 2, nil},
+		{"TLS CA not PEM", append([]string{"run", "--server", "h:1", "--token-file", tok, "--tls-ca", notPEM}, tlsEcho...), 2, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer

@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
 )
 
@@ -25,22 +26,27 @@ func runCommand(e *env) *cli.Command {
 			"With a tenant's token the session is the tenant's: it counts against the tenant's\n" +
 			"max_sessions (past it, gpud refuses the session with one line) and its allocations\n" +
 			"against max_mem_bytes (past it, they fail with CUDA_ERROR_OUT_OF_MEMORY).\n" +
+			"With --tls-ca (or GPUCTL_TLS_CA) CMD speaks TLS to a gpud that serves --listen over TLS.\n" +
 			"gpuctl exits with CMD's status.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "server", Usage: "gpud --listen address `HOST:PORT`", EnvVars: []string{"GPUCTL_SERVER"}},
 			&cli.StringFlag{Name: "token-file", Usage: "`FILE` holding the host's token or a tenant's (or set GPUCTL_TOKEN)"},
+			&cli.StringFlag{Name: "tls-ca", Usage: "speak TLS to --server, verifying gpud's certificate against the CA bundle in `FILE` (PEM)"},
+			&cli.StringFlag{Name: "tls-server-name", Usage: "with --tls-ca, the `NAME` gpud's certificate must hold instead of the host part of --server"},
 		},
 		Action: func(c *cli.Context) error {
-			// run's own --token-file, else the global one (which also reads
-			// GPUCTL_TOKEN_FILE).
-			var tokenFile string
-			for _, l := range c.Lineage() {
-				if v := l.String("token-file"); v != "" {
-					tokenFile = v
-					break
+			// run's own flags, else the global ones (which also read
+			// GPUCTL_TOKEN_FILE, GPUCTL_TLS_CA and GPUCTL_TLS_SERVER_NAME).
+			inherited := func(name string) string {
+				for _, l := range c.Lineage() {
+					if v := l.String(name); v != "" {
+						return v
+					}
 				}
+				return ""
 			}
-			return runProgram(c.Context, e, runArgs{server: c.String("server"), tokenFile: tokenFile, argv: c.Args().Slice()})
+			return runProgram(c.Context, e, runArgs{server: c.String("server"), tokenFile: inherited("token-file"),
+				tlsCA: inherited("tls-ca"), tlsServerName: inherited("tls-server-name"), argv: c.Args().Slice()})
 		},
 	}
 }
@@ -49,7 +55,10 @@ func runCommand(e *env) *cli.Command {
 type runArgs struct {
 	server    string
 	tokenFile string
-	argv      []string
+	// tlsCA and tlsServerName become the program's GPUCTL_TLS_CA and
+	// GPUCTL_TLS_SERVER_NAME.
+	tlsCA, tlsServerName string
+	argv                 []string
 }
 
 // runProgram starts the program with the interposer and waits for it. Its
@@ -102,11 +111,11 @@ func runProgram(ctx context.Context, e *env, a runArgs) error {
 }
 
 // runEnv is the program's environment: ours, with the interposer's
-// directory first on LD_LIBRARY_PATH and the server and token set. The
-// token travels as a file name when there is one, so it never shows in
-// the process table.
+// directory first on LD_LIBRARY_PATH and the server, token and TLS
+// settings set. The token travels as a file name when there is one, so it
+// never shows in the process table.
 func runEnv(base []string, lib string, a runArgs) ([]string, error) {
-	drop := map[string]bool{"LD_LIBRARY_PATH": true, "GPUCTL_SERVER": true}
+	drop := map[string]bool{"LD_LIBRARY_PATH": true, "GPUCTL_SERVER": true, "GPUCTL_TLS_CA": true, "GPUCTL_TLS_SERVER_NAME": true}
 	var ldPath string
 	var env []string
 	for _, kv := range base {
@@ -136,6 +145,24 @@ func runEnv(base []string, lib string, a runArgs) ([]string, error) {
 		env = append(env, "GPUCTL_TOKEN_FILE="+abs)
 	} else if !hasAny(base, "GPUCTL_TOKEN", "GPUCTL_TOKEN_FILE") {
 		return nil, usageError("no token: pass --token-file FILE (gpud writes one to STATE_DIR/token) or set GPUCTL_TOKEN")
+	}
+	switch {
+	case a.tlsCA != "":
+		abs, err := filepath.Abs(a.tlsCA)
+		if err != nil {
+			return nil, err
+		}
+		// The same check the control API's callers make, so that a bad
+		// file is one line here rather than a failed cuInit later.
+		if _, err := control.ClientTLS(abs, a.tlsServerName); err != nil {
+			return nil, err
+		}
+		env = append(env, "GPUCTL_TLS_CA="+abs)
+		if a.tlsServerName != "" {
+			env = append(env, "GPUCTL_TLS_SERVER_NAME="+a.tlsServerName)
+		}
+	case a.tlsServerName != "":
+		return nil, usageError("--tls-server-name needs --tls-ca (or GPUCTL_TLS_CA): the CA that signed gpud's certificate")
 	}
 	return env, nil
 }

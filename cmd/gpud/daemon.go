@@ -46,7 +46,7 @@ type daemon struct {
 	started  time.Time
 	socketNS string      // see migrate.SocketNamespace
 	routes   []router    // the concept packages' control routes
-	apiTLS   *tls.Config // --tls-cert/--tls-key; nil serves plain HTTP
+	apiTLS   *tls.Config // --tls-cert/--tls-key, for --api and --listen; nil serves plaintext
 	peerTLS  *tls.Config // --tls-ca; nil calls peers over plain HTTP
 
 	// tenants tells who a token stands for: the host token is the
@@ -192,10 +192,10 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 		apiDone <- api.Serve(apiLn)
 	}()
 	listener := &server.Listener{Sessions: d.manager, Auth: d.tenants, Audit: d.audit, HandshakeTimeout: cfg.handshakeTimeout,
-		Metrics: server.NewMetrics(d.registry), Log: log}
+		Metrics: server.NewMetrics(d.registry), Log: log, TLS: d.apiTLS, KernelTLS: cfg.kernelTLS}
 	clientDone := make(chan error, 1)
 	go func() { clientDone <- listener.Serve(ctx, clientLn) }()
-	log.Info("gpud ready", "listen", clientLn.Addr().String(), "api", apiLn.Addr().String(), "api_tls", d.apiTLS != nil, "peer_tls", d.peerTLS != nil, "backend", name,
+	log.Info("gpud ready", "listen", clientLn.Addr().String(), "api", apiLn.Addr().String(), "api_tls", d.apiTLS != nil, "peer_tls", d.peerTLS != nil, "listen_tls", d.apiTLS != nil, "backend", name,
 		"gpus", len(d.host.GPUs), "state_dir", cfg.stateDir, "name", cfg.name, "tenants", d.tenants.Len())
 
 	var runErr error

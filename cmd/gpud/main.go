@@ -58,9 +58,12 @@ type config struct {
 	criu                  string
 	moduleCacheBytes      int64
 	logLevel              slog.Level
-	// TLS: tlsCert and tlsKey serve --api over HTTPS; tlsCA is what this
-	// gpud trusts when it calls a peer's API (a migration target).
+	// TLS: tlsCert and tlsKey serve --api over HTTPS and --listen over
+	// TLS; tlsCA is what this gpud trusts when it calls a peer's API (a
+	// migration target). kernelTLS lets the kernel seal --listen's
+	// records where it can (kTLS).
 	tlsCert, tlsKey, tlsCA string
+	kernelTLS              bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -81,9 +84,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Uint64Var(&c.emulatedMem, "emulated-mem", 16<<30, "device memory of the emulated backend, in bytes")
 	fs.Int64Var(&c.moduleCacheBytes, "module-cache-bytes", modcache.DefaultBytes, "bound of the module cache (DIR/modules) that sessions share, in bytes; 0 turns it off")
 	fs.StringVar(&c.criu, "criu", "", "the criu `BINARY` (>= 4.1) for checkpoints (default: GPUCTL_CRIU, the make-deps bundle, or criu on PATH)")
-	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve --api over HTTPS (TLS 1.3) with this PEM certificate `FILE` (with --tls-key; default: plain HTTP)")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve --api (HTTPS) and --listen over TLS 1.3 with this PEM certificate `FILE` (with --tls-key; default: plaintext)")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "the PEM private key `FILE` of --tls-cert")
 	fs.StringVar(&c.tlsCA, "tls-ca", "", "PEM CA bundle `FILE` to verify peers' API certificates with; when set, migrations reach targets over HTTPS")
+	fs.BoolVar(&c.kernelTLS, "kernel-tls", true, "with --tls-cert, let the kernel encrypt --listen's traffic (kTLS) where it has TLS offload; false keeps it in gpud's workers")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: gpud --listen HOST:PORT --api HOST:PORT --state-dir DIR [--backend auto|emulated|cuda] [--token-file FILE] [--tenants FILE] [--name NAME] [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]")
@@ -101,7 +105,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 	}
 	if (c.tlsCert == "") != (c.tlsKey == "") {
-		return c, errors.New("--tls-cert and --tls-key go together: pass both, or neither for plain HTTP")
+		return c, errors.New("--tls-cert and --tls-key go together: pass both, or neither for plaintext")
 	}
 	if c.moduleCacheBytes < 0 {
 		return c, errors.New("--module-cache-bytes must be 0 (off) or a positive size")

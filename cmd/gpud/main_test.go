@@ -23,6 +23,7 @@ func TestParseFlags(t *testing.T) {
 		{"stray argument", append(base, "extra"), `unexpected argument "extra"`},
 		{"bad level", append(base, "--log-level", "loud"), "log-level"},
 		{"tls", append(base, "--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-ca", "ca.pem"), ""},
+		{"tls in user space", append(base, "--tls-cert", "c.pem", "--tls-key", "k.pem", "--kernel-tls=false"), ""},
 		{"tls cert without key", append(base, "--tls-cert", "c.pem"), "--tls-cert and --tls-key go together"},
 		{"tenants", append(base, "--tenants", "/etc/gpud/tenants.json"), ""},
 	} {

@@ -15,6 +15,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,6 +88,7 @@ type Cluster struct {
 
 	mu    sync.Mutex
 	nodes int
+	gpuds map[string]int // gpuds running in each namespace
 }
 
 // New creates a cluster for t. Namespace names are "gx" + 6 random hex
@@ -103,7 +105,7 @@ func newCluster(t testing.TB, b *Build) *Cluster {
 	t.Helper()
 	var r [3]byte
 	_, _ = rand.Read(r[:])
-	c := &Cluster{t: t, Build: b, prefix: "gx" + hex.EncodeToString(r[:]), subnet: "10.77.0."}
+	c := &Cluster{t: t, Build: b, prefix: "gx" + hex.EncodeToString(r[:]), subnet: "10.77.0.", gpuds: map[string]int{}}
 	c.bridge = c.prefix + "-br"
 	c.mustIP("netns", "add", c.bridge)
 	t.Cleanup(func() { c.ip("netns", "del", c.bridge) })
@@ -180,6 +182,21 @@ func (n *Node) CutLink(d time.Duration) <-chan struct{} {
 		close(done)
 	}()
 	return done
+}
+
+// ResetConnections aborts the node's TCP connections to addr (HOST:PORT)
+// with the kernel's socket destroy (ss -K), as a link down for longer than
+// TCP waits would end them: the node's side sees its connection fail.
+func (n *Node) ResetConnections(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	out, err := exec.Command("ip", "netns", "exec", n.NS, "ss", "-K", "dst", host, "dport", "=", port).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ss -K: %v: %s", err, out)
+	}
+	return nil
 }
 
 // Command returns a command that runs inside the node's namespace.

@@ -26,6 +26,10 @@ type HostOptions struct {
 	TokenFile string
 	// Args are extra gpud flags (e.g. "--grace", "2s").
 	Args []string
+	// GpuctlEnv is added to the environment of every gpuctl the harness
+	// runs against this host (e.g. "GPUCTL_TLS_CA=" for a plaintext host
+	// in a test whose environment names a CA).
+	GpuctlEnv []string
 }
 
 // Host is a namespace running gpud.
@@ -39,13 +43,16 @@ type Host struct {
 	exited    chan struct{}
 	exitErr   error
 	killed    bool
+	// The ports gpud listens on in the namespace.
+	listenPort, apiPort string
+	gpuctlEnv           []string
 }
 
 // Listen is the address clients connect to (gpud --listen).
-func (h *Host) Listen() string { return net.JoinHostPort(h.IP, ListenPort) }
+func (h *Host) Listen() string { return net.JoinHostPort(h.IP, h.listenPort) }
 
 // API is the control API address (gpud --api).
-func (h *Host) API() string { return net.JoinHostPort(h.IP, APIPort) }
+func (h *Host) API() string { return net.JoinHostPort(h.IP, h.apiPort) }
 
 // Token is the host's token.
 func (h *Host) Token() string { return h.token }
@@ -58,8 +65,32 @@ func (h *Host) Log() string { return h.out.String() }
 // (unless the test killed it).
 func (c *Cluster) NewHost(name string, opts HostOptions) *Host {
 	c.t.Helper()
-	n := c.NewNode(name)
-	h := &Host{Node: n, StateDir: filepath.Join(c.t.TempDir(), name), TokenFile: opts.TokenFile, exited: make(chan struct{})}
+	return c.startHost(c.NewNode(name), name, ListenPort, APIPort, opts)
+}
+
+// Ports of a second gpud in a host's namespace (NewHostBeside).
+const (
+	BesideListenPort = "7080"
+	BesideAPIPort    = "7081"
+)
+
+// NewHostBeside starts a second gpud, named name, in h's namespace on
+// the Beside ports: two gpuds on one machine, which share abstract unix
+// socket names, so that a migration between them takes the handover path.
+func (c *Cluster) NewHostBeside(h *Host, name string, opts HostOptions) *Host {
+	c.t.Helper()
+	n := *h.Node // the same namespace, under its own name
+	n.Name = name
+	return c.startHost(&n, name, BesideListenPort, BesideAPIPort, opts)
+}
+
+func (c *Cluster) startHost(n *Node, name, listenPort, apiPort string, opts HostOptions) *Host {
+	c.t.Helper()
+	c.mu.Lock()
+	c.gpuds[n.NS]++
+	c.mu.Unlock()
+	h := &Host{Node: n, StateDir: filepath.Join(c.t.TempDir(), name), TokenFile: opts.TokenFile, exited: make(chan struct{}),
+		listenPort: listenPort, apiPort: apiPort, gpuctlEnv: opts.GpuctlEnv}
 	args := []string{"--listen", h.Listen(), "--api", h.API(), "--state-dir", h.StateDir, "--name", name, "--backend", "emulated"}
 	if opts.TokenFile != "" {
 		args = append(args, "--token-file", opts.TokenFile)
@@ -116,6 +147,7 @@ func (h *Host) waitReady(timeout time.Duration) error {
 func (h *Host) Gpuctl(ctx context.Context, args ...string) (string, error) {
 	full := append([]string{"--host", h.API(), "--token-file", h.TokenFile}, args...)
 	cmd := h.Command(ctx, h.c.Build.Gpuctl, full...)
+	cmd.Env = append(cmd.Environ(), h.gpuctlEnv...)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -154,13 +186,21 @@ func (h *Host) Stop(timeout time.Duration) error {
 func (h *Host) shutdown() {
 	t := h.c.t
 	err := h.Stop(20 * time.Second)
+	h.c.mu.Lock()
+	h.c.gpuds[h.NS]--
+	others := h.c.gpuds[h.NS]
+	h.c.mu.Unlock()
 	if h.killed {
 		return
 	}
 	if err != nil {
 		t.Errorf("gpud on %s did not shut down cleanly: %v", h.Name, err)
 	}
-	// No worker may outlive gpud.
+	// No worker may outlive gpud; with another gpud in the namespace, the
+	// last one to stop checks.
+	if others > 0 {
+		return
+	}
 	if out, _ := exec.Command("ip", "netns", "pids", h.NS).Output(); strings.TrimSpace(string(out)) != "" {
 		t.Errorf("processes left in %s after gpud stopped: %s", h.NS, strings.Fields(string(out)))
 		for _, p := range strings.Fields(string(out)) {

@@ -121,6 +121,14 @@ func (s *Session) Stop() {
 	s.mu.Unlock()
 }
 
+// Unread puts b after the read-ahead of a stopped connection: bytes that
+// arrived on it but that Serve never read (a TLS record layer's plaintext
+// it had opened). The next Serve on the same connection (resume=true)
+// processes them first. Call it only while no Serve runs.
+func (s *Session) Unread(b []byte) {
+	s.readAhead = append(s.readAhead, b...)
+}
+
 // Serve runs the session on conn until conn fails (that error is
 // returned), ctx ends (ctx's error), or Stop is called (ErrStopped).
 //

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuctl/gpuctl/control/tlstest"
 	"github.com/gpuctl/gpuctl/remoting/interposer/testserver"
 	"github.com/gpuctl/gpuctl/remoting/wire"
 )
@@ -112,40 +113,50 @@ var (
 )
 
 // TestClientThreadSanitizer runs the concurrent workloads under
-// ThreadSanitizer while connections are cut: any data race in the
-// client's ring, sender or reply reader fails the test.
+// ThreadSanitizer while connections are cut, in plaintext and over TLS:
+// any data race in the client's ring, sender, reply reader or TLS record
+// layer fails the test.
 func TestClientThreadSanitizer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("slow")
 	}
 	exe := filepath.Join(buildTSan(t), "ctest")
-	for _, args := range [][]string{{"threads", "6", "40"}, {"flood", "30000"}, {"replay", "1000"}} {
-		t.Run(args[0], func(t *testing.T) {
-			srv := startServer(t)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, exe, args...)
-			cmd.Env = append(os.Environ(), "GPUCTL_SERVER="+srv.Addr(), "GPUCTL_TOKEN=secret-token", "GPUCTL_RECONNECT_TIMEOUT=5")
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			var err error
-			for waiting := true; waiting; {
-				select {
-				case err = <-done:
-					waiting = false
-				case <-time.After(30 * time.Millisecond):
-					srv.DropConnections()
+	for _, overTLS := range []bool{false, true} {
+		for _, args := range [][]string{{"threads", "6", "40"}, {"flood", "30000"}, {"replay", "1000"}} {
+			t.Run(fmt.Sprintf("%s/tls=%v", args[0], overTLS), func(t *testing.T) {
+				srv := startServer(t)
+				var env []string
+				if overTLS {
+					ca := tlstest.NewCA(t, "tsan")
+					srv = tlsServer(t, ca, "127.0.0.1")
+					env = append(env, "GPUCTL_TLS_CA="+ca.CertFile)
 				}
-			}
-			if err != nil || strings.Contains(out.String(), "ThreadSanitizer") || !strings.Contains(out.String(), "PASS "+args[0]) {
-				t.Fatalf("ctest %s under ThreadSanitizer: %v\n%s", args[0], err, out.String())
-			}
-		})
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, exe, args...)
+				cmd.Env = append(os.Environ(), "GPUCTL_SERVER="+srv.Addr(), "GPUCTL_TOKEN=secret-token", "GPUCTL_RECONNECT_TIMEOUT=5")
+				cmd.Env = append(cmd.Env, env...)
+				var out bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &out, &out
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan error, 1)
+				go func() { done <- cmd.Wait() }()
+				var err error
+				for waiting := true; waiting; {
+					select {
+					case err = <-done:
+						waiting = false
+					case <-time.After(30 * time.Millisecond):
+						srv.DropConnections()
+					}
+				}
+				if err != nil || strings.Contains(out.String(), "ThreadSanitizer") || !strings.Contains(out.String(), "PASS "+args[0]) {
+					t.Fatalf("ctest %s under ThreadSanitizer: %v\n%s", args[0], err, out.String())
+				}
+			})
+		}
 	}
 }
 

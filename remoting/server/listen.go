@@ -1,15 +1,18 @@
 // Package server is gpud's client listener: it accepts connections on
-// --listen, bounds and times the handshake, checks the token, and hands
-// each connection that passed to the session table (package session), as
-// a new session or a client coming back to its own, with the principal
-// its token names (the administrator or a tenant) in the context. A
-// refused connection gets at most one Welcome that says why, and nothing
-// it does can touch another session.
+// --listen, bounds and times the handshake (TLS 1.3 first, when gpud has a
+// certificate), checks the token, and hands each connection that passed
+// to the session table (package session), as a new session or a client
+// coming back to its own, with the principal its token names (the
+// administrator or a tenant) in the context. A refused connection gets at
+// most one Welcome that says why, and nothing it does can touch another
+// session.
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -18,7 +21,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/remoting/tlsrec"
 	"github.com/gpuctl/gpuctl/remoting/wire"
 	"github.com/gpuctl/gpuctl/tenant"
 )
@@ -36,15 +42,17 @@ const (
 )
 
 // Sessions is the session table as the listener hands it connections;
-// *session.Manager is gpud's.
+// *session.Manager is gpud's. rec is the connection's TLS record layer
+// right after the Hello (nil for a plaintext connection): whoever serves
+// conn carries on from it.
 type Sessions interface {
 	// Create starts a new session served on conn and returns its id.
-	Create(ctx context.Context, conn *net.TCPConn) (string, error)
+	Create(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State) (string, error)
 	// Resume gives a returning client its session back. A session that
 	// moved to another host answers with an error that has a
 	// MovedTo() string method; an unknown session or a wrong secret with
 	// an errs.NotFound error.
-	Resume(ctx context.Context, conn *net.TCPConn, id, secret string) error
+	Resume(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State, id, secret string) error
 }
 
 // moved is the error a session that migrated away answers a resume with.
@@ -73,8 +81,17 @@ type Listener struct {
 	MaxHandshakes    int
 	Metrics          *Metrics // nil: unregistered
 	Log              *slog.Logger
+	// TLS, when set, serves every connection over TLS 1.3 with its
+	// certificate (gpud --tls-cert); the handshake counts against
+	// HandshakeTimeout.
+	TLS *tls.Config
+	// KernelTLS moves each TLS connection's record layer into the kernel
+	// (kTLS) where it has it, so that the worker reads and writes
+	// plaintext and the kernel encrypts.
+	KernelTLS bool
 
-	wg sync.WaitGroup
+	wg        sync.WaitGroup
+	kernelLog sync.Once
 }
 
 // Serve accepts connections on ln until ctx ends or ln is closed, then
@@ -165,10 +182,11 @@ func (l *Listener) audit(ctx context.Context, who, action, id, peer, result stri
 		slog.String("subject", subject), slog.String("result", result), slog.String("peer", peer))
 }
 
-// handshake reads the Hello under a deadline, authenticates it, and hands
-// the connection to a new or resumed session. Every refusal answers with
-// a Welcome that says why (when the peer got as far as a Hello) and
-// closes the connection; nothing here can affect another session.
+// handshake runs TLS (when configured), reads the Hello under a deadline,
+// authenticates it, and hands the connection to a new or resumed session.
+// Every refusal answers with a Welcome that says why (when the peer got as
+// far as a Hello) and closes the connection; nothing here can affect
+// another session.
 func (l *Listener) handshake(ctx context.Context, c *net.TCPConn, timeout time.Duration, metrics *Metrics, log *slog.Logger) {
 	peer := c.RemoteAddr().String()
 	log = log.With("peer", peer)
@@ -180,15 +198,33 @@ func (l *Listener) handshake(ctx context.Context, c *net.TCPConn, timeout time.D
 		}
 	}()
 	_ = c.SetDeadline(time.Now().Add(timeout))
-	hello, err := wire.ReadHello(c)
+	// conn is what the handshake reads and writes: the socket, or its TLS
+	// record layer.
+	var conn net.Conn = c
+	var rec *tlsrec.Conn
+	if l.TLS != nil {
+		var err error
+		if rec, err = tlsrec.Server(c, l.TLS); err != nil {
+			l.refuseTLS(c, err, met, log)
+			return
+		}
+		conn = rec
+	}
+	first := &firstBytes{r: conn}
+	hello, err := wire.ReadHello(first)
 	if err != nil {
 		switch {
 		case errors.Is(err, wire.ErrVersion) && hello != nil:
 			met.WithLabelValues("version_mismatch").Inc()
-			_ = wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusVersionMismatch, Message: err.Error()})
+			_ = wire.WriteWelcome(conn, &wire.Welcome{Status: wire.StatusVersionMismatch, Message: err.Error()})
+		case rec == nil && tlsrec.LooksLikeClientHello(first.b):
+			met.WithLabelValues("tls_client").Inc()
+			_ = wire.WriteWelcome(conn, &wire.Welcome{Status: wire.StatusRefused, Message: tlsClientMessage})
+			log.Info("refused connection: a TLS client on a plaintext listener; start gpud with --tls-cert and --tls-key, or unset GPUCTL_TLS_CA on the client")
+			return
 		case errors.Is(err, wire.ErrProtocol):
 			met.WithLabelValues("bad_hello").Inc()
-			_ = wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusRefused, Message: err.Error()})
+			_ = wire.WriteWelcome(conn, &wire.Welcome{Status: wire.StatusRefused, Message: err.Error()})
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			met.WithLabelValues("timeout").Inc()
 		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
@@ -208,17 +244,37 @@ func (l *Listener) handshake(ctx context.Context, c *net.TCPConn, timeout time.D
 		met.WithLabelValues("bad_token").Inc()
 		log.Warn("refused connection: wrong token")
 		l.audit(ctx, "(none)", action, hello.SessionID, peer, "unauthenticated")
-		_ = wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusBadToken,
+		_ = wire.WriteWelcome(conn, &wire.Welcome{Status: wire.StatusBadToken,
 			Message: "wrong token: set GPUCTL_TOKEN or GPUCTL_TOKEN_FILE to the host's token (STATE_DIR/token) or your tenant's"})
 		return
 	}
 	// The worker clears the deadline on its own descriptor; gpud's copy
 	// is only held, so clear ours too.
 	_ = c.SetDeadline(time.Time{})
+	var st *tlsrec.State
+	tlsDesc := "off"
+	if rec != nil {
+		tlsDesc = rec.SuiteName()
+		if l.KernelTLS {
+			tx, rx, err := rec.Offload()
+			l.kernelLog.Do(func() {
+				if err != nil {
+					log.Info("kernel TLS offload unavailable; TLS records are sealed in user space", "err", err)
+				} else {
+					log.Info("kernel TLS offload in use", "send", tx, "receive", rx)
+				}
+			})
+			if tx || rx {
+				tlsDesc += " (kernel)"
+			}
+		}
+		s := rec.State()
+		st = &s
+	}
 	sctx, cancel := context.WithTimeout(tenant.NewContext(ctx, who), sessionStartTimeout)
 	defer cancel()
 	if !hello.Resume() {
-		id, err := l.Sessions.Create(sctx, c)
+		id, err := l.Sessions.Create(sctx, c, st)
 		if err != nil {
 			l.audit(ctx, who.String(), action, "", peer, string(errs.KindOf(err)))
 			msg := "gpud could not start a session: " + err.Error()
@@ -234,16 +290,17 @@ func (l *Listener) handshake(ctx context.Context, c *net.TCPConn, timeout time.D
 				log.Error("could not start a session", "err", err)
 			}
 			_ = c.SetDeadline(time.Now().Add(timeout))
-			_ = wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusRefused, Message: msg})
+			_ = wire.WriteWelcome(conn, &wire.Welcome{Status: wire.StatusRefused, Message: msg})
 			return
 		}
 		met.WithLabelValues("new").Inc()
-		log.Info("new session", "session", id, "tenant", who.String())
+		log.Info("new session", "session", id, "tenant", who.String(), "tls", tlsDesc)
 		l.audit(ctx, who.String(), action, id, peer, "ok")
 		handedOver = true
+		forget(rec)
 		return
 	}
-	err = l.Sessions.Resume(sctx, c, hello.SessionID, hello.Secret)
+	err = l.Sessions.Resume(sctx, c, st, hello.SessionID, hello.Secret)
 	var mv moved
 	result := "ok"
 	switch {
@@ -256,21 +313,73 @@ func (l *Listener) handshake(ctx context.Context, c *net.TCPConn, timeout time.D
 	switch {
 	case err == nil:
 		met.WithLabelValues("resumed").Inc()
-		log.Info("client reconnected", "session", hello.SessionID, "last_sent", hello.LastSeq)
+		log.Info("client reconnected", "session", hello.SessionID, "last_sent", hello.LastSeq, "tls", tlsDesc)
 		handedOver = true
+		forget(rec)
 		return
 	case errors.As(err, &mv):
 		met.WithLabelValues("moved").Inc()
 		log.Info("sent a returning client to its session's new host", "session", hello.SessionID, "to", mv.MovedTo())
-		_ = wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusMoved, Message: mv.MovedTo()})
+		_ = wire.WriteWelcome(conn, &wire.Welcome{Status: wire.StatusMoved, Message: mv.MovedTo()})
 	case errs.IsNotFound(err):
 		met.WithLabelValues("unknown_session").Inc()
 		log.Info("refused a resume of an unknown session (or wrong secret)", "session", hello.SessionID)
-		_ = wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusUnknownSession, Message: "no such session on this host"})
+		_ = wire.WriteWelcome(conn, &wire.Welcome{Status: wire.StatusUnknownSession, Message: "no such session on this host"})
 	default:
 		met.WithLabelValues("busy").Inc()
 		log.Info("refused a resume", "session", hello.SessionID, "err", err)
 		_ = c.SetDeadline(time.Now().Add(timeout))
-		_ = wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusRefused, Message: err.Error()})
+		_ = wire.WriteWelcome(conn, &wire.Welcome{Status: wire.StatusRefused, Message: err.Error()})
 	}
+}
+
+// Messages for a client that speaks the other side of TLS than the
+// listener. Each is the one line the client prints.
+const (
+	tlsRequiredMessage = "gpud serves --listen over TLS: set GPUCTL_TLS_CA to the CA that signed its certificate (gpuctl run --tls-ca FILE)"
+	tlsClientMessage   = "gpud serves --listen without TLS: unset GPUCTL_TLS_CA, or start gpud with --tls-cert and --tls-key"
+)
+
+// refuseTLS answers a connection whose TLS handshake failed. A plaintext
+// gpuctl client gets a plaintext Welcome that says to turn TLS on, since
+// it could not read anything else; anything else is closed.
+func (l *Listener) refuseTLS(c *net.TCPConn, err error, met *prometheus.CounterVec, log *slog.Logger) {
+	var nt *tlsrec.NotTLSError
+	switch {
+	case errors.As(err, &nt) && bytes.HasPrefix(nt.Prefix, wire.HelloMagic[:]):
+		met.WithLabelValues("plaintext_client").Inc()
+		log.Info("refused connection: a plaintext client on a TLS listener; it must set GPUCTL_TLS_CA")
+		_ = wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusTLSRequired, Message: tlsRequiredMessage})
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		met.WithLabelValues("timeout").Inc()
+		log.Info("refused connection", "err", err)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		met.WithLabelValues("closed").Inc()
+		log.Info("refused connection", "err", err)
+	default:
+		met.WithLabelValues("tls_failed").Inc()
+		log.Info("refused connection: TLS handshake failed", "err", err)
+	}
+}
+
+// forget drops gpud's copy of a connection's keys once a worker serves it.
+func forget(rec *tlsrec.Conn) {
+	if rec != nil {
+		rec.Forget()
+	}
+}
+
+// firstBytes remembers the first bytes read through it, so that a
+// handshake that fails can tell what the peer spoke.
+type firstBytes struct {
+	r io.Reader
+	b []byte
+}
+
+func (f *firstBytes) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if len(f.b) < 8 {
+		f.b = append(f.b, p[:min(n, 8-len(f.b))]...)
+	}
+	return n, err
 }

@@ -42,13 +42,13 @@ func hasLabel(m *dto.Metric, k, v string) bool {
 
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	ts := startServerWith(t, time.Minute, NewMetrics(reg))
-	cl, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	ts := startServerWith(t, time.Minute, NewMetrics(reg), false)
+	cl, err := dial(t, ts, wire.Hello{Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	if _, err := dial(t, ts.addr, wire.Hello{Token: "wrong"}); err == nil {
+	if _, err := dial(t, ts, wire.Hello{Token: "wrong"}); err == nil {
 		t.Fatal("wrong token accepted")
 	}
 	// The server counts a connection after it has answered the handshake,

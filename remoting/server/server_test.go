@@ -2,15 +2,21 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"io"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuctl/gpuctl/control"
+	"github.com/gpuctl/gpuctl/control/tlstest"
 
 	"github.com/gpuctl/gpuctl/remoting/wire"
 	"github.com/gpuctl/gpuctl/remoting/worker"
@@ -36,15 +42,18 @@ type testServer struct {
 	m    *session.Manager
 	st   *store.Store
 	stop func()
+	// tls is how clients reach a TLS listener; nil for plaintext.
+	tls *tls.Config
 }
 
 func startServer(t *testing.T, grace time.Duration) *testServer {
 	t.Helper()
-	return startServerWith(t, grace, nil)
+	return startServerWith(t, grace, nil, false)
 }
 
-// startServerWith starts a server whose metrics are met (nil: unregistered).
-func startServerWith(t *testing.T, grace time.Duration, met *Metrics) *testServer {
+// startServerWith starts a server whose metrics are met (nil:
+// unregistered), serving TLS when overTLS is set.
+func startServerWith(t *testing.T, grace time.Duration, met *Metrics, overTLS bool) *testServer {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("workers start in a new PID namespace, which needs root")
@@ -71,9 +80,20 @@ func startServerWith(t *testing.T, grace time.Duration, met *Metrics) *testServe
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Listener{Sessions: m, Token: testToken, HandshakeTimeout: 300 * time.Millisecond, MaxHandshakes: 8, Metrics: met}
+	ts := &testServer{addr: ln.Addr().String(), m: m, st: st}
+	if overTLS {
+		ca := tlstest.NewCA(t, "listener")
+		cert := ca.Issue(t, "gpud", "127.0.0.1")
+		if l.TLS, err = control.ServerTLS(cert.CertFile, cert.KeyFile, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if ts.tls, err = control.ClientTLS(ca.CertFile, "127.0.0.1"); err != nil {
+			t.Fatal(err)
+		}
+		l.KernelTLS = true // where the kernel has it; user space elsewhere
+	}
 	done := make(chan error, 1)
 	go func() { done <- l.Serve(ctx, ln) }()
-	ts := &testServer{addr: ln.Addr().String(), m: m, st: st}
 	ts.stop = func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -87,9 +107,28 @@ func startServerWith(t *testing.T, grace time.Duration, met *Metrics) *testServe
 	return ts
 }
 
-func dial(t *testing.T, addr string, h wire.Hello) (*testclient.Client, error) {
+// dial connects a client to ts, over TLS when ts serves it.
+func dial(t *testing.T, ts *testServer, h wire.Hello) (*testclient.Client, error) {
 	t.Helper()
-	return testclient.Dial(addr, h, 5*time.Second)
+	if ts.tls == nil {
+		return testclient.Dial(ts.addr, h, 5*time.Second)
+	}
+	c, err := tls.Dial("tcp", ts.addr, ts.tls)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := testclient.Handshake(c, h, 5*time.Second)
+	if err != nil {
+		c.Close()
+	}
+	return cl, err
+}
+
+// both runs a test against a plaintext and a TLS listener.
+func both(t *testing.T, f func(t *testing.T, overTLS bool)) {
+	for _, overTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plaintext", true: "tls"}[overTLS], func(t *testing.T) { f(t, overTLS) })
+	}
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -108,11 +147,13 @@ func openFDs() int {
 	return len(ents)
 }
 
-func TestSessionLifecycle(t *testing.T) {
-	ts := startServer(t, 500*time.Millisecond)
+func TestSessionLifecycle(t *testing.T) { both(t, testSessionLifecycle) }
+
+func testSessionLifecycle(t *testing.T, overTLS bool) {
+	ts := startServerWith(t, 500*time.Millisecond, nil, overTLS)
 	fds := openFDs()
 
-	cl, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	cl, err := dial(t, ts, wire.Hello{Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +184,7 @@ func TestSessionLifecycle(t *testing.T) {
 		{"unknown session", wire.Hello{Token: testToken, Flags: wire.HelloResume, SessionID: "s-000000000000", Secret: secret}, wire.StatusUnknownSession},
 		{"old version", wire.Hello{Token: testToken, Version: 99}, wire.StatusVersionMismatch},
 	} {
-		bad, err := dial(t, ts.addr, tc.hello)
+		bad, err := dial(t, ts, tc.hello)
 		if err == nil || bad == nil || bad.Welcome.Status != tc.status {
 			t.Errorf("%s: err=%v welcome=%+v, want status %s", tc.name, err, bad, tc.status)
 		}
@@ -153,7 +194,7 @@ func TestSessionLifecycle(t *testing.T) {
 	// reconnect with the secret finds its memory intact.
 	cl.Close()
 	waitFor(t, "detached", func() bool { i, err := ts.m.Get(id); return err == nil && i.State == session.Detached })
-	cl2, err := dial(t, ts.addr, wire.Hello{Token: testToken, Flags: wire.HelloResume, SessionID: id, Secret: secret, LastSeq: 3})
+	cl2, err := dial(t, ts, wire.Hello{Token: testToken, Flags: wire.HelloResume, SessionID: id, Secret: secret, LastSeq: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,10 +221,12 @@ func TestSessionLifecycle(t *testing.T) {
 }
 
 // Garbage, oversized and half-open connections are refused and do not
-// disturb a session in progress.
-func TestHostileConnections(t *testing.T) {
-	ts := startServer(t, time.Minute)
-	good, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+// disturb a session in progress, on a plaintext and on a TLS listener.
+func TestHostileConnections(t *testing.T) { both(t, testHostileConnections) }
+
+func testHostileConnections(t *testing.T, overTLS bool) {
+	ts := startServerWith(t, time.Minute, nil, overTLS)
+	good, err := dial(t, ts, wire.Hello{Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,30 +235,69 @@ func TestHostileConnections(t *testing.T) {
 	copy(oversized, wire.HelloMagic[:])
 	binary.LittleEndian.PutUint16(oversized[4:], wire.Version)
 	binary.LittleEndian.PutUint16(oversized[8:], 60000) // token length
+	// send returns what to read from until gpud closes the connection.
+	raw := func(b []byte) func(t *testing.T, c net.Conn) net.Conn {
+		return func(t *testing.T, c net.Conn) net.Conn {
+			if b != nil {
+				c.Write(b)
+			}
+			return c
+		}
+	}
+	// inTLS completes a TLS handshake, then sends b inside it.
+	inTLS := func(b []byte) func(t *testing.T, c net.Conn) net.Conn {
+		return func(t *testing.T, c net.Conn) net.Conn {
+			tc := tls.Client(c, ts.tls)
+			if err := tc.Handshake(); err != nil {
+				t.Fatalf("handshake: %v", err)
+			}
+			if b != nil {
+				tc.Write(b)
+			}
+			return tc
+		}
+	}
 	for _, tc := range []struct {
-		name string
-		send []byte
+		name    string
+		tlsOnly bool
+		send    func(t *testing.T, c net.Conn) net.Conn
 	}{
-		{"http", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")},
-		{"garbage", []byte("\x00\xff\x13\x37 this is not a hello at all......")},
-		{"oversized token", oversized},
-		{"half open", nil},
-		{"short", []byte("GPUH")},
+		{"http", false, raw([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))},
+		{"garbage", false, raw([]byte("\x00\xff\x13\x37 this is not a hello at all......"))},
+		{"oversized token", false, raw(oversized)},
+		{"half open", false, raw(nil)},
+		{"short", false, raw([]byte("GPUH"))},
+		{"handshake cut short", true, raw([]byte{22, 3, 1, 0, 200, 1, 0, 0, 196, 3, 3})},
+		{"oversized client hello record", true, raw([]byte{22, 3, 1, 0xff, 0xff, 1})},
+		{"garbage inside TLS", true, inTLS([]byte("\x00\xff\x13\x37 this is not a hello at all......"))},
+		{"oversized token inside TLS", true, inTLS(oversized)},
+		{"silent after the TLS handshake", true, inTLS(nil)},
+		{"garbage after the TLS handshake", true, func(t *testing.T, c net.Conn) net.Conn {
+			tc := tls.Client(c, ts.tls)
+			if err := tc.Handshake(); err != nil {
+				t.Fatalf("handshake: %v", err)
+			}
+			c.Write([]byte("\x17\x03\x03\x00\x20 not a sealed record, 32 bytes.."))
+			return tc
+		}},
 	} {
+		if tc.tlsOnly && !overTLS {
+			continue
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := net.Dial("tcp", ts.addr)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			if tc.send != nil {
-				c.Write(tc.send)
-			}
+			r := tc.send(t, c)
 			start := time.Now()
 			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-			_, err = io.Copy(io.Discard, c) // returns when gpud closes
-			// Bytes gpud never read make its close a reset: closed too.
-			if err != nil && !errors.Is(err, unix.ECONNRESET) {
+			_, err = io.Copy(io.Discard, r) // returns when gpud closes
+			// Bytes gpud never read make its close a reset: closed too;
+			// so does an alert, inside TLS.
+			var alert tls.AlertError
+			if err != nil && !errors.Is(err, unix.ECONNRESET) && !errors.As(err, &alert) && !strings.Contains(err.Error(), "remote error") {
 				t.Fatalf("connection not closed by gpud: %v", err)
 			}
 			if took := time.Since(start); took > 2*time.Second {
@@ -231,16 +313,49 @@ func TestHostileConnections(t *testing.T) {
 	}
 }
 
+// A client that speaks the other side of TLS than the listener is
+// refused with one line that says so.
+func TestTLSMismatch(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	tlsSrv := startServerWith(t, time.Minute, NewMetrics(reg), true)
+	cl, err := testclient.Dial(tlsSrv.addr, wire.Hello{Token: testToken}, 5*time.Second)
+	if err == nil || cl == nil || cl.Welcome.Status != wire.StatusTLSRequired || !strings.Contains(cl.Welcome.Message, "GPUCTL_TLS_CA") {
+		t.Fatalf("plaintext client on a TLS listener: %v, %+v", err, cl)
+	}
+	if got := counter(t, reg, "gpud_connections_total", "result", "plaintext_client"); got != 1 {
+		t.Errorf("plaintext_client counted %v times", got)
+	}
+
+	reg2 := prometheus.NewRegistry()
+	plain := startServerWith(t, time.Minute, NewMetrics(reg2), false)
+	c, err := net.Dial("tcp", plain.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	err = tls.Client(c, tlsSrv.tls).Handshake()
+	if err == nil {
+		t.Fatal("a TLS handshake with a plaintext listener succeeded")
+	}
+	if got := counter(t, reg2, "gpud_connections_total", "result", "tls_client"); got != 1 {
+		t.Errorf("tls_client counted %v times (handshake error %v)", got, err)
+	}
+	if n := len(plain.m.List(context.Background())) + len(tlsSrv.m.List(context.Background())); n != 0 {
+		t.Fatalf("%d sessions from refused clients", n)
+	}
+}
+
 // Sessions are isolated: one client's handles mean nothing in another's
 // session.
 func TestSessionsAreIsolated(t *testing.T) {
 	ts := startServer(t, time.Minute)
-	a, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	a, err := dial(t, ts, wire.Hello{Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	b, err := dial(t, ts, wire.Hello{Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,12 +382,12 @@ func TestSessionsAreIsolated(t *testing.T) {
 // forgotten, its client's connection closes, and other sessions go on.
 func TestWorkerCrashIsContained(t *testing.T) {
 	ts := startServer(t, time.Minute)
-	victim, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	victim, err := dial(t, ts, wire.Hello{Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer victim.Close()
-	other, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	other, err := dial(t, ts, wire.Hello{Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +416,7 @@ func TestWorkerCrashIsContained(t *testing.T) {
 // deadline frees the slots new clients get in.
 func TestHandshakeFlood(t *testing.T) {
 	ts := startServer(t, time.Minute)
-	good, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	good, err := dial(t, ts, wire.Hello{Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +451,7 @@ func TestHandshakeFlood(t *testing.T) {
 	}
 	// The silent ones time out; a new client gets in.
 	time.Sleep(500 * time.Millisecond)
-	late, err := dial(t, ts.addr, wire.Hello{Token: testToken})
+	late, err := dial(t, ts, wire.Hello{Token: testToken})
 	if err != nil {
 		t.Fatalf("a client after the flood: %v", err)
 	}

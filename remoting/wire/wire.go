@@ -172,6 +172,10 @@ const (
 	StatusVersionMismatch Status = 3
 	StatusRefused         Status = 4 // refused for the reason in Message (e.g. no capacity)
 	StatusMoved           Status = 5 // the session lives at Message (HOST:PORT); reconnect there
+	// StatusTLSRequired answers a plaintext Hello on a listener that
+	// serves TLS; it is the one Welcome sent unencrypted on such a
+	// listener, so that the client can say what to change.
+	StatusTLSRequired Status = 6
 )
 
 func (s Status) String() string {
@@ -188,6 +192,8 @@ func (s Status) String() string {
 		return "refused"
 	case StatusMoved:
 		return "moved"
+	case StatusTLSRequired:
+		return "tls required"
 	}
 	return fmt.Sprintf("status(%d)", uint16(s))
 }

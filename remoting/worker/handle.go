@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
+	"github.com/gpuctl/gpuctl/remoting/tlsrec"
 )
 
 // Options describe the worker to start.
@@ -311,38 +312,44 @@ func (h *Handle) quotaName() string {
 	return h.quota
 }
 
-// Attach hands the client's socket to the worker, which serves it.
-// resume=false: a new connection (a new session, or a client that
-// reconnected), which the worker greets with a Welcome carrying welcome's
-// fields and the last executed sequence number. resume=true: the socket
-// the worker served before a Quiesce, which needs no greeting.
-func (h *Handle) Attach(ctx context.Context, conn *net.TCPConn, welcome dispatch.WelcomeInfo, resume bool) error {
+// Attach hands the client's socket to the worker, which serves it; rec is
+// the connection's TLS record layer (nil for plaintext), which the worker
+// carries on from. resume=false: a new connection (a new session, or a
+// client that reconnected), which the worker greets with a Welcome
+// carrying welcome's fields and the last executed sequence number.
+// resume=true: the socket the worker served before a Quiesce, which needs
+// no greeting.
+func (h *Handle) Attach(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State, welcome dispatch.WelcomeInfo, resume bool) error {
 	return withConnFD(conn, func(fd int) error {
-		_, err := h.call(ctx, request{Op: opAttach, Welcome: &welcome, Resume: resume, ModuleCache: h.modCache, Quota: h.quotaName()}, fd)
+		_, err := h.call(ctx, request{Op: opAttach, Welcome: &welcome, Resume: resume, ModuleCache: h.modCache, Quota: h.quotaName(), TLS: rec}, fd)
 		return err
 	})
 }
 
 // Quiesce stops the worker at a frame boundary, suspends its device and
 // makes it drop its copy of the client socket. Stats then reports the
-// last request sequence number the worker executed.
-func (h *Handle) Quiesce(ctx context.Context) error {
-	_, err := h.call(ctx, request{Op: opQuiesce}, -1)
-	return err
+// last request sequence number the worker executed. For a TLS client it
+// returns the connection's record layer where the worker left it: the
+// socket's next holder (gpud writing a "moved" notice, or a worker
+// resumed on it) carries on from there.
+func (h *Handle) Quiesce(ctx context.Context) (*tlsrec.State, error) {
+	r, err := h.call(ctx, request{Op: opQuiesce}, -1)
+	return r.TLS, err
 }
 
 // Resume undoes Quiesce: the worker runs its backend's Resume hook and,
 // when conn is non-nil, serves conn again without a greeting (it is the
-// socket gpud kept open while the client stalled). A client that instead
-// reconnected on a new socket is handed over with Attach.
-func (h *Handle) Resume(ctx context.Context, conn *net.TCPConn) error {
+// socket gpud kept open while the client stalled), carrying on its TLS
+// record layer from rec. A client that instead reconnected on a new
+// socket is handed over with Attach.
+func (h *Handle) Resume(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State) error {
 	q := h.quotaName()
 	if conn == nil {
 		_, err := h.call(ctx, request{Op: opResume, ModuleCache: h.modCache, Quota: q}, -1)
 		return err
 	}
 	return withConnFD(conn, func(fd int) error {
-		_, err := h.call(ctx, request{Op: opResume, Resume: true, ModuleCache: h.modCache, Quota: q}, fd)
+		_, err := h.call(ctx, request{Op: opResume, Resume: true, ModuleCache: h.modCache, Quota: q, TLS: rec}, fd)
 		return err
 	})
 }

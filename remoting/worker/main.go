@@ -21,6 +21,7 @@ import (
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
 	"github.com/gpuctl/gpuctl/remoting/modcache"
+	"github.com/gpuctl/gpuctl/remoting/tlsrec"
 )
 
 // ControlFD is the descriptor on which a worker finds its control socket.
@@ -130,6 +131,11 @@ type worker struct {
 	// serving is non-nil while Serve runs; it yields Serve's result once.
 	serving chan error
 	conn    net.Conn
+	// tls is the served client's TLS record layer (nil for plaintext);
+	// handback is its state when Serve stopped at a frame boundary, for
+	// the quiesce reply.
+	tls      *tlsrec.Conn
+	handback *tlsrec.State
 
 	bytesIn, bytesOut atomic.Uint64
 	welcome           dispatch.WelcomeInfo
@@ -199,13 +205,13 @@ func (w *worker) run() int {
 		case opAttach:
 			w.useModuleCache(req.ModuleCache)
 			w.meter.configure(req.Quota)
-			err = w.attach(f, req.Welcome, req.Resume)
+			err = w.attach(f, req.TLS, req.Welcome, req.Resume)
 		case opQuiesce:
-			r.Seq, err = w.quiesce()
+			r.Seq, r.TLS, err = w.quiesce()
 		case opResume:
 			w.useModuleCache(req.ModuleCache)
 			w.meter.configure(req.Quota)
-			err = w.resume(f)
+			err = w.resume(f, req.TLS)
 		case opStats:
 			r.Stats = w.stats()
 		case opDetach:
@@ -234,8 +240,9 @@ func (w *worker) run() int {
 	}
 }
 
-// serve starts Serve on the call thread for the socket in f.
-func (w *worker) serve(f *os.File, resume bool) error {
+// serve starts Serve on the call thread for the socket in f, carrying on
+// its TLS record layer from rec when the connection is TLS.
+func (w *worker) serve(f *os.File, rec *tlsrec.State, resume bool) error {
 	if w.serving != nil {
 		return errors.New("already serving a client; quiesce first")
 	}
@@ -245,6 +252,16 @@ func (w *worker) serve(f *os.File, resume bool) error {
 	nc, err := net.FileConn(f)
 	if err != nil {
 		return fmt.Errorf("client socket: %w", err)
+	}
+	w.tls, w.handback = nil, nil
+	if rec != nil {
+		tc, err := tlsrec.New(nc, *rec)
+		if err != nil {
+			nc.Close()
+			return fmt.Errorf("client socket's TLS state: %w", err)
+		}
+		tc.ReadAhead() // the socket comes back to gpud only between records
+		w.tls, nc = tc, tc
 	}
 	conn := &countingConn{Conn: nc, in: &w.bytesIn, out: &w.bytesOut}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -274,7 +291,7 @@ func (w *worker) serve(f *os.File, resume bool) error {
 	return nil
 }
 
-func (w *worker) attach(f *os.File, welcome *dispatch.WelcomeInfo, resume bool) error {
+func (w *worker) attach(f *os.File, rec *tlsrec.State, welcome *dispatch.WelcomeInfo, resume bool) error {
 	if welcome != nil {
 		w.welcome = *welcome
 		if welcome.Secret != "" {
@@ -287,7 +304,7 @@ func (w *worker) attach(f *os.File, welcome *dispatch.WelcomeInfo, resume bool) 
 		// yet (a reconnect racing the old socket's close): end it first.
 		w.endServe()
 	}
-	return w.serve(f, resume)
+	return w.serve(f, rec, resume)
 }
 
 // endServe stops a running Serve, waits for it, and closes the worker's
@@ -322,6 +339,18 @@ wait:
 	}
 	w.serving = nil
 	w.cancel()
+	if w.tls != nil {
+		if errors.Is(err, dispatch.ErrStopped) {
+			// Stopped between frames: what the record layer has opened
+			// but Serve has not read joins Serve's read-ahead, and the
+			// rest of the record layer goes back to gpud with the socket.
+			w.sess.Unread(w.tls.Drain())
+			st := w.tls.State()
+			w.handback = &st
+		}
+		w.tls.Forget()
+		w.tls = nil
+	}
 	w.conn.Close()
 	w.conn = nil
 	if err != nil && !errors.Is(err, dispatch.ErrStopped) {
@@ -330,7 +359,7 @@ wait:
 	return nil
 }
 
-func (w *worker) quiesce() (uint64, error) {
+func (w *worker) quiesce() (uint64, *tlsrec.State, error) {
 	if err := w.endServe(); err != nil {
 		w.log.Info("client connection ended during quiesce", "err", err)
 	}
@@ -338,14 +367,16 @@ func (w *worker) quiesce() (uint64, error) {
 	// module being written to the cache is one) and no socket.
 	w.sess.FlushModuleCache()
 	w.meter.hangUp()
+	rec := w.handback
+	w.handback = nil
 	var err error
 	if s, ok := w.dev.(backend.Suspender); ok {
 		w.thread.run(func() { err = s.Suspend(context.Background()) })
 	}
-	return w.sess.ExecutedSeq(), err
+	return w.sess.ExecutedSeq(), rec, err
 }
 
-func (w *worker) resume(f *os.File) error {
+func (w *worker) resume(f *os.File, rec *tlsrec.State) error {
 	var err error
 	if s, ok := w.dev.(backend.Suspender); ok {
 		w.thread.run(func() { err = s.Resume(context.Background()) })
@@ -353,7 +384,7 @@ func (w *worker) resume(f *os.File) error {
 	if err != nil || f == nil {
 		return err
 	}
-	return w.serve(f, true)
+	return w.serve(f, rec, true)
 }
 
 func (w *worker) stats() *Stats {

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
+	"github.com/gpuctl/gpuctl/remoting/tlsrec"
 )
 
 // The control connection between gpud and a worker is a unix
@@ -50,6 +51,9 @@ type request struct {
 	// QuotaAddr) when the session's tenant has a device memory limit;
 	// empty: the session is not metered.
 	Quota string `json:"quota,omitempty"`
+	// TLS is the passed socket's TLS record layer (attach, resume); nil
+	// for a plaintext connection.
+	TLS *tlsrec.State `json:"tls,omitempty"`
 }
 
 // moduleCache is the host's module cache as a worker is told of it.
@@ -65,6 +69,9 @@ type reply struct {
 	Seq   uint64     `json:"seq,omitempty"`
 	Stats *Stats     `json:"stats,omitempty"`
 	Log   *LogRecord `json:"log,omitempty"`
+	// TLS hands a quiesced client's TLS record layer back to gpud, which
+	// holds the socket until a worker serves it again.
+	TLS *tlsrec.State `json:"tls,omitempty"`
 }
 
 // LogRecord is a worker log line forwarded to gpud.

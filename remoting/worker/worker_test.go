@@ -3,6 +3,7 @@ package worker
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,8 +14,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpuctl/gpuctl/control"
+	"github.com/gpuctl/gpuctl/control/tlstest"
 	"github.com/gpuctl/gpuctl/remoting/cu"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
+	"github.com/gpuctl/gpuctl/remoting/tlsrec"
 	"github.com/gpuctl/gpuctl/remoting/worker/testclient"
 )
 
@@ -72,7 +76,33 @@ func openFDs(t *testing.T) int {
 	return len(ents)
 }
 
+// serverTLS is a certificate for 127.0.0.1 and a client configuration
+// that trusts it.
+func serverTLS(t *testing.T) (srv, cli *tls.Config) {
+	ca := tlstest.NewCA(t, "worker")
+	cert := ca.Issue(t, "gpud", "127.0.0.1")
+	srv, err := control.ServerTLS(cert.CertFile, cert.KeyFile, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err = control.ClientTLS(ca.CertFile, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, cli
+}
+
+// TestWorkerLifecycle drives a worker as gpud does, with a plaintext
+// client and with a TLS client whose handshake "gpud" (the test) runs: the
+// worker carries on the record layer it is handed, hands it back at each
+// quiesce, and a worker resumed on the kept socket carries on from there.
 func TestWorkerLifecycle(t *testing.T) {
+	for _, overTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plaintext", true: "tls"}[overTLS], func(t *testing.T) { testWorkerLifecycle(t, overTLS) })
+	}
+}
+
+func testWorkerLifecycle(t *testing.T, overTLS bool) {
 	requireRoot(t)
 	fdsBefore := openFDs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -89,7 +119,20 @@ func TestWorkerLifecycle(t *testing.T) {
 
 	srv, cconn := tcpPair(t)
 	defer cconn.Close()
-	if err := h.Attach(ctx, srv, dispatch.WelcomeInfo{SessionID: "s-0123456789ab", Secret: "sekrit"}, false); err != nil {
+	var rec *tlsrec.State
+	if overTLS {
+		scfg, ccfg := serverTLS(t)
+		tc := tls.Client(cconn, ccfg)
+		go tc.Handshake()
+		gpud, err := tlsrec.Server(srv, scfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := gpud.State()
+		gpud.Forget()
+		rec, cconn = &st, tc
+	}
+	if err := h.Attach(ctx, srv, rec, dispatch.WelcomeInfo{SessionID: "s-0123456789ab", Secret: "sekrit"}, false); err != nil {
 		t.Fatal(err)
 	}
 	cl, err := testclient.Greeted(cconn, 5*time.Second)
@@ -121,9 +164,20 @@ func TestWorkerLifecycle(t *testing.T) {
 
 	// Twice through quiesce, detach, reattach, resume, on the socket gpud
 	// kept: the client only stalls.
+	var lastIn uint64
 	for round := 0; round < 2; round++ {
-		if err := h.Quiesce(ctx); err != nil {
+		back, err := h.Quiesce(ctx)
+		if err != nil {
 			t.Fatalf("round %d: quiesce: %v", round, err)
+		}
+		if overTLS != (back != nil) {
+			t.Fatalf("round %d: quiesce handed back TLS state %v on a TLS=%v connection", round, back != nil, overTLS)
+		}
+		if back != nil {
+			if back.In.Seq <= lastIn || back.Out.Seq == 0 || len(back.In.Secret) == 0 || back.Err != "" {
+				t.Fatalf("round %d: handed back in seq %d (before: %d), out seq %d, err %q", round, back.In.Seq, lastIn, back.Out.Seq, back.Err)
+			}
+			lastIn = back.In.Seq
 		}
 		// A call sent while quiesced waits; it is answered after resume.
 		if _, err := cl.Send(0xffff, nil, nil, true); err != nil { // async unknown op: no reply
@@ -142,7 +196,7 @@ func TestWorkerLifecycle(t *testing.T) {
 			t.Fatalf("round %d: reattach: %v", round, err)
 		}
 		h = h2
-		if err := h.Resume(ctx, srv); err != nil {
+		if err := h.Resume(ctx, srv, back); err != nil {
 			t.Fatalf("round %d: resume: %v", round, err)
 		}
 		got, err := cl.MemcpyDtoH(c, p, uint64(len(data)))
@@ -280,7 +334,7 @@ func TestWorkerQuota(t *testing.T) {
 	srv, cconn := tcpPair(t)
 	defer cconn.Close()
 	defer srv.Close()
-	if err := h.Attach(ctx, srv, dispatch.WelcomeInfo{SessionID: "s-0123456789ab", Secret: "s"}, false); err != nil {
+	if err := h.Attach(ctx, srv, nil, dispatch.WelcomeInfo{SessionID: "s-0123456789ab", Secret: "s"}, false); err != nil {
 		t.Fatal(err)
 	}
 	cl, err := testclient.Greeted(cconn, 5*time.Second)
@@ -307,7 +361,7 @@ func TestWorkerQuota(t *testing.T) {
 		t.Fatalf("stats %+v, %v", st, err)
 	}
 
-	if err := h.Quiesce(ctx); err != nil {
+	if _, err := h.Quiesce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.Detach(ctx, "tq"); err != nil {
@@ -319,7 +373,7 @@ func TestWorkerQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	h2.SetQuota(q.Name())
-	if err := h2.Resume(ctx, srv); err != nil {
+	if err := h2.Resume(ctx, srv, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cl.MemAlloc(c, 256<<10); err != nil {

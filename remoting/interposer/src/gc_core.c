@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "gc_core.h"
+#include "gc_tls.h"
 #include "../gen/gc_ops.h"
 
 #define RING_SIZE ((uint64_t)8 << 20)
@@ -190,6 +191,10 @@ CUresult gc_rd_check(struct gc_rd *d, const char *op)
 
 static int write_full(int fd, const void *p, size_t n)
 {
+	if (gc_tls_user_tx()) {
+		struct iovec v = { (void *)p, n };
+		return gc_tls_send(fd, &v, 1);
+	}
 	const uint8_t *b = p;
 	while (n > 0) {
 		ssize_t m = send(fd, b, n, MSG_NOSIGNAL);
@@ -205,6 +210,8 @@ static int write_full(int fd, const void *p, size_t n)
 
 static int read_full(int fd, void *p, size_t n)
 {
+	if (gc_tls_user_rx())
+		return gc_tls_recv(fd, p, n);
 	uint8_t *b = p;
 	while (n > 0) {
 		ssize_t m = recv(fd, b, n, MSG_WAITALL);
@@ -279,6 +286,28 @@ static int dial(const char *addr)
 	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &utimeout, sizeof utimeout);
 	return fd;
 }
+
+/* connect_server dials addr and, with TLS on, runs the TLS handshake.
+ * Returns the socket, -1 when it failed in a way worth retrying, or -2 when
+ * it cannot work (why is in err). */
+static int connect_server(const char *addr, char *err, size_t errlen)
+{
+	err[0] = 0;
+	int fd = dial(addr);
+	if (fd < 0 || !gc_tls_enabled())
+		return fd;
+	int rc = gc_tls_connect(fd, addr, err, errlen);
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+/* tls_required is the one line for a plaintext client that reached a gpud
+ * serving --listen over TLS. */
+#define TLS_REQUIRED_FMT \
+	"gpud at %s serves --listen over TLS: set GPUCTL_TLS_CA to the CA that signed its certificate (gpuctl run --tls-ca FILE)"
 
 struct welcome {
 	uint16_t status;
@@ -374,6 +403,11 @@ static int flush_some(uint64_t limit)
 	}
 	atomic_store(&g.wire_end, pos);
 	int fd = atomic_load(&g.fd);
+	if (gc_tls_user_tx()) {
+		if (gc_tls_send(fd, iov, n) < 0)
+			return -1;
+		n = 0;
+	}
 	struct iovec *v = iov;
 	while (n > 0) {
 		/* sendmsg rather than writev: MSG_NOSIGNAL keeps a closed
@@ -688,7 +722,12 @@ static void reconnect_locked(const char *why, const char *moved)
 	int moves = 0;
 	for (;;) {
 		struct welcome w;
-		int fd = dial(g.server);
+		char terr[GC_MAX_MESSAGE + 512];
+		int fd = connect_server(g.server, terr, sizeof terr);
+		if (fd == -2) {
+			set_dead(CUDA_ERROR_DEVICE_UNAVAILABLE, terr);
+			return;
+		}
 		if (fd >= 0 && handshake(fd, 1, atomic_load(&g.head), &w) == 0) {
 			pthread_mutex_lock(&g.rx_mu);
 			uint64_t seen = g.executed;
@@ -736,6 +775,12 @@ static void reconnect_locked(const char *why, const char *moved)
 				snprintf(g.server, sizeof g.server, "%s", w.msg);
 				close(fd);
 				continue;
+			} else if (w.status == GC_STATUS_TLS_REQUIRED) {
+				char m[GC_MAX_MESSAGE + 192];
+				snprintf(m, sizeof m, TLS_REQUIRED_FMT, g.server);
+				close(fd);
+				set_dead(CUDA_ERROR_DEVICE_UNAVAILABLE, m);
+				return;
 			} else if (w.status != GC_STATUS_REFUSED) {
 				char m[2 * GC_MAX_MESSAGE + 128];
 				snprintf(m, sizeof m, "%s answered the resume with status %u%s%s", g.server, w.status,
@@ -978,6 +1023,10 @@ static void init_once(void)
 		else
 			gc_log("ignoring GPUCTL_RECONNECT_TIMEOUT=%s: not a number of seconds", rt);
 	}
+	if (gc_tls_setup() < 0) {
+		g.init_res = CUDA_ERROR_NO_DEVICE;
+		return;
+	}
 	g.ring = mmap(NULL, RING_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (g.ring == MAP_FAILED) {
 		g.init_res = CUDA_ERROR_OUT_OF_MEMORY;
@@ -987,8 +1036,14 @@ static void init_once(void)
 	double deadline = now_s() + (g.reconnect_timeout < 5 ? g.reconnect_timeout : 5), backoff = 0.02;
 	struct welcome w;
 	int fd;
+	char terr[GC_MAX_MESSAGE + 512];
 	for (;;) {
-		fd = dial(g.server);
+		fd = connect_server(g.server, terr, sizeof terr);
+		if (fd == -2) {
+			gc_log("%s", terr);
+			g.init_res = CUDA_ERROR_NO_DEVICE;
+			return;
+		}
 		if (fd >= 0) {
 			int hs = handshake(fd, 0, 0, &w);
 			if (hs == 0)
@@ -1001,7 +1056,7 @@ static void init_once(void)
 			}
 		}
 		if (now_s() + backoff > deadline) {
-			gc_log("cannot connect to gpud at %s: %s", g.server, strerror(errno));
+			gc_log("cannot connect to gpud at %s: %s", g.server, terr[0] ? terr : strerror(errno));
 			g.init_res = CUDA_ERROR_NO_DEVICE;
 			return;
 		}
@@ -1013,6 +1068,9 @@ static void init_once(void)
 		if (w.status == GC_STATUS_BAD_TOKEN) {
 			gc_log("gpud at %s refused the token; set GPUCTL_TOKEN or GPUCTL_TOKEN_FILE to the host's token", g.server);
 			g.init_res = CUDA_ERROR_NOT_PERMITTED;
+		} else if (w.status == GC_STATUS_TLS_REQUIRED) {
+			gc_log(TLS_REQUIRED_FMT, g.server);
+			g.init_res = CUDA_ERROR_NO_DEVICE;
 		} else {
 			gc_log("gpud at %s refused the session (status %u)%s%s", g.server, w.status, w.msg[0] ? ": " : "", w.msg);
 			g.init_res = CUDA_ERROR_NO_DEVICE;
@@ -1039,7 +1097,7 @@ static void init_once(void)
 		return;
 	}
 	if (getenv("GPUCTL_DEBUG") != NULL)
-		gc_log("connected to %s, session %s", g.server, g.sid);
+		gc_log("connected to %s, session %s, TLS %s", g.server, g.sid, gc_tls_describe());
 	atomic_store_explicit(&g.inited, 1, memory_order_release);
 	g.init_res = CUDA_SUCCESS;
 }

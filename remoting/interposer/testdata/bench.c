@@ -183,5 +183,8 @@ int main(int argc, char **argv)
 	printf("| async empty launches (executed) | %.0f /s | | | >= 200k/s |\n", LAUNCHES / tl);
 	printf("| HtoD 256 MiB (best of 3) | %.2f GB/s | %.2f GB/s | %.0f%% | >= 70%% |\n", up, raw_up, 100 * up / raw_up);
 	printf("| DtoH 256 MiB (best of 3) | %.2f GB/s | %.2f GB/s | %.0f%% | >= 70%% |\n", down, raw_down, 100 * down / raw_down);
+	/* For a driver that compares runs (e2e/harness/benchremote). */
+	printf("BENCH rt_med_us=%.2f rt_p99_us=%.2f launches_per_s=%.0f htod_gbs=%.3f dtoh_gbs=%.3f raw_htod_gbs=%.3f raw_dtoh_gbs=%.3f\n",
+	       rt_med, rt_p99, LAUNCHES / tl, up, down, raw_up, raw_down);
 	return 0;
 }

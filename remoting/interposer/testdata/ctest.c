@@ -1,6 +1,6 @@
 /* Client-level test of libcuda.so.1 against a gpuctl server: built with
  * gcc against build/include/cuda.h only, as an application would be.
- * Usage: ctest basic | replay N | flood N | threads T N | dead | badtoken */
+ * Usage: ctest basic | replay N | flood N | threads T N | dead | badtoken | nodevice */
 #include <cuda.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -513,6 +513,8 @@ int main(int argc, char **argv)
 		test_dead();
 	else if (strcmp(mode, "badtoken") == 0)
 		CHECK(cuInit(0), CUDA_ERROR_NOT_PERMITTED);
+	else if (strcmp(mode, "nodevice") == 0)
+		CHECK(cuInit(0), CUDA_ERROR_NO_DEVICE); /* no usable server: cuInit says so */
 	else {
 		fprintf(stderr, "unknown mode %s\n", mode);
 		return 2;

@@ -6,20 +6,24 @@
 package testserver
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/gpuctl/gpuctl/ids"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/backend/emulated"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
+	"github.com/gpuctl/gpuctl/remoting/tlsrec"
 	"github.com/gpuctl/gpuctl/remoting/wire"
 )
 
@@ -69,6 +73,9 @@ type Options struct {
 	// Device, when set, wraps each session's emulated device, so that a
 	// test can stand in for a driver's answers the emulator does not give.
 	Device func(*emulated.Device) backend.Device
+	// TLS serves every connection over TLS 1.3 with this certificate,
+	// through gpud's record layer (package tlsrec).
+	TLS *tls.Config
 }
 
 // Start listens on addr ("127.0.0.1:0" for any free port) and serves
@@ -188,9 +195,28 @@ func randHex(n int) string {
 }
 
 func (s *Server) serve(c net.Conn) error {
+	if s.opt.TLS != nil {
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		tc, err := tlsrec.Server(c, s.opt.TLS)
+		var nt *tlsrec.NotTLSError
+		if errors.As(err, &nt) && bytes.HasPrefix(nt.Prefix, wire.HelloMagic[:]) {
+			return wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusTLSRequired, Message: "this server speaks TLS: set GPUCTL_TLS_CA"})
+		}
+		if err != nil {
+			return err
+		}
+		_ = c.SetDeadline(time.Time{})
+		tc.ReadAhead()
+		c = tc
+	}
 	h, err := wire.ReadHello(c)
 	if errors.Is(err, wire.ErrVersion) {
 		return wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusVersionMismatch, Message: err.Error()})
+	}
+	if errors.Is(err, wire.ErrProtocol) {
+		// As gpud does: a TLS client reads this and says the server
+		// speaks plaintext.
+		return wire.WriteWelcome(c, &wire.Welcome{Status: wire.StatusRefused, Message: err.Error()})
 	}
 	if err != nil {
 		return err

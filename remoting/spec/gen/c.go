@@ -141,7 +141,7 @@ func cOpsHeader() []byte {
 	fmt.Fprintf(&w, "#define GC_FLAG_ASYNC %d\n#define GC_FLAG_ACK_REQUEST %d\n", wire.FlagAsync, wire.FlagAckRequest)
 	fmt.Fprintf(&w, "#define GC_KIND_REPLY %d\n#define GC_KIND_ACK %d\n#define GC_KIND_MOVED %d\n#define GC_KIND_CLOSING %d\n",
 		wire.KindReply, wire.KindAck, wire.KindMoved, wire.KindClosing)
-	for _, st := range []wire.Status{wire.StatusOK, wire.StatusBadToken, wire.StatusUnknownSession, wire.StatusVersionMismatch, wire.StatusRefused, wire.StatusMoved} {
+	for _, st := range []wire.Status{wire.StatusOK, wire.StatusBadToken, wire.StatusUnknownSession, wire.StatusVersionMismatch, wire.StatusRefused, wire.StatusMoved, wire.StatusTLSRequired} {
 		fmt.Fprintf(&w, "#define GC_STATUS_%s %d\n", strings.ToUpper(strings.ReplaceAll(st.String(), " ", "_")), st)
 	}
 	fmt.Fprintf(&w, "#define GC_MAX_TOKEN %d\n#define GC_MAX_SESSION_ID %d\n#define GC_MAX_SECRET %d\n#define GC_MAX_MESSAGE %d\n",
