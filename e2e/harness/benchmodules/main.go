@@ -15,7 +15,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
+	"github.com/gpuctl/gpuctl/e2e/harness/benchgpud"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,25 +40,12 @@ func run(root, bench, sizes string) error {
 		return errors.New("-bench is required")
 	}
 	build := filepath.Join(root, "build")
-	state, err := os.MkdirTemp("", "benchmodules-")
+	gpud, err := benchgpud.Start(build, "benchmodules")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(state)
-	listen, api := freeAddr(), freeAddr()
-	gpud := exec.Command(filepath.Join(build, "bin/gpud"), "--listen", listen, "--api", api, "--state-dir", state,
-		"--backend", "emulated", "--log-level", "warn")
-	gpud.Stderr = os.Stderr
-	if err := gpud.Start(); err != nil {
-		return fmt.Errorf("start gpud: %w", err)
-	}
-	defer func() {
-		gpud.Process.Kill()
-		gpud.Wait()
-	}()
-	if err := waitListening(listen, 10*time.Second); err != nil {
-		return fmt.Errorf("gpud did not start: %w", err)
-	}
+	defer gpud.Stop()
+	state, listen := gpud.State, gpud.Listen
 	load := func(mib string, env ...string) (float64, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
@@ -142,28 +129,4 @@ func countEntries(des []os.DirEntry) int {
 func countEntriesIn(dir string) int {
 	des, _ := os.ReadDir(dir)
 	return countEntries(des)
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func waitListening(addr string, d time.Duration) error {
-	deadline := time.Now().Add(d)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

@@ -29,6 +29,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/gpuctl/gpuctl/e2e/harness/benchgpud"
 	"io"
 	"math/big"
 	"net"
@@ -183,7 +184,7 @@ func runOnce(build, bench, rawAddr string, c *config) (map[string]float64, strin
 		return nil, "", err
 	}
 	defer os.RemoveAll(state)
-	listen, api := freeAddr(), freeAddr()
+	listen, api := benchgpud.FreeAddr(), benchgpud.FreeAddr()
 	gpud := exec.Command(filepath.Join(build, "bin/gpud"), append([]string{"--listen", listen, "--api", api, "--state-dir", state,
 		"--backend", "emulated", "--log-level", "warn"}, c.gpudArgs...)...)
 	gpud.Stderr = os.Stderr
@@ -197,7 +198,7 @@ func runOnce(build, bench, rawAddr string, c *config) (map[string]float64, strin
 			gpud.Wait()
 		}
 	}()
-	if err := waitListening(listen, 10*time.Second); err != nil {
+	if err := benchgpud.WaitListening(listen, 10*time.Second); err != nil {
 		return nil, "", fmt.Errorf("gpud did not start: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -285,30 +286,6 @@ func issue(dir string) (caFile, certFile, keyFile string, err error) {
 		}
 	}
 	return caFile, certFile, keyFile, nil
-}
-
-func freeAddr() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func waitListening(addr string, d time.Duration) error {
-	deadline := time.Now().Add(d)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // serveRaw answers the baseline connections.
