@@ -8,6 +8,10 @@
 //	          store; A's worker stays alive, frozen     (undo: resume on A)
 //	migrating the session is marked as being restored elsewhere
 //	push      the chunks of the image that B lacks go to B
+//	transfer  in a cluster, B becomes the session's owner in the registry
+//	          (compare-and-swap on the fencing token)  (undo: take it back;
+//	          when that cannot be confirmed the session stays in its image
+//	          and is not resumed here)
 //	handover  only when A and B share one namespace of abstract unix
 //	          socket names (two gpuds in one network namespace, as in a
 //	          test on one machine): A's frozen worker is released, because
@@ -87,9 +91,26 @@ type Service struct {
 	SessionTenancy func(ctx context.Context, id string) (Tenancy, error)
 	// RestoreHere restores an image on this host; it undoes a handover.
 	RestoreHere func(ctx context.Context, image string) error
+	// Fence, when set (a host in a cluster), moves the session's
+	// ownership in the registry to the target before the target restores
+	// it, and a failed migration takes it back before the session may
+	// resume here.
+	Fence Fence
 	// PrecheckTimeout bounds the target's health check; zero means 3 s.
 	PrecheckTimeout time.Duration
 	Log             *slog.Logger
+}
+
+// Fence is the cluster registry as a migration uses it: the session's
+// ownership goes with it, by compare-and-swap on the fencing token.
+type Fence interface {
+	// Handover makes host to (its name) the session's owner, not live,
+	// with its image there; an error leaves this host the owner.
+	Handover(ctx context.Context, id, to, image string) error
+	// Reclaim takes the session back from to after a failed restore
+	// there. An error means the registry could not confirm it: the
+	// session may run there, so it must not resume here.
+	Reclaim(ctx context.Context, id, to string) error
 }
 
 // Tenancy is what a migration needs to know about a session's owner.
@@ -139,12 +160,14 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 		shared   bool      // A and B share abstract socket names
 		released bool      // A's frozen worker is gone (handover)
 		tq       time.Time // quiesce began: the client stalls from here
+		toName   string    // the target's --name, as the registry knows it
+		fenced   bool      // ownership moved to the target and was not taken back
 	)
 	sess := s.Checkpoint.Sessions
 	steps := []checkpoint.Step{
 		{Name: "precheck", Do: func(ctx context.Context) error {
 			var err error
-			listen, shared, err = s.precheck(ctx, id, target)
+			listen, shared, toName, err = s.precheck(ctx, id, target)
 			return err
 		}},
 		{Name: "freeze",
@@ -162,6 +185,9 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 				if released {
 					return nil // the handover's undo brought the session back
 				}
+				if fenced {
+					return errs.New(errs.FailedPrecondition, errs.Session(id), "not resumed here: the registry may have it owned by %s; it lives in image %s", toName, fr.Image)
+				}
 				w, err := fr.Resume(ctx)
 				if w != nil {
 					if rerr := sess.Resumed(id, w); err == nil {
@@ -176,6 +202,27 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 			res.SentBytes, res.SentChunks = st.Bytes, st.Chunks
 			return errs.Wrap(err, errs.KindOf(err), host, "send image %s", fr.Image)
 		}},
+		{Name: "transfer",
+			Do: func(ctx context.Context) error {
+				if s.Fence == nil {
+					return nil
+				}
+				if err := s.Fence.Handover(ctx, id, toName, fr.Image); err != nil {
+					return err
+				}
+				fenced = true
+				return nil
+			},
+			Undo: func(ctx context.Context) error {
+				if !fenced {
+					return nil
+				}
+				if err := s.Fence.Reclaim(ctx, id, toName); err != nil {
+					return err
+				}
+				fenced = false
+				return nil
+			}},
 		{Name: "handover",
 			Do: func(ctx context.Context) error {
 				if !shared {
@@ -237,7 +284,7 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 
 // precheck fails fast on a target that is down, misconfigured or cannot
 // run the session, before the session is touched.
-func (s *Service) precheck(ctx context.Context, id string, target *control.Client) (listen string, shared bool, err error) {
+func (s *Service) precheck(ctx context.Context, id string, target *control.Client) (listen string, shared bool, name string, err error) {
 	d := s.PrecheckTimeout
 	if d <= 0 {
 		d = 3 * time.Second
@@ -248,46 +295,46 @@ func (s *Service) precheck(ctx context.Context, id string, target *control.Clien
 	hi, err := target.Host(ctx)
 	if err != nil {
 		if errs.KindOf(err) == errs.Unknown || ctx.Err() != nil {
-			return "", false, errs.Wrap(err, errs.Unavailable, host, "target did not answer within %v", d)
+			return "", false, "", errs.Wrap(err, errs.Unavailable, host, "target did not answer within %v", d)
 		}
-		return "", false, err
+		return "", false, "", err
 	}
 	if s.Backend != "" && hi.Backend != s.Backend {
-		return "", false, errs.New(errs.FailedPrecondition, host, "runs the %s backend, this host runs %s; migrate to a %s host", hi.Backend, s.Backend, s.Backend)
+		return "", false, "", errs.New(errs.FailedPrecondition, host, "runs the %s backend, this host runs %s; migrate to a %s host", hi.Backend, s.Backend, s.Backend)
 	}
 	if len(hi.GPUs) == 0 {
-		return "", false, errs.New(errs.ResourceExhausted, host, "reports no GPUs to run the session on")
+		return "", false, "", errs.New(errs.ResourceExhausted, host, "reports no GPUs to run the session on")
 	}
 	// Before anything that depends on the session: the caller's view of
 	// another tenant's session ends here, as that of a missing one does.
 	if err := s.Checkpoint.Sessions.Authorize(ctx, id); err != nil {
-		return "", false, err
+		return "", false, "", err
 	}
 	if s.SessionBytes != nil && hi.MemFreeBytes != nil {
 		need, err := s.SessionBytes(ctx, id)
 		if err != nil {
-			return "", false, err
+			return "", false, "", err
 		}
 		if need > *hi.MemFreeBytes {
-			return "", false, errs.New(errs.ResourceExhausted, host, "has %d MiB of device memory free and session %s holds %d MiB; free memory there or pick another host",
+			return "", false, "", errs.New(errs.ResourceExhausted, host, "has %d MiB of device memory free and session %s holds %d MiB; free memory there or pick another host",
 				*hi.MemFreeBytes>>20, id, need>>20)
 		}
 	}
 	if s.CheckTarget != nil {
 		if err := s.CheckTarget(hi.HostInfo); err != nil {
-			return "", false, errs.Wrap(err, errs.KindOf(err), host, "cannot run the session")
+			return "", false, "", errs.Wrap(err, errs.KindOf(err), host, "cannot run the session")
 		}
 	}
 	if s.SessionTenancy != nil {
 		ten, err := s.SessionTenancy(ctx, id)
 		if err != nil {
-			return "", false, err
+			return "", false, "", err
 		}
 		if err := checkTenant(ten, id, hi.Tenants); err != nil {
-			return "", false, errs.Wrap(err, errs.KindOf(err), host, "cannot take the session")
+			return "", false, "", errs.Wrap(err, errs.KindOf(err), host, "cannot take the session")
 		}
 	}
-	return hi.Listen, s.SocketNS != "" && hi.SocketNS == s.SocketNS, nil
+	return hi.Listen, s.SocketNS != "" && hi.SocketNS == s.SocketNS, hi.Name, nil
 }
 
 // checkTenant refuses a target that does not know the session's tenant

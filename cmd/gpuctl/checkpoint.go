@@ -27,7 +27,7 @@ func checkpointCommand(e *env) *cli.Command {
 			if err != nil {
 				return err
 			}
-			cl, err := apiClient(c)
+			cl, err := sessionClient(c, id)
 			if err != nil {
 				return err
 			}

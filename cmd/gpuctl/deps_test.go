@@ -30,16 +30,20 @@ func TestDependencies(t *testing.T) {
 		self + "control":                 true, // the typed client, TLS
 		self + "errs":                    true,
 		self + "checkpoint/criu/criubin": true, // doctor: the criu binary, as a command
+		self + "registry":                true, // --registry: etcd's client, never its server
 	}
 	// Outside packages that only gpud's side needs.
 	theirs := map[string]string{
 		"go.etcd.io/bbolt":                      "the store's database",
 		"github.com/checkpoint-restore/go-criu": "CRIU's RPC messages",
-		"google.golang.org/protobuf":            "CRIU's RPC codec",
-		"github.com/klauspost/compress":         "the store's chunk compression",
-		"github.com/zeebo/blake3":               "the store's chunk digests",
-		"github.com/NVIDIA/go-nvml":             "the cuda backend",
-		"github.com/prometheus":                 "gpud's metrics",
+		// google.golang.org/protobuf comes with etcd's client (gRPC); the
+		// server, its raft and its database stay gpud's.
+		"go.etcd.io/etcd/server":        "the embedded registry server (gpud registry)",
+		"go.etcd.io/raft":               "the embedded registry server's consensus",
+		"github.com/klauspost/compress": "the store's chunk compression",
+		"github.com/zeebo/blake3":       "the store's chunk digests",
+		"github.com/NVIDIA/go-nvml":     "the cuda backend",
+		"github.com/prometheus":         "gpud's metrics",
 	}
 	for _, p := range deps {
 		if strings.HasPrefix(p, self) && !ours[p] {

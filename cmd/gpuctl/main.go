@@ -54,6 +54,7 @@ func newApp(e *env) *cli.App {
 			&cli.StringFlag{Name: "host", Usage: "gpud control API address `HOST:PORT`", EnvVars: []string{"GPUCTL_HOST"}, Value: "127.0.0.1:7071"},
 			&cli.StringFlag{Name: "token-file", Usage: "`FILE` holding the host's token (the administrator's, who sees everything) or a tenant's " +
 				"(who sees and acts on only that tenant's sessions and images)", EnvVars: []string{"GPUCTL_TOKEN_FILE"}},
+			registryFlag,
 		}, tlsFlags()...),
 		Commands: []*cli.Command{
 			sessionsCommand(e),
@@ -63,6 +64,7 @@ func newApp(e *env) *cli.App {
 			migrateCommand(e),
 			imagesCommand(e),
 			hostCommand(e),
+			hostsCommand(e),
 			doctorCommand(e),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // run() reports errors itself

@@ -20,7 +20,7 @@ func migrateCommand(e *env) *cli.Command {
 			"running where it was. Both hosts must share a token file.",
 		Flags: []cli.Flag{
 			jsonFlag,
-			&cli.StringFlag{Name: "to", Usage: "the target gpud's --api address `HOST:PORT`"},
+			&cli.StringFlag{Name: "to", Usage: "the target gpud's --api address `HOST:PORT`; with --registry also a host's name, or auto: a compatible host with room, the choice printed with its reasons"},
 		},
 		Action: func(c *cli.Context) error {
 			id, err := oneArg(c, "SESSION", "gpuctl migrate s-0123456789ab --to hostB:7071")
@@ -31,8 +31,11 @@ func migrateCommand(e *env) *cli.Command {
 			if to == "" {
 				return errs.New(errs.InvalidArgument, "", "missing --to HOST:PORT, the target gpud's --api address")
 			}
-			cl, err := apiClient(c)
+			cl, err := sessionClient(c, id)
 			if err != nil {
+				return err
+			}
+			if to, err = target(c, e, id, to, cl); err != nil {
 				return err
 			}
 			return runMigrate(c.Context, e, cl, id, to, c.Bool("json"))

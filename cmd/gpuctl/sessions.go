@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
 )
 
@@ -24,6 +25,18 @@ func sessionsCommand(e *env) *cli.Command {
 			if c.NArg() > 0 {
 				return usageError("gpuctl sessions takes no arguments")
 			}
+			reg, err := dialRegistry(c)
+			if err != nil {
+				return err
+			}
+			if reg != nil {
+				defer reg.Close()
+				list, err := clusterSessions(c, reg)
+				if err != nil {
+					return err
+				}
+				return printSessions(e, list, "the cluster", true, c.Bool("json"))
+			}
 			cl, err := apiClient(c)
 			if err != nil {
 				return err
@@ -38,11 +51,17 @@ func runSessions(ctx context.Context, e *env, cl *control.Client, asJSON bool) e
 	if err != nil {
 		return err
 	}
+	return printSessions(e, list, cl.Addr(), false, asJSON)
+}
+
+// printSessions prints a listing of where's sessions; hosts adds each
+// one's host (a cluster-wide listing).
+func printSessions(e *env, list []api.Session, where string, hosts, asJSON bool) error {
 	if asJSON {
 		return e.printJSON(list)
 	}
 	if len(list) == 0 {
-		e.printf("no sessions on %s\n", cl.Addr())
+		e.printf("no sessions on %s\n", where)
 		return nil
 	}
 	// The tenant column only where some session has a tenant.
@@ -52,6 +71,9 @@ func runSessions(ctx context.Context, e *env, cl *control.Client, asJSON bool) e
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	header := "ID\tSTATE\tCLIENT\tAGE\tMEMORY\tDEVICE"
+	if hosts {
+		header = "ID\tHOST\tSTATE\tCLIENT\tAGE\tMEMORY\tDEVICE"
+	}
 	if tenants {
 		header += "\tTENANT"
 	}
@@ -62,8 +84,14 @@ func runSessions(ctx context.Context, e *env, cl *control.Client, asJSON bool) e
 		if client == "" {
 			client = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s %s", s.ID, s.State, client, age(now.Sub(s.Created)),
-			humanBytes(s.MemBytes), s.Backend, s.Device)
+		if hosts {
+			fmt.Fprintf(tw, "%s\t", s.ID)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s %s", s.Host, s.State, client, age(now.Sub(s.Created)),
+				humanBytes(s.MemBytes), s.Backend, s.Device)
+		} else {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s %s", s.ID, s.State, client, age(now.Sub(s.Created)),
+				humanBytes(s.MemBytes), s.Backend, s.Device)
+		}
 		if tenants {
 			fmt.Fprintf(tw, "\t%s", orDash(s.Tenant))
 		}

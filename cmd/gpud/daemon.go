@@ -21,6 +21,7 @@ import (
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/migrate"
+	"github.com/gpuctl/gpuctl/registry"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/modcache"
 	"github.com/gpuctl/gpuctl/remoting/server"
@@ -53,6 +54,7 @@ type daemon struct {
 	// administrator's; --tenants adds the tenants'.
 	tenants *tenant.Set
 	quota   *worker.QuotaServer // nil without tenants
+	cluster *cluster            // nil for a standalone host (no --registry)
 }
 
 // run starts gpud and blocks until ctx ends (SIGTERM), then shuts down:
@@ -78,6 +80,14 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 	d := &daemon{cfg: cfg, log: log, audit: log.With(slog.String("log", "audit")), started: time.Now().UTC(), socketNS: migrate.SocketNamespace()}
 	if d.token, err = loadToken(cfg); err != nil {
 		return err
+	}
+	// An unreachable registry stops gpud here, before anything starts.
+	var reg *registry.Client
+	if cfg.registry != "" {
+		if reg, err = dialRegistry(ctx, cfg.registry, log); err != nil {
+			return err
+		}
+		defer reg.Close()
 	}
 	d.tenants = tenant.NewSet(d.token)
 	if cfg.tenants != "" {
@@ -167,6 +177,9 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 	}
 	defer func() { stopQuota(); <-quotaDone }()
 
+	if reg != nil {
+		d.cluster = d.newCluster(reg)
+	}
 	if d.routes, err = d.routers(); err != nil {
 		return err
 	}
@@ -195,6 +208,11 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 		Metrics: server.NewMetrics(d.registry), Log: log, TLS: d.apiTLS, KernelTLS: cfg.kernelTLS}
 	clientDone := make(chan error, 1)
 	go func() { clientDone <- listener.Serve(ctx, clientLn) }()
+	if d.cluster != nil {
+		if err := d.cluster.join(ctx, d, advertised(cfg.listen, ""), cfg.api); err != nil {
+			return err
+		}
+	}
 	log.Info("gpud ready", "listen", clientLn.Addr().String(), "api", apiLn.Addr().String(), "api_tls", d.apiTLS != nil, "peer_tls", d.peerTLS != nil, "listen_tls", d.apiTLS != nil, "backend", name,
 		"gpus", len(d.host.GPUs), "state_dir", cfg.stateDir, "name", cfg.name, "tenants", d.tenants.Len())
 

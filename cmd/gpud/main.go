@@ -28,6 +28,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "worker" {
 		os.Exit(worker.Main(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "registry" {
+		os.Exit(registryMain(os.Args[2:], os.Stderr))
+	}
 	cfg, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
@@ -64,6 +67,9 @@ type config struct {
 	// records where it can (kTLS).
 	tlsCert, tlsKey, tlsCA string
 	kernelTLS              bool
+	// registry: comma-separated etcd client URLs; empty: a standalone
+	// host (docs/cluster.md).
+	registry string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -88,9 +94,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.tlsKey, "tls-key", "", "the PEM private key `FILE` of --tls-cert")
 	fs.StringVar(&c.tlsCA, "tls-ca", "", "PEM CA bundle `FILE` to verify peers' API certificates with; when set, migrations reach targets over HTTPS")
 	fs.BoolVar(&c.kernelTLS, "kernel-tls", true, "with --tls-cert, let the kernel encrypt --listen's traffic (kTLS) where it has TLS offload; false keeps it in gpud's workers")
+	fs.StringVar(&c.registry, "registry", os.Getenv("GPUD_REGISTRY"), "comma-separated etcd client `URLS` of the cluster registry (default: GPUD_REGISTRY; empty: a standalone host)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gpud --listen HOST:PORT --api HOST:PORT --state-dir DIR [--backend auto|emulated|cuda] [--token-file FILE] [--tenants FILE] [--name NAME] [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]")
+		fmt.Fprintln(stderr, "usage: gpud --listen HOST:PORT --api HOST:PORT --state-dir DIR [--backend auto|emulated|cuda] [--token-file FILE] [--tenants FILE] [--name NAME] [--tls-cert FILE --tls-key FILE] [--tls-ca FILE] [--registry URLS]\n       gpud registry --data-dir DIR --listen HOST:PORT")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -57,9 +57,13 @@ func (d *daemon) routers() ([]router, error) {
 		Log:      d.log,
 		OnStep:   func(step string, took time.Duration) { d.metrics.ObserveStep(step, took) },
 	}
+	var rstore restore.Store = imgs
+	if d.cluster != nil {
+		rstore = fencedStore{imgs, d.cluster} // the registry must let this host run the session
+	}
 	rst := &restore.Service{
 		Restorer: &restore.Restorer{
-			WorkDir: work, CRIU: crOpts, Store: imgs, Resumer: resumer, Reattach: d.manager,
+			WorkDir: work, CRIU: crOpts, Store: rstore, Resumer: resumer, Reattach: d.manager,
 			Backend: d.workerOp.Backend, Log: d.log,
 		},
 		Sessions: d.manager,

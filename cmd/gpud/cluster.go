@@ -1,0 +1,379 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/images"
+	"github.com/gpuctl/gpuctl/migrate"
+	"github.com/gpuctl/gpuctl/registry"
+	"github.com/gpuctl/gpuctl/registry/embedded"
+	"github.com/gpuctl/gpuctl/session"
+	"github.com/gpuctl/gpuctl/store"
+)
+
+// registryMain is `gpud registry`: a single-member embedded etcd that
+// gpuds and gpuctl point --registry at.
+func registryMain(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("gpud registry", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c embedded.Config
+	fs.StringVar(&c.DataDir, "data-dir", "", "`DIR` for etcd's data (required; not a gpud --state-dir)")
+	fs.StringVar(&c.Listen, "listen", "", "client `HOST:PORT`, what --registry names (required)")
+	fs.StringVar(&c.Peer, "peer", "", "peer `HOST:PORT` (default: --listen's port + 1)")
+	fs.StringVar(&c.Metrics, "metrics", "", "`HOST:PORT` to serve etcd's own Prometheus metrics on (default: none)")
+	fs.Int64Var(&c.QuotaBytes, "quota-bytes", embedded.DefaultQuotaBytes, "etcd's backend space quota, in bytes")
+	fs.DurationVar(&c.Compaction, "compaction", embedded.DefaultCompaction, "history kept by periodic auto-compaction")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: gpud registry --data-dir DIR --listen HOST:PORT [--peer HOST:PORT] [--metrics HOST:PORT] [--quota-bytes N] [--compaction DURATION]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if c.DataDir == "" || c.Listen == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "gpud registry: --data-dir and --listen are required, and nothing else; see gpud registry --help")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	srv, err := embedded.Start(ctx, c)
+	if err != nil {
+		fmt.Fprintln(stderr, "gpud registry:", err)
+		return 1
+	}
+	defer srv.Close()
+	fmt.Fprintf(stderr, "gpud registry ready: --registry %s (data in %s, quota %d bytes)\n", srv.Endpoint(), c.DataDir, c.QuotaBytes)
+	select {
+	case <-ctx.Done():
+		return 0
+	case err := <-srv.Err():
+		fmt.Fprintln(stderr, "gpud registry:", err)
+		return 1
+	}
+}
+
+// cluster is a gpud's membership of a cluster: its registry client, its
+// lease, and the sessions whose ownership it keeps in step.
+type cluster struct {
+	r      *registry.Client
+	member *registry.Member
+	host   string
+	log    *slog.Logger
+	store  *store.Store
+
+	mu sync.Mutex
+	// claimed are sessions this host made live in the registry that a
+	// restore may not have brought up: the reconciler sets them not live
+	// when no worker serves them here.
+	claimed map[string]bool
+
+	fencedTotal prometheus.Counter
+}
+
+// dialRegistry connects to --registry; an unreachable one fails start-up.
+func dialRegistry(ctx context.Context, endpoints string, log *slog.Logger) (*registry.Client, error) {
+	eps, err := registry.ParseEndpoints(endpoints)
+	if err != nil {
+		return nil, err
+	}
+	return registry.Dial(ctx, eps, registry.Options{Log: log})
+}
+
+// newCluster is this host's side of the cluster, before it joins.
+func (d *daemon) newCluster(r *registry.Client) *cluster {
+	c := &cluster{r: r, host: d.cfg.name, log: d.log, store: d.store, claimed: map[string]bool{},
+		fencedTotal: prometheus.NewCounter(prometheus.CounterOpts{Name: "gpud_registry_fenced_total",
+			Help: "Ownership changes and restores refused because another host owns the session, or the token was stale."})}
+	d.registry.MustRegister(c.fencedTotal)
+	return c
+}
+
+// join registers this host and keeps it registered, and keeps the
+// registry's ownership records in step with the sessions here, until ctx
+// ends.
+func (c *cluster) join(ctx context.Context, d *daemon, listen, apiAddr string) error {
+	r := c.r
+	h := registry.Host{Name: d.cfg.name, API: apiAddr, Listen: listen, Backend: d.host.Backend, Driver: d.host.DriverVersion,
+		GPUs: d.host.GPUs, Version: version, Started: d.started}
+	m, err := r.Join(ctx, h, registry.DefaultTTL, func(ctx context.Context) registry.Host {
+		ss := d.manager.List(ctx)
+		live := 0
+		for _, s := range ss {
+			if s.State != session.Stopped {
+				live++
+			}
+		}
+		return registry.Host{MemFreeBytes: d.memFree(ss), StoreBytes: storeBytes(d.cfg.stateDir), Sessions: live}
+	})
+	if err != nil {
+		return err
+	}
+	c.member = m
+	connected := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpud_registry_connected",
+		Help: "1 while this host's registry lease is being renewed, 0 while the registry is unreachable."},
+		func() float64 {
+			if m.Connected() {
+				return 1
+			}
+			return 0
+		})
+	d.registry.MustRegister(connected)
+	go m.Run(ctx)
+	go c.reconcile(ctx, d.manager)
+	return nil
+}
+
+// storeBytes is the size of the chunk store's packs.
+func storeBytes(stateDir string) int64 {
+	var n int64
+	entries, _ := os.ReadDir(stateDir + "/blobs/packs")
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+// need refuses a cluster-wide operation while the registry is away.
+func (c *cluster) need(subject, what string) error {
+	if c.member == nil || !c.member.Connected() {
+		return errs.New(errs.Unavailable, subject, "%s needs the cluster registry, which this host cannot reach now; sessions here go on, retry when it is back", what)
+	}
+	return nil
+}
+
+// admitRestore decides, before anything is restored, whether this host
+// may run session id from image, and makes it the live owner if so:
+//   - a session the registry does not know is claimed;
+//   - one this host owns is marked live;
+//   - one another host owns but does not run (it is in an image: a
+//     preempted or migrated-away session, or one whose host died after
+//     checkpointing it) is taken over;
+//   - one live on another host is refused: restoring it here would run it
+//     twice (migrate it instead).
+func (c *cluster) admitRestore(ctx context.Context, id, image string) error {
+	subject := errs.Session(id)
+	if err := c.need(subject, "a restore"); err != nil {
+		return err
+	}
+	cur, err := c.r.Owner(ctx, id)
+	switch {
+	case errs.IsNotFound(err):
+		if _, err = c.r.Claim(ctx, id, c.host, true, image); err != nil {
+			return c.refused(err)
+		}
+	case err != nil:
+		return errs.Wrap(err, errs.Unavailable, subject, "restore refused: the registry cannot say who owns it")
+	case cur.Host != c.host && cur.Live:
+		c.fencedTotal.Inc()
+		c.log.Warn("restore refused: session live on another host", "session", id, "owner", cur.Host, "token", cur.Token, "image", image)
+		return errs.New(errs.FailedPrecondition, subject, "fenced: live on host %s (token %d); restoring it here would run it twice: migrate it from there, or checkpoint it there first", cur.Host, cur.Token)
+	default:
+		if cur.Host != c.host {
+			c.log.Info("taking over a session from its image", "session", id, "from", cur.Host, "token", cur.Token, "image", image)
+		}
+		if _, err := c.r.Transfer(ctx, id, cur.Host, c.host, cur.Token, true, image); err != nil {
+			return c.refused(err)
+		}
+	}
+	c.mu.Lock()
+	c.claimed[id] = true
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *cluster) refused(err error) error {
+	if errs.IsFailedPrecondition(err) || errs.IsAlreadyExists(err) {
+		c.fencedTotal.Inc()
+	}
+	return err
+}
+
+// Handover is migrate.Fence: the target becomes the owner, not live yet.
+func (c *cluster) Handover(ctx context.Context, id, to, image string) error {
+	if err := c.need(errs.Session(id), "a migration"); err != nil {
+		return err
+	}
+	if to == "" {
+		return errs.New(errs.FailedPrecondition, errs.Session(id), "the target does not report its --name; it cannot own the session in the registry")
+	}
+	cur, err := c.owned(ctx, id)
+	if err != nil {
+		return err
+	}
+	_, err = c.r.Transfer(ctx, id, c.host, to, cur.Token, false, image)
+	return c.refused(err)
+}
+
+// Reclaim is migrate.Fence: take the session back from a target that did
+// not restore it. A target that did (its restore marked it live) keeps it.
+func (c *cluster) Reclaim(ctx context.Context, id, to string) error {
+	cur, err := c.r.Owner(ctx, id)
+	if err != nil {
+		return err
+	}
+	if cur.Host != to || cur.Live {
+		c.fencedTotal.Inc()
+		return errs.New(errs.FailedPrecondition, errs.Session(id), "fenced: owned by host %s (live %v, token %d) now; it stays there", cur.Host, cur.Live, cur.Token)
+	}
+	_, err = c.r.Transfer(ctx, id, to, c.host, cur.Token, true, cur.Image)
+	return c.refused(err)
+}
+
+// owned reads the record of a session this host runs, claiming it when
+// the registry has none yet (the reconciler has not run since it began).
+func (c *cluster) owned(ctx context.Context, id string) (registry.Owner, error) {
+	cur, err := c.r.Owner(ctx, id)
+	if errs.IsNotFound(err) {
+		return c.r.Claim(ctx, id, c.host, true, "")
+	}
+	if err != nil {
+		return cur, err
+	}
+	if cur.Host != c.host {
+		c.fencedTotal.Inc()
+		return cur, errs.New(errs.FailedPrecondition, errs.Session(id), "fenced: owned by host %s (token %d), not this host", cur.Host, cur.Token)
+	}
+	return cur, nil
+}
+
+// reconcileEvery is how often the ownership records are brought in step.
+const reconcileEvery = 2 * time.Second
+
+// reconcile keeps the registry's records of this host's sessions true:
+// a live session the registry does not know is claimed; one it records
+// as live here that has stopped (checkpointed, preempted, its restore
+// failed) is recorded as in its latest image; and a live session here
+// that another host owns is ended, since only the owner may serve it.
+func (c *cluster) reconcile(ctx context.Context, m *session.Manager) {
+	t := time.NewTicker(reconcileEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !c.member.Connected() {
+			continue
+		}
+		c.reconcileOnce(ctx, m)
+	}
+}
+
+func (c *cluster) reconcileOnce(ctx context.Context, m *session.Manager) {
+	ctx, cancel := context.WithTimeout(ctx, reconcileEvery)
+	defer cancel()
+	seen := map[string]bool{}
+	for _, s := range m.List(ctx) {
+		seen[s.ID] = true
+		switch s.State {
+		case session.Running, session.Detached:
+		case session.Stopped:
+			c.stopped(ctx, s.ID)
+			continue
+		default:
+			continue // a checkpoint or migration is deciding
+		}
+		cur, err := c.r.Owner(ctx, s.ID)
+		switch {
+		case errs.IsNotFound(err):
+			if _, err := c.r.Claim(ctx, s.ID, c.host, true, ""); err != nil && !errs.IsAlreadyExists(err) {
+				c.log.Debug("registry: claim failed", "session", s.ID, "err", err)
+			}
+		case err != nil:
+		case cur.Host != c.host:
+			c.fencedTotal.Inc()
+			c.log.Error("fenced: a session runs here that another host owns; ending it here", "session", s.ID, "owner", cur.Host, "token", cur.Token)
+			m.Fence(s.ID, fmt.Sprintf("fenced: owned by host %s at token %d", cur.Host, cur.Token))
+		case !cur.Live:
+			_, _ = c.r.Transfer(ctx, s.ID, c.host, c.host, cur.Token, true, cur.Image)
+		}
+	}
+	c.mu.Lock()
+	var gone []string
+	for id := range c.claimed {
+		if !seen[id] {
+			gone = append(gone, id)
+		}
+		delete(c.claimed, id)
+	}
+	c.mu.Unlock()
+	for _, id := range gone {
+		c.stopped(ctx, id)
+	}
+}
+
+// stopped records a session this host owns and no longer runs as living
+// in its latest image here.
+func (c *cluster) stopped(ctx context.Context, id string) {
+	cur, err := c.r.Owner(ctx, id)
+	if err != nil || cur.Host != c.host || !cur.Live {
+		return
+	}
+	img := latestImage(ctx, c.store, id)
+	if img == "" {
+		img = cur.Image
+	}
+	_, _ = c.r.Transfer(ctx, id, c.host, c.host, cur.Token, false, img)
+}
+
+// latestImage is the newest image of a session in the store, or "".
+func latestImage(ctx context.Context, st *store.Store, id string) string {
+	list, err := images.List(ctx, st)
+	if err != nil {
+		return ""
+	}
+	var best string
+	var at time.Time
+	for _, im := range list {
+		if im.Session == id && im.Created.After(at) {
+			best, at = im.ID, im.Created
+		}
+	}
+	return best
+}
+
+// fencedStore is the host store as a clustered host's restores read it:
+// an image is checked out only once the registry lets this host run its
+// session (cluster.admitRestore), before CRIU runs.
+type fencedStore struct {
+	imageStore
+	c *cluster
+}
+
+func (s fencedStore) Checkout(ctx context.Context, id, dir string) (*images.Manifest, error) {
+	m, err := images.Get(ctx, s.st, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.c.admitRestore(ctx, m.Session, id); err != nil {
+		return nil, errs.Wrap(err, errs.KindOf(err), errs.Image(id), "restore")
+	}
+	return s.imageStore.Checkout(ctx, id, dir)
+}
+
+// fence is the migration's view of the cluster; nil when standalone.
+func (d *daemon) fence() migrate.Fence {
+	if d.cluster == nil {
+		return nil
+	}
+	return d.cluster
+}
