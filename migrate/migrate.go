@@ -96,6 +96,9 @@ type Service struct {
 	// it, and a failed migration takes it back before the session may
 	// resume here.
 	Fence Fence
+	// OnMigrated, when set, is told of each migration that succeeded
+	// (for metrics).
+	OnMigrated func(*api.MigrateReply)
 	// PrecheckTimeout bounds the target's health check; zero means 3 s.
 	PrecheckTimeout time.Duration
 	Log             *slog.Logger
@@ -278,6 +281,9 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 		s.log().Warn("session record not updated after migration", "session", id, "err", err)
 	}
 	res.DurationMS = time.Since(t0).Milliseconds()
+	if s.OnMigrated != nil {
+		s.OnMigrated(res)
+	}
 	s.log().Info("session migrated", "session", id, "to", to, "downtime_ms", res.DowntimeMS, "sent_bytes", res.SentBytes)
 	return res, nil
 }

@@ -161,9 +161,14 @@ func clusterSessions(c *cli.Context, reg *registry.Client) ([]api.Session, error
 			out = append(out, api.Session{ID: o.Session, State: "stopped", Host: o.Host})
 		}
 	}
-	// A session a migration left stopped on its old host shows once: live
-	// copies first.
-	sort.SliceStable(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	// A session a migration left stopped on its old host shows once: the
+	// live copy wins.
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].ID != out[j].ID {
+			return out[i].ID < out[j].ID
+		}
+		return out[i].State != "stopped" && out[j].State == "stopped"
+	})
 	dedup := out[:0]
 	for i, s := range out {
 		if i > 0 && out[i-1].ID == s.ID {
@@ -204,9 +209,14 @@ func target(c *cli.Context, e *env, id, to string, src *control.Client) (string,
 	if err != nil {
 		return "", err
 	}
-	e.printf("placing %s on %s: %s\n", id, p.host.Name, p.why)
+	// With --json the reply alone goes to stdout.
+	out := e.stdout
+	if c.Bool("json") {
+		out = e.stderr
+	}
+	fmt.Fprintf(out, "placing %s on %s: %s\n", id, p.host.Name, p.why)
 	for _, r := range p.others {
-		e.printf("  not %s\n", r)
+		fmt.Fprintf(out, "  not %s\n", r)
 	}
 	return p.host.API, nil
 }

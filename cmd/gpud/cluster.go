@@ -13,8 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/migrate"
@@ -83,7 +82,7 @@ type cluster struct {
 	// when no worker serves them here.
 	claimed map[string]bool
 
-	fencedTotal prometheus.Counter
+	metrics *opsMetrics
 }
 
 // dialRegistry connects to --registry; an unreachable one fails start-up.
@@ -97,11 +96,7 @@ func dialRegistry(ctx context.Context, endpoints string, log *slog.Logger) (*reg
 
 // newCluster is this host's side of the cluster, before it joins.
 func (d *daemon) newCluster(r *registry.Client) *cluster {
-	c := &cluster{r: r, host: d.cfg.name, log: d.log, store: d.store, claimed: map[string]bool{},
-		fencedTotal: prometheus.NewCounter(prometheus.CounterOpts{Name: "gpud_registry_fenced_total",
-			Help: "Ownership changes and restores refused because another host owns the session, or the token was stale."})}
-	d.registry.MustRegister(c.fencedTotal)
-	return c
+	return &cluster{r: r, host: d.cfg.name, log: d.log, store: d.store, claimed: map[string]bool{}, metrics: d.ops}
 }
 
 // join registers this host and keeps it registered, and keeps the
@@ -125,15 +120,6 @@ func (c *cluster) join(ctx context.Context, d *daemon, listen, apiAddr string) e
 		return err
 	}
 	c.member = m
-	connected := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpud_registry_connected",
-		Help: "1 while this host's registry lease is being renewed, 0 while the registry is unreachable."},
-		func() float64 {
-			if m.Connected() {
-				return 1
-			}
-			return 0
-		})
-	d.registry.MustRegister(connected)
 	go m.Run(ctx)
 	go c.reconcile(ctx, d.manager)
 	return nil
@@ -182,7 +168,7 @@ func (c *cluster) admitRestore(ctx context.Context, id, image string) error {
 	case err != nil:
 		return errs.Wrap(err, errs.Unavailable, subject, "restore refused: the registry cannot say who owns it")
 	case cur.Host != c.host && cur.Live:
-		c.fencedTotal.Inc()
+		c.metrics.fenced.Inc()
 		c.log.Warn("restore refused: session live on another host", "session", id, "owner", cur.Host, "token", cur.Token, "image", image)
 		return errs.New(errs.FailedPrecondition, subject, "fenced: live on host %s (token %d); restoring it here would run it twice: migrate it from there, or checkpoint it there first", cur.Host, cur.Token)
 	default:
@@ -201,7 +187,7 @@ func (c *cluster) admitRestore(ctx context.Context, id, image string) error {
 
 func (c *cluster) refused(err error) error {
 	if errs.IsFailedPrecondition(err) || errs.IsAlreadyExists(err) {
-		c.fencedTotal.Inc()
+		c.metrics.fenced.Inc()
 	}
 	return err
 }
@@ -230,7 +216,7 @@ func (c *cluster) Reclaim(ctx context.Context, id, to string) error {
 		return err
 	}
 	if cur.Host != to || cur.Live {
-		c.fencedTotal.Inc()
+		c.metrics.fenced.Inc()
 		return errs.New(errs.FailedPrecondition, errs.Session(id), "fenced: owned by host %s (live %v, token %d) now; it stays there", cur.Host, cur.Live, cur.Token)
 	}
 	_, err = c.r.Transfer(ctx, id, to, c.host, cur.Token, true, cur.Image)
@@ -248,7 +234,7 @@ func (c *cluster) owned(ctx context.Context, id string) (registry.Owner, error) 
 		return cur, err
 	}
 	if cur.Host != c.host {
-		c.fencedTotal.Inc()
+		c.metrics.fenced.Inc()
 		return cur, errs.New(errs.FailedPrecondition, errs.Session(id), "fenced: owned by host %s (token %d), not this host", cur.Host, cur.Token)
 	}
 	return cur, nil
@@ -271,10 +257,14 @@ func (c *cluster) reconcile(ctx context.Context, m *session.Manager) {
 			return
 		case <-t.C:
 		}
+		c.metrics.storeSize.Set(float64(storeBytes(c.store.Dir())))
 		if !c.member.Connected() {
+			c.metrics.connected.Set(0)
 			continue
 		}
+		c.metrics.connected.Set(1)
 		c.reconcileOnce(ctx, m)
+		c.readCluster(ctx)
 	}
 }
 
@@ -300,7 +290,7 @@ func (c *cluster) reconcileOnce(ctx context.Context, m *session.Manager) {
 			}
 		case err != nil:
 		case cur.Host != c.host:
-			c.fencedTotal.Inc()
+			c.metrics.fenced.Inc()
 			c.log.Error("fenced: a session runs here that another host owns; ending it here", "session", s.ID, "owner", cur.Host, "token", cur.Token)
 			m.Fence(s.ID, fmt.Sprintf("fenced: owned by host %s at token %d", cur.Host, cur.Token))
 		case !cur.Live:
@@ -318,6 +308,28 @@ func (c *cluster) reconcileOnce(ctx context.Context, m *session.Manager) {
 	c.mu.Unlock()
 	for _, id := range gone {
 		c.stopped(ctx, id)
+	}
+}
+
+// readCluster updates the cluster gauges.
+func (c *cluster) readCluster(ctx context.Context) {
+	if hs, err := c.r.Hosts(ctx); err == nil {
+		n := map[string]int{}
+		for _, h := range hs {
+			n[h.State]++
+		}
+		for _, st := range []string{registry.StateUp, registry.StateDown} {
+			c.metrics.hosts.WithLabelValues(st).Set(float64(n[st]))
+		}
+	}
+	if os, err := c.r.Owners(ctx); err == nil {
+		n := 0
+		for _, o := range os {
+			if o.Host == c.host {
+				n++
+			}
+		}
+		c.metrics.owned.Set(float64(n))
 	}
 }
 
@@ -376,4 +388,28 @@ func (d *daemon) fence() migrate.Fence {
 		return nil
 	}
 	return d.cluster
+}
+
+// sessionTable is the session table as the checkpoint service and
+// migration use it: on a clustered host, a session released into its
+// image is recorded so in the registry at once, so that another host may
+// take it over from a copy of the image even if this host dies next.
+func (d *daemon) sessionTable() checkpoint.Sessions {
+	if d.cluster == nil {
+		return d.manager
+	}
+	return clusterTable{d.manager, d.cluster}
+}
+
+type clusterTable struct {
+	*session.Manager
+	c *cluster
+}
+
+func (t clusterTable) Released(id string) error {
+	err := t.Manager.Released(id)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	t.c.stopped(ctx, id)
+	return err
 }

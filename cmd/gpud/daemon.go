@@ -55,6 +55,7 @@ type daemon struct {
 	tenants *tenant.Set
 	quota   *worker.QuotaServer // nil without tenants
 	cluster *cluster            // nil for a standalone host (no --registry)
+	ops     *opsMetrics
 }
 
 // run starts gpud and blocks until ctx ends (SIGTERM), then shuts down:
@@ -155,6 +156,7 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 	d.registry = prometheus.NewRegistry()
 	d.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d.metrics = session.NewMetrics(d.registry)
+	d.ops = newOpsMetrics(d.registry)
 	scfg := session.Config{
 		Host: cfg.name, Grace: cfg.grace, Worker: d.workerOp, Records: d.store,
 		Reaper: d.reaper, Metrics: d.metrics, Log: log, Tenants: d.tenants,

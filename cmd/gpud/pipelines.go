@@ -53,7 +53,7 @@ func (d *daemon) routers() ([]router, error) {
 			WorkDir: work, CRIU: crOpts, Suspender: suspender, Store: imgs, Reattach: d.manager,
 			Host: d.cfg.name, Backend: d.workerOp.Backend, Driver: d.host.DriverVersion, GPUs: gpus, Log: d.log,
 		},
-		Sessions: d.manager,
+		Sessions: d.sessionTable(),
 		Log:      d.log,
 		OnStep:   func(step string, took time.Duration) { d.metrics.ObserveStep(step, took) },
 	}

@@ -36,7 +36,7 @@ func (d *daemon) transferRouters(ckpt *checkpoint.Service, rst *restore.Service,
 			}
 			return migrate.Tenancy{}, errs.New(errs.NotFound, errs.Session(id), "no such session on this host")
 		},
-		Fence: d.fence(),
+		Fence: d.fence(), OnMigrated: d.ops.migrated,
 		RestoreHere: func(ctx context.Context, image string) error {
 			_, err := rst.Restore(ctx, image)
 			return err

@@ -1,0 +1,173 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpuctl/gpuctl/e2e/harness"
+)
+
+// TestCluster runs three hosts on the embedded registry (its own
+// namespace): the hosts register and show up; a running session is
+// migrated with --to auto, which picks one of the other two and says why;
+// checkpointed there through the registry; its image copied to the third
+// host; the host holding it SIGKILLed and shown down within 20 s; the
+// session restored on the third host, which takes it over from its image,
+// while a restore of the same image elsewhere is fenced; and the client,
+// whose session's address the third host takes over, finishes with the
+// unmigrated result.
+func TestCluster(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("the end-to-end tests compile their client with gcc; run make deps")
+	}
+	c := harness.New(t)
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte(fmt.Sprintf("e2e-%d\n", time.Now().UnixNano())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	regNode := c.NewNode("reg")
+	regURL := "http://" + regNode.IP + ":2379"
+	reg := regNode.Command(context.Background(), c.Build.Gpud, "registry", "--data-dir", t.TempDir(), "--listen", regNode.IP+":2379")
+	var regOut strings.Builder
+	reg.Stdout, reg.Stderr = &regOut, &regOut
+	if err := reg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = reg.Process.Signal(syscall.SIGTERM)
+		_ = reg.Wait()
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(regOut.String(), "ready") {
+		if time.Now().After(deadline) {
+			t.Fatalf("gpud registry did not come up: %s", regOut.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	opts := harness.HostOptions{TokenFile: tok, Args: []string{"--registry", regURL, "--listen", "0.0.0.0:" + harness.ListenPort},
+		GpuctlEnv: []string{"GPUCTL_REGISTRY=" + regURL}}
+	w := &world{t: t, c: c}
+	w.a = c.NewHost("a", opts)
+	hosts := map[string]*harness.Host{"a": w.a, "b": c.NewHost("b", opts), "c": c.NewHost("c", opts)}
+	w.client = c.NewNode("client")
+	w.stateful = c.CompileC(filepath.Join(c.Build.Root, "e2e/cprogs/stateful.c"))
+	w.env = []string{"GPUCTL_PTX_DIR=" + filepath.Join(c.Build.Root, "e2e/kernels/ptx")}
+	w.requireRoutes(w.a)
+
+	type hostRow struct {
+		Name  string `json:"name"`
+		State string `json:"state"`
+		API   string `json:"api"`
+	}
+	states := func() map[string]string {
+		var hs []hostRow
+		w.ctlJSON(w.a, &hs, "hosts")
+		out := map[string]string{}
+		for _, h := range hs {
+			out[h.Name] = h.State
+		}
+		return out
+	}
+	if got := states(); got["a"] != "up" || got["b"] != "up" || got["c"] != "up" {
+		t.Fatalf("hosts: %v, want a, b and c up", got)
+	}
+	where := func(id string) (host, state string) {
+		var ss []struct {
+			ID    string `json:"id"`
+			Host  string `json:"host"`
+			State string `json:"state"`
+		}
+		w.ctlJSON(w.a, &ss, "sessions")
+		for _, s := range ss {
+			if s.ID == id {
+				return s.Host, s.State
+			}
+		}
+		return "", ""
+	}
+
+	want := w.reference()
+	old := w.sessions(w.a)
+	run := w.start(w.a, w.stateful, wlMiB, wlSteps, wlSleep)
+	s := w.session(w.a, old...)
+	time.Sleep(time.Second)
+
+	// Placement: b and c are alike and hold none of the session's
+	// images; either will do, and the choice is explained.
+	out, err := w.ctl(w.a, "migrate", s.ID, "--to", "auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "placing "+s.ID+" on ") || !strings.Contains(out, "free") {
+		t.Errorf("migrate --to auto did not say where and why: %q", out)
+	}
+	xName, st := where(s.ID)
+	if (xName != "b" && xName != "c") || st == "stopped" {
+		t.Fatalf("after migrate --to auto the session is on %q (%s):\n%s", xName, st, out)
+	}
+	t.Logf("migrate --to auto: %s", strings.TrimSpace(out))
+	x := hosts[xName]
+	yName := map[string]string{"b": "c", "c": "b"}[xName]
+	y := hosts[yName]
+
+	// Preempt it on x through the registry, and keep a copy of its image
+	// on y.
+	time.Sleep(500 * time.Millisecond)
+	var ck checkpointResult
+	w.ctlJSON(w.a, &ck, "checkpoint", s.ID)
+	file := filepath.Join(t.TempDir(), "session.img")
+	if _, err := w.ctl(x, "images", "export", ck.Image, file); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []*harness.Host{y, w.a} {
+		if _, err := w.ctl(h, "images", "import", file); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	x.Kill()
+	t0 := time.Now()
+	for states()[xName] != "down" {
+		if time.Since(t0) > 20*time.Second {
+			t.Fatalf("%s not down 20 s after SIGKILL", xName)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Logf("%s down %v after SIGKILL", xName, time.Since(t0).Round(100*time.Millisecond))
+
+	// y takes the session over from its image; a is then fenced.
+	var rs struct {
+		Session string `json:"session"`
+	}
+	w.ctlJSON(y, &rs, "restore", ck.Image)
+	if rs.Session != s.ID {
+		t.Fatalf("restored %q, want %q", rs.Session, s.ID)
+	}
+	if _, err := w.ctl(w.a, "restore", ck.Image); err == nil || !strings.Contains(err.Error(), "fenced") || !strings.Contains(err.Error(), yName) {
+		t.Errorf("restore of the session's image on a while it is live on %s: %v, want fenced", yName, err)
+	}
+	if h, st := where(s.ID); h != yName || st == "stopped" {
+		t.Errorf("the registry has the session on %q (%s), want %s", h, st, yName)
+	}
+
+	// The client knows x's address only: y takes it over.
+	for _, args := range [][]string{
+		{"-n", y.NS, "addr", "add", x.IP + "/24", "dev", "eth0"},
+		{"-n", w.client.NS, "neigh", "flush", "all"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	if got := w.result(<-run); got != want {
+		t.Errorf("run migrated, preempted and resumed elsewhere: %q, unmigrated: %q", got, want)
+	}
+}
