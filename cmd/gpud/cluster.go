@@ -349,6 +349,9 @@ func (c *cluster) stopped(ctx context.Context, id string) {
 
 // latestImage is the newest image of a session in the store, or "".
 func latestImage(ctx context.Context, st *store.Store, id string) string {
+	if st == nil {
+		return ""
+	}
 	list, err := images.List(ctx, st)
 	if err != nil {
 		return ""

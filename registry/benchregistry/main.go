@@ -79,7 +79,9 @@ func run(nHosts, nSessions, nWorkers int, dur, ttl time.Duration) error {
 		}
 		var n atomic.Uint64
 		m, err := c.Join(ctx, registry.Host{Name: name, API: name + ":7071", Backend: "cuda"}, ttl,
-			func(context.Context) registry.Host { return registry.Host{MemFreeBytes: 80<<30 - n.Add(1)<<20, Sessions: nSessions / nHosts} })
+			func(context.Context) registry.Host {
+				return registry.Host{MemFreeBytes: 80<<30 - n.Add(1)<<20, Sessions: nSessions / nHosts}
+			})
 		if err != nil {
 			return err
 		}

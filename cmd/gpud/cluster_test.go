@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/gpuctl/gpuctl/registry"
+	"github.com/gpuctl/gpuctl/registry/registrytest"
+)
+
+// node is one host's side of the cluster, with its own registry
+// connection (which a partition closes).
+type node struct {
+	name string
+	c    *cluster
+	conn *registry.Client
+	live bool // a worker serves the session here
+}
+
+func newNode(t *testing.T, ep, name string) *node {
+	t.Helper()
+	conn, err := registry.Dial(context.Background(), []string{ep}, registry.Options{DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	m, err := conn.Join(context.Background(), registry.Host{Name: name}, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &node{name: name, conn: conn, c: &cluster{r: conn, member: m, host: name, log: slog.New(slog.DiscardHandler),
+		claimed: map[string]bool{}, metrics: newOpsMetrics(nil)}}
+}
+
+// TestMigrationFaults drives a migration's ownership protocol — the calls
+// migrate.Service makes through its Fence and the target's restore makes
+// through admitRestore — between real registry clients, and at each step
+// kills the source (it stops acting: no undo), partitions it from the
+// registry (it goes on, but every registry call of its fails), or the
+// target fails to restore. Then it checks the invariant: never
+// two live copies; and, after the operator's recovery (restore the
+// session's image wherever the registry allows), exactly one.
+func TestMigrationFaults(t *testing.T) {
+	ep := registrytest.Start(t)
+	steps := []string{"precheck", "freeze", "push", "transfer", "restore", "moved"}
+	for si, step := range steps {
+		for _, fault := range []string{"kill", "partition", "target-fails"} {
+			t.Run(step+"/"+fault, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				id := fmt.Sprintf("s-%012x", time.Now().UnixNano()&0xffffffffffff)
+				a, b := newNode(t, ep, "a-"+id), newNode(t, ep, "b-"+id)
+				const image = "img-0000000000aa"
+				if err := a.c.admitRestore(ctx, id, image); err != nil { // a runs the session
+					t.Fatal(err)
+				}
+				a.live = true
+				check := func(when string) {
+					t.Helper()
+					if a.live && b.live {
+						t.Fatalf("%s: the session is live on both hosts", when)
+					}
+				}
+
+				// The migration, with the source faulted at step si.
+				frozen, transferred, restored := false, false, false
+				faulted := false
+				for i, s := range steps {
+					if i == si && fault == "kill" {
+						faulted = true
+						break
+					}
+					if i == si && fault == "partition" {
+						// a goes on with the migration, but can no longer
+						// reach the registry.
+						faulted = true
+						a.conn.Close()
+					}
+					var err error
+					switch s {
+					case "freeze":
+						frozen, a.live = true, false
+					case "transfer":
+						err = a.c.Handover(ctx, id, b.name, image)
+						transferred = err == nil
+					case "restore":
+						if i == si && fault == "target-fails" {
+							err = fmt.Errorf("restore failed on the target")
+							break
+						}
+						if err = b.c.admitRestore(ctx, id, image); err == nil {
+							b.live, restored = true, true
+						}
+					}
+					check("after " + s)
+					if err != nil {
+						// The source's undo: take ownership back before
+						// resuming; if that cannot be confirmed, stay down.
+						if transferred {
+							if rerr := a.c.Reclaim(ctx, id, b.name); rerr != nil {
+								break
+							}
+						}
+						if frozen {
+							a.live = true
+						}
+						break
+					}
+				}
+				check("after the fault")
+				_ = restored
+
+				// A killed source comes back from its state dir: its
+				// session is stopped there, and the reconciler records it
+				// as in its image if the registry still has it live there.
+				if faulted && fault == "kill" {
+					a.live = false
+					a.c.stopped(ctx, id)
+				}
+				check("after restart")
+
+				// Recovery: if nothing runs, restore the image on each
+				// host in turn; the registry lets exactly the right ones.
+				if !a.live && !b.live {
+					if err := b.c.admitRestore(ctx, id, image); err == nil {
+						b.live = true
+					}
+				}
+				check("after recovery")
+				// A second restore of the session anywhere is fenced.
+				other := b
+				if b.live {
+					other = a
+				}
+				if other == a && fault == "partition" && faulted {
+					a2 := newNode(t, ep, a.name) // a, reconnected
+					other = a2
+				}
+				if err := other.c.admitRestore(ctx, id, image); err == nil {
+					t.Fatalf("a second live copy was admitted on %s", other.name)
+				}
+				if !a.live && !b.live {
+					t.Fatal("no live copy after recovery")
+				}
+				cur, err := b.conn.Owner(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := map[bool]string{true: a.name, false: b.name}[a.live]; cur.Host != want || !cur.Live {
+					t.Fatalf("registry says %s (live %v); the live copy is on %s", cur.Host, cur.Live, want)
+				}
+			})
+		}
+	}
+}
