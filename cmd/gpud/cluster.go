@@ -19,6 +19,7 @@ import (
 	"github.com/gpuctl/gpuctl/migrate"
 	"github.com/gpuctl/gpuctl/registry"
 	"github.com/gpuctl/gpuctl/registry/embedded"
+	"github.com/gpuctl/gpuctl/replicate"
 	"github.com/gpuctl/gpuctl/session"
 	"github.com/gpuctl/gpuctl/store"
 )
@@ -83,6 +84,9 @@ type cluster struct {
 	claimed map[string]bool
 
 	metrics *opsMetrics
+	// replicas keeps copies of this host's new images on peers (gpud
+	// --replicas); nil without.
+	replicas *replicate.Replicator
 }
 
 // dialRegistry connects to --registry; an unreachable one fails start-up.
@@ -96,7 +100,9 @@ func dialRegistry(ctx context.Context, endpoints string, log *slog.Logger) (*reg
 
 // newCluster is this host's side of the cluster, before it joins.
 func (d *daemon) newCluster(r *registry.Client) *cluster {
-	return &cluster{r: r, host: d.cfg.name, log: d.log, store: d.store, claimed: map[string]bool{}, metrics: d.ops}
+	c := &cluster{r: r, host: d.cfg.name, log: d.log, store: d.store, claimed: map[string]bool{}, metrics: d.ops}
+	c.replicas = d.newReplicator(r)
+	return c
 }
 
 // join registers this host and keeps it registered, and keeps the
@@ -104,8 +110,8 @@ func (d *daemon) newCluster(r *registry.Client) *cluster {
 // ends.
 func (c *cluster) join(ctx context.Context, d *daemon, listen, apiAddr string) error {
 	r := c.r
-	h := registry.Host{Name: d.cfg.name, API: apiAddr, Listen: listen, Backend: d.host.Backend, Driver: d.host.DriverVersion,
-		GPUs: d.host.GPUs, Version: version, Started: d.started}
+	h := d.self()
+	h.API, h.Listen = apiAddr, listen
 	m, err := r.Join(ctx, h, registry.DefaultTTL, func(ctx context.Context) registry.Host {
 		ss := d.manager.List(ctx)
 		live := 0
@@ -122,6 +128,9 @@ func (c *cluster) join(ctx context.Context, d *daemon, listen, apiAddr string) e
 	c.member = m
 	go m.Run(ctx)
 	go c.reconcile(ctx, d.manager)
+	if c.replicas != nil {
+		go c.replicas.Run(ctx)
+	}
 	return nil
 }
 

@@ -211,7 +211,7 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 	clientDone := make(chan error, 1)
 	go func() { clientDone <- listener.Serve(ctx, clientLn) }()
 	if d.cluster != nil {
-		if err := d.cluster.join(ctx, d, advertised(cfg.listen, ""), cfg.api); err != nil {
+		if err := d.cluster.join(ctx, d, clientAddr(cfg), cfg.api); err != nil {
 			return err
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	// etcd's server registers its metrics with Prometheus's default
 	// registry when linked, as in gpud (`gpud registry`).
 	_ "github.com/gpuctl/gpuctl/registry/embedded"
+	"github.com/gpuctl/gpuctl/replicate"
 )
 
 // descNames records the metric names collectors describe: every family
@@ -67,6 +68,7 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 	session.NewMetrics(known)
 	server.NewMetrics(known)
 	newOpsMetrics(known)
+	replicate.NewMetrics(known)
 	fams, err := prometheus.DefaultGatherer.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +76,7 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 	for _, f := range fams {
 		known[f.GetName()] = true
 	}
-	if !known["gpud_sessions"] || !known["gpud_registry_hosts"] || !known["etcd_server_has_leader"] {
+	if !known["gpud_sessions"] || !known["gpud_registry_hosts"] || !known["etcd_server_has_leader"] || !known["gpud_replication_sent_bytes_total"] {
 		t.Fatalf("the metric names were not collected: %d known", len(known))
 	}
 
@@ -84,6 +86,21 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 		"histogram_quantile": true, "or": true, "vector": true, "le": true, "step": true, "state": true, "instance": true,
 		"up": true, "down": true, "stopped": true, "quiesce": true, "suspend": true, "detach": true, "dump": true, "m": true, "h": true}
 	queries := 0
+	// The views the operations page promises, each by the metric it must
+	// chart.
+	promised := map[string]bool{"gpud_replication_sent_bytes_total": false, "gpud_migration_downtime_seconds_bucket": false, "gpud_store_bytes": false}
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for m := range promised {
+				promised[m] = promised[m] || strings.Contains(tg.Expr, m)
+			}
+		}
+	}
+	for m, ok := range promised {
+		if !ok {
+			t.Errorf("no panel charts %s", m)
+		}
+	}
 	for _, p := range dash.Panels {
 		if len(p.Targets) == 0 {
 			t.Errorf("panel %q has no query", p.Title)

@@ -70,6 +70,9 @@ type config struct {
 	// registry: comma-separated etcd client URLs; empty: a standalone
 	// host (docs/cluster.md).
 	registry string
+	// replicas: how many peers keep a copy of each image this host
+	// commits (with --registry; 0: none).
+	replicas int
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -95,6 +98,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.tlsCA, "tls-ca", "", "PEM CA bundle `FILE` to verify peers' API certificates with; when set, migrations reach targets over HTTPS")
 	fs.BoolVar(&c.kernelTLS, "kernel-tls", true, "with --tls-cert, let the kernel encrypt --listen's traffic (kTLS) where it has TLS offload; false keeps it in gpud's workers")
 	fs.StringVar(&c.registry, "registry", os.Getenv("GPUD_REGISTRY"), "comma-separated etcd client `URLS` of the cluster registry (default: GPUD_REGISTRY; empty: a standalone host)")
+	fs.IntVar(&c.replicas, "replicas", 0, "with --registry, push each new image to `K` compatible peers in the background (0: keep images here only)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: gpud --listen HOST:PORT --api HOST:PORT --state-dir DIR [--backend auto|emulated|cuda] [--token-file FILE] [--tenants FILE] [--name NAME] [--tls-cert FILE --tls-key FILE] [--tls-ca FILE] [--registry URLS]\n       gpud registry --data-dir DIR --listen HOST:PORT")
@@ -116,6 +120,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.moduleCacheBytes < 0 {
 		return c, errors.New("--module-cache-bytes must be 0 (off) or a positive size")
+	}
+	if c.replicas < 0 || (c.replicas > 0 && c.registry == "") {
+		return c, errors.New("--replicas needs --registry (the peers come from it) and must not be negative")
 	}
 	if c.grace <= 0 || c.handshakeTimeout <= 0 {
 		return c, errors.New("--grace and --handshake-timeout must be positive")

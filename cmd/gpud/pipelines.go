@@ -50,7 +50,7 @@ func (d *daemon) routers() ([]router, error) {
 	}
 	ckpt := &checkpoint.Service{
 		Pipeline: &checkpoint.Pipeline{
-			WorkDir: work, CRIU: crOpts, Suspender: suspender, Store: imgs, Reattach: d.manager,
+			WorkDir: work, CRIU: crOpts, Suspender: suspender, Store: d.committing(imgs), Reattach: d.manager,
 			Host: d.cfg.name, Backend: d.workerOp.Backend, Driver: d.host.DriverVersion, GPUs: gpus, Log: d.log,
 		},
 		Sessions: d.sessionTable(),

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"net"
+
+	"github.com/gpuctl/gpuctl/checkpoint"
+	"github.com/gpuctl/gpuctl/control"
+	"github.com/gpuctl/gpuctl/images"
+	"github.com/gpuctl/gpuctl/registry"
+	"github.com/gpuctl/gpuctl/replicate"
+)
+
+// newReplicator is the replication loop of a host with --replicas; nil
+// without.
+func (d *daemon) newReplicator(r *registry.Client) *replicate.Replicator {
+	if d.cfg.replicas <= 0 {
+		return nil
+	}
+	return replicate.New(replicate.Config{
+		Self: d.self(), K: d.cfg.replicas, Registry: r, Store: d.store,
+		Dial:      func(api string) *control.Client { return control.NewClient(api, d.token, control.WithTLS(d.peerTLS)) },
+		Connected: func() bool { return d.cluster != nil && d.cluster.member != nil && d.cluster.member.Connected() },
+		Metrics:   replicate.NewMetrics(d.registry),
+		Log:       d.log,
+	})
+}
+
+// self is this host as it registers.
+func (d *daemon) self() registry.Host {
+	return registry.Host{Name: d.cfg.name, API: d.cfg.api, Listen: clientAddr(d.cfg), Backend: d.host.Backend, Driver: d.host.DriverVersion,
+		GPUs: d.host.GPUs, Version: version, Started: d.started}
+}
+
+// committing is the checkpoint pipeline's store: on a host with
+// --replicas, each image it commits is queued for replication at once.
+func (d *daemon) committing(s imageStore) checkpoint.Store {
+	if d.cluster == nil || d.cluster.replicas == nil {
+		return s
+	}
+	return replicatingStore{s, d.cluster.replicas}
+}
+
+type replicatingStore struct {
+	imageStore
+	rp *replicate.Replicator
+}
+
+func (s replicatingStore) Commit(ctx context.Context, dir string, meta images.Meta) (*images.Manifest, images.Stats, error) {
+	m, st, err := s.imageStore.Commit(ctx, dir, meta)
+	if err == nil {
+		s.rp.Committed(m.ID)
+	}
+	return m, st, err
+}
+
+// clientAddr is the address clients reach this host's --listen at, as
+// the registry records it: --listen itself when it names a host, else
+// (0.0.0.0, ::) its port on the host --api names, or "" when neither
+// names one.
+func clientAddr(cfg config) string {
+	if a := advertised(cfg.listen, ""); a != "" {
+		return a
+	}
+	host, _, err := net.SplitHostPort(cfg.api)
+	if err != nil || host == "" {
+		return ""
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return ""
+	}
+	return advertised(cfg.listen, host)
+}
