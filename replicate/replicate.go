@@ -16,14 +16,12 @@ import (
 	"context"
 	"log/slog"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/images"
@@ -253,7 +251,7 @@ func (r *Replicator) replicate(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	peers, why := Candidates(r.cfg.Self, hs, holds)
+	peers, why := registry.Candidates(r.cfg.Self, hs, holds)
 	var failed []string
 	for _, h := range peers {
 		if need == 0 {
@@ -298,73 +296,6 @@ func (r *Replicator) push(ctx context.Context, id string, h registry.Host) (int6
 		r.cfg.Metrics.bytes.Add(float64(n - last))
 	}
 	return n, err
-}
-
-// Candidates are the peers an image of self may be replicated to, best
-// first: up, not self and not already holding it (holds), the same
-// backend, a GPU of self's model and a driver not older (so that the
-// copy can be restored there), then the most free device memory (room to
-// resume the session) and the smallest store. why says why each other
-// host was left out.
-func Candidates(self registry.Host, hs []registry.Host, holds map[string]bool) (peers []registry.Host, why []string) {
-	model := ""
-	if len(self.GPUs) > 0 {
-		model = self.GPUs[0].Name
-	}
-	for _, h := range hs {
-		switch {
-		case h.Name == self.Name || holds[h.Name]:
-		case h.State != registry.StateUp:
-			why = append(why, h.Name+": down")
-		case h.Backend != self.Backend:
-			why = append(why, h.Name+": runs "+h.Backend+", not "+self.Backend)
-		case model != "" && !hasModel(h.GPUs, model):
-			why = append(why, h.Name+": no "+model+" GPU")
-		case OlderDriver(h.Driver, self.Driver):
-			why = append(why, h.Name+": driver "+h.Driver+" older than "+self.Driver)
-		default:
-			peers = append(peers, h)
-		}
-	}
-	sort.SliceStable(peers, func(i, j int) bool {
-		if peers[i].MemFreeBytes != peers[j].MemFreeBytes {
-			return peers[i].MemFreeBytes > peers[j].MemFreeBytes
-		}
-		if peers[i].StoreBytes != peers[j].StoreBytes {
-			return peers[i].StoreBytes < peers[j].StoreBytes
-		}
-		return peers[i].Name < peers[j].Name
-	})
-	return peers, why
-}
-
-func hasModel(gpus []api.GPU, model string) bool {
-	for _, g := range gpus {
-		if g.Name == model {
-			return true
-		}
-	}
-	return false
-}
-
-// OlderDriver reports whether driver version a is older than b, comparing
-// dotted numbers; an unknown version is never older.
-func OlderDriver(a, b string) bool {
-	if a == "" || b == "" {
-		return false
-	}
-	pa, pb := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < len(pa) && i < len(pb); i++ {
-		x, err1 := strconv.Atoi(pa[i])
-		y, err2 := strconv.Atoi(pb[i])
-		if err1 != nil || err2 != nil {
-			return false
-		}
-		if x != y {
-			return x < y
-		}
-	}
-	return len(pa) < len(pb)
 }
 
 func orNone(s string) string {

@@ -215,7 +215,7 @@ func TestCandidates(t *testing.T) {
 		{Name: "g", State: "up", Backend: "emulated", MemFreeBytes: 99},
 		{Name: "h", State: "up", Backend: "cuda", Driver: "560.1", GPUs: h100, MemFreeBytes: 50},
 	}
-	peers, why := replicate.Candidates(self, hs, map[string]bool{"h": true})
+	peers, why := registry.Candidates(self, hs, map[string]bool{"h": true})
 	var names []string
 	for _, p := range peers {
 		names = append(names, p.Name)

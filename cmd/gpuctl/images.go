@@ -27,7 +27,18 @@ func imagesCommand(e *env) *cli.Command {
 				if c.NArg() < lo || c.NArg() > hi {
 					return usageError("usage: gpuctl images %s %s", name, argsUsage)
 				}
+				if name == "ls" && c.String("registry") != "" {
+					reg, err := needRegistry(c, "gpuctl images ls")
+					if err != nil {
+						return err
+					}
+					defer reg.Close()
+					return e.clusterImagesList(c, reg)
+				}
 				cl, err := apiClient(c)
+				if (name == "inspect" || name == "export") && c.String("registry") != "" {
+					cl, err = imageClient(c, c.Args().First())
+				}
 				if err != nil {
 					return err
 				}

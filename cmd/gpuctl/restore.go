@@ -14,14 +14,20 @@ func restoreCommand(e *env) *cli.Command {
 		Usage:     "restore an image from the host's store as a live session",
 		ArgsUsage: "IMAGE",
 		Description: "The session keeps its id and waits for its client, which reconnects to this\n" +
-			"host by itself (point it here with GPUCTL_SERVER if it was told of no move).",
-		Flags: []cli.Flag{jsonFlag},
+			"host by itself (point it here with GPUCTL_SERVER if it was told of no move).\n" +
+			"With --registry the host is found: one that holds the image (a replica, when its\n" +
+			"own host died), and the session is taken over there if its owner released it;\n" +
+			"a client whose host is gone finds the new one through any gpud it knows.",
+		Flags: []cli.Flag{jsonFlag,
+			&cli.StringFlag{Name: "on", Usage: "where to restore: a gpud's --api `HOST:PORT`; with --registry also a host's name, or auto " +
+				"(the default with --registry and no --host): an up, compatible host that holds the image, the choice printed with its reasons"},
+		},
 		Action: func(c *cli.Context) error {
 			img, err := oneArg(c, "IMAGE", "gpuctl restore IMAGE_ID (see `gpuctl images ls`)")
 			if err != nil {
 				return err
 			}
-			cl, err := apiClient(c)
+			cl, err := restoreTarget(c, e, img)
 			if err != nil {
 				return err
 			}
