@@ -208,6 +208,9 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 	}()
 	listener := &server.Listener{Sessions: d.manager, Auth: d.tenants, Audit: d.audit, HandshakeTimeout: cfg.handshakeTimeout,
 		Metrics: server.NewMetrics(d.registry), Log: log, TLS: d.apiTLS, KernelTLS: cfg.kernelTLS}
+	if d.cluster != nil {
+		listener.Locate = d.cluster // clients whose host is gone are sent on
+	}
 	clientDone := make(chan error, 1)
 	go func() { clientDone <- listener.Serve(ctx, clientLn) }()
 	if d.cluster != nil {

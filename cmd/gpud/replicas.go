@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"time"
 
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/control"
@@ -70,4 +72,44 @@ func clientAddr(cfg config) string {
 		return ""
 	}
 	return advertised(cfg.listen, host)
+}
+
+// Locate is server.Locator: where a session this host does not run lives
+// now, as the registry says. A client whose host died asks any gpud it
+// knows; this one sends it to the session's live owner, or tells it to
+// wait while the session is in an image or its owner is down.
+func (c *cluster) Locate(ctx context.Context, id string) (addr, wait string) {
+	if c.member == nil || !c.member.Connected() {
+		return "", ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	o, err := c.r.Owner(ctx, id)
+	if err != nil {
+		return "", ""
+	}
+	switch {
+	case !o.Live:
+		return "", fmt.Sprintf("session %s waits in image %s (owner %s) until it is restored; retry", id, orDash(o.Image), o.Host)
+	case o.Host == c.host:
+		return "", "" // this host's own session table answered already
+	}
+	h, err := c.r.Host(ctx, o.Host)
+	switch {
+	case err != nil:
+		return "", ""
+	case h.State != registry.StateUp:
+		return "", fmt.Sprintf("session %s's host %s is down; retry until it is restored elsewhere", id, o.Host)
+	case h.Listen == "":
+		return "", fmt.Sprintf("session %s runs on host %s, which registered no client address; retry", id, o.Host)
+	}
+	c.log.Info("sending a client to its session's host, from the registry", "session", id, "host", o.Host, "listen", h.Listen)
+	return h.Listen, ""
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

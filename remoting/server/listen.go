@@ -58,6 +58,15 @@ type Sessions interface {
 // moved is the error a session that migrated away answers a resume with.
 type moved interface{ MovedTo() string }
 
+// Locator says where a session this host does not serve lives now; gpud
+// answers it from the cluster registry. Addr is the --listen address of
+// the host that runs it; Wait, when Addr is empty, says why the client
+// should keep retrying (the session waits in an image, or its host is
+// down); both empty: the locator does not know the session.
+type Locator interface {
+	Locate(ctx context.Context, session string) (addr, wait string)
+}
+
 // Authenticator tells who a client's token stands for: the host's
 // administrator or a tenant. *tenant.Set is gpud's.
 type Authenticator interface {
@@ -89,6 +98,10 @@ type Listener struct {
 	// (kTLS) where it has it, so that the worker reads and writes
 	// plaintext and the kernel encrypts.
 	KernelTLS bool
+	// Locate, when set, answers a resume of a session this host does not
+	// run: a client whose host is gone is sent where the session lives
+	// now (docs/protocol.md, "Finding a session").
+	Locate Locator
 
 	wg        sync.WaitGroup
 	kernelLog sync.Once
@@ -301,6 +314,7 @@ func (l *Listener) handshake(ctx context.Context, c *net.TCPConn, timeout time.D
 		return
 	}
 	err = l.Sessions.Resume(sctx, c, st, hello.SessionID, hello.Secret)
+	err = l.locate(sctx, hello.SessionID, err)
 	var mv moved
 	result := "ok"
 	switch {
@@ -383,3 +397,33 @@ func (f *firstBytes) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// locate replaces a resume's "not here" with where the registry says the
+// session lives: a host that runs it (a redirect, which that host's own
+// secret check then authenticates), or a reason to keep waiting. A
+// session that moved away from here follows the registry too, when it
+// names a live host other than the one recorded at the move (the session
+// moved on, or was restored elsewhere after its host died).
+func (l *Listener) locate(ctx context.Context, id string, err error) error {
+	var mv moved
+	isMoved := errors.As(err, &mv)
+	if l.Locate == nil || err == nil || (!isMoved && !errs.IsNotFound(err)) {
+		return err
+	}
+	addr, wait := l.Locate.Locate(ctx, id)
+	switch {
+	case addr != "":
+		return &locatedError{addr: addr}
+	case isMoved:
+		return err
+	case wait != "":
+		return errs.New(errs.Unavailable, "", "%s", wait)
+	}
+	return err
+}
+
+// locatedError sends the client to the host the registry names.
+type locatedError struct{ addr string }
+
+func (e *locatedError) Error() string   { return "session lives on " + e.addr }
+func (e *locatedError) MovedTo() string { return e.addr }
