@@ -334,6 +334,41 @@ func TestClientFollowsMoves(t *testing.T) {
 	t.Logf("%d moves", moves)
 }
 
+// TestClientFindsItsSession: a client whose server is gone, and whose
+// session another server took over without telling it, asks the other
+// servers it was given (GPUCTL_SERVERS), one of which does not know the
+// session, and goes on where the session is now.
+func TestClientFindsItsSession(t *testing.T) {
+	a, b, c := startServer(t), startServer(t), startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := clientCmd(ctx, t, a.Addr(), "secret-token", "replay", "20000")
+	cmd.Env = append(cmd.Env, "GPUCTL_SERVERS="+c.Addr()+", "+b.Addr())
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for a.Sessions() == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("client ended before its session began: %v\n%s", err, out.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	b.Adopt(a)
+	a.Close()
+	if err := <-done; err != nil || !strings.Contains(out.String(), "PASS replay") {
+		t.Fatalf("ctest replay: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "asking the other 2 gpuds") || b.Sessions() != 1 || c.Sessions() != 0 {
+		t.Fatalf("sessions a %d b %d c %d; client output:\n%s", a.Sessions(), b.Sessions(), c.Sessions(), out.String())
+	}
+}
+
 // TestClientServerGone: once the server is gone for longer than
 // GPUCTL_RECONNECT_TIMEOUT, calls fail with CUDA_ERROR_DEVICE_UNAVAILABLE
 // instead of hanging.

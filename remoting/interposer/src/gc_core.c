@@ -701,6 +701,60 @@ static void rx_wait(struct gc_waiter *w, uint64_t want_tail)
 	pthread_mutex_unlock(&g.rx_mu);
 }
 
+/* ---- known gpuds ----------------------------------------------------- */
+
+/* The gpuds this client knows: GPUCTL_SERVER, the GPUCTL_SERVERS list,
+ * and every address it was sent to (a migration's "moved", a clustered
+ * gpud's answer from the registry). A reconnect that fails at the current
+ * one asks the others, which send it on to where its session lives now.
+ * Touched only at start and by the reconnecting thread (tx_mu held). */
+#define GC_MAX_SERVERS 16
+static struct {
+	char addr[GC_MAX_SERVERS][GC_MAX_MESSAGE + 1];
+	int n;
+} known;
+
+static void known_add(const char *addr)
+{
+	if (addr == NULL || addr[0] == 0)
+		return;
+	for (int i = 0; i < known.n; i++)
+		if (strcmp(known.addr[i], addr) == 0)
+			return;
+	if (known.n == GC_MAX_SERVERS)
+		return;
+	snprintf(known.addr[known.n++], sizeof known.addr[0], "%s", addr);
+}
+
+/* known_next makes g.server the known gpud after it. */
+static void known_next(void)
+{
+	int i = 0;
+	while (i < known.n && strcmp(known.addr[i], g.server) != 0)
+		i++;
+	snprintf(g.server, sizeof g.server, "%s", known.addr[i < known.n ? (i + 1) % known.n : 0]);
+}
+
+/* known_parse adds a comma-separated list of HOST:PORT. */
+static void known_parse(const char *list)
+{
+	while (list != NULL && *list != 0) {
+		const char *end = strchr(list, ',');
+		size_t n = end != NULL ? (size_t)(end - list) : strlen(list);
+		char a[GC_MAX_MESSAGE + 1];
+		while (n > 0 && *list == ' ')
+			list++, n--;
+		while (n > 0 && list[n - 1] == ' ')
+			n--;
+		if (n > 0 && n < sizeof a) {
+			memcpy(a, list, n);
+			a[n] = 0;
+			known_add(a);
+		}
+		list = end != NULL ? end + 1 : NULL;
+	}
+}
+
 /* ---- reconnect ------------------------------------------------------- */
 
 /* reconnect_locked replaces the connection and resends every request the
@@ -714,12 +768,14 @@ static void reconnect_locked(const char *why, const char *moved)
 		close(old);
 	if (moved != NULL) {
 		snprintf(g.server, sizeof g.server, "%s", moved);
+		known_add(g.server);
 		gc_log("session moved to %s; reconnecting", g.server);
 	} else {
 		gc_log("lost the connection to %s (%s); reconnecting", g.server, why);
 	}
 	double deadline = now_s() + g.reconnect_timeout, backoff = 0.01;
-	int moves = 0;
+	/* tried and unknown count this round over the known gpuds. */
+	int moves = 0, tried = 0, unknown = 0, told = 0;
 	for (;;) {
 		struct welcome w;
 		char terr[GC_MAX_MESSAGE + 512];
@@ -773,8 +829,13 @@ static void reconnect_locked(const char *why, const char *moved)
 				return;
 			} else if (w.status == GC_STATUS_MOVED && w.msg[0] != 0 && moves++ < 8) {
 				snprintf(g.server, sizeof g.server, "%s", w.msg);
+				known_add(g.server);
 				close(fd);
 				continue;
+			} else if (w.status == GC_STATUS_MOVED || (w.status == GC_STATUS_UNKNOWN_SESSION && known.n > 1)) {
+				/* Redirected in circles, or a gpud that does not know
+				 * the session while others may: ask the next. */
+				unknown += w.status == GC_STATUS_UNKNOWN_SESSION;
 			} else if (w.status == GC_STATUS_TLS_REQUIRED) {
 				char m[GC_MAX_MESSAGE + 192];
 				snprintf(m, sizeof m, TLS_REQUIRED_FMT, g.server);
@@ -792,6 +853,25 @@ static void reconnect_locked(const char *why, const char *moved)
 		}
 		if (fd >= 0)
 			close(fd);
+		if (known.n > 1) {
+			/* Ask every gpud this client knows before pausing; a
+			 * round in which all of them said they do not know the
+			 * session ends it. */
+			if (!told++)
+				gc_log("%s did not take the session back; asking the other %d gpuds this client knows", g.server,
+				       known.n - 1);
+			known_next();
+			if (++tried < known.n)
+				continue;
+			if (unknown >= known.n) {
+				char m[GC_MAX_MESSAGE + 128];
+				snprintf(m, sizeof m, "none of the %d gpuds this client knows has the session (last asked: %s)", known.n,
+					 g.server);
+				set_dead(CUDA_ERROR_DEVICE_UNAVAILABLE, m);
+				return;
+			}
+			tried = unknown = moves = 0;
+		}
 		if (now_s() + backoff > deadline) {
 			char m[GC_MAX_MESSAGE + 128];
 			snprintf(m, sizeof m, "no gpud answered at %s for %.0f s (GPUCTL_RECONNECT_TIMEOUT)", g.server,
@@ -1009,6 +1089,8 @@ static void init_once(void)
 		return;
 	}
 	snprintf(g.server, sizeof g.server, "%s", srv);
+	known_add(g.server);
+	known_parse(getenv("GPUCTL_SERVERS"));
 	if (read_token() < 0) {
 		g.init_res = CUDA_ERROR_NOT_PERMITTED;
 		return;

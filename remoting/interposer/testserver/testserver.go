@@ -155,6 +155,25 @@ func (s *Server) MoveTo(dst *Server) {
 	}
 }
 
+// Adopt takes every session of src over without a word to their clients,
+// as a host that restores a dead host's sessions from copies of their
+// images does; src forgets them, and is closed by the caller, so that the
+// clients must find this server themselves.
+func (s *Server) Adopt(src *Server) {
+	src.mu.Lock()
+	moving := src.sessions
+	src.sessions = map[string]*session{}
+	src.mu.Unlock()
+	s.mu.Lock()
+	for id, ss := range moving {
+		s.sessions[id] = ss
+	}
+	s.mu.Unlock()
+	for _, ss := range moving {
+		ss.ds.Stop()
+	}
+}
+
 // Sessions is the number of sessions this server holds.
 func (s *Server) Sessions() int {
 	s.mu.Lock()
