@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,14 +16,16 @@ import (
 )
 
 // TestCluster runs three hosts on the embedded registry (its own
-// namespace): the hosts register and show up; a running session is
+// namespace), each keeping copies of its new images on the two others
+// (--replicas 2): the hosts register and show up; a running session is
 // migrated with --to auto, which picks one of the other two and says why;
-// checkpointed there through the registry; its image copied to the third
-// host; the host holding it SIGKILLed and shown down within 20 s; the
-// session restored on the third host, which takes it over from its image,
-// while a restore of the same image elsewhere is fenced; and the client,
-// whose session's address the third host takes over, finishes with the
-// unmigrated result.
+// checkpointed there through the registry, its image replicated to both
+// others; the host holding it SIGKILLed and shown down within 20 s; the
+// session restored with --on auto on a host that holds a replica, which
+// takes it over from its image, while a restore of the same image on the
+// third host is fenced; and the client, which knows only the first host
+// and the dead one, is sent on to the session's new host by the first
+// and finishes with the unmigrated result.
 func TestCluster(t *testing.T) {
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("the end-to-end tests compile their client with gcc; run make deps")
@@ -52,10 +55,14 @@ func TestCluster(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	opts := harness.HostOptions{TokenFile: tok, Args: []string{"--registry", regURL, "--listen", "0.0.0.0:" + harness.ListenPort},
+	opts := harness.HostOptions{TokenFile: tok, Args: []string{"--registry", regURL, "--listen", "0.0.0.0:" + harness.ListenPort, "--replicas", "2"},
 		GpuctlEnv: []string{"GPUCTL_REGISTRY=" + regURL}}
 	w := &world{t: t, c: c}
-	w.a = c.NewHost("a", opts)
+	// a has less device memory than b and c, so that a restore there
+	// ranks below the other holder and its client must be sent on.
+	optsA := opts
+	optsA.Args = append(append([]string{}, opts.Args...), "--emulated-mem", strconv.Itoa(8<<30))
+	w.a = c.NewHost("a", optsA)
 	hosts := map[string]*harness.Host{"a": w.a, "b": c.NewHost("b", opts), "c": c.NewHost("c", opts)}
 	w.client = c.NewNode("client")
 	w.stateful = c.CompileC(filepath.Join(c.Build.Root, "e2e/cprogs/stateful.c"))
@@ -116,25 +123,42 @@ func TestCluster(t *testing.T) {
 	t.Logf("migrate --to auto: %s", strings.TrimSpace(out))
 	x := hosts[xName]
 	yName := map[string]string{"b": "c", "c": "b"}[xName]
-	y := hosts[yName]
 
-	// Preempt it on x through the registry, and keep a copy of its image
-	// on y.
+	// Preempt it on x through the registry; x replicates the image to
+	// both others.
 	time.Sleep(500 * time.Millisecond)
 	var ck checkpointResult
 	w.ctlJSON(w.a, &ck, "checkpoint", s.ID)
-	file := filepath.Join(t.TempDir(), "session.img")
-	if _, err := w.ctl(x, "images", "export", ck.Image, file); err != nil {
-		t.Fatal(err)
-	}
-	for _, h := range []*harness.Host{y, w.a} {
-		if _, err := w.ctl(h, "images", "import", file); err != nil {
-			t.Fatal(err)
+	copies := func(image string) map[string]string {
+		var ims []struct {
+			ID     string `json:"id"`
+			Copies []struct {
+				Host  string `json:"host"`
+				State string `json:"state"`
+			} `json:"copies"`
 		}
+		w.ctlJSON(w.a, &ims, "images", "ls")
+		out := map[string]string{}
+		for _, im := range ims {
+			if im.ID == image {
+				for _, c := range im.Copies {
+					out[c.Host] = c.State
+				}
+			}
+		}
+		return out
 	}
+	t0 := time.Now()
+	for cs := copies(ck.Image); len(cs) < 3; cs = copies(ck.Image) {
+		if time.Since(t0) > 20*time.Second {
+			t.Fatalf("image %s on %v 20 s after its checkpoint, want on a, b and c", ck.Image, cs)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Logf("image %s replicated to all three hosts in %v", ck.Image, time.Since(t0).Round(100*time.Millisecond))
 
 	x.Kill()
-	t0 := time.Now()
+	t0 = time.Now()
 	for states()[xName] != "down" {
 		if time.Since(t0) > 20*time.Second {
 			t.Fatalf("%s not down 20 s after SIGKILL", xName)
@@ -142,14 +166,21 @@ func TestCluster(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	t.Logf("%s down %v after SIGKILL", xName, time.Since(t0).Round(100*time.Millisecond))
+	if cs := copies(ck.Image); cs[xName] != "down" || cs["a"] != "up" || cs[yName] != "up" {
+		t.Errorf("copies of %s after %s died: %v", ck.Image, xName, cs)
+	}
 
-	// y takes the session over from its image; a is then fenced.
+	// A host that holds a replica takes the session over from its image;
+	// the other is then fenced.
 	var rs struct {
 		Session string `json:"session"`
 	}
-	w.ctlJSON(y, &rs, "restore", ck.Image)
+	w.ctlJSON(w.a, &rs, "restore", ck.Image, "--on", "auto")
 	if rs.Session != s.ID {
 		t.Fatalf("restored %q, want %q", rs.Session, s.ID)
+	}
+	if h, st := where(s.ID); h != yName || st == "stopped" {
+		t.Fatalf("after restore --on auto the session is on %q (%s), want %s, the holder with the most free memory", h, st, yName)
 	}
 	if _, err := w.ctl(w.a, "restore", ck.Image); err == nil || !strings.Contains(err.Error(), "fenced") || !strings.Contains(err.Error(), yName) {
 		t.Errorf("restore of the session's image on a while it is live on %s: %v, want fenced", yName, err)
@@ -158,16 +189,11 @@ func TestCluster(t *testing.T) {
 		t.Errorf("the registry has the session on %q (%s), want %s", h, st, yName)
 	}
 
-	// The client knows x's address only: y takes it over.
-	for _, args := range [][]string{
-		{"-n", y.NS, "addr", "add", x.IP + "/24", "dev", "eth0"},
-		{"-n", w.client.NS, "neigh", "flush", "all"},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
+	// The client knows a and x only; x is gone, and a sends it on to y.
 	if got := w.result(<-run); got != want {
 		t.Errorf("run migrated, preempted and resumed elsewhere: %q, unmigrated: %q", got, want)
+	}
+	if b, err := os.ReadFile(filepath.Join(w.a.StateDir, "gpud.log")); err != nil || !strings.Contains(string(b), "sending a client to its session's host, from the registry") {
+		t.Errorf("a did not send the client on from the registry (err %v)", err)
 	}
 }

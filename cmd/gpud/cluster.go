@@ -82,6 +82,12 @@ type cluster struct {
 	// restore may not have brought up: the reconciler sets them not live
 	// when no worker serves them here.
 	claimed map[string]bool
+	// restoring are sessions whose restore here the registry admitted,
+	// and when: until the restored session shows up (or restoreWindow
+	// passes, a failed restore), the reconciler leaves their record live
+	// here, though the session table has no live session (or only a
+	// stopped record of an earlier copy) yet.
+	restoring map[string]time.Time
 
 	metrics *opsMetrics
 	// replicas keeps copies of this host's new images on peers (gpud
@@ -190,8 +196,29 @@ func (c *cluster) admitRestore(ctx context.Context, id, image string) error {
 	}
 	c.mu.Lock()
 	c.claimed[id] = true
+	if c.restoring == nil {
+		c.restoring = map[string]time.Time{}
+	}
+	c.restoring[id] = time.Now()
 	c.mu.Unlock()
 	return nil
+}
+
+// restoreWindow bounds how long a restore admitted here keeps its record
+// live before the session shows up here.
+const restoreWindow = time.Minute
+
+// inRestore reports whether a restore of id admitted here may still be
+// running; done forgets it (the session is up, or the window passed).
+func (c *cluster) inRestore(id string, done bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.restoring[id]
+	if ok && (done || time.Since(at) > restoreWindow) {
+		delete(c.restoring, id)
+		return false
+	}
+	return ok
 }
 
 func (c *cluster) refused(err error) error {
@@ -285,8 +312,11 @@ func (c *cluster) reconcileOnce(ctx context.Context, m *session.Manager) {
 		seen[s.ID] = true
 		switch s.State {
 		case session.Running, session.Detached:
+			c.inRestore(s.ID, true)
 		case session.Stopped:
-			c.stopped(ctx, s.ID)
+			if !c.inRestore(s.ID, false) { // an earlier copy's record, while it is restored again
+				c.stopped(ctx, s.ID)
+			}
 			continue
 		default:
 			continue // a checkpoint or migration is deciding
@@ -309,6 +339,9 @@ func (c *cluster) reconcileOnce(ctx context.Context, m *session.Manager) {
 	c.mu.Lock()
 	var gone []string
 	for id := range c.claimed {
+		if at, ok := c.restoring[id]; !seen[id] && ok && time.Since(at) <= restoreWindow {
+			continue // still restoring: ask again next time
+		}
 		if !seen[id] {
 			gone = append(gone, id)
 		}

@@ -92,7 +92,9 @@ func (c *cluster) Locate(ctx context.Context, id string) (addr, wait string) {
 	case !o.Live:
 		return "", fmt.Sprintf("session %s waits in image %s (owner %s) until it is restored; retry", id, orDash(o.Image), o.Host)
 	case o.Host == c.host:
-		return "", "" // this host's own session table answered already
+		// Live here by the registry, yet not in the session table: a
+		// restore here is bringing it up.
+		return "", fmt.Sprintf("session %s is being restored on this host; retry", id)
 	}
 	h, err := c.r.Host(ctx, o.Host)
 	switch {

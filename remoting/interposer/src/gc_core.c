@@ -726,12 +726,19 @@ static void known_add(const char *addr)
 	snprintf(known.addr[known.n++], sizeof known.addr[0], "%s", addr);
 }
 
-/* known_next makes g.server the known gpud after it. */
-static void known_next(void)
+/* known_index is g.server's place in the list (known.n if absent). */
+static int known_index(void)
 {
 	int i = 0;
 	while (i < known.n && strcmp(known.addr[i], g.server) != 0)
 		i++;
+	return i;
+}
+
+/* known_next makes g.server the known gpud after it. */
+static void known_next(void)
+{
+	int i = known_index();
 	snprintf(g.server, sizeof g.server, "%s", known.addr[i < known.n ? (i + 1) % known.n : 0]);
 }
 
@@ -774,8 +781,10 @@ static void reconnect_locked(const char *why, const char *moved)
 		gc_log("lost the connection to %s (%s); reconnecting", g.server, why);
 	}
 	double deadline = now_s() + g.reconnect_timeout, backoff = 0.01;
-	/* tried and unknown count this round over the known gpuds. */
-	int moves = 0, tried = 0, unknown = 0, told = 0;
+	/* tried counts this round over the known gpuds; unknown marks those
+	 * that said they do not know the session. */
+	int moves = 0, tried = 0, told = 0;
+	uint32_t unknown = 0;
 	for (;;) {
 		struct welcome w;
 		char terr[GC_MAX_MESSAGE + 512];
@@ -835,7 +844,9 @@ static void reconnect_locked(const char *why, const char *moved)
 			} else if (w.status == GC_STATUS_MOVED || (w.status == GC_STATUS_UNKNOWN_SESSION && known.n > 1)) {
 				/* Redirected in circles, or a gpud that does not know
 				 * the session while others may: ask the next. */
-				unknown += w.status == GC_STATUS_UNKNOWN_SESSION;
+				int i = known_index();
+				if (w.status == GC_STATUS_UNKNOWN_SESSION && i < known.n)
+					unknown |= 1u << i;
 			} else if (w.status == GC_STATUS_TLS_REQUIRED) {
 				char m[GC_MAX_MESSAGE + 192];
 				snprintf(m, sizeof m, TLS_REQUIRED_FMT, g.server);
@@ -863,7 +874,7 @@ static void reconnect_locked(const char *why, const char *moved)
 			known_next();
 			if (++tried < known.n)
 				continue;
-			if (unknown >= known.n) {
+			if (unknown == (1u << known.n) - 1) {
 				char m[GC_MAX_MESSAGE + 128];
 				snprintf(m, sizeof m, "none of the %d gpuds this client knows has the session (last asked: %s)", known.n,
 					 g.server);
