@@ -171,6 +171,10 @@ func (s *Server) Adopt(src *Server) {
 	s.mu.Unlock()
 	for _, ss := range moving {
 		ss.ds.Stop()
+		// Wait for src's connection to let go at a frame boundary, so
+		// that closing src then cannot cut a call short.
+		ss.serving.Lock()
+		ss.serving.Unlock()
 	}
 }
 
