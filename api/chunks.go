@@ -52,3 +52,17 @@ type PutChunksReply struct {
 	Chunks      int64 `json:"chunks"`
 	StoredBytes int64 `json:"stored_bytes"`
 }
+
+// ImageChunksMax is the most digests GET /v1/images/{id}/chunks returns:
+// a larger image answers with an evenly spread sample of its chunks, which
+// estimates a host's share of it as well as the full list would.
+const ImageChunksMax = 4096
+
+// ImageChunksReply is the reply to GET /v1/images/{id}/chunks: the
+// image's distinct non-zero chunks (all of them, or a sample of at most
+// ImageChunksMax), each with its size, and how many it has in all.
+type ImageChunksReply struct {
+	Total   int      `json:"total"`
+	Digests []Digest `json:"digests"`
+	Bytes   []int64  `json:"bytes"`
+}

@@ -69,13 +69,17 @@ const (
 	RouteMissingChunks = methodPost + " " + MissingChunksPath
 	RoutePutChunks     = methodPut + " " + ChunksPath
 	RouteMetrics       = methodGet + " " + MetricsPath
+	// RouteImageChunks answers which chunks an image is made of, so that
+	// a placement can ask other hosts how much of it they hold.
+	RouteImageChunks = methodGet + " " + ImagesPath + idSegment + "/chunks"
 )
 
 // Routes lists every route above, for those that must cover them all (the
 // audit log names each one's action).
 func Routes() []string {
 	return []string{RouteHost, RouteSessions, RouteSession, RouteCheckpoint, RouteMigrate, RouteImages, RouteImage,
-		RouteRemoveImage, RouteRestore, RouteExport, RouteImport, RouteVerify, RouteGC, RouteMissingChunks, RoutePutChunks, RouteMetrics}
+		RouteRemoveImage, RouteRestore, RouteExport, RouteImport, RouteVerify, RouteGC, RouteMissingChunks, RoutePutChunks, RouteMetrics,
+		RouteImageChunks}
 }
 
 // SessionPath is the path of GET /v1/sessions/{id}.
@@ -92,6 +96,9 @@ func ImagePath(image string) string { return ImagesPath + "/" + segment(image) }
 
 // ImageRestorePath is the path of POST /v1/images/{id}/restore.
 func ImageRestorePath(image string) string { return ImagePath(image) + "/restore" }
+
+// ImageChunksPath is the path of GET /v1/images/{id}/chunks.
+func ImageChunksPath(image string) string { return ImagePath(image) + "/chunks" }
 
 // ImageExportPath is the path of GET /v1/images/{id}/export.
 func ImageExportPath(image string) string { return ImagePath(image) + "/export" }

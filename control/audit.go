@@ -202,6 +202,8 @@ func Action(route string) string {
 		return "chunks.put"
 	case api.RouteMetrics:
 		return "metrics.get"
+	case api.RouteImageChunks:
+		return "image.chunks"
 	}
 	return "unknown"
 }

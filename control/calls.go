@@ -225,6 +225,19 @@ func (c *Client) MissingChunks(ctx context.Context, ds []api.Digest) ([]api.Dige
 	return res.Missing, nil
 }
 
+// ImageChunks is GET /v1/images/{id}/chunks: the image's chunks (a
+// sample of a large one), for asking other hosts how much of it they hold.
+func (c *Client) ImageChunks(ctx context.Context, id string) (*api.ImageChunksReply, error) {
+	if err := need("image", id); err != nil {
+		return nil, err
+	}
+	var res api.ImageChunksReply
+	if err := c.do(ctx, http.MethodGet, api.ImageChunksPath(id), nil, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
 // PutChunks is PUT /v1/chunks: a chunk stream from r, stored ahead of the
 // manifest that will use it.
 func (c *Client) PutChunks(ctx context.Context, r io.Reader) (*api.PutChunksReply, error) {

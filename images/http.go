@@ -217,6 +217,14 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 		control.WriteJSON(w, api.MissingChunksReply{Missing: apiDigests(missing)})
 		return nil
 	})
+	h(api.RouteImageChunks, func(w http.ResponseWriter, r *http.Request) error {
+		rep, err := Chunks(r.Context(), st, control.PathID(r), api.ImageChunksMax)
+		if err != nil {
+			return err
+		}
+		control.WriteJSON(w, rep)
+		return nil
+	})
 	h(api.RoutePutChunks, func(w http.ResponseWriter, r *http.Request) error {
 		n, stored, err := PutChunks(r.Context(), st, r.Body)
 		if err != nil {

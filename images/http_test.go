@@ -229,3 +229,48 @@ func TestVerifyWithProgress(t *testing.T) {
 		}
 	}
 }
+
+// TestImageChunks: the route lists an image's distinct non-zero chunks
+// with their sizes; a peer's MissingChunks on them tells its share; a
+// bound returns an evenly spread sample; an unknown image is not found.
+func TestImageChunks(t *testing.T) {
+	ctx := context.Background()
+	a, clientA := host(t)
+	_, clientB := host(t)
+	m, _, err := Commit(ctx, a, dumpDir(t, imagegen.Pages(3, 4<<20, imagegen.Realistic)), Meta{ID: "img-c", Session: "s-c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs, sizes := m.Refs()
+	rep, err := clientA.ImageChunks(ctx, m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Total != len(refs) || len(rep.Digests) != len(refs) || len(rep.Bytes) != len(refs) {
+		t.Fatalf("chunks: total %d, %d digests, %d sizes; the manifest has %d", rep.Total, len(rep.Digests), len(rep.Bytes), len(refs))
+	}
+	for i, d := range rep.Digests {
+		if sizes[store.Digest(d)] != rep.Bytes[i] || rep.Bytes[i] <= 0 {
+			t.Fatalf("chunk %d: size %d, manifest %d", i, rep.Bytes[i], sizes[store.Digest(d)])
+		}
+	}
+	if missing, err := clientB.MissingChunks(ctx, rep.Digests); err != nil || len(missing) != len(refs) {
+		t.Fatalf("an empty peer lacks %d of %d chunks (%v)", len(missing), len(refs), err)
+	}
+	if _, err := Push(ctx, a, m.ID, clientB, nil); err != nil {
+		t.Fatal(err)
+	}
+	if missing, err := clientB.MissingChunks(ctx, rep.Digests); err != nil || len(missing) != 0 {
+		t.Fatalf("a peer holding the image lacks %d chunks (%v)", len(missing), err)
+	}
+	sample, err := Chunks(ctx, a, m.ID, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refs) > 3 && (len(sample.Digests) != 3 || sample.Total != len(refs) || sample.Digests[0] != api.Digest(refs[0])) {
+		t.Errorf("a sample of 3 of %d: %d digests, total %d", len(refs), len(sample.Digests), sample.Total)
+	}
+	if _, err := clientA.ImageChunks(ctx, "img-nonexistent"); !errs.IsNotFound(err) {
+		t.Errorf("chunks of an unknown image: %v", err)
+	}
+}

@@ -92,3 +92,29 @@ func pushStream(ctx context.Context, st *store.Store, id string, peer *control.C
 	}
 	return n, nil
 }
+
+// Chunks lists image id's distinct non-zero chunks with their sizes: all
+// of them, or max of them evenly spread over the image. It is the
+// administrator's, as Missing is: a placement asks it of the image's host
+// and Missing of the others.
+func Chunks(ctx context.Context, st *store.Store, id string, max int) (*api.ImageChunksReply, error) {
+	if err := tenant.RequireAdmin(ctx, "listing an image's chunks"); err != nil {
+		return nil, err
+	}
+	m, err := Get(ctx, st, id)
+	if err != nil {
+		return nil, err
+	}
+	refs, sizes := m.Refs()
+	rep := &api.ImageChunksReply{Total: len(refs), Digests: []api.Digest{}, Bytes: []int64{}}
+	step := 1.0
+	if max > 0 && len(refs) > max {
+		step = float64(len(refs)) / float64(max)
+	}
+	for f := 0.0; int(f) < len(refs); f += step {
+		d := refs[int(f)]
+		rep.Digests = append(rep.Digests, api.Digest(d))
+		rep.Bytes = append(rep.Bytes, sizes[d])
+	}
+	return rep, nil
+}

@@ -247,7 +247,12 @@ func place(ctx context.Context, c *cli.Context, id string, src *control.Client, 
 	if len(srcHost.GPUs) > 0 {
 		model = srcHost.GPUs[0].Name
 	}
-	imgs := sessionImages(ctx, src, id)
+	// The share of the session's newest image each host holds: what a
+	// migration there need not send.
+	var chunks *api.ImageChunksReply
+	if imgs := sessionImages(ctx, src, id); len(imgs) > 0 {
+		chunks, _ = src.ImageChunks(ctx, imgs[0])
+	}
 	type cand struct {
 		h     registry.Host
 		share float64
@@ -276,7 +281,7 @@ func place(ctx context.Context, c *cli.Context, id string, src *control.Client, 
 		}
 		share := 0.0
 		if cl, err := hostClient(c, h); err == nil {
-			share = imageShare(ctx, cl, imgs)
+			share = chunkShare(ctx, cl, chunks)
 		}
 		cands = append(cands, cand{h, share})
 	}
@@ -290,7 +295,7 @@ func place(ctx context.Context, c *cli.Context, id string, src *control.Client, 
 		return cands[i].h.MemFreeBytes > cands[j].h.MemFreeBytes
 	})
 	reason := func(x cand) string {
-		return fmt.Sprintf("%s backend, %s free (session holds %s), driver %s, already holds %.0f%% of the session's images' data",
+		return fmt.Sprintf("%s backend, %s free (session holds %s), driver %s, already holds %.0f%% of the session's newest image (by chunk bytes)",
 			x.h.Backend, humanBytes(x.h.MemFreeBytes), humanBytes(sess.MemBytes), orDash(x.h.Driver), 100*x.share)
 	}
 	out.host, out.why = cands[0].h, reason(cands[0])
@@ -321,34 +326,31 @@ func sessionImages(ctx context.Context, src *control.Client, id string) []string
 	return out
 }
 
-// imageShare is how much of the session's images host h already holds:
-// 1 with the newest, else the share of the older ones (whose chunks the
-// next image mostly repeats), halved.
-func imageShare(ctx context.Context, cl *control.Client, imgs []string) float64 {
-	if len(imgs) == 0 {
+// chunkShare is the share, by bytes, of an image's chunks (ch, from the
+// image's host) that the host behind cl holds already; 0 when unknown.
+func chunkShare(ctx context.Context, cl *control.Client, ch *api.ImageChunksReply) float64 {
+	if ch == nil || len(ch.Digests) == 0 {
 		return 0
 	}
-	list, err := cl.Images(ctx)
+	missing, err := cl.MissingChunks(ctx, ch.Digests)
 	if err != nil {
 		return 0
 	}
-	have := map[string]bool{}
-	for _, im := range list {
-		have[im.ID] = true
+	lacks := make(map[api.Digest]bool, len(missing))
+	for _, d := range missing {
+		lacks[d] = true
 	}
-	if have[imgs[0]] {
-		return 1
-	}
-	n := 0
-	for _, id := range imgs[1:] {
-		if have[id] {
-			n++
+	var have, all int64
+	for i, d := range ch.Digests {
+		all += ch.Bytes[i]
+		if !lacks[d] {
+			have += ch.Bytes[i]
 		}
 	}
-	if len(imgs) == 1 {
+	if all == 0 {
 		return 0
 	}
-	return 0.5 * float64(n) / float64(len(imgs)-1)
+	return float64(have) / float64(all)
 }
 
 func hasModel(gpus []api.GPU, model string) bool {

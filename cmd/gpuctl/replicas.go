@@ -282,10 +282,22 @@ func placeImage(c *cli.Context, reg *registry.Client, ih *imageHolders, image st
 	sort.Slice(hs, func(i, j int) bool { return hs[i].Name < hs[j].Name })
 	cands, why := registry.Candidates(self, hs, nil)
 	out.others = append(out.others, why...)
+	var chunks *api.ImageChunksReply
+	for _, cp := range ih.copies(image) {
+		if cl, err := hostClient(c, ih.hosts[cp.Host]); err == nil && cp.State == registry.StateUp {
+			if chunks, err = cl.ImageChunks(ctx, image); err == nil {
+				break
+			}
+		}
+	}
 	var ok []registry.Host
 	for _, h := range cands {
 		if _, holds := ih.holders[image][h.Name]; !holds {
-			out.others = append(out.others, h.Name+": does not hold the image")
+			share := 0.0
+			if cl, err := hostClient(c, h); err == nil {
+				share = chunkShare(ctx, cl, chunks)
+			}
+			out.others = append(out.others, fmt.Sprintf("%s: does not hold the image (holds %.0f%% of its chunks by bytes)", h.Name, 100*share))
 			continue
 		}
 		ok = append(ok, h)
