@@ -101,7 +101,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.replicas, "replicas", 0, "with --registry, push each new image to `K` compatible peers in the background (0: keep images here only)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gpud --listen HOST:PORT --api HOST:PORT --state-dir DIR [--backend auto|emulated|cuda] [--token-file FILE] [--tenants FILE] [--name NAME] [--tls-cert FILE --tls-key FILE] [--tls-ca FILE] [--registry URLS]\n       gpud registry --data-dir DIR --listen HOST:PORT")
+		fmt.Fprintln(stderr, "usage: gpud --listen HOST:PORT --api HOST:PORT --state-dir DIR [--backend auto|emulated|cuda] [--token-file FILE] [--tenants FILE] [--name NAME] [--tls-cert FILE --tls-key FILE] [--tls-ca FILE] [--registry URLS [--replicas K]]\n       gpud registry --data-dir DIR --listen HOST:PORT")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
