@@ -26,6 +26,9 @@ func TestParseFlags(t *testing.T) {
 		{"tls in user space", append(base, "--tls-cert", "c.pem", "--tls-key", "k.pem", "--kernel-tls=false"), ""},
 		{"tls cert without key", append(base, "--tls-cert", "c.pem"), "--tls-cert and --tls-key go together"},
 		{"tenants", append(base, "--tenants", "/etc/gpud/tenants.json"), ""},
+		{"replicas", append(base, "--registry", "10.0.0.1:2379", "--replicas", "2"), ""},
+		{"replicas without registry", append(base, "--replicas", "1"), "--replicas needs --registry"},
+		{"negative replicas", append(base, "--registry", "10.0.0.1:2379", "--replicas", "-1"), "must not be negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parseFlags(tc.args, io.Discard)
@@ -91,6 +94,22 @@ func TestAdvertised(t *testing.T) {
 	} {
 		if got := advertised(tc.listen, tc.local); got != tc.want {
 			t.Errorf("advertised(%q, %q) = %q, want %q", tc.listen, tc.local, got, tc.want)
+		}
+	}
+}
+
+// TestClientAddr: the client address a host registers is --listen when it
+// names an address, else its port on --api's address.
+func TestClientAddr(t *testing.T) {
+	for _, tc := range []struct{ listen, api, want string }{
+		{"10.0.0.1:7070", "10.0.0.1:7071", "10.0.0.1:7070"},
+		{"0.0.0.0:7070", "10.0.0.2:7071", "10.0.0.2:7070"},
+		{"[::]:7070", "gpu3.example:7071", "gpu3.example:7070"},
+		{":7070", "0.0.0.0:7071", ""},
+		{":7070", ":7071", ""},
+	} {
+		if got := clientAddr(config{listen: tc.listen, api: tc.api}); got != tc.want {
+			t.Errorf("listen %s api %s: %q, want %q", tc.listen, tc.api, got, tc.want)
 		}
 	}
 }
