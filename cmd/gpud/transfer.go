@@ -57,5 +57,11 @@ func (r imageRoutes) Register(mux *http.ServeMux) { images.Register(mux, r.st, r
 // (migrate.Pusher).
 func (s imageStore) Push(ctx context.Context, image string, to *control.Client) (migrate.PushStats, error) {
 	n, err := images.Push(ctx, s.st, image, to, nil)
+	if errs.IsAlreadyExists(err) {
+		// The target has the image already: a replica (gpud --replicas)
+		// that reached it first. Images are never rewritten under an id,
+		// so it is this one.
+		err = nil
+	}
 	return migrate.PushStats{Bytes: n}, err
 }
