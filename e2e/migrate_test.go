@@ -41,6 +41,10 @@ type checkpointResult struct {
 	Session     string `json:"session"`
 	Bytes       int64  `json:"bytes"`
 	StoredBytes int64  `json:"stored_bytes"`
+	StallMS     int64  `json:"stall_ms"`
+	DurationMS  int64  `json:"duration_ms"`
+	MemBytes    int64  `json:"mem_bytes"`
+	MemSent     int64  `json:"mem_sent_bytes"`
 }
 
 type sessionInfo struct {
@@ -327,6 +331,16 @@ func TestIdleCheckpointsDedup(t *testing.T) {
 	if c2.StoredBytes*10 > c2.Bytes {
 		t.Errorf("the second checkpoint stored %d new bytes of %d (> 10%%)", c2.StoredBytes, c2.Bytes)
 	}
-	t.Logf("first: %d bytes, %d stored; second: %d bytes, %d stored", c1.Bytes, c1.StoredBytes, c2.Bytes, c2.StoredBytes)
+	// The worker saved its device memory itself: the second checkpoint
+	// copied only what changed (the idle client changes nothing), and
+	// the client stalled no longer than the whole checkpoint took.
+	if c2.MemBytes < 64<<20 || c2.MemSent*100 > c2.MemBytes {
+		t.Errorf("the second checkpoint found %d of %d bytes of device memory changed (want <= 1%%)", c2.MemSent, c2.MemBytes)
+	}
+	if c2.StallMS <= 0 || c2.StallMS > c2.DurationMS {
+		t.Errorf("second checkpoint: stall %d ms, duration %d ms", c2.StallMS, c2.DurationMS)
+	}
+	t.Logf("first: %d bytes, %d stored, stall %d ms of %d; second: %d bytes, %d stored, stall %d ms of %d, %d of %d bytes of device memory changed",
+		c1.Bytes, c1.StoredBytes, c1.StallMS, c1.DurationMS, c2.Bytes, c2.StoredBytes, c2.StallMS, c2.DurationMS, c2.MemSent, c2.MemBytes)
 	w.result(<-run) // and the session's memory is still intact
 }

@@ -5,9 +5,11 @@ import (
 	"context"
 	"io"
 	"net"
+	"os"
 	"time"
 
 	"github.com/gpuctl/gpuctl/checkpoint"
+	"github.com/gpuctl/gpuctl/devmem"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/remoting/tlsrec"
 	"github.com/gpuctl/gpuctl/remoting/wire"
@@ -60,6 +62,15 @@ func (w *sessionWorker) Resume(ctx context.Context) error {
 	}
 	w.m.mu.Unlock()
 	return nil
+}
+
+// SaveMem and ReloadMem make the worker a checkpoint.MemWorker.
+func (w *sessionWorker) SaveMem(ctx context.Context, req devmem.SaveRequest) (*os.File, devmem.Saved, error) {
+	return w.h.SaveMem(ctx, req)
+}
+
+func (w *sessionWorker) ReloadMem(ctx context.Context, f *os.File, off, n int64) error {
+	return w.h.ReloadMem(ctx, f, off, n)
 }
 
 // Handle is the underlying worker handle.

@@ -9,6 +9,7 @@ import (
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/checkpoint/criu"
 	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
+	"github.com/gpuctl/gpuctl/devmem/devstore"
 	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/remoting/backend/cuda"
 	"github.com/gpuctl/gpuctl/remoting/worker"
@@ -48,10 +49,18 @@ func (d *daemon) routers() ([]router, error) {
 			return nil, err
 		}
 	}
+	// Workers whose backend saves its own device memory (package devmem)
+	// checkpoint it block by block into the store; the cuda backend's
+	// memory still goes through the driver's checkpoint.
+	var mem *devstore.Keeper
+	if d.workerOp.Backend == worker.BackendEmulated {
+		mem = &devstore.Keeper{Store: d.store}
+	}
 	ckpt := &checkpoint.Service{
 		Pipeline: &checkpoint.Pipeline{
 			WorkDir: work, CRIU: crOpts, Suspender: suspender, Store: imgs, Reattach: d.manager,
 			Host: d.cfg.name, Backend: d.workerOp.Backend, Driver: d.host.DriverVersion, GPUs: gpus, Log: d.log,
+			Mem: mem,
 		},
 		Sessions: d.manager,
 		Log:      d.log,
@@ -60,7 +69,7 @@ func (d *daemon) routers() ([]router, error) {
 	rst := &restore.Service{
 		Restorer: &restore.Restorer{
 			WorkDir: work, CRIU: crOpts, Store: imgs, Resumer: resumer, Reattach: d.manager,
-			Backend: d.workerOp.Backend, Log: d.log,
+			Backend: d.workerOp.Backend, Log: d.log, Mem: mem,
 		},
 		Sessions: d.manager,
 		Listen:   advertised(d.cfg.listen, ""),
@@ -76,6 +85,10 @@ type imageStore struct{ st *store.Store }
 
 func (s imageStore) Commit(ctx context.Context, dir string, meta images.Meta) (*images.Manifest, images.Stats, error) {
 	return images.Commit(ctx, s.st, dir, meta)
+}
+
+func (s imageStore) CheckoutExcept(ctx context.Context, id, dir string, skip func(string) bool) (*images.Manifest, error) {
+	return images.CheckoutExcept(ctx, s.st, id, dir, skip)
 }
 
 func (s imageStore) Checkout(ctx context.Context, id, dir string) (*images.Manifest, error) {

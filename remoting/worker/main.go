@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpuctl/gpuctl/devmem"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
 	"github.com/gpuctl/gpuctl/remoting/modcache"
@@ -145,6 +146,8 @@ type worker struct {
 	secretHash []byte
 	// modCache is the module cache in use, as gpud last named it.
 	modCache moduleCache
+	// mem remembers the hashes of the device memory saved last.
+	mem *devmem.Tracker
 }
 
 // useModuleCache points the session at the module cache gpud names (a
@@ -214,6 +217,23 @@ func (w *worker) run() int {
 			err = w.resume(f, req.TLS)
 		case opStats:
 			r.Stats = w.stats()
+		case opMemSave:
+			var mf *os.File
+			mf, r.Mem, err = w.memSave(req.MemSave)
+			if err == nil {
+				err = w.send(r, int(mf.Fd()))
+				mf.Close()
+				if f != nil {
+					f.Close()
+				}
+				if err != nil {
+					w.shutdown()
+					return 5
+				}
+				continue
+			}
+		case opMemReload:
+			err = w.memReload(f, req.MemLayout)
 		case opDetach:
 			if err = checkNonce(req.Nonce); err == nil {
 				_ = w.send(r, -1)
