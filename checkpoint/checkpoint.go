@@ -126,6 +126,10 @@ type Request struct {
 	// the Frozen result is already settled.
 	ResumeEarly bool
 	Resumed     func(Worker)
+	// MemBase, when set, is the save the worker's device memory is
+	// compared with instead of the session's last image: a live
+	// migration's last pre-copy round, whose blocks the store holds.
+	MemBase *devstore.Table
 }
 
 // Result describes a stored checkpoint.
@@ -313,7 +317,10 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 // saveMem has the worker copy its device memory (what changed since the
 // session's last complete save) into a memfd and release it.
 func (p *Pipeline) saveMem(ctx context.Context, w MemWorker, req Request) (*devstore.Snapshot, *devstore.Table, error) {
-	base := p.Mem.Base(ctx, req.Session, req.Parent)
+	base := req.MemBase
+	if base == nil {
+		base = p.Mem.Base(ctx, req.Session, req.Parent)
+	}
 	f, sv, err := w.SaveMem(ctx, devmem.SaveRequest{Base: base.Gen(), All: req.ResumeEarly, Release: true})
 	if err != nil {
 		return nil, nil, err

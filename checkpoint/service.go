@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
+	"github.com/gpuctl/gpuctl/devmem/devstore"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/ids"
 )
@@ -143,9 +144,27 @@ func (s *Service) Freeze(ctx context.Context, id string) (*Frozen, error) {
 	return s.freeze(ctx, id, false)
 }
 
+// FreezeOptions change a Freeze.
+type FreezeOptions struct {
+	// Claimed: the caller holds Claim(id) already (a migration that
+	// pre-copied the session's memory first).
+	Claimed bool
+	// MemBase is Request.MemBase.
+	MemBase *devstore.Table
+}
+
+// FreezeWith is Freeze with options.
+func (s *Service) FreezeWith(ctx context.Context, id string, o FreezeOptions) (*Frozen, error) {
+	return s.freezeWith(ctx, id, false, o)
+}
+
 // freeze is Freeze; with early, a session whose worker saves its own
 // device memory is resumed before its image is stored (Result.Early).
 func (s *Service) freeze(ctx context.Context, id string, early bool) (*Frozen, error) {
+	return s.freezeWith(ctx, id, early, FreezeOptions{})
+}
+
+func (s *Service) freezeWith(ctx context.Context, id string, early bool, o FreezeOptions) (*Frozen, error) {
 	if err := ids.CheckSession(id); err != nil {
 		return nil, err
 	}
@@ -154,11 +173,13 @@ func (s *Service) freeze(ctx context.Context, id string, early bool) (*Frozen, e
 	if err := s.Sessions.Authorize(ctx, id); err != nil {
 		return nil, err
 	}
-	free, err := s.Claim(id)
-	if err != nil {
-		return nil, err
+	if !o.Claimed {
+		free, err := s.Claim(id)
+		if err != nil {
+			return nil, err
+		}
+		defer free()
 	}
-	defer free()
 	parent, err := s.Sessions.LastImage(ctx, id)
 	if err != nil {
 		return nil, err
@@ -170,7 +191,7 @@ func (s *Service) freeze(ctx context.Context, id string, early bool) (*Frozen, e
 	cur := w
 	resumed := false
 	fr, err := s.Pipeline.Checkpoint(ctx, Request{Session: id, Worker: w, Parent: parent, Tenant: s.Sessions.Owner(id),
-		Reattached: func(nw Worker) { cur = nw }, ResumeEarly: early,
+		Reattached: func(nw Worker) { cur = nw }, ResumeEarly: early, MemBase: o.MemBase,
 		Resumed: func(nw Worker) {
 			cur, resumed = nw, true
 			if err := s.Sessions.Resumed(id, nw); err != nil {

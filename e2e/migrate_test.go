@@ -34,6 +34,10 @@ type migrateResult struct {
 	Bytes      int64  `json:"bytes"`
 	SentBytes  int64  `json:"sent_bytes"`
 	DowntimeMS int64  `json:"downtime_ms"`
+	Rounds     []struct {
+		Blocks int   `json:"blocks"`
+		Bytes  int64 `json:"bytes"`
+	} `json:"rounds"`
 }
 
 type checkpointResult struct {
@@ -207,6 +211,11 @@ func TestMigrateRoundTrip(t *testing.T) {
 	w.ctlJSON(w.a, &m1, "migrate", s.ID, "--to", w.b.API())
 	if m1.Session != s.ID || m1.To != w.b.API() || m1.SentBytes <= 0 || m1.DowntimeMS <= 0 {
 		t.Errorf("migrate A->B reported %+v", m1)
+	}
+	// The device memory went ahead while the session ran: the first
+	// round sent all of it.
+	if len(m1.Rounds) == 0 || m1.Rounds[0].Bytes < wlMiB<<20 {
+		t.Errorf("migrate A->B reported pre-copy rounds %+v; want a first round of the session's %d MiB", m1.Rounds, wlMiB)
 	}
 	if got := w.find(w.b, s.ID); got.State == "stopped" {
 		t.Errorf("session on B after the migration: %+v", got)

@@ -73,6 +73,28 @@ func (w *sessionWorker) ReloadMem(ctx context.Context, f *os.File, off, n int64)
 	return w.h.ReloadMem(ctx, f, off, n)
 }
 
+// PrecopyMem runs a pre-copy round on the running worker (a live
+// migration, package precopy).
+func (w *sessionWorker) PrecopyMem(ctx context.Context, req devmem.PrecopyRequest) (*os.File, devmem.Saved, error) {
+	return w.h.PrecopyMem(ctx, req)
+}
+
+// Live is the worker of a running or detached session, for work that
+// leaves the session running (a migration's pre-copy); unlike Begin it
+// changes nothing.
+func (m *Manager) Live(id string) (checkpoint.Worker, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.session(id)
+	if err != nil {
+		return nil, err
+	}
+	if s.worker == nil || (s.rec.State != Running && s.rec.State != Detached) {
+		return nil, errs.New(errs.FailedPrecondition, errs.Session(id), "session is %s, not running on this host", s.rec.State)
+	}
+	return &sessionWorker{m: m, id: id, h: s.worker}, nil
+}
+
 // Handle is the underlying worker handle.
 func (w *sessionWorker) Handle() *worker.Handle { return w.h }
 

@@ -32,6 +32,10 @@ const (
 	// from the memfd passed.
 	opMemSave   = "memsave"
 	opMemReload = "memreload"
+	// opMemPrecopy copies, while the session runs, the device memory
+	// that changed since the previous round into a memfd sent back with
+	// the reply (a live migration's pre-copy).
+	opMemPrecopy = "memprecopy"
 )
 
 // evEnded is the worker's unsolicited report that its client went away
@@ -64,6 +68,8 @@ type request struct {
 	// where the passed memfd holds its layout (memreload).
 	MemSave   *devmem.SaveRequest `json:"mem_save,omitempty"`
 	MemLayout *[2]int64           `json:"mem_layout,omitempty"`
+	// MemPrecopy asks for a pre-copy round (memprecopy).
+	MemPrecopy *devmem.PrecopyRequest `json:"mem_precopy,omitempty"`
 }
 
 // moduleCache is the host's module cache as a worker is told of it.
