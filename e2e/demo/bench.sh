@@ -43,7 +43,7 @@ for mib in ${BENCH_SIZES:-16 256 1024}; do
 	# stop-and-copy checkpoint of the same session (c3: no
 	# --leave-running, the client stalls for all of it).
 	stalls+=("$mib|$(jnum stall_ms <<<"$c1")|$(jnum stall_ms <<<"$c2")|$(jnum duration_ms <<<"$c2")|$(jnum mem_sent_bytes <<<"$c2")|$(jnum duration_ms <<<"$c3")|$(jnum downtime_ms <<<"$mg")")
-	rounds+=("$mib MiB idle: $(rounds_of "$mg")")
+	rounds+=("$mib MiB idle: $(rounds_of <<<"$mg")")
 	kill "$app" 2>/dev/null || true
 	wait "$app" 2>/dev/null || true
 done
@@ -62,7 +62,7 @@ for i in $(seq 600); do
 done
 sleep 2
 mgb=$(ctl --host "$api_a" migrate "$session" --to "$api_b" --json) || die "migration of the busy session failed"
-rounds+=("$busy_mib MiB rewriting: $(rounds_of "$mgb")")
+rounds+=("$busy_mib MiB rewriting: $(rounds_of <<<"$mgb")")
 busy_row="$busy_mib|$(jnum downtime_ms <<<"$mgb")|$(jnum duration_ms <<<"$mgb")|$(jnum sent_bytes <<<"$mgb")"
 kill "$app" 2>/dev/null || true
 wait "$app" 2>/dev/null || true
