@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/failpoint"
 )
 
 // Step is one named stage of a pipeline with the action that undoes it.
@@ -69,7 +70,8 @@ const undoTimeout = 60 * time.Second
 
 // Run runs steps in order. When one fails, the completed steps are undone
 // in reverse order and a *StepError, classified with the failing step's
-// error kind, is returned.
+// error kind, is returned. Each step starts at the failpoint
+// "<pipeline>/<step>", where a test can make it fail or hold it.
 func Run(ctx context.Context, log *slog.Logger, pipeline, subject string, steps []Step) ([]Timing, error) {
 	if log == nil {
 		log = slog.Default()
@@ -78,6 +80,9 @@ func Run(ctx context.Context, log *slog.Logger, pipeline, subject string, steps 
 	for i, s := range steps {
 		t0 := time.Now()
 		err := ctx.Err()
+		if err == nil {
+			err = failpoint.Inject(ctx, pipeline+"/"+s.Name)
+		}
 		if err == nil {
 			err = s.Do(ctx)
 		}

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/failpoint"
 	"github.com/gpuctl/gpuctl/images/chunker"
 	"github.com/gpuctl/gpuctl/store"
 )
@@ -209,6 +210,11 @@ func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Ma
 	}
 	stats.Chunks = chunks
 	stats.ZeroBytes = zeroB
+	// Every chunk is written and the image is not yet indexed: the window
+	// a crash or a concurrent gc must not turn into a half-stored image.
+	if err := failpoint.Inject(ctx, "images/commit/index"); err != nil {
+		return nil, Stats{}, err
+	}
 	if err := m.Validate(); err != nil {
 		return nil, Stats{}, errs.Wrap(err, errs.Internal, "", "the manifest Commit built is invalid")
 	}
