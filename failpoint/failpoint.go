@@ -19,6 +19,8 @@
 //	                     handover, restore, moved
 //	images/commit/index  in images.Commit, when every chunk is written and
 //	                     the image is not yet indexed
+//	dispatch/sync        in a session's dispatch, when a synchronous request
+//	                     is read and not yet executed
 package failpoint
 
 import (

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpuctl/gpuctl/failpoint"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/cu"
 	"github.com/gpuctl/gpuctl/remoting/wire"
@@ -233,6 +234,13 @@ func (s *Session) handle(ctx context.Context, x *call, bw *bufio.Writer) error {
 	h := &x.h
 	if h.Seq <= s.executed.Load() {
 		return s.duplicate(ctx, x, bw)
+	}
+	if !h.Async() {
+		// A test can end the connection here: the request is read and
+		// not executed, and its client waits for the reply.
+		if err := failpoint.Inject(ctx, "dispatch/sync"); err != nil {
+			return err
+		}
 	}
 	err := s.run(ctx, x, bw)
 	if x.bulkIn.n > 0 {

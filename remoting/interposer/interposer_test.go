@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,9 +13,11 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gpuctl/gpuctl/failpoint"
 	"github.com/gpuctl/gpuctl/remoting/interposer/testserver"
 	"github.com/gpuctl/gpuctl/remoting/wire"
 )
@@ -73,6 +76,83 @@ func build(t *testing.T) string {
 		t.Fatal(buildErr)
 	}
 	return buildDir
+}
+
+// buildFailpoints builds the library with -DGC_FAILPOINTS (test-only
+// points, armed with GPUCTL_FAILPOINT) into a directory of its own; ctest
+// loads it instead of the plain build when that directory is on
+// LD_LIBRARY_PATH.
+func buildFailpoints(t *testing.T) string {
+	t.Helper()
+	build(t)
+	fpOnce.Do(func() {
+		fpDir, fpErr = os.MkdirTemp("", "gpuctl-interposer-fp-")
+		if fpErr != nil {
+			return
+		}
+		d := dir()
+		srcs, _ := filepath.Glob(filepath.Join(d, "src", "*.c"))
+		gen, _ := filepath.Glob(filepath.Join(d, "gen", "*.c"))
+		args := []string{"-O2", "-g", "-DGC_FAILPOINTS", "-fPIC", "-std=gnu11", "-pthread", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter",
+			"-I" + filepath.Join(d, "include"), "-I" + filepath.Join(d, "src"), "-I" + filepath.Join(d, "gen"),
+			"-shared", "-Wl,-soname,libcuda.so.1", "-Wl,--version-script=" + filepath.Join(d, "gen", "libcuda.map"), "-Wl,-z,defs",
+			"-o", filepath.Join(fpDir, "libcuda.so.1")}
+		fpErr = gcc(append(args, append(srcs, gen...)...)...)
+	})
+	if fpErr != nil {
+		t.Fatal(fpErr)
+	}
+	return fpDir
+}
+
+var (
+	fpOnce sync.Once
+	fpDir  string
+	fpErr  error
+)
+
+// TestClientReplyOvertakesResend forces the race behind a stall seen after
+// migrations: the connection ends while the client waits for a reply, the
+// client reconnects, its sender thread writes the request again, and the
+// server's reply is read by the waiting thread before the sender has
+// returned from writing. The reply must reach its caller. The server cuts
+// the connection at its twelfth synchronous request (failpoint
+// "dispatch/sync"), and the library's failpoint "after-resend" holds the
+// sender right after the resend until the reply has been handled. The
+// client's silence bound is off, so nothing but a delivered reply lets
+// the program finish.
+func TestClientReplyOvertakesResend(t *testing.T) {
+	lib := buildFailpoints(t)
+	var fp failpoint.Set
+	var syncs atomic.Int32
+	fp.On("dispatch/sync", func(context.Context) error {
+		if syncs.Add(1) == 12 {
+			return errors.New("connection cut by the test")
+		}
+		return nil
+	})
+	srv, err := testserver.StartWith("127.0.0.1:0", "secret-token", nil, testserver.Options{Failpoints: &fp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := clientCmd(ctx, t, srv.Addr(), "secret-token", "replay", "300")
+	cmd.Env = append(cmd.Env, "LD_LIBRARY_PATH="+lib, "GPUCTL_FAILPOINT=after-resend", "GPUCTL_REPLY_TIMEOUT=0")
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("the client hung: the reply to its resent request was dropped\n%s", out)
+	}
+	if err != nil || !bytes.Contains(out, []byte("PASS replay")) {
+		t.Fatalf("ctest replay: %v\n%s", err, out)
+	}
+	if fp.Hits("dispatch/sync") < 12 || !bytes.Contains(out, []byte("reconnected to")) {
+		t.Fatalf("the connection was not cut at a synchronous request (%d reached):\n%s", fp.Hits("dispatch/sync"), out)
+	}
+	if !bytes.Contains(out, []byte("failpoint after-resend")) {
+		t.Fatalf("the library with failpoints was not loaded, or its point was never reached:\n%s", out)
+	}
 }
 
 // buildTSan builds the library and the test program with

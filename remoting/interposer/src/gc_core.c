@@ -93,8 +93,12 @@ static struct {
 	uint8_t *ring;
 	_Atomic uint64_t head;     /* reserved up to */
 	_Atomic uint64_t tail;     /* freed up to */
-	_Atomic uint64_t sent_pub; /* sent, for readers without tx_mu */
-	uint64_t sent;             /* written to the socket up to; tx_mu */
+	/* sent_pub: handed to the socket up to, for threads without tx_mu.
+	 * It moves before the write, never after: a reply can arrive as soon
+	 * as the request's last byte leaves, and the reader matches replies
+	 * only to records below it. */
+	_Atomic uint64_t sent_pub;
+	uint64_t sent; /* written to the socket up to; tx_mu */
 	_Atomic int ack_pending;
 
 	pthread_mutex_t tx_mu;
@@ -330,6 +334,37 @@ static int handshake(int fd, int resume, uint64_t last_seq, struct welcome *w)
 	return 0;
 }
 
+/* ---- failpoints (test builds only) ------------------------------------ */
+
+#ifdef GC_FAILPOINTS
+/* Built with -DGC_FAILPOINTS by the interposer's tests, never by make.
+ * GPUCTL_FAILPOINT=after-resend holds the flusher thread, once it has
+ * written again, after a reconnect, a synchronous request that another
+ * thread waits on, until the reader has handled the next reply, for at
+ * most two seconds: the reply to the request is then read while the
+ * flusher is still inside flush_some, the window in which a reply can
+ * overtake the sender's bookkeeping. */
+static _Atomic uint64_t fp_frames; /* replies rx_one has delivered or dropped */
+static uint64_t fp_resend_end;      /* records below it are resends; tx_mu */
+
+static void fp_after_resend(void)
+{
+	static int armed = -1;
+	if (armed < 0) {
+		const char *v = getenv("GPUCTL_FAILPOINT");
+		armed = v != NULL && strcmp(v, "after-resend") == 0;
+	}
+	if (!armed)
+		return;
+	static _Atomic int logged;
+	if (!atomic_exchange(&logged, 1))
+		gc_log("failpoint after-resend: holding the sender until the reply is handled");
+	uint64_t seen = atomic_load(&fp_frames);
+	for (int i = 0; i < 2000 && atomic_load(&fp_frames) == seen; i++)
+		sleep_s(0.001);
+}
+#endif
+
 /* ---- sending --------------------------------------------------------- */
 
 /* flush_some writes published records from g.sent on, up to limit.
@@ -339,6 +374,9 @@ static int flush_some(uint64_t limit)
 {
 	struct iovec iov[IOV_BATCH];
 	int n = 0, recs = 0;
+#ifdef GC_FAILPOINTS
+	int syncs = 0;
+#endif
 	uint64_t pos = g.sent, head = atomic_load(&g.head);
 	if (head > limit)
 		head = limit;
@@ -351,6 +389,9 @@ static int flush_some(uint64_t limit)
 		}
 		if (st != REC_READY)
 			break;
+#ifdef GC_FAILPOINTS
+		syncs += r->w != NULL && pos < fp_resend_end;
+#endif
 		iov[n].iov_base = r->frame;
 		iov[n++].iov_len = r->frame_len;
 		if (r->bulk_len > 0) {
@@ -367,6 +408,10 @@ static int flush_some(uint64_t limit)
 		}
 		return 0;
 	}
+	/* Before the write: the reply to the last record may be read by
+	 * another thread before sendmsg returns here. A failed write is
+	 * followed by a reconnect, which sets the mark back. */
+	atomic_store(&g.sent_pub, pos);
 	int fd = atomic_load(&g.fd);
 	struct iovec *v = iov;
 	while (n > 0) {
@@ -389,7 +434,10 @@ static int flush_some(uint64_t limit)
 		}
 	}
 	g.sent = pos;
-	atomic_store(&g.sent_pub, pos);
+#ifdef GC_FAILPOINTS
+	if (limit == UINT64_MAX && syncs > 0)
+		fp_after_resend();
+#endif
 	return recs;
 }
 
@@ -621,6 +669,9 @@ static int rx_one(void)
 	}
 	note_executed(executed);
 	pthread_mutex_unlock(&g.rx_mu);
+#ifdef GC_FAILPOINTS
+	atomic_fetch_add(&fp_frames, 1); /* this reply is delivered or dropped */
+#endif
 	return 0;
 }
 
@@ -702,6 +753,9 @@ static void reconnect_locked(const char *why, const char *moved)
 				pthread_mutex_lock(&g.rx_mu);
 				note_executed(w.last_executed);
 				pthread_mutex_unlock(&g.rx_mu);
+#ifdef GC_FAILPOINTS
+				fp_resend_end = g.sent;
+#endif
 				g.sent = atomic_load(&g.tail);
 				atomic_store(&g.sent_pub, g.sent);
 				atomic_store(&g.ack_pending, 0);

@@ -16,6 +16,7 @@ import (
 	"net"
 	"sync"
 
+	"github.com/gpuctl/gpuctl/failpoint"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/backend/emulated"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
@@ -54,6 +55,9 @@ type Options struct {
 	// kernel, so that a benchmark measures the transport rather than
 	// the PTX interpreter.
 	NullLaunch bool
+	// Failpoints, when set, reach the sessions' dispatch (the point
+	// "dispatch/sync", for one).
+	Failpoints *failpoint.Set
 }
 
 // Start listens on addr ("127.0.0.1:0" for any free port) and serves
@@ -220,7 +224,11 @@ func (s *Server) serve(c net.Conn) error {
 	ss.mu.Lock()
 	ss.movedTo = ""
 	ss.mu.Unlock()
-	err = ss.ds.Serve(s.ctx, c, info, false)
+	ctx := s.ctx
+	if s.opt.Failpoints != nil {
+		ctx = failpoint.With(ctx, s.opt.Failpoints)
+	}
+	err = ss.ds.Serve(ctx, c, info, false)
 	ss.mu.Lock()
 	to := ss.movedTo
 	ss.mu.Unlock()
