@@ -19,6 +19,7 @@ import (
 	"github.com/gpuctl/gpuctl/checkpoint/proctest"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/failpoint"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/restore"
 )
@@ -212,11 +213,16 @@ func TestMigrate(t *testing.T) {
 		restoreBackend string
 		pushErr        error
 		checkErr       error
+		movedErr       error // the moved notice cannot be written (failpoint migrate/moved)
 		wantStep       string
 		wantKind       errs.Kind
 		wantCalls      string // on A's worker
 	}{
 		{name: "moves", reportBackend: "emulated", restoreBackend: "emulated", wantCalls: "quiesce detach"},
+		// B has adopted the session when the notice fails: undoing now would
+		// run the session on both hosts, so the migration stands.
+		{name: "client not told", reportBackend: "emulated", restoreBackend: "emulated", wantCalls: "quiesce detach",
+			movedErr: errors.New("client link down")},
 		{name: "target down", to: "127.0.0.1:1", wantStep: "precheck", wantKind: errs.Unavailable},
 		{name: "target on another backend", reportBackend: "cuda", restoreBackend: "cuda", wantStep: "precheck", wantKind: errs.FailedPrecondition},
 		{name: "target has no matching GPU", reportBackend: "emulated", restoreBackend: "emulated", checkErr: errs.New(errs.FailedPrecondition, "", "no GPU of the session's model"),
@@ -230,6 +236,11 @@ func TestMigrate(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
+			var fp failpoint.Set
+			if c.movedErr != nil {
+				fp.On("migrate/moved", failpoint.Fail(c.movedErr))
+				ctx = failpoint.With(ctx, &fp)
+			}
 			child := h.Start(false)
 			pid := child.Process.Pid
 			var calls []string
@@ -295,6 +306,9 @@ func TestMigrate(t *testing.T) {
 			}
 			if res.DowntimeMS < 0 || res.DowntimeMS > res.DurationMS+1 {
 				t.Errorf("downtime %d ms of %d ms", res.DowntimeMS, res.DurationMS)
+			}
+			if c.movedErr != nil && fp.Hits("migrate/moved") != 1 {
+				t.Errorf("migrate/moved reached %d times", fp.Hits("migrate/moved"))
 			}
 			if tabA.get(id) != "stopped" || tabA.moved[id] != "127.0.0.1:17070" {
 				t.Errorf("A: state %q moved %q", tabA.get(id), tabA.moved[id])

@@ -3,6 +3,7 @@ package session
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"time"
 
@@ -38,7 +39,22 @@ func (w *sessionWorker) Resume(ctx context.Context) error {
 	w.m.mu.Lock()
 	conn := w.m.connOf(w.id)
 	w.m.mu.Unlock()
-	return w.h.Resume(ctx, conn)
+	err := w.h.Resume(ctx, conn)
+	if errors.Is(err, worker.ErrConnDropped) {
+		// The worker runs without its client: let the client go, so that
+		// it reconnects and resends what the worker never executed.
+		w.m.mu.Lock()
+		if s, ok := w.m.sessions[w.id]; ok && s.conn == conn {
+			w.m.closeConn(s)
+			if s.rec.State == Running {
+				_ = w.m.setState(s, Detached)
+			}
+		}
+		w.m.mu.Unlock()
+		w.m.log.Warn("client connection not served on after a checkpoint; the client reconnects", "session", w.id)
+		return nil
+	}
+	return err
 }
 
 // Handle is the underlying worker handle.
@@ -260,7 +276,7 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 	m.watch(id, sw.h)
 	// Resume the backend; a held client is served again on its own
 	// socket, with no greeting: it never left.
-	if err := sw.h.Resume(ctx, held); err != nil {
+	if err := sw.Resume(ctx); err != nil {
 		m.end(id, "resume after restore failed")
 		return err
 	}

@@ -33,6 +33,12 @@ import (
 // frame boundary with every reply written.
 var ErrStopped = errors.New("dispatch: session stopped at a frame boundary")
 
+// ErrNotResumable is returned by Serve(resume=true) when the previous
+// Serve did not stop at a frame boundary: bytes it had read are lost, or
+// a reply may be cut short on the wire, so that socket cannot carry the
+// session on. The client must reconnect (and is greeted, and resends).
+var ErrNotResumable = errors.New("dispatch: the connection did not stop at a frame boundary; the client must reconnect")
+
 // WelcomeInfo is what Serve puts in the Welcome of a new connection.
 type WelcomeInfo struct {
 	SessionID string
@@ -56,8 +62,16 @@ type Session struct {
 	executed atomic.Uint64
 	stopReq  atomic.Bool
 
-	mu   sync.Mutex // guards conn, which Stop interrupts
+	// mu makes Stop and the start of Serve one after the other: a Stop
+	// either comes before Serve clears the request and is forgotten, or
+	// after, and then its deadline lands on the connection Serve reads.
+	// Interleaved, the deadline could interrupt a read after the request
+	// was cleared, and Serve ended with a timeout, losing its read-ahead.
+	mu   sync.Mutex
 	conn net.Conn
+	// boundary is whether the last Serve ended at a frame boundary
+	// (ErrStopped), so that its socket can be served on (resume=true).
+	boundary bool
 
 	maxFrame  uint32
 	readAhead []byte                // unprocessed bytes of a stopped connection
@@ -100,6 +114,11 @@ func NewSession(dev backend.Device, log *slog.Logger) *Session {
 	return &Session{dev: dev, log: log, pending: map[backend.Ctx]error{}, maxFrame: wire.DefaultMaxFrame}
 }
 
+// Resumable reports whether the last Serve stopped at a frame boundary,
+// so that its socket can be served on with resume=true. Call it from the
+// goroutine that calls Serve, while no Serve runs.
+func (s *Session) Resumable() bool { return s.boundary }
+
 // ExecutedSeq is the highest request sequence number executed so far.
 func (s *Session) ExecutedSeq() uint64 { return s.executed.Load() }
 
@@ -111,8 +130,8 @@ func (s *Session) ExecutedSeq() uint64 { return s.executed.Load() }
 // caller that starts Serve on another goroutine should let it begin
 // before stopping it.
 func (s *Session) Stop() {
-	s.stopReq.Store(true)
 	s.mu.Lock()
+	s.stopReq.Store(true)
 	if s.conn != nil {
 		s.conn.SetReadDeadline(time.Unix(1, 0))
 	}
@@ -127,23 +146,31 @@ func (s *Session) Stop() {
 // read ahead from an earlier connection, because the client resends what
 // was not executed. resume=true: conn is the same client socket handed
 // back after a Stop; no Welcome is written (the client never left) and the
-// read-ahead bytes are processed first.
+// read-ahead bytes are processed first. When the previous Serve did not
+// end with ErrStopped, resume=true returns ErrNotResumable at once.
 func (s *Session) Serve(ctx context.Context, conn net.Conn, w WelcomeInfo, resume bool) error {
 	if w.MaxFrame != 0 {
 		s.maxFrame = max(w.MaxFrame, wire.MinMaxFrame)
 	}
-	s.stopReq.Store(false)
+	if resume && !s.boundary {
+		return ErrNotResumable
+	}
+	s.boundary = false
 	s.mu.Lock()
+	s.stopReq.Store(false)
 	s.conn = conn
+	conn.SetReadDeadline(time.Time{})
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		s.conn = nil
 		s.mu.Unlock()
 	}()
+	if err := failpoint.Inject(ctx, "dispatch/serve"); err != nil {
+		return err
+	}
 	stopWatch := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Unix(1, 0)) })
 	defer stopWatch()
-	conn.SetReadDeadline(time.Time{})
 
 	if !resume {
 		s.readAhead = nil
@@ -169,6 +196,7 @@ func (s *Session) Serve(ctx context.Context, conn net.Conn, w WelcomeInfo, resum
 	}
 	if errors.Is(err, ErrStopped) {
 		s.readAhead = append([]byte(nil), fr.buf[fr.r:]...)
+		s.boundary = true
 	}
 	if ctx.Err() != nil && !errors.Is(err, ErrStopped) {
 		return ctx.Err()

@@ -301,17 +301,27 @@ func (h *Handle) Quiesce(ctx context.Context) error {
 	return err
 }
 
+// ErrConnDropped is returned by Resume when the worker resumed but did not
+// serve the socket passed: the connection had not stopped at a frame
+// boundary (its Serve ended with an error). The caller closes its copy so
+// that the client reconnects, is greeted and resends.
+var ErrConnDropped = errors.New("the worker did not serve the client socket on: it had not stopped at a frame boundary")
+
 // Resume undoes Quiesce: the worker runs its backend's Resume hook and,
 // when conn is non-nil, serves conn again without a greeting (it is the
-// socket gpud kept open while the client stalled). A client that instead
-// reconnected on a new socket is handed over with Attach.
+// socket gpud kept open while the client stalled); see ErrConnDropped. A
+// client that instead reconnected on a new socket is handed over with
+// Attach.
 func (h *Handle) Resume(ctx context.Context, conn *net.TCPConn) error {
 	if conn == nil {
 		_, err := h.call(ctx, request{Op: opResume}, -1)
 		return err
 	}
 	return withConnFD(conn, func(fd int) error {
-		_, err := h.call(ctx, request{Op: opResume, Resume: true}, fd)
+		r, err := h.call(ctx, request{Op: opResume, Resume: true}, fd)
+		if err == nil && r.Dropped {
+			return ErrConnDropped
+		}
 		return err
 	})
 }

@@ -172,7 +172,7 @@ func (w *worker) run() int {
 		case opQuiesce:
 			r.Seq, err = w.quiesce()
 		case opResume:
-			err = w.resume(f)
+			r.Dropped, err = w.resume(f)
 		case opStats:
 			r.Stats = w.stats()
 		case opDetach:
@@ -308,15 +308,21 @@ func (w *worker) quiesce() (uint64, error) {
 	return w.sess.ExecutedSeq(), err
 }
 
-func (w *worker) resume(f *os.File) error {
-	var err error
+// resume undoes quiesce. The client socket f is served on only when the
+// last Serve stopped at a frame boundary; otherwise it is not served
+// (dropped reports that) and gpud lets the client reconnect.
+func (w *worker) resume(f *os.File) (dropped bool, err error) {
 	if s, ok := w.dev.(backend.Suspender); ok {
 		w.thread.run(func() { err = s.Resume(context.Background()) })
 	}
 	if err != nil || f == nil {
-		return err
+		return false, err
 	}
-	return w.serve(f, true)
+	if !w.sess.Resumable() {
+		w.log.Warn("the client connection did not stop at a frame boundary; not serving it on, the client reconnects")
+		return true, nil
+	}
+	return false, w.serve(f, true)
 }
 
 func (w *worker) stats() *Stats {

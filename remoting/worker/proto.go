@@ -46,12 +46,15 @@ type request struct {
 }
 
 type reply struct {
-	ID    uint64     `json:"id"` // 0 for an event
-	Event string     `json:"event,omitempty"`
-	Err   string     `json:"err,omitempty"`
-	Seq   uint64     `json:"seq,omitempty"`
-	Stats *Stats     `json:"stats,omitempty"`
-	Log   *LogRecord `json:"log,omitempty"`
+	ID    uint64 `json:"id"` // 0 for an event
+	Event string `json:"event,omitempty"`
+	Err   string `json:"err,omitempty"`
+	Seq   uint64 `json:"seq,omitempty"`
+	// Dropped answers a resume: the passed client socket was not served
+	// on, because the connection had not stopped at a frame boundary.
+	Dropped bool       `json:"dropped,omitempty"`
+	Stats   *Stats     `json:"stats,omitempty"`
+	Log     *LogRecord `json:"log,omitempty"`
 }
 
 // LogRecord is a worker log line forwarded to gpud.
