@@ -24,7 +24,10 @@
 //	dispatch/serve       as a session's dispatch starts serving a
 //	                     connection, registered so that a Stop reaches it
 //	dispatch/sync        in a session's dispatch, when a synchronous request
-//	                     is read and not yet executed
+//	                     is read and not yet executed (the connection is
+//	                     silent while a test holds it there)
+//	dispatch/exec        as a synchronous call starts running, with
+//	                     keepalives on (a test holds a long call there)
 package failpoint
 
 import (

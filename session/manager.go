@@ -16,6 +16,7 @@ import (
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/remoting/cu"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
+	"github.com/gpuctl/gpuctl/remoting/wire"
 	"github.com/gpuctl/gpuctl/remoting/worker"
 )
 
@@ -70,6 +71,11 @@ type Session struct {
 	// ending is set when gpud itself ends the worker, so its exit is not
 	// taken for a crash.
 	ending bool
+	// keepalive is the keepalive interval conn's client asked for (0:
+	// none), and keeping the goroutine that sends them while gpud holds
+	// conn for a quiesced session.
+	keepalive time.Duration
+	keeping   *keeper
 }
 
 // NewManager returns a manager. Records left by an earlier gpud run are
@@ -252,9 +258,65 @@ func (m *Manager) forget(id, why string) {
 }
 
 func (m *Manager) closeConn(s *Session) {
+	stopKeeping(s)
 	if s.conn != nil {
 		s.conn.Close()
 		s.conn = nil
+	}
+}
+
+// keepaliveOf is the keepalive interval a client's Hello asks for.
+func keepaliveOf(h *wire.Hello) time.Duration {
+	if h != nil && h.Flags&wire.HelloKeepalive != 0 {
+		return wire.DefaultKeepalive
+	}
+	return 0
+}
+
+// keeper sends keepalives on a client socket gpud holds while its session
+// is quiesced (checkpointed, migrated), so that the client, which gives
+// up on a silent connection, waits instead.
+type keeper struct {
+	stop chan struct{}
+	done chan struct{}
+}
+
+// startKeeping starts a keeper on s's held socket when its client asked
+// for keepalives; the caller holds m.mu, and the worker has stopped
+// writing to the socket at a frame boundary.
+func startKeeping(s *Session) {
+	if s.conn == nil || s.keepalive <= 0 || s.keeping != nil {
+		return
+	}
+	k := &keeper{stop: make(chan struct{}), done: make(chan struct{})}
+	s.keeping = k
+	go func(conn *net.TCPConn, every time.Duration) {
+		defer close(k.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-k.stop:
+				return
+			case <-t.C:
+			}
+			conn.SetWriteDeadline(time.Now().Add(every))
+			err := wire.WriteKeepalive(conn, 0)
+			conn.SetWriteDeadline(time.Time{})
+			if err != nil {
+				return // the client is gone; its reconnect tells
+			}
+		}
+	}(s.conn, s.keepalive)
+}
+
+// stopKeeping stops s's keeper and waits for it, so that nothing else
+// writes to the socket; the caller holds m.mu.
+func stopKeeping(s *Session) {
+	if k := s.keeping; k != nil {
+		close(k.stop)
+		<-k.done
+		s.keeping = nil
 	}
 }
 
@@ -315,7 +377,7 @@ func (m *Manager) workerExited(id string, h *worker.Handle) {
 // Create starts a new session for a client that passed the handshake: a
 // fresh id and secret and a new worker serving conn, which the worker
 // greets with them.
-func (m *Manager) Create(ctx context.Context, conn *net.TCPConn) (string, error) {
+func (m *Manager) Create(ctx context.Context, conn *net.TCPConn, hello *wire.Hello) (string, error) {
 	id, secret, err := newID()
 	if err != nil {
 		return "", errs.Wrap(err, errs.Internal, "", "session id")
@@ -344,15 +406,16 @@ func (m *Manager) Create(ctx context.Context, conn *net.TCPConn) (string, error)
 			Client: conn.RemoteAddr().String(), Created: time.Now().UTC(),
 			Backend: opts.Backend, Device: opts.Device, WorkerPID: h.PID(),
 		},
-		worker: h,
-		conn:   conn,
+		worker:    h,
+		conn:      conn,
+		keepalive: keepaliveOf(hello),
 	}
 	m.mu.Lock()
 	m.sessions[id] = s
 	m.persist(s)
 	m.mu.Unlock()
 	m.watch(id, h)
-	if err := h.Attach(ctx, conn, dispatch.WelcomeInfo{SessionID: id, Secret: secret}, false); err != nil {
+	if err := h.Attach(ctx, conn, dispatch.WelcomeInfo{SessionID: id, Secret: secret, Keepalive: s.keepalive}, false); err != nil {
 		m.end(id, "attach failed")
 		return "", err
 	}
@@ -368,7 +431,8 @@ var errUnknown = errs.New(errs.NotFound, "", "no such session on this host")
 // migrated away answers with a *MovedError; one this host does not know,
 // or a wrong secret, with an errs.NotFound error; one that cannot take its
 // client now (in an image, being checkpointed) with errs.Unavailable.
-func (m *Manager) Resume(ctx context.Context, conn *net.TCPConn, id, secret string) error {
+func (m *Manager) Resume(ctx context.Context, conn *net.TCPConn, hello *wire.Hello) error {
+	id, secret := hello.SessionID, hello.Secret
 	m.mu.Lock()
 	s, ok := m.sessions[id]
 	if !ok || subtle.ConstantTimeCompare(hashSecret(secret), s.rec.SecretHash) != 1 {
@@ -397,14 +461,16 @@ func (m *Manager) Resume(ctx context.Context, conn *net.TCPConn, id, secret stri
 	// (a cut link) replaces it.
 	m.closeConn(s)
 	s.conn = conn
+	s.keepalive = keepaliveOf(hello)
 	s.rec.Client = conn.RemoteAddr().String()
 	if s.rec.State == Detached {
 		_ = m.setState(s, Running)
 	} else {
 		m.persist(s)
 	}
+	ka := s.keepalive
 	m.mu.Unlock()
-	if err := h.Attach(ctx, conn, dispatch.WelcomeInfo{SessionID: id}, false); err != nil {
+	if err := h.Attach(ctx, conn, dispatch.WelcomeInfo{SessionID: id, Keepalive: ka}, false); err != nil {
 		m.mu.Lock()
 		if s.conn == conn {
 			s.conn = nil

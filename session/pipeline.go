@@ -32,8 +32,23 @@ type sessionWorker struct {
 }
 
 func (w *sessionWorker) PID() int                                   { return w.h.PID() }
-func (w *sessionWorker) Quiesce(ctx context.Context) error          { return w.h.Quiesce(ctx) }
 func (w *sessionWorker) Detach(ctx context.Context, n string) error { return w.h.Detach(ctx, n) }
+
+// Quiesce stops the worker; while the session is quiesced gpud keeps its
+// client alive on the socket it holds, if the client asked for that and
+// the connection stopped at a frame boundary.
+func (w *sessionWorker) Quiesce(ctx context.Context) error {
+	boundary, err := w.h.QuiesceAt(ctx)
+	if err != nil || !boundary {
+		return err
+	}
+	w.m.mu.Lock()
+	if s, ok := w.m.sessions[w.id]; ok {
+		startKeeping(s)
+	}
+	w.m.mu.Unlock()
+	return nil
+}
 
 func (w *sessionWorker) Resume(ctx context.Context) error {
 	w.m.mu.Lock()
@@ -72,6 +87,7 @@ func (m *Manager) session(id string) (*Session, error) {
 // caller holds m.mu.
 func (m *Manager) connOf(id string) *net.TCPConn {
 	if s, ok := m.sessions[id]; ok {
+		stopKeeping(s) // the worker takes the socket back
 		return s.conn
 	}
 	return nil
@@ -142,6 +158,7 @@ func (m *Manager) Moved(id, addr string) error {
 		return err
 	}
 	s.movedTo = addr
+	stopKeeping(s)
 	if s.conn == nil {
 		return nil // no client attached: a reconnect here is sent there
 	}
@@ -231,7 +248,10 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 		return errs.New(errs.DataLoss, errs.Session(id), "the restored worker holds no session secret")
 	}
 	m.mu.Lock()
-	var held *net.TCPConn
+	var (
+		held *net.TCPConn
+		ka   time.Duration
+	)
 	if old, dup := m.sessions[id]; dup {
 		if old.rec.State != Stopped {
 			m.mu.Unlock()
@@ -239,7 +259,8 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 		}
 		// Restored where it was checkpointed: take over the stopped
 		// entry and the client socket it may still hold.
-		held, old.conn = old.conn, nil
+		stopKeeping(old)
+		held, old.conn, ka = old.conn, nil, old.keepalive
 		if old.timer != nil {
 			old.timer.Stop()
 		}
@@ -260,9 +281,10 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 			ID: id, SecretHash: bytes.Clone(st.SecretSHA256), State: state, Created: time.Now().UTC(),
 			Backend: m.cfg.Worker.Backend, Device: m.cfg.Worker.Device, WorkerPID: sw.h.PID(), Image: image,
 		},
-		worker: sw.h,
-		conn:   held,
-		stats:  st,
+		worker:    sw.h,
+		conn:      held,
+		keepalive: ka,
+		stats:     st,
 	}
 	if held != nil {
 		s.rec.Client = held.RemoteAddr().String()

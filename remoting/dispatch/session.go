@@ -46,6 +46,10 @@ type WelcomeInfo struct {
 	// MaxFrame is the largest argument block accepted; 0 means
 	// wire.DefaultMaxFrame.
 	MaxFrame uint32
+	// Keepalive, when set, is how often Serve sends a keepalive frame on
+	// a connection that has been silent while a call runs. Set it only for
+	// a client that asked (wire.HelloKeepalive); the Welcome announces it.
+	Keepalive time.Duration `json:"keepalive,omitempty"`
 }
 
 // replyCacheSize bounds the reply cache. A client has at most one
@@ -72,6 +76,13 @@ type Session struct {
 	// boundary is whether the last Serve ended at a frame boundary
 	// (ErrStopped), so that its socket can be served on (resume=true).
 	boundary bool
+
+	// wmu guards the reply writer. Serve holds it except while a call
+	// runs, when the writer is at a frame boundary and the keepalive
+	// goroutine may use it (only with WelcomeInfo.Keepalive; otherwise
+	// Serve holds it throughout and nothing else writes).
+	wmu        sync.Mutex
+	keepalives bool // the current Serve releases wmu around calls
 
 	maxFrame  uint32
 	readAhead []byte                // unprocessed bytes of a stopped connection
@@ -180,6 +191,7 @@ func (s *Session) Serve(ctx context.Context, conn net.Conn, w WelcomeInfo, resum
 			Secret:       w.Secret,
 			MaxFrame:     s.maxFrame,
 			LastExecuted: s.executed.Load(),
+			KeepaliveMS:  uint32(w.Keepalive.Milliseconds()),
 		}); err != nil {
 			return fmt.Errorf("write welcome: %w", err)
 		}
@@ -187,13 +199,26 @@ func (s *Session) Serve(ctx context.Context, conn net.Conn, w WelcomeInfo, resum
 	fr := &frameReader{conn: conn, s: s, ctx: ctx}
 	fr.buf = append(make([]byte, 0, max(64<<10, len(s.readAhead))), s.readAhead...)
 	s.readAhead = nil
-	bw := bufio.NewWriterSize(conn, 64<<10)
+	var sent atomic.Uint64 // writes that reached the connection
+	bw := bufio.NewWriterSize(countWrites{conn, &sent}, 64<<10)
+	s.wmu.Lock()
+	s.keepalives = w.Keepalive > 0
+	var stopKeep, keepDone chan struct{}
+	if s.keepalives {
+		stopKeep, keepDone = make(chan struct{}), make(chan struct{})
+		go s.keepalive(bw, &sent, w.Keepalive, stopKeep, keepDone)
+	}
 	err := s.loop(ctx, fr, bw)
+	if stopKeep != nil {
+		close(stopKeep)
+		<-keepDone
+	}
 	if ferr := bw.Flush(); err == nil || errors.Is(err, ErrStopped) {
 		if ferr != nil {
 			err = fmt.Errorf("write replies: %w", ferr)
 		}
 	}
+	s.wmu.Unlock()
 	if errors.Is(err, ErrStopped) {
 		s.readAhead = append([]byte(nil), fr.buf[fr.r:]...)
 		s.boundary = true
@@ -270,7 +295,23 @@ func (s *Session) handle(ctx context.Context, x *call, bw *bufio.Writer) error {
 			return err
 		}
 	}
-	err := s.run(ctx, x, bw)
+	var err error
+	if s.keepalives && h.Op != wire.OpMemcpyDtoH {
+		// The writer is at a frame boundary until the call returns
+		// (a device-to-host copy streams its reply as it runs, so it
+		// keeps the writer): keepalives may go out meanwhile.
+		s.wmu.Unlock()
+		if !h.Async() {
+			// A test holds a long call here.
+			err = failpoint.Inject(ctx, "dispatch/exec")
+		}
+		if err == nil {
+			err = s.run(ctx, x, bw)
+		}
+		s.wmu.Lock()
+	} else {
+		err = s.run(ctx, x, bw)
+	}
 	if x.bulkIn.n > 0 {
 		// The op failed before it consumed its payload, or the
 		// connection broke while it streamed. A payload that cannot be
@@ -413,6 +454,51 @@ func (s *Session) badArgs(x *call, err error) error {
 func (s *Session) unknownOp(x *call) error {
 	s.log.Warn("unknown op", "op", uint16(x.h.Op), "seq", x.h.Seq)
 	return cu.Errorf(cu.ErrorNotSupported, "op %d is not supported by this server", uint16(x.h.Op))
+}
+
+// keepalive sends a keepalive frame each time a whole interval passes with
+// nothing written while a call runs (wmu free): the client then knows the
+// server is busy for it, not stalled. An idle Serve holds wmu, so a
+// connection with no work in flight stays silent.
+func (s *Session) keepalive(bw *bufio.Writer, sent *atomic.Uint64, every time.Duration, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last := sent.Load()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		if n := sent.Load(); n != last {
+			last = n
+			continue
+		}
+		if !s.wmu.TryLock() {
+			continue
+		}
+		err := wire.WriteKeepalive(bw, s.executed.Load())
+		if err == nil {
+			err = bw.Flush()
+		}
+		s.wmu.Unlock()
+		if err != nil {
+			return // the connection is failing; Serve finds out itself
+		}
+		last = sent.Load()
+	}
+}
+
+// countWrites counts the writes that reach the connection.
+type countWrites struct {
+	net.Conn
+	n *atomic.Uint64
+}
+
+func (c countWrites) Write(b []byte) (int, error) {
+	c.n.Add(1)
+	return c.Conn.Write(b)
 }
 
 // errFatal marks errors after which the connection's framing is lost (a

@@ -36,13 +36,14 @@ const (
 // Sessions is the session table as the listener hands it connections;
 // *session.Manager is gpud's.
 type Sessions interface {
-	// Create starts a new session served on conn and returns its id.
-	Create(ctx context.Context, conn *net.TCPConn) (string, error)
+	// Create starts a new session served on conn and returns its id;
+	// hello is the client's (what it asked for: keepalives).
+	Create(ctx context.Context, conn *net.TCPConn, hello *wire.Hello) (string, error)
 	// Resume gives a returning client its session back. A session that
 	// moved to another host answers with an error that has a
 	// MovedTo() string method; an unknown session or a wrong secret with
 	// an errs.NotFound error.
-	Resume(ctx context.Context, conn *net.TCPConn, id, secret string) error
+	Resume(ctx context.Context, conn *net.TCPConn, hello *wire.Hello) error
 }
 
 // moved is the error a session that migrated away answers a resume with.
@@ -172,7 +173,7 @@ func (l *Listener) handshake(ctx context.Context, c *net.TCPConn, timeout time.D
 	sctx, cancel := context.WithTimeout(ctx, sessionStartTimeout)
 	defer cancel()
 	if !hello.Resume() {
-		id, err := l.Sessions.Create(sctx, c)
+		id, err := l.Sessions.Create(sctx, c, hello)
 		if err != nil {
 			met.WithLabelValues("start_failed").Inc()
 			log.Error("could not start a session", "err", err)
@@ -185,7 +186,7 @@ func (l *Listener) handshake(ctx context.Context, c *net.TCPConn, timeout time.D
 		handedOver = true
 		return
 	}
-	err = l.Sessions.Resume(sctx, c, hello.SessionID, hello.Secret)
+	err = l.Sessions.Resume(sctx, c, hello)
 	var mv moved
 	switch {
 	case err == nil:

@@ -297,8 +297,16 @@ func (h *Handle) Attach(ctx context.Context, conn *net.TCPConn, welcome dispatch
 // makes it drop its copy of the client socket. Stats then reports the
 // last request sequence number the worker executed.
 func (h *Handle) Quiesce(ctx context.Context) error {
-	_, err := h.call(ctx, request{Op: opQuiesce}, -1)
+	_, err := h.QuiesceAt(ctx)
 	return err
+}
+
+// QuiesceAt is Quiesce, and also reports whether the client connection
+// stopped at a frame boundary: only then may gpud write to its copy of the
+// socket (keepalives, a moved notice) and hand it back with Resume.
+func (h *Handle) QuiesceAt(ctx context.Context) (boundary bool, err error) {
+	r, err := h.call(ctx, request{Op: opQuiesce}, -1)
+	return r.Boundary, err
 }
 
 // ErrConnDropped is returned by Resume when the worker resumed but did not

@@ -171,6 +171,7 @@ func (w *worker) run() int {
 			err = w.attach(f, req.Welcome, req.Resume)
 		case opQuiesce:
 			r.Seq, err = w.quiesce()
+			r.Boundary = w.sess.Resumable()
 		case opResume:
 			r.Dropped, err = w.resume(f)
 		case opStats:

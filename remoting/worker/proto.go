@@ -50,6 +50,9 @@ type reply struct {
 	Event string `json:"event,omitempty"`
 	Err   string `json:"err,omitempty"`
 	Seq   uint64 `json:"seq,omitempty"`
+	// Boundary answers a quiesce: the client connection stopped at a
+	// frame boundary (or there was none being served).
+	Boundary bool `json:"boundary,omitempty"`
 	// Dropped answers a resume: the passed client socket was not served
 	// on, because the connection had not stopped at a frame boundary.
 	Dropped bool       `json:"dropped,omitempty"`

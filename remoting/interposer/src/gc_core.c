@@ -89,15 +89,22 @@ static struct {
 	char secret[GC_MAX_SECRET + 1];
 	_Atomic uint32_t max_frame; /* the server's, from the latest Welcome */
 	double reconnect_timeout;
+	/* reply_timeout: GPUCTL_REPLY_TIMEOUT, the silence a waiting reader
+	 * accepts from a server that sends keepalives; silence_s: the bound
+	 * in force on the current connection (0: none). */
+	double reply_timeout;
+	_Atomic double silence_s;
 
 	uint8_t *ring;
 	_Atomic uint64_t head;     /* reserved up to */
 	_Atomic uint64_t tail;     /* freed up to */
-	/* sent_pub: handed to the socket up to, for threads without tx_mu.
-	 * It moves before the write, never after: a reply can arrive as soon
-	 * as the request's last byte leaves, and the reader matches replies
-	 * only to records below it. */
-	_Atomic uint64_t sent_pub;
+	_Atomic uint64_t sent_pub; /* sent, for readers without tx_mu */
+	/* handed: handed to the socket up to. It moves before the write,
+	 * sent_pub after it: a reply can arrive, and be read by another
+	 * thread, as soon as the request's last byte leaves, before sendmsg
+	 * returns, so the reader matches replies to records below handed.
+	 * Records are freed only below sent_pub, never while being written. */
+	_Atomic uint64_t handed;
 	uint64_t sent; /* written to the socket up to; tx_mu */
 	_Atomic int ack_pending;
 
@@ -203,6 +210,8 @@ static int write_full(int fd, const void *p, size_t n)
 	return 0;
 }
 
+/* read_full reads n bytes: 0, or -1 when the connection failed, or -2
+ * when the socket's receive timeout (the silence bound) ran out. */
 static int read_full(int fd, void *p, size_t n)
 {
 	uint8_t *b = p;
@@ -210,6 +219,8 @@ static int read_full(int fd, void *p, size_t n)
 		ssize_t m = recv(fd, b, n, MSG_WAITALL);
 		if (m < 0 && errno == EINTR)
 			continue;
+		if (m < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return -2;
 		if (m <= 0)
 			return -1;
 		b += m;
@@ -223,8 +234,9 @@ static int discard(int fd, uint64_t n)
 	uint8_t buf[4096];
 	while (n > 0) {
 		size_t m = n < sizeof buf ? n : sizeof buf;
-		if (read_full(fd, buf, m) < 0)
-			return -1;
+		int rc = read_full(fd, buf, m);
+		if (rc < 0)
+			return rc;
 		n -= m;
 	}
 	return 0;
@@ -283,6 +295,7 @@ static int dial(const char *addr)
 struct welcome {
 	uint16_t status;
 	uint32_t max_frame;
+	uint32_t keepalive_ms;
 	uint64_t last_executed;
 	char sid[GC_MAX_SESSION_ID + 1];
 	char secret[GC_MAX_SECRET + 1];
@@ -298,7 +311,7 @@ static int handshake(int fd, int resume, uint64_t last_seq, struct welcome *w)
 	uint8_t b[GC_HELLO_SIZE + GC_MAX_TOKEN + GC_MAX_SESSION_ID + GC_MAX_SECRET];
 	struct gc_hello_hdr hh = {
 		.version = GC_PROTO_VERSION,
-		.flags = resume ? GC_HELLO_RESUME : 0,
+		.flags = (resume ? GC_HELLO_RESUME : 0) | GC_HELLO_KEEPALIVE,
 		.token_len = (uint16_t)tl,
 		.session_id_len = (uint16_t)sl,
 		.secret_len = (uint16_t)cl,
@@ -321,16 +334,29 @@ static int handshake(int fd, int resume, uint64_t last_seq, struct welcome *w)
 	w->status = wh.status;
 	size_t wsl = wh.session_id_len, wcl = wh.secret_len, wml = wh.message_len;
 	w->max_frame = wh.max_frame;
+	w->keepalive_ms = wh.keepalive_ms;
 	w->last_executed = wh.last_executed;
 	if (wsl > GC_MAX_SESSION_ID || wcl > GC_MAX_SECRET || wml > GC_MAX_MESSAGE)
 		return -2;
 	if (read_full(fd, w->sid, wsl) < 0 || read_full(fd, w->secret, wcl) < 0 || read_full(fd, w->msg, wml) < 0)
 		return -1;
 	w->sid[wsl] = w->secret[wcl] = w->msg[wml] = 0;
-	tv.tv_sec = 0;
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 	if (w->status == GC_STATUS_OK && w->max_frame < GC_MIN_MAX_FRAME)
 		return -2;
+	/* A server that sends keepalives is never silent while it works for
+	 * us: from now on a read that waits longer than the bound gives up on
+	 * the connection, and the reconnect replays. Without keepalives a
+	 * long call could not be told from a stall, and reads wait. */
+	double bound = 0;
+	if (w->status == GC_STATUS_OK && w->keepalive_ms > 0 && g.reply_timeout > 0) {
+		bound = g.reply_timeout;
+		if (bound < 3 * w->keepalive_ms / 1000.0)
+			bound = 3 * w->keepalive_ms / 1000.0;
+	}
+	tv.tv_sec = (time_t)bound;
+	tv.tv_usec = (suseconds_t)((bound - (double)tv.tv_sec) * 1e6);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	atomic_store(&g.silence_s, bound);
 	return 0;
 }
 
@@ -404,6 +430,7 @@ static int flush_some(uint64_t limit)
 	if (n == 0) {
 		if (pos != g.sent) {
 			g.sent = pos;
+			atomic_store(&g.handed, pos);
 			atomic_store(&g.sent_pub, pos);
 		}
 		return 0;
@@ -411,7 +438,7 @@ static int flush_some(uint64_t limit)
 	/* Before the write: the reply to the last record may be read by
 	 * another thread before sendmsg returns here. A failed write is
 	 * followed by a reconnect, which sets the mark back. */
-	atomic_store(&g.sent_pub, pos);
+	atomic_store(&g.handed, pos);
 	int fd = atomic_load(&g.fd);
 	struct iovec *v = iov;
 	while (n > 0) {
@@ -438,6 +465,7 @@ static int flush_some(uint64_t limit)
 	if (limit == UINT64_MAX && syncs > 0)
 		fp_after_resend();
 #endif
+	atomic_store(&g.sent_pub, pos);
 	return recs;
 }
 
@@ -564,6 +592,14 @@ static void note_executed(uint64_t e)
 	}
 }
 
+/* silence_why says why the reader gave up on a silent connection. */
+static const char *silence_why(void)
+{
+	static _Thread_local char why[96];
+	snprintf(why, sizeof why, "no reply and no keepalive for %.0f s (GPUCTL_REPLY_TIMEOUT)", atomic_load(&g.silence_s));
+	return why;
+}
+
 /* rx_one reads and handles one server frame. The caller is the reader.
  * Returns 0, or -1 when the connection failed (conn_lost was called). */
 static int rx_one(void)
@@ -571,30 +607,38 @@ static int rx_one(void)
 	int fd = atomic_load(&g.fd);
 	uint64_t gen = atomic_load(&g.gen);
 	struct gc_rep_hdr h;
-	if (fd < 0 || read_full(fd, &h, sizeof h) < 0) {
-		conn_lost(gen, 1, "connection closed", NULL);
+	int hrc = fd < 0 ? -1 : read_full(fd, &h, sizeof h);
+	if (hrc < 0) {
+		conn_lost(gen, 1, hrc == -2 ? silence_why() : "connection closed", NULL);
 		return -1;
 	}
 	uint32_t len = h.len;
 	uint16_t kind = h.kind;
 	CUresult res = (CUresult)h.result;
 	uint64_t seq = h.seq, executed = h.executed, bulk = h.bulk;
+	int rc0;
 	if (len > g.max_frame) {
 		set_dead(CUDA_ERROR_DEVICE_UNAVAILABLE, "the server sent an oversized frame");
 		return -1;
 	}
 	switch (kind) {
 	case GC_KIND_ACK:
+	case GC_KIND_KEEPALIVE:
 		pthread_mutex_lock(&g.rx_mu);
-		atomic_store(&g.ack_pending, 0);
-		note_executed(executed);
+		if (kind == GC_KIND_ACK)
+			atomic_store(&g.ack_pending, 0);
+		note_executed(executed); /* 0 from gpud's keepalives: no change */
 		pthread_mutex_unlock(&g.rx_mu);
-		return discard(fd, len + bulk) < 0 ? (conn_lost(gen, 1, "connection closed", NULL), -1) : 0;
+		if ((rc0 = discard(fd, len + bulk)) < 0) {
+			conn_lost(gen, 1, rc0 == -2 ? silence_why() : "connection closed", NULL);
+			return -1;
+		}
+		return 0;
 	case GC_KIND_MOVED:
 	case GC_KIND_CLOSING: {
 		char msg[GC_MAX_MESSAGE + 1];
-		if (len > GC_MAX_MESSAGE || read_full(fd, msg, len) < 0) {
-			conn_lost(gen, 1, "connection closed", NULL);
+		if (len > GC_MAX_MESSAGE || (rc0 = read_full(fd, msg, len)) < 0) {
+			conn_lost(gen, 1, len <= GC_MAX_MESSAGE && rc0 == -2 ? silence_why() : "connection closed", NULL);
 			return -1;
 		}
 		msg[len] = 0;
@@ -619,7 +663,7 @@ static int rx_one(void)
 	struct gc_waiter *w = NULL;
 	struct gc_rec *r = NULL;
 	uint64_t pos = seq - 1;
-	if (seq != 0 && pos >= atomic_load(&g.tail) && pos < atomic_load(&g.sent_pub)) {
+	if (seq != 0 && pos >= atomic_load(&g.tail) && pos < atomic_load(&g.handed)) {
 		r = rec_at(pos);
 		if (r->seq == seq && r->w != NULL && !r->replied)
 			w = r->w;
@@ -653,7 +697,7 @@ static int rx_one(void)
 	}
 	if (rc < 0) {
 		/* A reply cut short is asked for again after the reconnect. */
-		conn_lost(gen, 1, "connection closed", NULL);
+		conn_lost(gen, 1, rc == -2 ? silence_why() : "connection closed", NULL);
 		return -1;
 	}
 	pthread_mutex_lock(&g.rx_mu);
@@ -757,6 +801,7 @@ static void reconnect_locked(const char *why, const char *moved)
 				fp_resend_end = g.sent;
 #endif
 				g.sent = atomic_load(&g.tail);
+				atomic_store(&g.handed, g.sent);
 				atomic_store(&g.sent_pub, g.sent);
 				atomic_store(&g.ack_pending, 0);
 				atomic_fetch_add(&g.gen, 1);
@@ -984,6 +1029,16 @@ static void init_once(void)
 			g.reconnect_timeout = v;
 		else
 			gc_log("ignoring GPUCTL_RECONNECT_TIMEOUT=%s: not a number of seconds", rt);
+	}
+	g.reply_timeout = 30;
+	const char *qt = getenv("GPUCTL_REPLY_TIMEOUT");
+	if (qt != NULL && *qt != 0) {
+		char *end;
+		double v = strtod(qt, &end);
+		if (end != qt && v >= 0)
+			g.reply_timeout = v;
+		else
+			gc_log("ignoring GPUCTL_REPLY_TIMEOUT=%s: not a number of seconds", qt);
 	}
 	g.ring = mmap(NULL, RING_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (g.ring == MAP_FAILED) {

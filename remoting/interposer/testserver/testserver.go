@@ -15,6 +15,8 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/gpuctl/gpuctl/failpoint"
 	"github.com/gpuctl/gpuctl/remoting/backend"
@@ -32,6 +34,8 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	accepted atomic.Int64 // connections accepted so far
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -58,6 +62,9 @@ type Options struct {
 	// Failpoints, when set, reach the sessions' dispatch (the point
 	// "dispatch/sync", for one).
 	Failpoints *failpoint.Set
+	// Keepalive is the keepalive interval for clients that ask for
+	// keepalives; zero means wire.DefaultKeepalive.
+	Keepalive time.Duration
 }
 
 // Start listens on addr ("127.0.0.1:0" for any free port) and serves
@@ -137,6 +144,9 @@ func (s *Server) MoveTo(dst *Server) {
 	}
 }
 
+// Accepted is the number of connections accepted so far.
+func (s *Server) Accepted() int64 { return s.accepted.Load() }
+
 // Sessions is the number of sessions this server holds.
 func (s *Server) Sessions() int {
 	s.mu.Lock()
@@ -151,6 +161,7 @@ func (s *Server) accept() {
 		if err != nil {
 			return
 		}
+		s.accepted.Add(1)
 		s.mu.Lock()
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
@@ -215,6 +226,12 @@ func (s *Server) serve(c net.Conn) error {
 		s.sessions[ss.id] = ss
 		s.mu.Unlock()
 		info.SessionID, info.Secret = ss.id, ss.secret
+	}
+	if h.Flags&wire.HelloKeepalive != 0 {
+		info.Keepalive = s.opt.Keepalive
+		if info.Keepalive <= 0 {
+			info.Keepalive = wire.DefaultKeepalive
+		}
 	}
 	// A resuming client may arrive before the old connection noticed it
 	// is dead: stop the old one at a frame boundary first.
