@@ -28,7 +28,7 @@ type handle struct{ h *worker.Handle }
 
 func (w handle) PID() int                                   { return w.h.PID() }
 func (w handle) Quiesce(ctx context.Context) error          { return w.h.Quiesce(ctx) }
-func (w handle) Resume(ctx context.Context) error           { return w.h.Resume(ctx, nil) }
+func (w handle) Resume(ctx context.Context) error           { return w.h.Resume(ctx, nil, 0) }
 func (w handle) Detach(ctx context.Context, n string) error { return w.h.Detach(ctx, n) }
 
 type reattacher struct{ opts worker.Options }
@@ -124,7 +124,7 @@ func TestRealWorker(t *testing.T) {
 		if err != nil || st.SessionID != id || res.Session != id {
 			t.Fatalf("restored worker %d reports %+v, %v", res.PID, st, err)
 		}
-		if err := rh.Resume(ctx, nil); err != nil {
+		if err := rh.Resume(ctx, nil, 0); err != nil {
 			t.Fatalf("resume restored worker: %v", err)
 		}
 		pids = append(pids, res.PID)

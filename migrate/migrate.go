@@ -165,7 +165,12 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 					return nil
 				}
 				released = true
-				return fr.Release(ctx)
+				if err := fr.Release(ctx); err != nil {
+					return err
+				}
+				// The session lives only in its image now: stopped here,
+				// so that the undo can restore it here.
+				return sess.Released(id)
 			},
 			Undo: func(ctx context.Context) error {
 				if !released {
@@ -221,9 +226,9 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 		if err := fr.Release(ctx); err != nil {
 			s.log().Error("frozen worker not released after migration", "session", id, "err", err)
 		}
-	}
-	if err := sess.Released(id); err != nil {
-		s.log().Warn("session record not updated after migration", "session", id, "err", err)
+		if err := sess.Released(id); err != nil {
+			s.log().Warn("session record not updated after migration", "session", id, "err", err)
+		}
 	}
 	res.DurationMS = time.Since(t0).Milliseconds()
 	s.log().Info("session migrated", "session", id, "to", to, "downtime_ms", res.DowntimeMS, "sent_bytes", res.SentBytes)

@@ -404,7 +404,7 @@ func (m *Manager) Create(ctx context.Context, conn *net.TCPConn, hello *wire.Hel
 		rec: Record{
 			ID: id, SecretHash: hashSecret(secret), State: Running,
 			Client: conn.RemoteAddr().String(), Created: time.Now().UTC(),
-			Backend: opts.Backend, Device: opts.Device, WorkerPID: h.PID(),
+			Backend: opts.Backend, Device: opts.Device, WorkerPID: h.PID(), Epoch: 1,
 		},
 		worker:    h,
 		conn:      conn,
@@ -415,7 +415,7 @@ func (m *Manager) Create(ctx context.Context, conn *net.TCPConn, hello *wire.Hel
 	m.persist(s)
 	m.mu.Unlock()
 	m.watch(id, h)
-	if err := h.Attach(ctx, conn, dispatch.WelcomeInfo{SessionID: id, Secret: secret, Keepalive: s.keepalive}, false); err != nil {
+	if err := h.Attach(ctx, conn, dispatch.WelcomeInfo{SessionID: id, Secret: secret, Keepalive: s.keepalive}, false, 1); err != nil {
 		m.end(id, "attach failed")
 		return "", err
 	}
@@ -468,9 +468,9 @@ func (m *Manager) Resume(ctx context.Context, conn *net.TCPConn, hello *wire.Hel
 	} else {
 		m.persist(s)
 	}
-	ka := s.keepalive
+	ka, epoch := s.keepalive, s.rec.Epoch
 	m.mu.Unlock()
-	if err := h.Attach(ctx, conn, dispatch.WelcomeInfo{SessionID: id, Keepalive: ka}, false); err != nil {
+	if err := h.Attach(ctx, conn, dispatch.WelcomeInfo{SessionID: id, Keepalive: ka}, false, epoch); err != nil {
 		m.mu.Lock()
 		if s.conn == conn {
 			s.conn = nil
@@ -503,7 +503,8 @@ type Info struct {
 	MemBytes  uint64 // device memory the worker last reported in use
 	Device    string
 	Backend   string
-	WorkerPID int // 0 when no worker serves the session here
+	WorkerPID int    // 0 when no worker serves the session here
+	Epoch     uint64 // see Record.Epoch
 }
 
 // refreshStats asks each live worker for its counters, briefly: a busy
@@ -579,6 +580,7 @@ func (s *Session) info(host string) Info {
 	return Info{
 		ID: s.rec.ID, State: s.rec.State, Host: host, Client: s.rec.Client, Created: s.rec.Created,
 		MemBytes: s.stats.MemInUse, Device: s.rec.Device, Backend: s.rec.Backend, WorkerPID: s.rec.WorkerPID,
+		Epoch: s.rec.Epoch,
 	}
 }
 

@@ -53,8 +53,9 @@ func (w *sessionWorker) Quiesce(ctx context.Context) error {
 func (w *sessionWorker) Resume(ctx context.Context) error {
 	w.m.mu.Lock()
 	conn := w.m.connOf(w.id)
+	epoch := w.m.epochOf(w.id)
 	w.m.mu.Unlock()
-	err := w.h.Resume(ctx, conn)
+	err := w.h.Resume(ctx, conn, epoch)
 	if errors.Is(err, worker.ErrConnDropped) {
 		// The worker runs without its client: let the client go, so that
 		// it reconnects and resends what the worker never executed.
@@ -75,12 +76,49 @@ func (w *sessionWorker) Resume(ctx context.Context) error {
 // Handle is the underlying worker handle.
 func (w *sessionWorker) Handle() *worker.Handle { return w.h }
 
+// Epoch is the session's current epoch, which a checkpoint records in its
+// image.
+func (w *sessionWorker) Epoch() uint64 {
+	w.m.mu.Lock()
+	defer w.m.mu.Unlock()
+	return w.m.epochOf(w.id)
+}
+
+// Fence moves the session and its worker to the next epoch: the worker
+// goes on past an image just stored of it, which keeps the old epoch and
+// can then never serve while this worker does. A worker that is not at
+// the session's epoch (a stale copy: the original thawed after its
+// session moved on) refuses, and so does its session here.
+func (w *sessionWorker) Fence(ctx context.Context) error {
+	w.m.mu.Lock()
+	from := w.m.epochOf(w.id)
+	w.m.mu.Unlock()
+	if err := w.h.Claim(ctx, from, from+1); err != nil {
+		return errs.Wrap(err, errs.FailedPrecondition, errs.Session(w.id), "epoch %d", from)
+	}
+	w.m.mu.Lock()
+	defer w.m.mu.Unlock()
+	if s, ok := w.m.sessions[w.id]; ok && s.rec.Epoch == from {
+		s.rec.Epoch = from + 1
+		w.m.persist(s)
+	}
+	return nil
+}
+
 func (m *Manager) session(id string) (*Session, error) {
 	s, ok := m.sessions[id]
 	if !ok {
 		return nil, errs.New(errs.NotFound, errs.Session(id), "no such session on this host")
 	}
 	return s, nil
+}
+
+// epochOf is the session's current epoch, or 0; the caller holds m.mu.
+func (m *Manager) epochOf(id string) uint64 {
+	if s, ok := m.sessions[id]; ok {
+		return s.rec.Epoch
+	}
+	return 0
 }
 
 // connOf is gpud's copy of the session's client socket, or nil; the
@@ -158,6 +196,11 @@ func (m *Manager) Moved(id, addr string) error {
 		return err
 	}
 	s.movedTo = addr
+	// The copy here is superseded by the one the target adopted (which
+	// claimed the next epoch): the frozen worker here can never serve
+	// again, even if something thawed it.
+	s.rec.Epoch++
+	m.persist(s)
 	stopKeeping(s)
 	if s.conn == nil {
 		return nil // no client attached: a reconnect here is sent there
@@ -195,6 +238,28 @@ func (m *Manager) LastImage(_ context.Context, id string) (string, error) {
 		return "", err
 	}
 	return s.rec.Image, nil
+}
+
+// Admit says whether an image of session id taken at epoch may be
+// restored here: not while the session runs here, and not when the
+// session has reached a later epoch here since the image was taken (a
+// newer copy ran; this one would run the session twice or rewind it).
+// Both are refused before anything is restored, and again by Adopt.
+func (m *Manager) Admit(id string, epoch uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.sessions[id]
+	if !ok {
+		return nil
+	}
+	if s.rec.State != Stopped {
+		return errs.New(errs.AlreadyExists, errs.Session(id), "session is already live on this host")
+	}
+	if epoch < s.rec.Epoch {
+		return errs.New(errs.FailedPrecondition, errs.Session(id),
+			"fenced: the image holds epoch %d and the session reached epoch %d here since; a newer copy has run, and restoring this one would run the session twice: restore the session's latest image", epoch, s.rec.Epoch)
+	}
+	return nil
 }
 
 // Reattach takes control of a detached worker (the original after a
@@ -247,6 +312,20 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 	if len(st.SecretSHA256) != 32 {
 		return errs.New(errs.DataLoss, errs.Session(id), "the restored worker holds no session secret")
 	}
+	// Fence: the restored worker holds the epoch of its image. An image
+	// older than the session's epoch here was taken before a newer copy
+	// ran; restoring it would run the session twice (or rewind it). The
+	// restored worker claims the next epoch, so that the image, restored
+	// again, is refused in turn.
+	if err := m.Admit(id, st.Epoch); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	next := max(st.Epoch, m.epochOf(id)) + 1
+	m.mu.Unlock()
+	if err := sw.h.Claim(ctx, st.Epoch, next); err != nil {
+		return errs.Wrap(err, errs.FailedPrecondition, errs.Session(id), "restored worker")
+	}
 	m.mu.Lock()
 	var (
 		held *net.TCPConn
@@ -280,6 +359,7 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 		rec: Record{
 			ID: id, SecretHash: bytes.Clone(st.SecretSHA256), State: state, Created: time.Now().UTC(),
 			Backend: m.cfg.Worker.Backend, Device: m.cfg.Worker.Device, WorkerPID: sw.h.PID(), Image: image,
+			Epoch: next,
 		},
 		worker:    sw.h,
 		conn:      held,

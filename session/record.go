@@ -26,6 +26,12 @@ type Record struct {
 	Image string `json:"image,omitempty"`
 	// StoppedAt is when the session's worker here was released.
 	StoppedAt time.Time `json:"stopped_at,omitzero"`
+	// Epoch is the session's epoch on this host: the one worker allowed
+	// to serve it is the one gpud last handed this number. It grows when
+	// a worker goes on past an image of it (checkpoint --leave-running, a
+	// failed migration resuming here), when an image is restored, and
+	// when the session moves to another host.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // Records is where session records persist: one opaque value per session

@@ -64,6 +64,7 @@ func (d *daemon) routers() ([]router, error) {
 		Restorer: &restore.Restorer{
 			WorkDir: work, CRIU: crOpts, Store: imgs, Resumer: resumer, Reattach: d.manager,
 			Backend: d.workerOp.Backend, Log: d.log,
+			Admit: func(m checkpoint.Meta) error { return d.manager.Admit(m.Session, m.Epoch) },
 		},
 		Sessions: d.manager,
 		Listen:   advertised(d.cfg.listen, ""),
@@ -99,7 +100,7 @@ func (s imageStore) Commit(ctx context.Context, dir string, meta checkpoint.Meta
 	}
 	m, stats, err := images.Commit(ctx, s.st, dir, images.Meta{
 		Session: meta.Session, Parent: meta.Parent, Host: meta.Host, Backend: meta.Backend, GPUs: gpus,
-		Driver: driver, CRIU: meta.CRIUVersion, Kernel: meta.Kernel, AttachNonce: meta.Nonce,
+		Driver: driver, CRIU: meta.CRIUVersion, Kernel: meta.Kernel, AttachNonce: meta.Nonce, Epoch: meta.Epoch,
 		Labels: map[string]string{labelGPUs: string(full)},
 	})
 	if err != nil {
@@ -125,7 +126,7 @@ func (s imageStore) Checkout(ctx context.Context, id, dir string) (checkpoint.Me
 	}
 	return checkpoint.Meta{
 		Session: m.Session, Parent: m.Parent, Host: m.Host, Backend: m.Backend, Driver: m.Driver, GPUs: gpus,
-		CRIUVersion: m.CRIU, Kernel: m.Kernel, Nonce: m.AttachNonce, Created: m.Created,
+		CRIUVersion: m.CRIU, Kernel: m.Kernel, Nonce: m.AttachNonce, Created: m.Created, Epoch: m.Epoch,
 	}, nil
 }
 

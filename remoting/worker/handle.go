@@ -285,12 +285,25 @@ func withConnFD(conn syscall.Conn, fn func(fd int) error) error {
 // resume=false: a new connection (a new session, or a client that
 // reconnected), which the worker greets with a Welcome carrying welcome's
 // fields and the last executed sequence number. resume=true: the socket
-// the worker served before a Quiesce, which needs no greeting.
-func (h *Handle) Attach(ctx context.Context, conn *net.TCPConn, welcome dispatch.WelcomeInfo, resume bool) error {
+// the worker served before a Quiesce, which needs no greeting. epoch is
+// the session's current epoch: a worker at another one refuses (fenced),
+// and a new worker takes it.
+func (h *Handle) Attach(ctx context.Context, conn *net.TCPConn, welcome dispatch.WelcomeInfo, resume bool, epoch uint64) error {
 	return withConnFD(conn, func(fd int) error {
-		_, err := h.call(ctx, request{Op: opAttach, Welcome: &welcome, Resume: resume}, fd)
+		_, err := h.call(ctx, request{Op: opAttach, Welcome: &welcome, Resume: resume, Epoch: epoch}, fd)
 		return err
 	})
+}
+
+// Claim moves the worker from epoch from to epoch to. gpud claims the next
+// epoch for a worker that goes on after an image of it was stored (a
+// checkpoint that leaves it running) and for a worker restored from an
+// image: copies at an older epoch (that image, restored; the original,
+// thawed after its session moved on) then refuse to serve. A worker not at
+// from refuses the claim.
+func (h *Handle) Claim(ctx context.Context, from, to uint64) error {
+	_, err := h.call(ctx, request{Op: opClaim, From: from, To: to}, -1)
+	return err
 }
 
 // Quiesce stops the worker at a frame boundary, suspends its device and
@@ -319,14 +332,14 @@ var ErrConnDropped = errors.New("the worker did not serve the client socket on: 
 // when conn is non-nil, serves conn again without a greeting (it is the
 // socket gpud kept open while the client stalled); see ErrConnDropped. A
 // client that instead reconnected on a new socket is handed over with
-// Attach.
-func (h *Handle) Resume(ctx context.Context, conn *net.TCPConn) error {
+// Attach. epoch is checked as by Attach.
+func (h *Handle) Resume(ctx context.Context, conn *net.TCPConn, epoch uint64) error {
 	if conn == nil {
-		_, err := h.call(ctx, request{Op: opResume}, -1)
+		_, err := h.call(ctx, request{Op: opResume, Epoch: epoch}, -1)
 		return err
 	}
 	return withConnFD(conn, func(fd int) error {
-		r, err := h.call(ctx, request{Op: opResume, Resume: true}, fd)
+		r, err := h.call(ctx, request{Op: opResume, Resume: true, Epoch: epoch}, fd)
 		if err == nil && r.Dropped {
 			return ErrConnDropped
 		}

@@ -132,6 +132,39 @@ type worker struct {
 	// secretHash is the SHA-256 of the session's secret, kept for a host
 	// that restores this worker from an image.
 	secretHash []byte
+	// epoch is the session's epoch this worker serves under: gpud must
+	// hand it with every attach and resume, and moves it with a claim.
+	// It lives in the worker's memory, so a copy restored from an image
+	// carries the epoch of its image and can be told apart from a newer
+	// copy of the session.
+	epoch uint64
+}
+
+// fence checks the epoch gpud handed for an attach or resume. A worker
+// that has none yet (new) takes it.
+func (w *worker) fence(epoch uint64) error {
+	switch {
+	case epoch == w.epoch:
+		return nil
+	case w.epoch == 0 && epoch != 0:
+		w.epoch = epoch
+		return nil
+	}
+	return fmt.Errorf("fenced: this worker serves epoch %d of session %s and was handed epoch %d; a newer copy of the session exists, and this one must not serve", w.epoch, w.opts.SessionID, epoch)
+}
+
+// claim moves the worker from epoch from to epoch to: after a checkpoint
+// that leaves it running (its image keeps from) or a restore (the image's
+// epoch was from). A worker at another epoch is a stale copy and refuses.
+func (w *worker) claim(from, to uint64) error {
+	if to <= from {
+		return fmt.Errorf("claim from epoch %d to %d: the epoch only grows", from, to)
+	}
+	if w.epoch != from {
+		return fmt.Errorf("fenced: this worker holds epoch %d of session %s, not %d; a newer copy of the session exists, and this one must not serve", w.epoch, w.opts.SessionID, from)
+	}
+	w.epoch = to
+	return nil
 }
 
 func (w *worker) setCtrl(c *net.UnixConn) {
@@ -168,12 +201,18 @@ func (w *worker) run() int {
 		r := reply{ID: req.ID}
 		switch req.Op {
 		case opAttach:
-			err = w.attach(f, req.Welcome, req.Resume)
+			if err = w.fence(req.Epoch); err == nil {
+				err = w.attach(f, req.Welcome, req.Resume)
+			}
 		case opQuiesce:
 			r.Seq, err = w.quiesce()
 			r.Boundary = w.sess.Resumable()
 		case opResume:
-			r.Dropped, err = w.resume(f)
+			if err = w.fence(req.Epoch); err == nil {
+				r.Dropped, err = w.resume(f)
+			}
+		case opClaim:
+			err = w.claim(req.From, req.To)
 		case opStats:
 			r.Stats = w.stats()
 		case opDetach:
@@ -329,7 +368,7 @@ func (w *worker) resume(f *os.File) (dropped bool, err error) {
 func (w *worker) stats() *Stats {
 	st := &Stats{Serving: w.serving != nil, Executed: w.sess.ExecutedSeq(),
 		BytesIn: w.bytesIn.Load(), BytesOut: w.bytesOut.Load(),
-		SessionID: w.opts.SessionID, SecretSHA256: w.secretHash}
+		SessionID: w.opts.SessionID, SecretSHA256: w.secretHash, Epoch: w.epoch}
 	if m, ok := w.dev.(interface{ MemInUse() uint64 }); ok {
 		st.MemInUse = m.MemInUse()
 	}

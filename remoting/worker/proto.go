@@ -25,6 +25,7 @@ const (
 	opDetach  = "detach"  // drop the control connection, wait for SIGUSR2
 	opStats   = "stats"   // report counters
 	opExit    = "exit"    // release the device and exit 0
+	opClaim   = "claim"   // move to the next epoch of the session
 )
 
 // evEnded is the worker's unsolicited report that its client went away
@@ -43,6 +44,11 @@ type request struct {
 	Welcome *dispatch.WelcomeInfo `json:"welcome,omitempty"`
 	Resume  bool                  `json:"resume,omitempty"`
 	Nonce   string                `json:"nonce,omitempty"`
+	// Epoch is the session's current epoch, which an attach or resume
+	// must hand the worker; From and To move a claim.
+	Epoch uint64 `json:"epoch,omitempty"`
+	From  uint64 `json:"from,omitempty"`
+	To    uint64 `json:"to,omitempty"`
 }
 
 type reply struct {
@@ -82,6 +88,9 @@ type Stats struct {
 	// reconnecting client must present.
 	SessionID    string `json:"session_id,omitempty"`
 	SecretSHA256 []byte `json:"secret_sha256,omitempty"`
+	// Epoch is the epoch of the session this worker serves under (0: none
+	// handed yet); see Handle.Claim.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // sendMsg writes v as one packet, with fd attached when fd >= 0.
