@@ -39,4 +39,20 @@ type Host struct {
 	// migration target with less free than the session holds is refused
 	// before the session is touched. Nil when the host does not report it.
 	MemFreeBytes *uint64 `json:"mem_free_bytes"`
+	// CRIU is the criu binary the host checkpoints with; nil from a gpud
+	// that does not report it.
+	CRIU *CRIU `json:"criu,omitempty"`
+}
+
+// CRIU is the criu binary a gpud found at startup and where it found it.
+type CRIU struct {
+	Path string `json:"path,omitempty"`
+	// Source is where it was found, the first of: "flag" (gpud --criu),
+	// "GPUCTL_CRIU", "bundle" (criu/criu beside gpud), "build tree" (the
+	// .deps/criu/criu of the checkout whose build/bin holds gpud), "PATH".
+	Source  string `json:"source,omitempty"`
+	Version string `json:"version,omitempty"`
+	// Error says why checkpoints are unavailable (no criu, or one that
+	// does not run); empty when CRIU is usable.
+	Error string `json:"error,omitempty"`
 }

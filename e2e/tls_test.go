@@ -64,6 +64,9 @@ func TestMigrateOverTLS(t *testing.T) {
 		if !strings.Contains(h.Log(), "api_tls=true peer_tls=true") {
 			t.Errorf("gpud on %s does not report TLS on its API and to its peers:\n%s", h.Name, h.Log())
 		}
+		if !strings.Contains(h.Log(), "msg=criu path=") || !strings.Contains(h.Log(), " source=") {
+			t.Errorf("gpud on %s does not say which criu it uses and where it found it:\n%s", h.Name, h.Log())
+		}
 	}
 	w.client = c.NewNode("client")
 	w.stateful = c.CompileC(filepath.Join(c.Build.Root, "e2e/cprogs/stateful.c"))

@@ -48,7 +48,7 @@ func (d *daemon) getHost(w http.ResponseWriter, r *http.Request) error {
 		Name: d.cfg.name, HostInfo: d.host, Listen: advertised(d.cfg.listen, local), API: d.cfg.api,
 		Version: version, GoVersion: runtime.Version(), Started: d.started,
 		Sessions: len(sessions),
-		SocketNS: d.socketNS, MemFreeBytes: &free,
+		SocketNS: d.socketNS, MemFreeBytes: &free, CRIU: &d.criu,
 	})
 	return nil
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/checkpoint/criu"
-	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/remoting/backend"
@@ -24,14 +23,7 @@ import (
 // manager is their session table and reattacher, the host store holds the
 // images.
 func (d *daemon) routers() ([]router, error) {
-	crOpts := criu.Options{LogDir: filepath.Join(d.cfg.stateDir, "work")}
-	if bin, err := criubin.Find(d.cfg.criu); err == nil {
-		crOpts.Binary = bin
-	} else {
-		// Sessions run without CRIU; checkpoints and restores then fail
-		// with this error's advice.
-		d.log.Warn("checkpoints are unavailable until CRIU is installed", "err", err)
-	}
+	crOpts := criu.Options{LogDir: filepath.Join(d.cfg.stateDir, "work"), Binary: d.criu.Path}
 	work := filepath.Join(d.cfg.stateDir, "work")
 	imgs := imageStore{st: d.store, driver: d.host.DriverVersion}
 
