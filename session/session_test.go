@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -266,4 +267,78 @@ func hasLabel[L interface {
 		}
 	}
 	return false
+}
+
+// Fencing on one host: once a session has moved on (here: to another
+// host), its frozen worker is a stale copy. Thawed and reattached, it is
+// refused the next epoch and refused a client, each time with an error
+// that says why; and an image of an older epoch than the session's is not
+// admitted for a restore.
+func TestStaleCopyIsFenced(t *testing.T) {
+	ts := startServer(t, time.Minute, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := dial(t, ts, wire.Hello{Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	id := cl.Welcome.SessionID
+	if i, _ := ts.m.Get(id); i.Epoch != 1 {
+		t.Fatalf("a new session is at epoch %d, want 1", i.Epoch)
+	}
+	w, err := ts.m.Begin(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := w.PID()
+	const nonce = "fence0"
+	for _, step := range []func() error{
+		func() error { return w.Quiesce(ctx) },
+		func() error { return w.Detach(ctx, nonce) },
+		func() error { return ts.m.Dumped(id) },
+		func() error { return ts.m.Migrating(id) },
+		func() error { return ts.m.Moved(id, "10.9.9.9:7070") },
+		func() error { return ts.m.Released(id) },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if i, _ := ts.m.Get(id); i.Epoch != 2 {
+		t.Fatalf("after the move the session here is at epoch %d, want 2", i.Epoch)
+	}
+	// The frozen original, thawed: it still holds epoch 1.
+	thawed, err := ts.m.Reattach(ctx, pid, nonce)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw, ok := thawed.(interface{ Fence(context.Context) error })
+	if !ok {
+		t.Fatal("the session table's workers cannot be fenced")
+	}
+	for name, try := range map[string]func() error{
+		"claim the next epoch": func() error { return fw.Fence(ctx) },
+		"serve again":          func() error { return thawed.Resume(ctx) },
+	} {
+		err := try()
+		if !errs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "fenced") || !strings.Contains(err.Error(), "epoch 1") {
+			t.Errorf("the thawed original tried to %s: %v", name, err)
+		}
+	}
+	if st, err := thawed.(interface{ Handle() *worker.Handle }).Handle().Stats(ctx); err != nil || st.Epoch != 1 || st.Serving {
+		t.Errorf("the thawed original after being refused: %+v, %v", st, err)
+	}
+	// Images: the epoch the session moved on from is stale here; the
+	// current one, or a later one from elsewhere, may be restored.
+	for _, tc := range []struct {
+		epoch uint64
+		ok    bool
+	}{{1, false}, {2, true}, {3, true}} {
+		err := ts.m.Admit(id, tc.epoch)
+		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "fenced")) {
+			t.Errorf("admit an image at epoch %d: %v", tc.epoch, err)
+		}
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuctl/gpuctl/failpoint"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/backend/emulated"
 	"github.com/gpuctl/gpuctl/remoting/cu"
@@ -289,6 +290,82 @@ func TestStopAndResume(t *testing.T) {
 	s.Stop()
 	if err := <-done; !errors.Is(err, ErrStopped) {
 		t.Fatalf("second Serve: %v", err)
+	}
+}
+
+// A Stop issued as Serve starts, with the connection registered and
+// nothing read yet (failpoint "dispatch/serve"), ends that Serve with
+// ErrStopped, not with a read timeout: the socket can be served on, and
+// the half-sent frame waiting in it is completed and answered.
+func TestStopAsServeStarts(t *testing.T) {
+	s := newSession(t)
+	cc, sc := pipe(t)
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(context.Background(), sc, WelcomeInfo{SessionID: "s"}, false) }()
+	c := &tclient{t: t, c: cc, br: bufio.NewReader(cc)}
+	if _, err := wire.ReadWelcome(c.br); err != nil {
+		t.Fatal(err)
+	}
+	c.mustCtx()
+	s.Stop()
+	if err := <-done; !errors.Is(err, ErrStopped) {
+		t.Fatalf("first Serve: %v", err)
+	}
+
+	var fp failpoint.Set
+	gate := failpoint.NewGate()
+	fp.On("dispatch/serve", gate.Hook)
+	go func() { done <- s.Serve(failpoint.With(context.Background(), &fp), sc, WelcomeInfo{}, true) }()
+	select {
+	case <-gate.Reached():
+	case err := <-done:
+		t.Fatalf("Serve ended before reaching dispatch/serve: %v", err)
+	}
+	f := c.frame(wire.OpDeviceCount, 0, 2, nil, nil)
+	c.seq = 2
+	cc.Write(f[:10])
+	s.Stop()
+	gate.Release()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrStopped) {
+			t.Fatalf("Serve stopped as it started returned %v, want ErrStopped", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a Stop issued as Serve started was lost")
+	}
+	go func() { done <- s.Serve(context.Background(), sc, WelcomeInfo{}, true) }()
+	cc.Write(f[10:])
+	if h, _, _ := c.reply(); h.Seq != 2 || cu.Result(h.Result) != cu.Success {
+		t.Fatalf("the frame completed after the stop: %+v", h)
+	}
+	s.Stop()
+	<-done
+}
+
+// A Serve that ended other than at a frame boundary (here its context
+// ended) left its socket in an unknown place: serving it on with
+// resume=true is refused at once, and a new connection is served.
+func TestResumeRefusedAfterUncleanEnd(t *testing.T) {
+	s := newSession(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	c, _, done := serve(t, s, ctx)
+	c.mustCtx()
+	cancel()
+	if err := <-done; errors.Is(err, ErrStopped) || err == nil {
+		t.Fatalf("Serve after its context ended: %v", err)
+	}
+	_, sc := pipe(t)
+	if err := s.Serve(context.Background(), sc, WelcomeInfo{}, true); !errors.Is(err, ErrNotResumable) {
+		t.Fatalf("resume after an unclean end: %v, want ErrNotResumable", err)
+	}
+	c2, w, _ := serve(t, s, context.Background())
+	if w.LastExecuted != 1 {
+		t.Fatalf("new connection's Welcome says %d executed, want 1", w.LastExecuted)
+	}
+	c2.seq = 1
+	if r, _, _ := c2.call(wire.OpDeviceCount, nil, nil); r != cu.Success {
+		t.Fatalf("new connection after a refused resume: %v", r)
 	}
 }
 
