@@ -537,3 +537,110 @@ func TestLaunchEx(t *testing.T) {
 		}
 	}
 }
+
+// slowDevice pauses in the middle of every device-to-host copy, with half
+// of the data written, and in every context synchronise.
+type slowDevice struct {
+	*emulated.Device
+	pause time.Duration
+}
+
+func (d slowDevice) halves(dst io.Writer, copyAll func(io.Writer) error) error {
+	var all bytes.Buffer
+	if err := copyAll(&all); err != nil {
+		return err
+	}
+	b := all.Bytes()
+	if _, err := dst.Write(b[:len(b)/2]); err != nil {
+		return err
+	}
+	time.Sleep(d.pause)
+	_, err := dst.Write(b[len(b)/2:])
+	return err
+}
+
+func (d slowDevice) MemcpyDtoH(ctx context.Context, c backend.Ctx, dst io.Writer, src backend.DevPtr, n uint64, s backend.Stream) error {
+	return d.halves(dst, func(w io.Writer) error { return d.Device.MemcpyDtoH(ctx, c, w, src, n, s) })
+}
+
+func (d slowDevice) MemcpyDtoH3D(ctx context.Context, c backend.Ctx, dst io.Writer, src backend.Pitched, e backend.Extent, s backend.Stream) error {
+	return d.halves(dst, func(w io.Writer) error { return d.Device.MemcpyDtoH3D(ctx, c, w, src, e, s) })
+}
+
+func (d slowDevice) CtxSynchronize(ctx context.Context, c backend.Ctx) error {
+	time.Sleep(d.pause)
+	return d.Device.CtxSynchronize(ctx, c)
+}
+
+// With keepalives on, a call that runs long has keepalives sent before
+// its reply, but an op whose reply is a bulk payload, streamed as the
+// device produces it, keeps the writer to itself: a keepalive never lands
+// inside its data, whichever op it is (every one the spec marks BulkOut).
+func TestKeepalivesStayOutOfBulkReplies(t *testing.T) {
+	dev := emulated.New(emulated.Config{MemBytes: 64 << 20, Seed: "dispatch-test"})
+	t.Cleanup(func() { dev.Close() })
+	s := NewSession(slowDevice{Device: dev, pause: 150 * time.Millisecond}, nil)
+	cc, sc := pipe(t)
+	go s.Serve(context.Background(), sc, WelcomeInfo{SessionID: "s", Keepalive: 10 * time.Millisecond}, false)
+	c := &tclient{t: t, c: cc, br: bufio.NewReader(cc)}
+	if w, err := wire.ReadWelcome(c.br); err != nil || w.KeepaliveMS != 10 {
+		t.Fatalf("welcome %+v, %v", w, err)
+	}
+	ctx := c.mustCtx()
+	r, d, _ := c.call(wire.OpMemAlloc, enc(func(e *wire.Enc) { e.U64(ctx); e.U64(4096) }), nil)
+	if r != cu.Success {
+		t.Fatal(r)
+	}
+	ptr := d.U64()
+	data := make([]byte, 4096)
+	for i := range data {
+		data[i] = byte(i*7 + 1)
+	}
+	if r, _, _ := c.call(wire.OpMemcpyHtoD, enc(func(e *wire.Enc) { e.U64(ctx); e.U64(ptr); e.U64(4096); e.U64(0) }), data); r != cu.Success {
+		t.Fatal(r)
+	}
+	// callSeeing sends op and reads up to its reply, counting the
+	// keepalives before it.
+	callSeeing := func(op wire.Op, args []byte) (keepalives int, bulk []byte) {
+		seq := c.send(op, 0, args, nil)
+		for {
+			h, _, b := c.reply()
+			switch {
+			case h.Kind == wire.KindKeepalive:
+				keepalives++
+			case h.Kind == wire.KindReply && h.Seq == seq && cu.Result(h.Result) == cu.Success:
+				return keepalives, b
+			default:
+				t.Fatalf("%s: got %+v", op, h)
+			}
+		}
+	}
+	if n, _ := callSeeing(wire.OpCtxSynchronize, enc(func(e *wire.Enc) { e.U64(ctx) })); n == 0 {
+		t.Fatal("no keepalive during a call that ran 15 intervals")
+	}
+	bulkOps := map[wire.Op][]byte{
+		wire.OpMemcpyDtoH: enc(func(e *wire.Enc) { e.U64(ctx); e.U64(ptr); e.U64(4096); e.U64(0) }),
+		// 8 rows of 64 bytes in 8 slices: the same 4096 bytes.
+		wire.OpMemcpyDtoH3D: enc(func(e *wire.Enc) {
+			e.U64(ctx)
+			e.U64(ptr) // src, its pitch and height
+			e.U64(64)
+			e.U64(8)
+			e.U64(64) // width, height, depth
+			e.U64(8)
+			e.U64(8)
+			e.U64(0) // stream
+		}),
+	}
+	for op := wire.Op(0); op < 1000; op++ {
+		if _, ok := bulkOps[op]; op.BulkReply() && !ok {
+			t.Errorf("%s has a bulk reply and no case here", op)
+		}
+	}
+	for op, args := range bulkOps {
+		n, got := callSeeing(op, args)
+		if n != 0 || !bytes.Equal(got, data) {
+			t.Errorf("%s: %d keepalives before the reply, data intact %v", op, n, bytes.Equal(got, data))
+		}
+	}
+}

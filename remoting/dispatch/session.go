@@ -307,10 +307,11 @@ func (s *Session) handle(ctx context.Context, x *call, bw *bufio.Writer) error {
 		}
 	}
 	var err error
-	if s.keepalives && h.Op != wire.OpMemcpyDtoH {
+	if s.keepalives && !h.Op.BulkReply() {
 		// The writer is at a frame boundary until the call returns
-		// (a device-to-host copy streams its reply as it runs, so it
-		// keeps the writer): keepalives may go out meanwhile.
+		// (an op with a bulk reply, a device-to-host copy, streams it as
+		// it runs, so it keeps the writer): keepalives may go out
+		// meanwhile.
 		s.wmu.Unlock()
 		if !h.Async() {
 			// A test holds a long call here.
@@ -367,7 +368,7 @@ func (s *Session) duplicate(ctx context.Context, x *call, bw *bufio.Writer) erro
 		_, err := bw.Write(b)
 		return err
 	}
-	if h.Op == wire.OpMemcpyDtoH || h.Op == wire.OpMemcpyDtoH3D {
+	if h.Op.BulkReply() {
 		// Bulk replies are not cached; reading device memory again is
 		// what the client asked for.
 		err := s.run(ctx, x, bw)
