@@ -44,6 +44,10 @@ type Config struct {
 	// the workers of tenants with a memory limit ask before they hold
 	// more; the Manager is its ledger. Empty: memory is not metered.
 	QuotaSocket string
+	// Keepalive is how often a client that asks for keepalives gets one
+	// while its session is busy or quiesced; zero means
+	// wire.DefaultKeepalive.
+	Keepalive time.Duration
 	// Reaper reaps adopted (restored) workers; may be nil.
 	Reaper  *worker.Reaper
 	Metrics *Metrics
@@ -290,12 +294,16 @@ func (m *Manager) closeConn(s *Session) {
 	s.overTLS, s.tlsState, s.midFrame = false, nil, false
 }
 
-// keepaliveOf is the keepalive interval a client's Hello asks for.
-func keepaliveOf(h *wire.Hello) time.Duration {
-	if h != nil && h.Flags&wire.HelloKeepalive != 0 {
-		return wire.DefaultKeepalive
+// keepaliveOf is the keepalive interval for a client with Hello h: none
+// unless it asked for keepalives.
+func (m *Manager) keepaliveOf(h *wire.Hello) time.Duration {
+	if h == nil || h.Flags&wire.HelloKeepalive == 0 {
+		return 0
 	}
-	return 0
+	if m.cfg.Keepalive > 0 {
+		return m.cfg.Keepalive
+	}
+	return wire.DefaultKeepalive
 }
 
 // keeper sends keepalives on a client socket gpud holds while its session
@@ -485,7 +493,7 @@ func (m *Manager) Create(ctx context.Context, conn *net.TCPConn, rec *tlsrec.Sta
 		worker:    h,
 		conn:      conn,
 		overTLS:   rec != nil,
-		keepalive: keepaliveOf(hello),
+		keepalive: m.keepaliveOf(hello),
 	}
 	m.mu.Lock()
 	m.sessions[id] = s
@@ -546,7 +554,7 @@ func (m *Manager) Resume(ctx context.Context, conn *net.TCPConn, rec *tlsrec.Sta
 	// (a cut link) replaces it.
 	m.closeConn(s)
 	s.conn, s.overTLS = conn, rec != nil
-	s.keepalive = keepaliveOf(hello)
+	s.keepalive = m.keepaliveOf(hello)
 	s.rec.Client = conn.RemoteAddr().String()
 	if s.rec.State == Detached {
 		_ = m.setState(s, Running)
