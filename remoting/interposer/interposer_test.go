@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/control/tlstest"
 	"github.com/gpuctl/gpuctl/failpoint"
 	"github.com/gpuctl/gpuctl/remoting/interposer/testserver"
@@ -160,8 +161,32 @@ func TestClientReplyOvertakesResend(t *testing.T) {
 // server stays silent past GPUCTL_REPLY_TIMEOUT reconnects and replays,
 // so a request the server swallowed is answered after all; a call the
 // server is busy with for longer than that bound does not, because the
-// server sends keepalives meanwhile.
+// server sends keepalives meanwhile. Both over plaintext and over TLS,
+// where the keepalives are records of the connection's record layer.
 func TestClientLiveness(t *testing.T) {
+	for _, overTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plaintext", true: "tls"}[overTLS], func(t *testing.T) { testClientLiveness(t, overTLS) })
+	}
+}
+
+func testClientLiveness(t *testing.T, overTLS bool) {
+	opts := testserver.Options{Keepalive: 200 * time.Millisecond}
+	var env []string
+	if overTLS {
+		if _, err := os.Stat("/usr/lib/x86_64-linux-gnu/libssl.so.3"); err != nil {
+			if _, err := exec.LookPath("openssl"); err != nil {
+				t.Skip("no OpenSSL on this machine")
+			}
+		}
+		ca := tlstest.NewCA(t, "liveness")
+		cert := ca.Issue(t, "gpud", "127.0.0.1")
+		cfg, err := control.ServerTLS(cert.CertFile, cert.KeyFile, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.TLS = cfg
+		env = append(env, "GPUCTL_TLS_CA="+ca.CertFile)
+	}
 	cases := []struct {
 		name          string
 		point         string // where the server holds the nth synchronous request
@@ -203,9 +228,10 @@ func TestClientLiveness(t *testing.T) {
 				}
 				return nil
 			})
+			o := opts
+			o.Failpoints = &fp
 			var err error
-			srv, err = testserver.StartWith("127.0.0.1:0", "secret-token", nil,
-				testserver.Options{Failpoints: &fp, Keepalive: 200 * time.Millisecond})
+			srv, err = testserver.StartWith("127.0.0.1:0", "secret-token", nil, o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -213,7 +239,7 @@ func TestClientLiveness(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			cmd := clientCmd(ctx, t, srv.Addr(), "secret-token", "replay", "300")
-			cmd.Env = append(cmd.Env, "GPUCTL_REPLY_TIMEOUT=1")
+			cmd.Env = append(append(cmd.Env, "GPUCTL_REPLY_TIMEOUT=1"), env...)
 			t0 := time.Now()
 			out, err := cmd.CombinedOutput()
 			if ctx.Err() != nil {
