@@ -237,6 +237,9 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 	if err != nil {
 		s.log().Warn("the client was not told where its session went; it is redirected when it reconnects here",
 			"session", id, "to", listen, "err", err)
+		// The migration stands; its audit line says the client was not
+		// told.
+		control.Note(ctx, slog.Bool("client_told", false))
 	}
 	timings = append(timings, checkpoint.Timing{Step: "moved", Duration: time.Since(t0m)})
 	res.Steps = checkpoint.StepTimings(timings)
