@@ -144,9 +144,12 @@ extern void cuLibraryGetModule(void);
 extern void cuLibraryLoadData(void);
 extern void cuLibraryLoadFromFile(void);
 extern void cuLibraryUnload(void);
+extern void cuLinkAddData(void);
 extern void cuLinkAddData_v2(void);
+extern void cuLinkAddFile(void);
 extern void cuLinkAddFile_v2(void);
 extern void cuLinkComplete(void);
+extern void cuLinkCreate(void);
 extern void cuLinkCreate_v2(void);
 extern void cuLinkDestroy(void);
 extern void cuMemAddressFree(void);
@@ -265,6 +268,7 @@ extern void cuStreamGetCaptureInfo_v3(void);
 extern void cuStreamGetCtx(void);
 extern void cuStreamGetFlags(void);
 extern void cuStreamGetId(void);
+extern void cuStreamGetId_ptsz(void);
 extern void cuStreamGetPriority(void);
 extern void cuStreamIsCapturing(void);
 extern void cuStreamQuery(void);
@@ -714,8 +718,8 @@ const struct gc_proc gc_procs[] = {
 	{ "cuKernelGetParamInfo", 2000, 0, (void *)gc_lookup_cuKernelGetParamInfo },
 	{ "cuKernelSetAttribute", 12000, 0, (void *)cuKernelSetAttribute },
 	{ "cuKernelSetCacheConfig", 12000, 0, (void *)cuKernelSetCacheConfig },
-	{ "cuLaunchCooperativeKernel", 9000, 1, (void *)cuLaunchCooperativeKernel_ptsz },
 	{ "cuLaunchCooperativeKernel", 9000, 0, (void *)cuLaunchCooperativeKernel },
+	{ "cuLaunchCooperativeKernel", 9000, 1, (void *)cuLaunchCooperativeKernel_ptsz },
 	{ "cuLaunchHostFunc", 10000, 0, (void *)cuLaunchHostFunc },
 	{ "cuLaunchKernel", 2000, 0, (void *)cuLaunchKernel },
 	{ "cuLaunchKernel", 7000, 1, (void *)cuLaunchKernel_ptsz },
@@ -731,9 +735,12 @@ const struct gc_proc gc_procs[] = {
 	{ "cuLibraryLoadData", 12000, 0, (void *)cuLibraryLoadData },
 	{ "cuLibraryLoadFromFile", 12000, 0, (void *)cuLibraryLoadFromFile },
 	{ "cuLibraryUnload", 12000, 0, (void *)cuLibraryUnload },
+	{ "cuLinkAddData", 5050, 0, (void *)cuLinkAddData },
 	{ "cuLinkAddData", 6050, 0, (void *)cuLinkAddData_v2 },
+	{ "cuLinkAddFile", 5050, 0, (void *)cuLinkAddFile },
 	{ "cuLinkAddFile", 6050, 0, (void *)cuLinkAddFile_v2 },
 	{ "cuLinkComplete", 5050, 0, (void *)cuLinkComplete },
+	{ "cuLinkCreate", 5050, 0, (void *)cuLinkCreate },
 	{ "cuLinkCreate", 6050, 0, (void *)cuLinkCreate_v2 },
 	{ "cuLinkDestroy", 5050, 0, (void *)cuLinkDestroy },
 	{ "cuLogsCurrent", 2000, 0, (void *)gc_lookup_cuLogsCurrent },
@@ -883,7 +890,8 @@ const struct gc_proc gc_procs[] = {
 	{ "cuStreamGetCtx", 9020, 0, (void *)cuStreamGetCtx },
 	{ "cuStreamGetDevice", 2000, 0, (void *)gc_lookup_cuStreamGetDevice },
 	{ "cuStreamGetFlags", 5050, 0, (void *)cuStreamGetFlags },
-	{ "cuStreamGetId", 2000, 0, (void *)cuStreamGetId },
+	{ "cuStreamGetId", 12000, 0, (void *)cuStreamGetId },
+	{ "cuStreamGetId", 12000, 1, (void *)cuStreamGetId_ptsz },
 	{ "cuStreamGetPriority", 5050, 0, (void *)cuStreamGetPriority },
 	{ "cuStreamIsCapturing", 10000, 0, (void *)cuStreamIsCapturing },
 	{ "cuStreamQuery", 2000, 0, (void *)cuStreamQuery },
@@ -922,4 +930,4 @@ const struct gc_proc gc_procs[] = {
 	{ "cuWaitExternalSemaphoresAsync", 2000, 0, (void *)gc_lookup_cuWaitExternalSemaphoresAsync },
 };
 
-const size_t gc_nprocs = 455;
+const size_t gc_nprocs = 459;

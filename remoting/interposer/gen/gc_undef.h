@@ -137,9 +137,12 @@
 #undef cuLibraryLoadData
 #undef cuLibraryLoadFromFile
 #undef cuLibraryUnload
+#undef cuLinkAddData
 #undef cuLinkAddData_v2
+#undef cuLinkAddFile
 #undef cuLinkAddFile_v2
 #undef cuLinkComplete
+#undef cuLinkCreate
 #undef cuLinkCreate_v2
 #undef cuLinkDestroy
 #undef cuMemAddressFree
@@ -258,6 +261,7 @@
 #undef cuStreamGetCtx
 #undef cuStreamGetFlags
 #undef cuStreamGetId
+#undef cuStreamGetId_ptsz
 #undef cuStreamGetPriority
 #undef cuStreamIsCapturing
 #undef cuStreamQuery

@@ -1264,6 +1264,7 @@ CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peerContext);
 
 /* Stream properties */
 CUresult CUDAAPI cuStreamGetFlags(CUstream hStream, unsigned int *flags);
+CUresult CUDAAPI cuStreamGetId(CUstream hStream, unsigned long long *streamId);
 CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int *priority);
 CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx);
 CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData);
