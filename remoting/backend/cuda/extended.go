@@ -50,7 +50,7 @@ func (d *Device) extended() (*extState, error) {
 
 // sharedSpan reports whether [p, p+n) lies in a range that belongs to no
 // context.
-func (d *Device) sharedSpan(p, n uint64) bool { return d.ext != nil && d.ext.devMem.contains(p, n) }
+func (d *Device) sharedSpan(p, n uint64) bool { return d.ext != nil && d.ext.devMem.covers(p, n) }
 
 // location turns the client's device location into the driver's: the
 // session's GPU is device 0 to the client.
