@@ -18,3 +18,10 @@ type TPCLayouts interface {
 type StreamIDs interface {
 	StreamGetID(ctx context.Context, c Ctx, s Stream) (uint64, error)
 }
+
+// MemHandleRetainer takes one more reference to a physical allocation
+// (backend.VirtualMemory's MemRelease drops it), for a handle a client
+// imports from a shareable handle it exported.
+type MemHandleRetainer interface {
+	MemHandleRetain(ctx context.Context, h MemHandle) error
+}

@@ -36,3 +36,11 @@ func (s *Session) doStreamGetId(ctx context.Context, x *call, c backend.Ctx, st 
 	}
 	return ids.StreamGetID(ctx, c, st)
 }
+
+func (s *Session) doMemHandleRetain(ctx context.Context, x *call, h backend.MemHandle) error {
+	r, ok := s.dev.(backend.MemHandleRetainer)
+	if !ok {
+		return cu.Errorf(cu.ErrorNotSupported, "MemHandleRetain: this backend cannot retain a memory handle")
+	}
+	return r.MemHandleRetain(ctx, h)
+}

@@ -1207,6 +1207,16 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 		}
 		x.e.U64(uint64(outId))
 		return nil
+	case wire.OpMemHandleRetain:
+		inH := backend.MemHandle(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		err := s.doMemHandleRetain(ctx, x, inH)
+		if err != nil {
+			return err
+		}
+		return nil
 	}
 	return s.unknownOp(x)
 }

@@ -53,6 +53,10 @@ var libraryOps = []Op{
 	// reads through its table's slot 39. s is a stream handle or
 	// CU_STREAM_LEGACY (1) or CU_STREAM_PER_THREAD (2).
 	{Code: 405, Name: "StreamGetId", Ctx: true, Custom: true, In: []Field{stream}, Out: []Field{f("id", U64, "uint64")}},
+	// One more reference to a physical allocation, which MemRelease
+	// drops: what cuMemImportFromShareableHandle hands out for a handle
+	// the same process exported.
+	{Code: 406, Name: "MemHandleRetain", Custom: true, In: []Field{memHandle}},
 }
 
 // libraryEntries: cuBLAS and cuBLASLt resolve a fixed list of driver
@@ -91,6 +95,12 @@ var libraryEntries = []Entry{
 
 	// A stream's unique number, answered by the server's driver.
 	custom("cuStreamGetId", sym("cuStreamGetId", 12000), ptsym("cuStreamGetId_ptsz", 12000)),
+
+	// Shareable handles of physical allocations, within one process (a
+	// local file descriptor names the server's handle): PyTorch's
+	// expandable segments resolve both when they start.
+	custom("cuMemExportToShareableHandle", sym("cuMemExportToShareableHandle", 10020)),
+	custom("cuMemImportFromShareableHandle", sym("cuMemImportFromShareableHandle", 10020)),
 }
 
 // dlsymNames are the driver symbols cuBLAS, cuBLASLt, cuDNN and PyTorch

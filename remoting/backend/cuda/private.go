@@ -40,3 +40,14 @@ func (d *Device) StreamGetID(_ context.Context, h backend.Ctx, s backend.Stream)
 	}
 	return uint64(id), nil
 }
+
+// MemHandleRetain takes one more reference to a physical allocation; the
+// driver's handle is released with the last (MemRelease).
+func (d *Device) MemHandleRetain(_ context.Context, h backend.MemHandle) error {
+	_, vh, err := d.handle(h)
+	if err != nil {
+		return err
+	}
+	vh.refs++
+	return nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/gpuctl/gpuctl/remoting/backend"
+	"github.com/gpuctl/gpuctl/remoting/cu"
 )
 
 // tpcsPerGPC is how many TPCs the emulated device puts in one GPC
@@ -56,4 +57,15 @@ func (d *Device) StreamGetID(_ context.Context, h backend.Ctx, s backend.Stream)
 		return uint64(c.handle) | streamIDPerThread, nil
 	}
 	return uint64(s), nil
+}
+
+// MemHandleRetain takes one more reference to a physical allocation,
+// which a MemRelease of the same handle drops.
+func (d *Device) MemHandleRetain(_ context.Context, h backend.MemHandle) error {
+	ph, ok := d.phys[h]
+	if !ok || (ph.released && ph.refs == 0) {
+		return cu.Errorf(cu.ErrorInvalidValue, "memory handle %#x does not exist", uint64(h))
+	}
+	ph.refs++
+	return nil
 }

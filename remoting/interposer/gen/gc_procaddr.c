@@ -162,6 +162,7 @@ extern void cuMemAllocManaged(void);
 extern void cuMemAllocPitch_v2(void);
 extern void cuMemAlloc_v2(void);
 extern void cuMemCreate(void);
+extern void cuMemExportToShareableHandle(void);
 extern void cuMemFreeAsync(void);
 extern void cuMemFreeHost(void);
 extern void cuMemFree_v2(void);
@@ -175,6 +176,7 @@ extern void cuMemHostGetDevicePointer_v2(void);
 extern void cuMemHostGetFlags(void);
 extern void cuMemHostRegister_v2(void);
 extern void cuMemHostUnregister(void);
+extern void cuMemImportFromShareableHandle(void);
 extern void cuMemMap(void);
 extern void cuMemPoolCreate(void);
 extern void cuMemPoolDestroy(void);
@@ -718,8 +720,8 @@ const struct gc_proc gc_procs[] = {
 	{ "cuKernelGetParamInfo", 2000, 0, (void *)gc_lookup_cuKernelGetParamInfo },
 	{ "cuKernelSetAttribute", 12000, 0, (void *)cuKernelSetAttribute },
 	{ "cuKernelSetCacheConfig", 12000, 0, (void *)cuKernelSetCacheConfig },
-	{ "cuLaunchCooperativeKernel", 9000, 0, (void *)cuLaunchCooperativeKernel },
 	{ "cuLaunchCooperativeKernel", 9000, 1, (void *)cuLaunchCooperativeKernel_ptsz },
+	{ "cuLaunchCooperativeKernel", 9000, 0, (void *)cuLaunchCooperativeKernel },
 	{ "cuLaunchHostFunc", 10000, 0, (void *)cuLaunchHostFunc },
 	{ "cuLaunchKernel", 2000, 0, (void *)cuLaunchKernel },
 	{ "cuLaunchKernel", 7000, 1, (void *)cuLaunchKernel_ptsz },
@@ -760,6 +762,7 @@ const struct gc_proc gc_procs[] = {
 	{ "cuMemCreate", 10020, 0, (void *)cuMemCreate },
 	{ "cuMemDiscardAndPrefetchBatchAsync", 2000, 0, (void *)gc_lookup_cuMemDiscardAndPrefetchBatchAsync },
 	{ "cuMemDiscardBatchAsync", 2000, 0, (void *)gc_lookup_cuMemDiscardBatchAsync },
+	{ "cuMemExportToShareableHandle", 10020, 0, (void *)cuMemExportToShareableHandle },
 	{ "cuMemFree", 3020, 0, (void *)cuMemFree_v2 },
 	{ "cuMemFreeAsync", 11020, 0, (void *)cuMemFreeAsync },
 	{ "cuMemFreeHost", 2000, 0, (void *)cuMemFreeHost },
@@ -775,6 +778,7 @@ const struct gc_proc gc_procs[] = {
 	{ "cuMemHostGetFlags", 2000, 0, (void *)cuMemHostGetFlags },
 	{ "cuMemHostRegister", 6050, 0, (void *)cuMemHostRegister_v2 },
 	{ "cuMemHostUnregister", 2000, 0, (void *)cuMemHostUnregister },
+	{ "cuMemImportFromShareableHandle", 10020, 0, (void *)cuMemImportFromShareableHandle },
 	{ "cuMemMap", 10020, 0, (void *)cuMemMap },
 	{ "cuMemPoolCreate", 11020, 0, (void *)cuMemPoolCreate },
 	{ "cuMemPoolDestroy", 11020, 0, (void *)cuMemPoolDestroy },
@@ -930,4 +934,4 @@ const struct gc_proc gc_procs[] = {
 	{ "cuWaitExternalSemaphoresAsync", 2000, 0, (void *)gc_lookup_cuWaitExternalSemaphoresAsync },
 };
 
-const size_t gc_nprocs = 459;
+const size_t gc_nprocs = 461;

@@ -1565,3 +1565,18 @@ CUresult gc_rpc_StreamGetId(uint64_t ctx, uint64_t s, uint64_t *id)
 	return r;
 }
 
+CUresult gc_rpc_MemHandleRetain(uint64_t h)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemHandleRetain, 8, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemHandleRetain(args, h);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	(void)out;
+	return r;
+}
+

@@ -155,6 +155,7 @@
 #undef cuMemAllocPitch_v2
 #undef cuMemAlloc_v2
 #undef cuMemCreate
+#undef cuMemExportToShareableHandle
 #undef cuMemFreeAsync
 #undef cuMemFreeHost
 #undef cuMemFree_v2
@@ -168,6 +169,7 @@
 #undef cuMemHostGetFlags
 #undef cuMemHostRegister_v2
 #undef cuMemHostUnregister
+#undef cuMemImportFromShareableHandle
 #undef cuMemMap
 #undef cuMemPoolCreate
 #undef cuMemPoolDestroy
