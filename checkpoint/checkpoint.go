@@ -104,6 +104,9 @@ type Request struct {
 	// Tenant owns the session, and so the image (images.Meta.Tenant);
 	// empty for the administrator.
 	Tenant string
+	// Priority and Labels are the session's, kept in the image.
+	Priority int32
+	Labels   map[string]string
 	// Reattached, when set, is told of the new handle when a rollback
 	// reattached the worker; the old one is then dead.
 	Reattached func(Worker)
@@ -270,6 +273,7 @@ func (p *Pipeline) meta(ctx context.Context, req Request, nonce string) (images.
 	return images.Meta{
 		Session: req.Session, Parent: req.Parent, Host: p.Host, Backend: p.Backend, Driver: p.Driver, GPUs: p.GPUs,
 		CRIU: v.String(), Kernel: utsString(uts.Release[:]), AttachNonce: nonce, Tenant: req.Tenant,
+		Priority: req.Priority, Labels: req.Labels,
 	}, nil
 }
 

@@ -46,6 +46,12 @@ type Sessions interface {
 	Owner(id string) string
 }
 
+// attributes is a session table that knows sessions' priorities and
+// labels, which their images keep (images.Meta).
+type attributes interface {
+	Attributes(id string) (int32, api.Labels)
+}
+
 // Service checkpoints sessions on request; gpud builds one and registers
 // its routes.
 type Service struct {
@@ -157,8 +163,12 @@ func (s *Service) Freeze(ctx context.Context, id string) (*Frozen, error) {
 		return nil, err
 	}
 	cur := w
-	fr, err := s.Pipeline.Checkpoint(ctx, Request{Session: id, Worker: w, Parent: parent, Tenant: s.Sessions.Owner(id),
-		Reattached: func(nw Worker) { cur = nw }})
+	req := Request{Session: id, Worker: w, Parent: parent, Tenant: s.Sessions.Owner(id),
+		Reattached: func(nw Worker) { cur = nw }}
+	if a, ok := s.Sessions.(attributes); ok {
+		req.Priority, req.Labels = a.Attributes(id)
+	}
+	fr, err := s.Pipeline.Checkpoint(ctx, req)
 	if err != nil {
 		// The pipeline resumed the worker, perhaps through a new handle.
 		if rerr := s.Sessions.Resumed(id, cur); rerr != nil {
