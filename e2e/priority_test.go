@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -250,5 +252,47 @@ func TestPreemptedSurvivesRestart(t *testing.T) {
 	}
 	if got := w.result(<-run); got != want {
 		t.Errorf("preempted, restarted and resumed: %q, never preempted: %q", got, want)
+	}
+}
+
+// TestKubernetesPreStop runs the preStop hook of deploy/k8s's workload pod,
+// as the kubelet would (its shell line, with the pod's POD_NAME), against
+// a real gpud: the pod's session is preempted within the hook's deadline,
+// and resumes to finish bit-identical.
+func TestKubernetesPreStop(t *testing.T) {
+	w := newWorld(t, false)
+	b, err := os.ReadFile(filepath.Join(w.c.Build.Root, "deploy/k8s/workload-pod.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hook string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "- exec /usr/local/bin/gpuctl preempt") {
+			hook = strings.Replace(strings.TrimPrefix(l, "- "), "/usr/local/bin/gpuctl", w.c.Build.Gpuctl, 1)
+		}
+	}
+	if hook == "" {
+		t.Fatal("workload-pod.yaml has no preStop line running gpuctl preempt")
+	}
+	want := w.reference()
+	run := w.startWith(w.a, []string{"GPUCTL_LABELS=pod=cuda-job-7f9c,managed-by=gpuctl"}, wlMiB, wlSteps, wlSleep)
+	s := w.waitState(w.a, "pod=cuda-job-7f9c", "running", 30*time.Second)
+	time.Sleep(500 * time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := w.client.Command(ctx, "sh", "-c", hook)
+	cmd.Env = append(os.Environ(), "POD_NAME=cuda-job-7f9c", "GPUCTL_HOST="+w.a.API(), "GPUCTL_TOKEN_FILE="+w.a.TokenFile)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("preStop hook %q: %v\n%s", hook, err, out)
+	}
+	if got := w.waitState(w.a, "pod=cuda-job-7f9c", "preempted", 5*time.Second); got.ID != s.ID {
+		t.Fatalf("after the preStop hook: %+v", got)
+	}
+	if _, err := w.ctl(w.a, "resume", "--selector", "pod=cuda-job-7f9c"); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.result(<-run); got != want {
+		t.Errorf("preempted by the preStop hook and resumed: %q, never preempted: %q", got, want)
 	}
 }
