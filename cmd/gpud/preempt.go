@@ -15,6 +15,9 @@ func (d *daemon) deviceBytes() uint64 {
 	if !d.cfg.preempt {
 		return 0
 	}
+	if d.cfg.preemptMem > 0 {
+		return d.cfg.preemptMem
+	}
 	for _, g := range d.host.GPUs {
 		if strconv.Itoa(g.Index) == d.cfg.device || g.UUID == d.cfg.device {
 			return g.MemoryBytes
