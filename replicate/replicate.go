@@ -67,8 +67,9 @@ type Config struct {
 
 // Replicator is one host's replication loop.
 type Replicator struct {
-	cfg  Config
-	kick chan struct{}
+	cfg    Config
+	kick   chan struct{}
+	rescan chan struct{}
 
 	mu      sync.Mutex
 	queue   map[string]*pending // image -> its state, while short of copies
@@ -102,7 +103,7 @@ func New(cfg Config) *Replicator {
 			return images.Push(ctx, st, image, peer, progress)
 		}
 	}
-	return &Replicator{cfg: cfg, kick: make(chan struct{}, 1), queue: map[string]*pending{}, done: map[string]bool{}}
+	return &Replicator{cfg: cfg, kick: make(chan struct{}, 1), rescan: make(chan struct{}, 1), queue: map[string]*pending{}, done: map[string]bool{}}
 }
 
 // Committed queues a new image for replication; it returns at once.
@@ -115,6 +116,15 @@ func (r *Replicator) Committed(image string) {
 	r.mu.Unlock()
 	select {
 	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Rescan asks Run to look for new images of this host in the store now
+// (a checkpoint just committed one); it returns at once.
+func (r *Replicator) Rescan() {
+	select {
+	case r.rescan <- struct{}{}:
 	default:
 	}
 }
@@ -132,6 +142,8 @@ func (r *Replicator) Run(ctx context.Context) {
 			return
 		case <-r.kick:
 		case <-scan.C:
+			r.scan(ctx)
+		case <-r.rescan:
 			r.scan(ctx)
 		case <-wait.C:
 		}

@@ -151,6 +151,17 @@ func TestReplicasGoToCompatiblePeers(t *testing.T) {
 		t.Errorf("gpud_replication_sent_bytes_total %v, the copies record %d bytes sent", sent, recorded)
 	}
 
+	// A rescan (a checkpoint stored an image some other way than through
+	// Committed) finds this host's new image; a copy a peer made is left
+	// to its origin.
+	commit(t, src, "img-scan", "a", 3)
+	commit(t, src, "img-peer", "z", 4)
+	rp.Rescan()
+	waitFor("img-scan found by the rescan", func() bool { return strings.Join(hosts("img-scan"), ",") == "a,b,c" })
+	if got := hosts("img-peer"); len(got) != 0 {
+		t.Errorf("a peer's image was replicated by a host that only holds a copy: %v", got)
+	}
+
 	// Three copies wanted, two peers able: one short until g joins.
 	commit(t, src, "img-k3", "a", 2)
 	rp3 := run(3)

@@ -60,6 +60,11 @@ func sessionClient(c *cli.Context, id string) (*control.Client, error) {
 	}
 	defer reg.Close()
 	o, err := reg.Owner(c.Context, id)
+	if errs.IsNotFound(err) {
+		// A session younger than its host's reconciliation round (2 s)
+		// has no record yet: ask the up hosts.
+		return findSession(c, reg, id, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -71,6 +76,29 @@ func sessionClient(c *cli.Context, id string) (*control.Client, error) {
 		return nil, errs.New(errs.Unavailable, errs.Session(id), "its host %s is down; restore its image %s on another host", h.Name, orDash(o.Image))
 	}
 	return hostClient(c, h)
+}
+
+// findSession is the client of the up host that runs session id, for a
+// session the registry has no record of; notFound is returned when none
+// runs it.
+func findSession(c *cli.Context, reg *registry.Client, id string, notFound error) (*control.Client, error) {
+	hs, err := reg.Hosts(c.Context)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range hs {
+		if h.State != registry.StateUp {
+			continue
+		}
+		cl, err := hostClient(c, h)
+		if err != nil {
+			return nil, err
+		}
+		if s, err := cl.Session(c.Context, id); err == nil && s.State != "stopped" {
+			return cl, nil
+		}
+	}
+	return nil, notFound
 }
 
 func hostsCommand(e *env) *cli.Command {

@@ -62,6 +62,8 @@ func newApp(e *env) *cli.App {
 			checkpointCommand(e),
 			restoreCommand(e),
 			migrateCommand(e),
+			preemptCommand(e),
+			resumeCommand(e),
 			imagesCommand(e),
 			hostCommand(e),
 			hostsCommand(e),

@@ -18,12 +18,19 @@ func sessionsCommand(e *env) *cli.Command {
 		Usage: "list the sessions on a host",
 		Description: "Lists the host's sessions: id, state (running, detached, quiescing, checkpointing,\n" +
 			"migrating, stopped), client address, age, device memory in use and device, and the\n" +
-			"tenant that owns each on a host with tenants. With a tenant's token, only that\n" +
-			"tenant's sessions are listed.",
-		Flags: []cli.Flag{jsonFlag},
+			"tenant that owns each on a host with tenants, priority and labels. With a tenant's\n" +
+			"token, only that tenant's sessions are listed. --selector lists those whose labels match.",
+		Flags: []cli.Flag{jsonFlag, selectorFlag},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usageError("gpuctl sessions takes no arguments")
+			}
+			var sel api.Selector
+			if c.String("selector") != "" {
+				var err error
+				if sel, err = api.ParseSelector(c.String("selector")); err != nil {
+					return err
+				}
 			}
 			reg, err := dialRegistry(c)
 			if err != nil {
@@ -35,21 +42,27 @@ func sessionsCommand(e *env) *cli.Command {
 				if err != nil {
 					return err
 				}
+				if sel != nil {
+					list = selectSessions(list, sel)
+				}
 				return printSessions(e, list, "the cluster", true, c.Bool("json"))
 			}
 			cl, err := apiClient(c)
 			if err != nil {
 				return err
 			}
-			return runSessions(c.Context, e, cl, c.Bool("json"))
+			return runSessions(c.Context, e, cl, c.Bool("json"), sel)
 		},
 	}
 }
 
-func runSessions(ctx context.Context, e *env, cl *control.Client, asJSON bool) error {
+func runSessions(ctx context.Context, e *env, cl *control.Client, asJSON bool, sel api.Selector) error {
 	list, err := cl.Sessions(ctx) // never nil: an empty list prints as []
 	if err != nil {
 		return err
+	}
+	if sel != nil {
+		list = selectSessions(list, sel)
 	}
 	return printSessions(e, list, cl.Addr(), false, asJSON)
 }
@@ -70,9 +83,9 @@ func printSessions(e *env, list []api.Session, where string, hosts, asJSON bool)
 		tenants = tenants || s.Tenant != ""
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	header := "ID\tSTATE\tCLIENT\tAGE\tMEMORY\tDEVICE"
+	header := "ID\tSTATE\tCLIENT\tAGE\tMEMORY\tDEVICE\tPRIORITY\tLABELS"
 	if hosts {
-		header = "ID\tHOST\tSTATE\tCLIENT\tAGE\tMEMORY\tDEVICE"
+		header = "ID\tHOST\tSTATE\tCLIENT\tAGE\tMEMORY\tDEVICE\tPRIORITY\tLABELS"
 	}
 	if tenants {
 		header += "\tTENANT"
@@ -84,14 +97,12 @@ func printSessions(e *env, list []api.Session, where string, hosts, asJSON bool)
 		if client == "" {
 			client = "-"
 		}
+		fmt.Fprintf(tw, "%s\t", s.ID)
 		if hosts {
-			fmt.Fprintf(tw, "%s\t", s.ID)
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s %s", s.Host, s.State, client, age(now.Sub(s.Created)),
-				humanBytes(s.MemBytes), s.Backend, s.Device)
-		} else {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s %s", s.ID, s.State, client, age(now.Sub(s.Created)),
-				humanBytes(s.MemBytes), s.Backend, s.Device)
+			fmt.Fprintf(tw, "%s\t", s.Host)
 		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s %s\t%d\t%s", s.State, client, age(now.Sub(s.Created)),
+			humanBytes(s.MemBytes), s.Backend, s.Device, s.Priority, api.FormatLabels(s.Labels))
 		if tenants {
 			fmt.Fprintf(tw, "\t%s", orDash(s.Tenant))
 		}

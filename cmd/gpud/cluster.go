@@ -408,23 +408,21 @@ func latestImage(ctx context.Context, st *store.Store, id string) string {
 	return best
 }
 
-// fencedStore is the host store as a clustered host's restores read it:
-// an image is checked out only once the registry lets this host run its
-// session (cluster.admitRestore), before CRIU runs.
-type fencedStore struct {
-	imageStore
-	c *cluster
-}
-
-func (s fencedStore) Checkout(ctx context.Context, id, dir string) (*images.Manifest, error) {
-	m, err := images.Get(ctx, s.st, id)
-	if err != nil {
-		return nil, err
+// admitImage is the restore's admission, before CRIU runs: the image
+// must not be older than the session's epoch on this host (its worker
+// epoch), and on a clustered host the registry must let this host run
+// the session (cluster.admitRestore). The local check comes first: it
+// changes nothing, while the registry's makes this host the owner.
+func (d *daemon) admitImage(m images.Meta) error {
+	if err := d.manager.Admit(m.Session, m.Epoch); err != nil {
+		return err
 	}
-	if err := s.c.admitRestore(ctx, m.Session, id); err != nil {
-		return nil, errs.Wrap(err, errs.KindOf(err), errs.Image(id), "restore")
+	if d.cluster == nil {
+		return nil
 	}
-	return s.imageStore.Checkout(ctx, id, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return d.cluster.admitRestore(ctx, m.Session, m.ID)
 }
 
 // fence is the migration's view of the cluster; nil when standalone.

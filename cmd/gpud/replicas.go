@@ -6,9 +6,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/control"
-	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/registry"
 	"github.com/gpuctl/gpuctl/replicate"
 )
@@ -34,26 +32,13 @@ func (d *daemon) self() registry.Host {
 		GPUs: d.host.GPUs, Version: version, Started: d.started}
 }
 
-// committing is the checkpoint pipeline's store: on a host with
-// --replicas, each image it commits is queued for replication at once.
-func (d *daemon) committing(s imageStore) checkpoint.Store {
-	if d.cluster == nil || d.cluster.replicas == nil {
-		return s
+// stepDone follows the checkpoint service's finished steps: once a
+// checkpoint's image is stored (whichever way the pipeline committed it),
+// a host with --replicas looks for new images to replicate at once.
+func (d *daemon) stepDone(step string) {
+	if step == "store" && d.cluster != nil && d.cluster.replicas != nil {
+		d.cluster.replicas.Rescan()
 	}
-	return replicatingStore{s, d.cluster.replicas}
-}
-
-type replicatingStore struct {
-	imageStore
-	rp *replicate.Replicator
-}
-
-func (s replicatingStore) Commit(ctx context.Context, dir string, meta images.Meta) (*images.Manifest, images.Stats, error) {
-	m, st, err := s.imageStore.Commit(ctx, dir, meta)
-	if err == nil {
-		s.rp.Committed(m.ID)
-	}
-	return m, st, err
 }
 
 // clientAddr is the address clients reach this host's --listen at, as

@@ -15,11 +15,13 @@ import (
 // resumeAnswers is a session table that answers every resume with err.
 type resumeAnswers struct{ err error }
 
-func (r resumeAnswers) Create(context.Context, *net.TCPConn, *tlsrec.State) (string, error) {
+func (r resumeAnswers) Create(context.Context, *net.TCPConn, *tlsrec.State, *wire.Hello) (string, error) {
 	return "", errs.New(errs.FailedPrecondition, "", "no new sessions here")
 }
 
-func (r resumeAnswers) Resume(context.Context, *net.TCPConn, *tlsrec.State, string, string) error { return r.err }
+func (r resumeAnswers) Resume(context.Context, *net.TCPConn, *tlsrec.State, *wire.Hello) error {
+	return r.err
+}
 
 type movedTo string
 
