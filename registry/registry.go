@@ -80,6 +80,11 @@ type Owner struct {
 	// in its image (Image) and any host may take it over.
 	Live  bool   `json:"live"`
 	Image string `json:"image,omitempty"`
+	// Epoch is the session's worker epoch as of this record (the epoch
+	// of Image, or of the image a live copy was restored from): a host
+	// refuses to restore an image of an older epoch, which some newer
+	// copy has outrun, wherever that copy ran.
+	Epoch uint64 `json:"epoch,omitempty"`
 	// Changed is when the record was written, by Host's clock.
 	Changed time.Time `json:"changed"`
 	// Token is the etcd revision of the record's last change: the fencing
@@ -273,8 +278,8 @@ func decodeOwner(b []byte, rev int64) (Owner, error) {
 // (a session created on host). It returns the record, with its token.
 // A session that already has an owner is errs.AlreadyExists, with that
 // owner in the error.
-func (r *Client) Claim(ctx context.Context, session, host string, live bool, image string) (Owner, error) {
-	o := Owner{Session: session, Host: host, Live: live, Image: image, Changed: time.Now().UTC()}
+func (r *Client) Claim(ctx context.Context, session, host string, live bool, image string, epoch uint64) (Owner, error) {
+	o := Owner{Session: session, Host: host, Live: live, Image: image, Epoch: epoch, Changed: time.Now().UTC()}
 	b, _ := json.Marshal(o)
 	key := r.ownerKey(session)
 	resp, err := r.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
@@ -311,7 +316,8 @@ func (e *FencedError) Error() string {
 }
 
 // Transfer changes a session's owner from host from (holding token) to
-// host to, with the given liveness and image, in one compare-and-swap: it
+// host to, with the given liveness, image and epoch (a caller that does
+// not change the epoch passes the one it read), in one compare-and-swap: it
 // succeeds only if the record is still from's at exactly that token. The
 // new record carries the new token. A stale or forged token, or a from
 // that is not the owner, is errs.FailedPrecondition wrapping a
@@ -319,8 +325,8 @@ func (e *FencedError) Error() string {
 //
 // Checkpoint (to == from, live false), migration (to the target), restore
 // (to == from or a takeover, live true) and preemption all go through it.
-func (r *Client) Transfer(ctx context.Context, session, from, to string, token int64, live bool, image string) (Owner, error) {
-	o := Owner{Session: session, Host: to, Live: live, Image: image, Changed: time.Now().UTC()}
+func (r *Client) Transfer(ctx context.Context, session, from, to string, token int64, live bool, image string, epoch uint64) (Owner, error) {
+	o := Owner{Session: session, Host: to, Live: live, Image: image, Epoch: epoch, Changed: time.Now().UTC()}
 	b, _ := json.Marshal(o)
 	key := r.ownerKey(session)
 	resp, err := r.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", token), clientv3.Compare(clientv3.Value(r.byKey(session)), "=", from)).
@@ -343,8 +349,9 @@ func (r *Client) Transfer(ctx context.Context, session, from, to string, token i
 }
 
 // TransferFrom is Transfer for a caller that holds no token: it reads the
-// record, checks that from owns it, and swaps at the token it read.
-func (r *Client) TransferFrom(ctx context.Context, session, from, to string, live bool, image string) (Owner, error) {
+// record, checks that from owns it, and swaps at the token it read. An
+// epoch of 0 keeps the record's.
+func (r *Client) TransferFrom(ctx context.Context, session, from, to string, live bool, image string, epoch uint64) (Owner, error) {
 	cur, err := r.Owner(ctx, session)
 	if err != nil {
 		return Owner{}, err
@@ -353,7 +360,10 @@ func (r *Client) TransferFrom(ctx context.Context, session, from, to string, liv
 		fe := &FencedError{Session: session, From: from, Token: cur.Token, Current: cur, Registered: true}
 		return cur, errs.Wrap(fe, errs.FailedPrecondition, errs.Session(session), "ownership change refused")
 	}
-	return r.Transfer(ctx, session, from, to, cur.Token, live, image)
+	if epoch == 0 {
+		epoch = cur.Epoch
+	}
+	return r.Transfer(ctx, session, from, to, cur.Token, live, image, epoch)
 }
 
 // ID is the session's id.

@@ -97,15 +97,15 @@ func TestOwnershipFencing(t *testing.T) {
 	if _, err := r.Owner(ctx, s); !errs.IsNotFound(err) {
 		t.Fatalf("owner of an unknown session: %v, want not_found", err)
 	}
-	o1, err := r.Claim(ctx, s, "a", true, "")
+	o1, err := r.Claim(ctx, s, "a", true, "", 0)
 	if err != nil || o1.Host != "a" || o1.Token == 0 {
 		t.Fatalf("claim: %+v, %v", o1, err)
 	}
-	if _, err := r.Claim(ctx, s, "b", true, ""); !errs.IsAlreadyExists(err) {
+	if _, err := r.Claim(ctx, s, "b", true, "", 0); !errs.IsAlreadyExists(err) {
 		t.Fatalf("second claim: %v, want already_exists", err)
 	}
 	// Checkpoint: a's session goes into an image; the token moves on.
-	o2, err := r.Transfer(ctx, s, "a", "a", o1.Token, false, "i-1")
+	o2, err := r.Transfer(ctx, s, "a", "a", o1.Token, false, "i-1", 0)
 	if err != nil || o2.Token <= o1.Token || o2.Live || o2.Image != "i-1" {
 		t.Fatalf("checkpoint transfer: %+v, %v", o2, err)
 	}
@@ -117,12 +117,12 @@ func TestOwnershipFencing(t *testing.T) {
 			t.Fatalf("%s: %+v, %v; want a fenced refusal naming a at token %d", what, o, err, o2.Token)
 		}
 	}
-	o, err := r.Transfer(ctx, s, "a", "b", o1.Token, true, "")
+	o, err := r.Transfer(ctx, s, "a", "b", o1.Token, true, "", 0)
 	refused("stale token", o, err)
 	// A forged change: the right token, but from a host that is not the owner.
-	o, err = r.Transfer(ctx, s, "c", "c", o2.Token, true, "")
+	o, err = r.Transfer(ctx, s, "c", "c", o2.Token, true, "", 0)
 	refused("forged owner", o, err)
-	o, err = r.Transfer(ctx, s, "a", "b", o2.Token+1000, true, "")
+	o, err = r.Transfer(ctx, s, "a", "b", o2.Token+1000, true, "", 0)
 	refused("made-up token", o, err)
 	if cur, _ := r.Owner(ctx, s); cur.Token != o2.Token || cur.Host != "a" {
 		t.Fatalf("record changed by refused transfers: %+v", cur)
@@ -135,7 +135,7 @@ func TestOwnershipFencing(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := r.Transfer(ctx, s, "a", fmt.Sprintf("h%d", i), o2.Token, true, ""); err == nil {
+			if _, err := r.Transfer(ctx, s, "a", fmt.Sprintf("h%d", i), o2.Token, true, "", 0); err == nil {
 				wins.Add(1)
 			}
 		}()
@@ -148,7 +148,7 @@ func TestOwnershipFencing(t *testing.T) {
 	if err != nil || !cur.Live || cur.Token <= o2.Token {
 		t.Fatalf("after the race: %+v, %v", cur, err)
 	}
-	if _, err := r.TransferFrom(ctx, s, "a", "a", true, ""); !errs.IsFailedPrecondition(err) {
+	if _, err := r.TransferFrom(ctx, s, "a", "a", true, "", 0); !errs.IsFailedPrecondition(err) {
 		t.Fatalf("the old owner taking it back: %v, want refused", err)
 	}
 	os, err := r.Owners(ctx)

@@ -168,8 +168,13 @@ func (c *cluster) need(subject, what string) error {
 //     preempted or migrated-away session, or one whose host died after
 //     checkpointing it) is taken over;
 //   - one live on another host is refused: restoring it here would run it
-//     twice (migrate it instead).
-func (c *cluster) admitRestore(ctx context.Context, id, image string) error {
+//     twice (migrate it instead);
+//   - an image older than the epoch the registry has seen the session
+//     reach (on any host) is refused: a newer copy has run since, and
+//     restoring this one would take the session back in time.
+//
+// epoch is the image's (images.Meta.Epoch); the record then carries it.
+func (c *cluster) admitRestore(ctx context.Context, id, image string, epoch uint64) error {
 	subject := errs.Session(id)
 	if err := c.need(subject, "a restore"); err != nil {
 		return err
@@ -177,7 +182,7 @@ func (c *cluster) admitRestore(ctx context.Context, id, image string) error {
 	cur, err := c.r.Owner(ctx, id)
 	switch {
 	case errs.IsNotFound(err):
-		if _, err = c.r.Claim(ctx, id, c.host, true, image); err != nil {
+		if _, err = c.r.Claim(ctx, id, c.host, true, image, epoch); err != nil {
 			return c.refused(err)
 		}
 	case err != nil:
@@ -186,11 +191,17 @@ func (c *cluster) admitRestore(ctx context.Context, id, image string) error {
 		c.metrics.fenced.Inc()
 		c.log.Warn("restore refused: session live on another host", "session", id, "owner", cur.Host, "token", cur.Token, "image", image)
 		return errs.New(errs.FailedPrecondition, subject, "fenced: live on host %s (token %d); restoring it here would run it twice: migrate it from there, or checkpoint it there first", cur.Host, cur.Token)
+	case epoch < cur.Epoch:
+		c.metrics.fenced.Inc()
+		c.log.Warn("restore refused: image older than the session's epoch in the registry", "session", id, "image", image,
+			"image_epoch", epoch, "epoch", cur.Epoch, "owner", cur.Host, "latest", cur.Image)
+		return errs.New(errs.FailedPrecondition, subject, "fenced: image %s holds epoch %d, and the session reached epoch %d since (on host %s); restore its latest image %s instead",
+			image, epoch, cur.Epoch, cur.Host, orDash(cur.Image))
 	default:
 		if cur.Host != c.host {
 			c.log.Info("taking over a session from its image", "session", id, "from", cur.Host, "token", cur.Token, "image", image)
 		}
-		if _, err := c.r.Transfer(ctx, id, cur.Host, c.host, cur.Token, true, image); err != nil {
+		if _, err := c.r.Transfer(ctx, id, cur.Host, c.host, cur.Token, true, image, epoch); err != nil {
 			return c.refused(err)
 		}
 	}
@@ -240,7 +251,7 @@ func (c *cluster) Handover(ctx context.Context, id, to, image string) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.r.Transfer(ctx, id, c.host, to, cur.Token, false, image)
+	_, err = c.r.Transfer(ctx, id, c.host, to, cur.Token, false, image, cur.Epoch)
 	return c.refused(err)
 }
 
@@ -255,7 +266,7 @@ func (c *cluster) Reclaim(ctx context.Context, id, to string) error {
 		c.metrics.fenced.Inc()
 		return errs.New(errs.FailedPrecondition, errs.Session(id), "fenced: owned by host %s (live %v, token %d) now; it stays there", cur.Host, cur.Live, cur.Token)
 	}
-	_, err = c.r.Transfer(ctx, id, to, c.host, cur.Token, true, cur.Image)
+	_, err = c.r.Transfer(ctx, id, to, c.host, cur.Token, true, cur.Image, cur.Epoch)
 	return c.refused(err)
 }
 
@@ -264,7 +275,7 @@ func (c *cluster) Reclaim(ctx context.Context, id, to string) error {
 func (c *cluster) owned(ctx context.Context, id string) (registry.Owner, error) {
 	cur, err := c.r.Owner(ctx, id)
 	if errs.IsNotFound(err) {
-		return c.r.Claim(ctx, id, c.host, true, "")
+		return c.r.Claim(ctx, id, c.host, true, "", 0)
 	}
 	if err != nil {
 		return cur, err
@@ -324,7 +335,7 @@ func (c *cluster) reconcileOnce(ctx context.Context, m *session.Manager) {
 		cur, err := c.r.Owner(ctx, s.ID)
 		switch {
 		case errs.IsNotFound(err):
-			if _, err := c.r.Claim(ctx, s.ID, c.host, true, ""); err != nil && !errs.IsAlreadyExists(err) {
+			if _, err := c.r.Claim(ctx, s.ID, c.host, true, "", s.Epoch); err != nil && !errs.IsAlreadyExists(err) {
 				c.log.Debug("registry: claim failed", "session", s.ID, "err", err)
 			}
 		case err != nil:
@@ -333,7 +344,7 @@ func (c *cluster) reconcileOnce(ctx context.Context, m *session.Manager) {
 			c.log.Error("fenced: a session runs here that another host owns; ending it here", "session", s.ID, "owner", cur.Host, "token", cur.Token)
 			m.Fence(s.ID, fmt.Sprintf("fenced: owned by host %s at token %d", cur.Host, cur.Token))
 		case !cur.Live:
-			_, _ = c.r.Transfer(ctx, s.ID, c.host, c.host, cur.Token, true, cur.Image)
+			_, _ = c.r.Transfer(ctx, s.ID, c.host, c.host, cur.Token, true, cur.Image, cur.Epoch)
 		}
 	}
 	c.mu.Lock()
@@ -382,21 +393,22 @@ func (c *cluster) stopped(ctx context.Context, id string) {
 	if err != nil || cur.Host != c.host || !cur.Live {
 		return
 	}
-	img := latestImage(ctx, c.store, id)
+	img, epoch := latestImage(ctx, c.store, id)
 	if img == "" {
 		img = cur.Image
 	}
-	_, _ = c.r.Transfer(ctx, id, c.host, c.host, cur.Token, false, img)
+	_, _ = c.r.Transfer(ctx, id, c.host, c.host, cur.Token, false, img, max(epoch, cur.Epoch))
 }
 
-// latestImage is the newest image of a session in the store, or "".
-func latestImage(ctx context.Context, st *store.Store, id string) string {
+// latestImage is the newest image of a session in the store and the
+// epoch it holds, or "".
+func latestImage(ctx context.Context, st *store.Store, id string) (string, uint64) {
 	if st == nil {
-		return ""
+		return "", 0
 	}
 	list, err := images.List(ctx, st)
 	if err != nil {
-		return ""
+		return "", 0
 	}
 	var best string
 	var at time.Time
@@ -405,7 +417,14 @@ func latestImage(ctx context.Context, st *store.Store, id string) string {
 			best, at = im.ID, im.Created
 		}
 	}
-	return best
+	if best == "" {
+		return "", 0
+	}
+	m, err := images.Get(ctx, st, best)
+	if err != nil {
+		return best, 0
+	}
+	return best, m.Epoch
 }
 
 // admitImage is the restore's admission, before CRIU runs: the image
@@ -422,7 +441,7 @@ func (d *daemon) admitImage(m images.Meta) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return d.cluster.admitRestore(ctx, m.Session, m.ID)
+	return d.cluster.admitRestore(ctx, m.Session, m.ID, m.Epoch)
 }
 
 // fence is the migration's view of the cluster; nil when standalone.

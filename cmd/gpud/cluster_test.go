@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/registry"
 	"github.com/gpuctl/gpuctl/registry/registrytest"
 )
@@ -54,7 +56,7 @@ func TestMigrationFaults(t *testing.T) {
 				id := fmt.Sprintf("s-%012x", time.Now().UnixNano()&0xffffffffffff)
 				a, b := newNode(t, ep, "a-"+id), newNode(t, ep, "b-"+id)
 				const image = "img-0000000000aa"
-				if err := a.c.admitRestore(ctx, id, image); err != nil { // a runs the session
+				if err := a.c.admitRestore(ctx, id, image, 1); err != nil { // a runs the session
 					t.Fatal(err)
 				}
 				a.live = true
@@ -91,7 +93,7 @@ func TestMigrationFaults(t *testing.T) {
 							err = fmt.Errorf("restore failed on the target")
 							break
 						}
-						if err = b.c.admitRestore(ctx, id, image); err == nil {
+						if err = b.c.admitRestore(ctx, id, image, 1); err == nil {
 							b.live, restored = true, true
 						}
 					}
@@ -125,7 +127,7 @@ func TestMigrationFaults(t *testing.T) {
 				// Recovery: if nothing runs, restore the image on each
 				// host in turn; the registry lets exactly the right ones.
 				if !a.live && !b.live {
-					if err := b.c.admitRestore(ctx, id, image); err == nil {
+					if err := b.c.admitRestore(ctx, id, image, 1); err == nil {
 						b.live = true
 					}
 				}
@@ -139,7 +141,7 @@ func TestMigrationFaults(t *testing.T) {
 					a2 := newNode(t, ep, a.name) // a, reconnected
 					other = a2
 				}
-				if err := other.c.admitRestore(ctx, id, image); err == nil {
+				if err := other.c.admitRestore(ctx, id, image, 1); err == nil {
 					t.Fatalf("a second live copy was admitted on %s", other.name)
 				}
 				if !a.live && !b.live {
@@ -154,5 +156,42 @@ func TestMigrationFaults(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestStaleImageFenced: the registry carries the session's epoch, so an
+// image older than one a newer copy was restored from is refused on any
+// host, while the latest is taken over; the local epoch alone could not
+// see it, since the refusing host never ran the session.
+func TestStaleImageFenced(t *testing.T) {
+	ep := registrytest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id := fmt.Sprintf("s-%012x", time.Now().UnixNano()&0xffffffffffff)
+	a, b := newNode(t, ep, "a-"+id), newNode(t, ep, "b-"+id)
+	for _, step := range []struct {
+		n     *node
+		image string
+		epoch uint64
+		stop  bool
+	}{{a, "img-000000000001", 1, true}, {a, "img-000000000002", 2, true}} {
+		if err := step.n.c.admitRestore(ctx, id, step.image, step.epoch); err != nil {
+			t.Fatalf("restore %s on %s: %v", step.image, step.n.name, err)
+		}
+		step.n.c.stopped(ctx, id)
+	}
+	o, err := a.conn.Owner(ctx, id)
+	if err != nil || o.Epoch != 2 || o.Live {
+		t.Fatalf("record after two restores and stops on a: %+v, %v", o, err)
+	}
+	err = b.c.admitRestore(ctx, id, "img-000000000001", 1)
+	if !errs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "holds epoch 1") {
+		t.Fatalf("restore of the epoch-1 image on b after epoch 2 ran on a: %v, want fenced", err)
+	}
+	if err := b.c.admitRestore(ctx, id, "img-000000000002", 2); err != nil {
+		t.Fatalf("takeover from the latest image: %v", err)
+	}
+	if o, _ := b.conn.Owner(ctx, id); o.Host != b.name || !o.Live || o.Epoch != 2 {
+		t.Errorf("record after b's takeover: %+v", o)
 	}
 }

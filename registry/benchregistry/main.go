@@ -94,7 +94,7 @@ func run(nHosts, nSessions, nWorkers int, dur, ttl time.Duration) error {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("s-%012x", i)
 		h := rand.IntN(nHosts)
-		if _, err := gs[h].c.Claim(ctx, ids[i], gs[h].name, true, ""); err != nil {
+		if _, err := gs[h].c.Claim(ctx, ids[i], gs[h].name, true, "", 1); err != nil {
 			return err
 		}
 		owner[i].Store(int64(h))
@@ -130,7 +130,7 @@ func run(nHosts, nSessions, nWorkers int, dur, ttl time.Duration) error {
 				t := time.Now()
 				cur, err := c.Owner(ctx, ids[i])
 				if err == nil {
-					_, err = c.Transfer(ctx, ids[i], gs[from].name, gs[to].name, cur.Token, live, "img")
+					_, err = c.Transfer(ctx, ids[i], gs[from].name, gs[to].name, cur.Token, live, "img", cur.Epoch+1)
 				}
 				d := time.Since(t)
 				if err == nil {
