@@ -21,11 +21,11 @@ import (
 // migrated with --to auto, which picks one of the other two and says why;
 // checkpointed there through the registry, its image replicated to both
 // others; the host holding it SIGKILLed and shown down within 20 s; the
-// session restored with --on auto on a host that holds a replica, which
-// takes it over from its image, while a restore of the same image on the
-// third host is fenced; and the client, which knows only the first host
-// and the dead one, is sent on to the session's new host by the first
-// and finishes with the unmigrated result.
+// session resumed from a replica (on the holder with the most room, as
+// restore --on auto picks), which takes it over, while a restore of the
+// same image on the other holder is fenced; and the client, which knows
+// only the first host and the dead one, is sent on to the session's new
+// host by the first and finishes with the unmigrated result.
 func TestCluster(t *testing.T) {
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("the end-to-end tests compile their client with gcc; run make deps")
@@ -172,15 +172,16 @@ func TestCluster(t *testing.T) {
 
 	// A host that holds a replica takes the session over from its image;
 	// the other is then fenced.
-	var rs struct {
+	var rs []struct {
 		Session string `json:"session"`
+		Image   string `json:"image"`
 	}
-	w.ctlJSON(w.a, &rs, "restore", ck.Image, "--on", "auto")
-	if rs.Session != s.ID {
-		t.Fatalf("restored %q, want %q", rs.Session, s.ID)
+	w.ctlJSON(w.a, &rs, "resume", s.ID)
+	if len(rs) != 1 || rs[0].Session != s.ID || rs[0].Image != ck.Image {
+		t.Fatalf("resume %s: %+v, want it from %s", s.ID, rs, ck.Image)
 	}
 	if h, st := where(s.ID); h != yName || st == "stopped" {
-		t.Fatalf("after restore --on auto the session is on %q (%s), want %s, the holder with the most free memory", h, st, yName)
+		t.Fatalf("after resume the session is on %q (%s), want %s, the holder with the most free memory", h, st, yName)
 	}
 	if _, err := w.ctl(w.a, "restore", ck.Image); err == nil || !strings.Contains(err.Error(), "fenced") || !strings.Contains(err.Error(), yName) {
 		t.Errorf("restore of the session's image on a while it is live on %s: %v, want fenced", yName, err)

@@ -134,6 +134,9 @@ func resumeCommand(e *env) *cli.Command {
 			&cli.StringFlag{Name: "on", Usage: "resume on the gpud whose --api is `HOST:PORT` (both hosts share a token file)"},
 		},
 		Action: func(c *cli.Context) error {
+			if done, err := clusterResume(c, e); done {
+				return err
+			}
 			cl, err := apiClient(c)
 			if err != nil {
 				return err

@@ -314,3 +314,78 @@ func placeImage(c *cli.Context, reg *registry.Client, ih *imageHolders, image st
 	}
 	return out, nil
 }
+
+// clusterResume is `resume SESSION` with --registry: done is false when
+// the ordinary resume (on --host) applies. The session's owner host
+// resumes it, with --on also naming a registered host; a session whose
+// owner host is down, and which the registry records in an image, is
+// restored from a copy of that image on an up, compatible host that holds
+// one (restore --on auto), which takes it over.
+func clusterResume(c *cli.Context, e *env) (done bool, err error) {
+	if c.String("registry") == "" || c.String("selector") != "" || c.NArg() != 1 {
+		return false, nil
+	}
+	id := c.Args().First()
+	reg, err := needRegistry(c, "gpuctl resume")
+	if err != nil {
+		return true, err
+	}
+	defer reg.Close()
+	o, err := reg.Owner(c.Context, id)
+	if err != nil {
+		return true, err
+	}
+	ih, err := readHolders(c, reg)
+	if err != nil {
+		return true, err
+	}
+	on := c.String("on")
+	if h, ok := ih.hosts[on]; ok {
+		on = h.API
+	}
+	if h, ok := ih.hosts[o.Host]; ok && h.State == registry.StateUp {
+		cl, err := hostClient(c, h)
+		if err != nil {
+			return true, err
+		}
+		return true, runResume(c.Context, e, cl, []string{id}, on, c.Bool("json"))
+	}
+	if o.Live || o.Image == "" {
+		return true, errs.New(errs.FailedPrecondition, errs.Session(id), "its host %s is down and the registry has it live there, not in an image; "+
+			"no host takes it over (docs/cluster.md, \"Takeover\")", o.Host)
+	}
+	var cl *control.Client
+	if on != "" {
+		if cl, err = hostClient(c, registry.Host{Name: on, API: on}); err != nil {
+			return true, err
+		}
+	} else {
+		p, err := placeImage(c, reg, ih, o.Image)
+		if err != nil {
+			return true, err
+		}
+		out := e.stdout
+		if c.Bool("json") {
+			out = e.stderr
+		}
+		fmt.Fprintf(out, "resuming %s from image %s on %s (its host %s is down): %s\n", id, o.Image, p.host.Name, o.Host, p.why)
+		for _, r := range p.others {
+			fmt.Fprintf(out, "  not %s\n", r)
+		}
+		if cl, err = hostClient(c, p.host); err != nil {
+			return true, err
+		}
+	}
+	stop := e.spinner(c.Bool("json"), "resuming "+id)
+	res, err := cl.Restore(c.Context, o.Image)
+	stop()
+	if err != nil {
+		return true, err
+	}
+	rep := api.ResumeReply{Session: res.Session, Host: cl.Addr(), Listen: res.Listen, Image: res.Image, DurationMS: res.DurationMS}
+	if c.Bool("json") {
+		return true, e.printJSON([]api.ResumeReply{rep})
+	}
+	e.printf("resumed %s on %s in %d ms from %s; its client finds it through any gpud it knows\n", rep.Session, rep.Host, rep.DurationMS, rep.Image)
+	return true, nil
+}
