@@ -94,6 +94,11 @@ type PreemptRequest struct {
 	// DeadlineMS bounds the checkpoint: one that cannot finish in time is
 	// rolled back and the session keeps running. 0: no deadline.
 	DeadlineMS int64 `json:"deadline_ms,omitempty"`
+	// DropClient closes the client's connection as soon as the session is
+	// preempted, instead of holding it for gpud's --grace: the client
+	// then retries, answered "preempted", and holds no connection between
+	// tries, so that its own process can be checkpointed (gpuctl job).
+	DropClient bool `json:"drop_client,omitempty"`
 }
 
 // PreemptReply is the reply to POST /v1/sessions/{id}/preempt: the

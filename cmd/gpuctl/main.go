@@ -63,6 +63,7 @@ func newApp(e *env) *cli.App {
 			migrateCommand(e),
 			preemptCommand(e),
 			resumeCommand(e),
+			jobCommand(e),
 			imagesCommand(e),
 			hostCommand(e),
 			doctorCommand(e),
