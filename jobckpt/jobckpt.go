@@ -41,7 +41,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuctl/gpuctl/api"
-	"github.com/gpuctl/gpuctl/checkpoint/criu"
 	"github.com/gpuctl/gpuctl/errs"
 )
 
@@ -216,7 +215,7 @@ func Restore(ctx context.Context, cfg Config) (*Job, error) {
 	// The program first: a restore that fails leaves the sessions
 	// preempted, where a later attempt finds them. Restored, it finds
 	// its sessions preempted and waits until they are resumed.
-	pid, err := criu.Restore(ctx, filepath.Join(cfg.Dir, imageDir), clientOptions(cfg))
+	pid, err := restoreProgram(ctx, cfg.CRIU, filepath.Join(cfg.Dir, imageDir))
 	if err != nil {
 		return nil, errs.Wrap(err, errs.FailedPrecondition, "", "restore the job's program (same kernel, libraries and paths on this node?)")
 	}
@@ -374,7 +373,7 @@ func (j *Job) dump(ctx context.Context) error {
 			return errs.New(errs.FailedPrecondition, "", "the program ended (status %d) before it was checkpointed", j.status)
 		default:
 		}
-		err := criu.Dump(ctx, j.pid, next, clientOptions(cfg))
+		err := dumpProgram(ctx, cfg.CRIU, j.pid, next)
 		if err == nil {
 			if attempt > 1 {
 				cfg.logf("dumped the program at attempt %d (before: %v)", attempt, last)
@@ -401,13 +400,6 @@ func (j *Job) dump(ctx context.Context) error {
 		return errs.Wrap(err, errs.Internal, "", "keep the program's image")
 	}
 	return nil
-}
-
-// clientOptions are CRIU's settings for a client process: it shares the
-// caller's mount namespace, and its connection to gpud (if it holds one
-// at that moment) is dumped without state and restored closed.
-func clientOptions(cfg Config) criu.Options {
-	return criu.Options{Binary: cfg.CRIU, HostMounts: true, TCPClose: true}
 }
 
 func writeState(dir string, st *State) error {

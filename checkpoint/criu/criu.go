@@ -183,7 +183,6 @@ func baseOpts(o Options, d *dirs, logName string) *rpc.CriuOpts {
 	setTrue(&opts.LeaveStopped, o.LeaveStopped)
 	setTrue(&opts.ShellJob, o.ShellJob)
 	setTrue(&opts.TcpEstablished, o.TCPEstablished)
-	setTrue(&opts.TcpClose, o.TCPClose)
 	setTrue(&opts.ExtUnixSk, o.ExtUnixSockets)
 	setTrue(&opts.FileLocks, o.FileLocks)
 	setTrue(&opts.EvasiveDevices, o.EvasiveDevices)

@@ -38,11 +38,6 @@ type Options struct {
 	// TCPEstablished dumps established TCP connections. Workers hold none
 	// at dump time; leave it off so a stray socket fails loudly.
 	TCPEstablished bool
-	// TCPClose dumps established TCP connections without their state and
-	// without blocking them, and restores them closed: a program that
-	// reconnects on a broken connection (gpuctl's client library) picks
-	// up from there. For a client process, never a worker.
-	TCPClose bool
 	// ExtUnixSockets allows unix sockets whose peer is outside the tree.
 	ExtUnixSockets bool
 	// FileLocks dumps file locks.
