@@ -217,7 +217,7 @@ func Restore(ctx context.Context, cfg Config) (*Job, error) {
 	// its sessions preempted and waits until they are resumed.
 	pid, err := restoreProgram(ctx, cfg.CRIU, filepath.Join(cfg.Dir, imageDir))
 	if err != nil {
-		return nil, errs.Wrap(err, errs.FailedPrecondition, "", "restore the job's program (same kernel, libraries and paths on this node?)")
+		return nil, errs.Wrap(err, errs.FailedPrecondition, "", "restore the job's program (same kernel, libraries and paths on this node?); the checkpoint stays in %s for another try", cfg.Dir)
 	}
 	j := newJob(cfg, pid, st.StdoutCopied, st.StderrCopied)
 	proc, err := os.FindProcess(pid)
@@ -231,7 +231,7 @@ func Restore(ctx context.Context, cfg Config) (*Job, error) {
 		switch {
 		case err == nil:
 			cfg.logf("resumed session %s on %s in %d ms", id, res.Host, res.DurationMS)
-		case errs.IsFailedPrecondition(err):
+		case errs.IsFailedPrecondition(err) && !stillPreempted(ctx, cfg.Control, id):
 			// Resumed already (by gpud, or by hand): the program
 			// reconnects to it as it is.
 			cfg.logf("session %s: %v", id, err)
@@ -239,10 +239,25 @@ func Restore(ctx context.Context, cfg Config) (*Job, error) {
 			j.Kill()
 			<-j.done
 			j.stopOutput()
-			return nil, errs.Wrap(err, errs.KindOf(err), "", "resume the job's session %s", id)
+			return nil, errs.Wrap(err, errs.KindOf(err), "", "resume the job's session %s (the checkpoint stays in %s for another try)", id, cfg.Dir)
 		}
 	}
 	return j, nil
+}
+
+// stillPreempted says whether gpud still lists session id as preempted
+// (or cannot say), as opposed to running again.
+func stillPreempted(ctx context.Context, cl Control, id string) bool {
+	list, err := cl.Sessions(ctx)
+	if err != nil {
+		return true
+	}
+	for _, s := range list {
+		if s.ID == id {
+			return s.State == "preempted"
+		}
+	}
+	return true
 }
 
 func newJob(cfg Config, pid int, outOff, errOff int64) *Job {
