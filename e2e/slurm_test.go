@@ -288,8 +288,10 @@ func (s *slurm) stop() {
 // high-priority job that needs the node. Slurm preempts and requeues the
 // low job; gpuctl job preempts its session into an image and dumps the
 // client with CRIU; the high job runs; the requeued job restores the
-// client, resumes the session and finishes with output bit-identical to
-// a run that was never preempted.
+// client and resumes the session. Then SIGUSR1 (what --signal=B:USR1@N
+// sends before a time limit) has gpuctl job checkpoint the restored client
+// again and requeue its own job, which finishes with output bit-identical
+// to a run that was never preempted.
 func TestSlurmPreemptRequeue(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
@@ -354,15 +356,35 @@ func TestSlurmPreemptRequeue(t *testing.T) {
 	// this test) lets it start now.
 	sl.must("scontrol", "update", "JobId="+low, "StartTime=now")
 
+	// Restored, it runs on; then SIGUSR1, as sbatch --signal=B:USR1@N
+	// sends before a time limit: gpuctl job checkpoints the restored
+	// program again and requeues its own job.
+	w.waitState(w.a, sel, "running", 60*time.Second)
+	done := strings.Count(sl.read("low.out"), "\nstep ")
+	deadline = time.Now().Add(30 * time.Second)
+	for strings.Count(sl.read("low.out"), "\nstep ") < done+3 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	sl.must("scancel", "--signal=USR1", "--batch", low)
+	if p := w.waitState(w.a, sel, "preempted", 30*time.Second); p.ID != s.ID {
+		t.Fatalf("after SIGUSR1 the low job's session is %+v", p)
+	}
+	lj = sl.waitJob(low, 30*time.Second, "PENDING")
+	if lj["Restarts"] != "2" {
+		t.Fatalf("low job after SIGUSR1: restarts %s, want 2 (requeued by gpuctl job)", lj["Restarts"])
+	}
+	sl.must("scontrol", "update", "JobId="+low, "StartTime=now")
+
 	lj = sl.waitJob(low, 90*time.Second, "COMPLETED", "FAILED")
 	out, errOut := sl.read("low.out"), sl.read("low.err")
-	if lj["ExitCode"] != "0:0" || lj["Restarts"] != "1" {
+	if lj["ExitCode"] != "0:0" || lj["Restarts"] != "2" {
 		t.Fatalf("requeued low job: %s exit %s restarts %s\n%s", lj["JobState"], lj["ExitCode"], lj["Restarts"], errOut)
 	}
 	if out != want.Stdout {
 		t.Errorf("preempted and requeued job's output differs from a run never preempted\n--- job\n%s--- reference\n%s", out, want.Stdout)
 	}
-	for _, line := range []string{"checkpointing", "preempted session " + s.ID, "checkpointed ", "restored ", "resumed session " + s.ID} {
+	for _, line := range []string{"terminated: checkpointing", "user defined signal 1: checkpointing", "requeued",
+		"preempted session " + s.ID, "checkpointed ", "restored ", "resumed session " + s.ID} {
 		if !strings.Contains(errOut, line) {
 			t.Errorf("gpuctl job's messages lack %q:\n%s", line, errOut)
 		}

@@ -178,7 +178,14 @@ func runJob(c *cli.Context, e *env, a jobArgs) error {
 		if sig == syscall.SIGUSR1 {
 			// Slurm's --signal warns of the time limit; the job goes
 			// back to the queue rather than end.
-			if out, err := exec.Command("scontrol", "requeue", a.id).CombinedOutput(); err != nil {
+			out, err := exec.Command("scontrol", "requeue", a.id).CombinedOutput()
+			var ee *exec.ExitError
+			if errors.As(err, &ee) && ee.ProcessState.Sys().(syscall.WaitStatus).Signal() == syscall.SIGTERM {
+				// Slurm ended the job, scontrol with it: the requeue
+				// was taken.
+				err = nil
+			}
+			if err != nil {
 				return errs.New(errs.Unavailable, "", "job %s is checkpointed in %s but scontrol requeue failed: %v: %s", a.id, cfg.Dir, err, strings.TrimSpace(string(out)))
 			}
 			logf("requeued")
