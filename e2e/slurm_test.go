@@ -27,9 +27,13 @@ type slurm struct {
 }
 
 // The preemptible partition's GraceTime, and how long the batch script
-// then has before SIGKILL (KillWait).
+// then has before SIGKILL (KillWait). No grace: slurmctld acts on an
+// expired one only at its periodic job check, which would make when the
+// low job is requeued (if at all before it ends) depend on that check's
+// phase; without one it is requeued in the scheduling pass that picks
+// the high job.
 const (
-	slurmGrace    = 2
+	slurmGrace    = 0
 	slurmKillWait = 30
 )
 
@@ -58,7 +62,7 @@ func requireSlurm(t *testing.T, root string) {
 // startSlurm starts munged, slurmctld and slurmd in node's namespace: one
 // node of one CPU, so that two jobs never run at once, a preemptible
 // partition "low" (requeued, GraceTime slurmGrace) and a partition "high"
-// above it.
+// above it; the main scheduler runs every 2 s.
 func startSlurm(t *testing.T, node *harness.Node, env []string) *slurm {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "gpuctl-slurm-")
