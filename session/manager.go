@@ -45,15 +45,15 @@ type Config struct {
 	// the workers of tenants with a memory limit ask before they hold
 	// more; the Manager is its ledger. Empty: memory is not metered.
 	QuotaSocket string
+	// Keepalive is how often a client that asks for keepalives gets one
+	// while its session is busy or quiesced; zero means
+	// wire.DefaultKeepalive.
+	Keepalive time.Duration
 	// DeviceBytes is the device memory the host's sessions share. When
 	// set, every session is metered (QuotaSocket must be set too) and an
 	// allocation past it asks the Preempter (SetPreempter) for room, or
 	// fails with CUDA_ERROR_OUT_OF_MEMORY. Zero: not accounted.
 	DeviceBytes uint64
-	// Keepalive is how often a client that asks for keepalives gets one
-	// while its session is busy or quiesced; zero means
-	// wire.DefaultKeepalive.
-	Keepalive time.Duration
 	// Reaper reaps adopted (restored) workers; may be nil.
 	Reaper  *worker.Reaper
 	Metrics *Metrics
@@ -103,6 +103,14 @@ type Session struct {
 	// held is the device memory the quota ledger counts for the session:
 	// what its worker was last granted.
 	held uint64
+	// keepalive is the keepalive interval conn's client asked for (0:
+	// none), and keeping the goroutine that sends them while gpud holds
+	// conn for a quiesced session.
+	keepalive time.Duration
+	keeping   *keeper
+	// midFrame: the worker quiesced without stopping conn at a frame
+	// boundary, so conn can be neither written to nor served on again.
+	midFrame bool
 	// activeAt is when the session was last seen executing calls (a
 	// listing's figures moved): preemption takes the least recently
 	// active of one priority first.
@@ -113,14 +121,6 @@ type Session struct {
 	// want is what a waiting session asked to hold; the ledger counts it
 	// as taken until the answer.
 	want uint64
-	// keepalive is the keepalive interval conn's client asked for (0:
-	// none), and keeping the goroutine that sends them while gpud holds
-	// conn for a quiesced session.
-	keepalive time.Duration
-	keeping   *keeper
-	// midFrame: the worker quiesced without stopping conn at a frame
-	// boundary, so conn can be neither written to nor served on again.
-	midFrame bool
 }
 
 // NewManager returns a manager. Records left by an earlier gpud run are
@@ -733,8 +733,8 @@ func (s *Session) info(host string) Info {
 	return Info{
 		ID: s.rec.ID, State: s.rec.State, Host: host, Client: s.rec.Client, Created: s.rec.Created,
 		MemBytes: s.stats.MemInUse, Device: s.rec.Device, Backend: s.rec.Backend, WorkerPID: s.rec.WorkerPID,
-		Tenant: s.rec.Tenant, AllocBytes: s.stats.AllocBytes, Priority: s.rec.Priority, Labels: s.rec.Labels,
-		Image: s.preemptedImage(), Epoch: s.rec.Epoch,
+		Tenant: s.rec.Tenant, AllocBytes: s.stats.AllocBytes, Epoch: s.rec.Epoch, Priority: s.rec.Priority, Labels: s.rec.Labels,
+		Image: s.preemptedImage(),
 	}
 }
 
