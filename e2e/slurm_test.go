@@ -128,11 +128,19 @@ PartitionName=high Nodes=node1 PriorityTier=2 PreemptMode=OFF OverSubscribe=EXCL
 	s.waitFor("munged's socket", func() bool { _, err := os.Stat(sock); return err == nil })
 	s.daemon("slurmctld", "slurmctld", "-D", "-i")
 	s.daemon("slurmd", "slurmd", "-D", "-N", "node1")
+	s.waitIdle()
+	return s
+}
+
+// waitIdle waits until node1 runs nothing, a requeued job's earlier run
+// included: Slurm lists the job pending while that run is still being
+// killed, and starting it again before then has the launch refused.
+func (s *slurm) waitIdle() {
+	s.t.Helper()
 	s.waitFor("node1 idle", func() bool {
 		out, _ := s.cmd("sinfo", "-h", "-n", "node1", "-o", "%T")
-		return strings.Contains(out, "idle")
+		return strings.TrimSpace(out) == "idle"
 	})
-	return s
 }
 
 // daemon starts a Slurm or munge daemon in the foreground, its output in
@@ -169,6 +177,16 @@ func (s *slurm) waitFor(what string, ok func() bool) {
 // cgroup filesystem slurmd insists on.
 func (s *slurm) command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, "nsenter", append([]string{"--net=/run/netns/" + s.node.NS, "--", name}, args...)...)
+}
+
+// release lets a requeued job start soon rather than after the two
+// minutes Slurm holds it, once its earlier run is gone. Not at once:
+// slurmd refuses to launch a job in the second it killed it (it compares
+// credential times in whole seconds).
+func (s *slurm) release(id string) {
+	s.t.Helper()
+	s.waitIdle()
+	s.must("scontrol", "update", "JobId="+id, "StartTime=now+2")
 }
 
 // cmd runs a Slurm command in the node's namespace.
@@ -357,8 +375,8 @@ func TestSlurmPreemptRequeue(t *testing.T) {
 		t.Fatalf("low job after preemption: %s (reason %s), restarts %s; want PENDING, requeued once", lj["JobState"], lj["Reason"], lj["Restarts"])
 	}
 	// Slurm holds a requeued job for two minutes; an administrator (or
-	// this test) lets it start now.
-	sl.must("scontrol", "update", "JobId="+low, "StartTime=now")
+	// this test) lets it start sooner.
+	sl.release(low)
 
 	// Restored, it runs on; then SIGUSR1, as sbatch --signal=B:USR1@N
 	// sends before a time limit: gpuctl job checkpoints the restored
@@ -377,7 +395,7 @@ func TestSlurmPreemptRequeue(t *testing.T) {
 	if lj["Restarts"] != "2" {
 		t.Fatalf("low job after SIGUSR1: restarts %s, want 2 (requeued by gpuctl job)", lj["Restarts"])
 	}
-	sl.must("scontrol", "update", "JobId="+low, "StartTime=now")
+	sl.release(low)
 
 	lj = sl.waitJob(low, 90*time.Second, "COMPLETED", "FAILED")
 	out, errOut := sl.read("low.out"), sl.read("low.err")
