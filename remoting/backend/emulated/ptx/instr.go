@@ -111,6 +111,14 @@ func (c *fcomp) build(in *instr, x *inst) {
 				x.fn = bin(halfBinary(in.op, t, in.mods))
 				return
 			}
+			if t == tF64 {
+				f := float64Binary(in.op, in.mods)
+				if f == nil {
+					unsupported("%s on .%s", in.op, t)
+				}
+				x.fn = binNaN(f)
+				return
+			}
 			f := floatBinary(in.op, t, in.mods)
 			if f == nil {
 				unsupported("%s on .%s", in.op, t)
@@ -227,10 +235,12 @@ func (c *fcomp) build(in *instr, x *inst) {
 		x.d = c.dst(a[0])
 		x.a, x.b, x.c, x.e = c.val(a[1], t), c.val(a[2], t), c.val(a[3], tU32), c.val(a[4], tU32)
 		x.fn = quad(bfi(t))
-		// A constant length of 33 to 63 inserts only length-32 bits on an
-		// H200 (the compiler's folding; see e2e/ptxgen's probes).
-		if t.size() == 4 && a[3].kind == oImm && a[4].kind == oImm && a[4].ival&0xff > 32 && a[4].ival&0xff < 64 {
-			x.e = c.constSlot(a[4].ival & 31)
+		if t.size() == 4 && a[3].kind == oImm && a[4].kind == oImm {
+			if ln, ok := bfiConstLen(uint64(a[3].ival), uint64(a[4].ival)); ok {
+				x.e = c.constSlot(ln)
+			} else {
+				unsupported("bfi.b32 with the constant position %d and length %d (what the device computes for them is not established)", a[3].ival, a[4].ival)
+			}
 		}
 	case "prmt":
 		c.nargs(in, 4)
@@ -494,10 +504,9 @@ func (c *fcomp) mad(in *instr, x *inst) {
 			x.fn = ter(halfFma(t, in.mods))
 			return
 		}
-		if t == tF64 && a[1].kind == oReg && a[2].kind == oReg && x.a > x.b {
-			// see floatPeephole: the product's operands are ordered by
-			// register
-			x.a, x.b = x.b, x.a
+		if t == tF64 {
+			x.fn = terNaN(fma64Fn(in.mods))
+			return
 		}
 		if t == tF32 && roundMode(in.mods) == rmRN && !hasMod(in.mods, "ftz") && !hasMod(in.mods, "sat") {
 			x.fn = opFmaF32
@@ -1210,10 +1219,6 @@ func guardedSetF32(set func(p, q, r uint64) uint64) execFn {
 //
 //   - min and max of a register with itself are the register, NaN payload
 //     and all, in f16, f32 and f64 (not with .ftz or .NaN);
-//   - a double add, sub, mul, min or max of two registers takes the NaN
-//     of the later-declared register when both are NaNs (the hardware
-//     keeps its second operand's, and ptxas orders the operands by
-//     register);
 //   - a double sub of a constant is an add of the negated constant, which
 //     shows in the sign of a NaN constant.
 func (c *fcomp) floatPeephole(in *instr, x *inst, t ptype) bool {
@@ -1223,25 +1228,9 @@ func (c *fcomp) floatPeephole(in *instr, x *inst, t ptype) bool {
 		a[1].kind == oReg && a[2].kind == oReg && a[1].name == a[2].name:
 		x.fn = opMov
 		return true
-	case t == tF64 && (in.op == "add" || in.op == "mul" || in.op == "min" || in.op == "max") &&
-		a[1].kind == oReg && a[2].kind == oReg && x.a > x.b:
-		x.a, x.b = x.b, x.a
-	case t == tF64 && in.op == "sub" && a[1].kind == oReg && a[2].kind == oReg && x.a > x.b:
-		f := floatBinary("sub", t, in.mods)
-		x.fn = bin(func(p, q uint64) uint64 {
-			if isNaN64(p) {
-				return p | 1<<51
-			}
-			return f(p, q)
-		})
-		return true
 	case t == tF64 && in.op == "sub" && (a[2].kind == oImm || a[2].kind == oFImm):
 		x.b = c.constSlot(immBits(a[2], t) ^ 1<<63)
-		f := floatBinary("add", t, in.mods)
-		if f == nil {
-			return false
-		}
-		x.fn = bin(f)
+		x.fn = binNaN(float64Binary("add", in.mods))
 		return true
 	}
 	return false

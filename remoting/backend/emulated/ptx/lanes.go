@@ -42,6 +42,39 @@ func ter(f func(a, b, c uint64) uint64) execFn {
 	}
 }
 
+// binNaN and terNaN are bin and ter for the double operations whose
+// result is unknown for some NaN operands (nan64): such a lane refuses the
+// instruction, naming it and the operands, rather than guess.
+func binNaN(f func(a, b uint64) (uint64, bool)) execFn {
+	return func(w *warp, fr *frame, in *inst, m uint32) {
+		r := fr.regs
+		d, a, b := int(in.d)*warpSize, int(in.a)*warpSize, int(in.b)*warpSize
+		for ; m != 0; m &= m - 1 {
+			l := bits.TrailingZeros32(m)
+			v, ok := f(r[a+l], r[b+l])
+			if !ok {
+				w.refuseNaN(in, r[a+l], r[b+l])
+			}
+			r[d+l] = v
+		}
+	}
+}
+
+func terNaN(f func(a, b, c uint64) (uint64, bool)) execFn {
+	return func(w *warp, fr *frame, in *inst, m uint32) {
+		r := fr.regs
+		d, a, b, c := int(in.d)*warpSize, int(in.a)*warpSize, int(in.b)*warpSize, int(in.c)*warpSize
+		for ; m != 0; m &= m - 1 {
+			l := bits.TrailingZeros32(m)
+			v, ok := f(r[a+l], r[b+l], r[c+l])
+			if !ok {
+				w.refuseNaN(in, r[a+l], r[b+l], r[c+l])
+			}
+			r[d+l] = v
+		}
+	}
+}
+
 func quad(f func(a, b, c, e uint64) uint64) execFn {
 	return func(w *warp, fr *frame, in *inst, m uint32) {
 		r := fr.regs
