@@ -120,7 +120,7 @@ func TestBfiConstants(t *testing.T) {
 		a, b          uint64
 		pos, ln, want uint64
 	}{
-		{64, 0x4495, 0x8000800d, 20, 69, 0x8150800d},     // 69 inserts 5 bits
+		{64, 0x4495, 0x8000800d, 20, 69, 0x8150800d},      // 69 inserts 5 bits
 		{422, 0x80000000, 0x51785cf4, 26, 64, 0x51785cf4}, // 64 inserts nothing
 		{525, 0xa7802786, 0x0, 3, 32, 0x0},                // 32 inserts nothing
 		{829, 0x7297ffff, 0x0, 23, 65, 0x800000},
