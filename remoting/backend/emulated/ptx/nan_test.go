@@ -133,6 +133,8 @@ func TestBfiConstants(t *testing.T) {
 		{3390, 0xe3, 0xffffffff, 0, 56, 0xe3},
 		{3466, 0x1c99, 0xdb1a7fb6, 16, 36, 0x1c997fb6},
 		{3501, 0x569023dc, 0x435c0aaa, 16, 35, 0x23dc0aaa},
+		{0, 0x12345678, 0x9abcdef0, 16, 64, 0x5678def0}, // the probe: byte-aligned, to the top bit
+		{0, 0x12345678, 0x9abcdef0, 70, 3, 0x9abcdef0},
 	} {
 		ln, ok := bfiConstLen(c.pos, c.ln)
 		if !ok {
@@ -144,7 +146,7 @@ func TestBfiConstants(t *testing.T) {
 		}
 	}
 	// Shapes no recording established are refused.
-	for _, pl := range [][2]uint64{{0, 64}, {8, 69}, {3, 70}, {70, 3}} {
+	for _, pl := range [][2]uint64{{1, 70}, {3, 100}, {31, 255}} {
 		if _, ok := bfiConstLen(pl[0], pl[1]); ok {
 			t.Errorf("bfi.b32 pos %d len %d: not refused", pl[0], pl[1])
 		}
