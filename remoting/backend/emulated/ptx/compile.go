@@ -118,6 +118,10 @@ type fcomp struct {
 	cur     *instr
 	scratch int32
 	carry   int32 // the condition code's slot, -1 until used
+	// signRead names the registers read where a NaN's sign matters
+	// (signReads).
+	signRead map[string]bool
+	guarded  map[string]int // guarded instructions writing each register
 }
 
 type fixup struct {
@@ -646,6 +650,7 @@ func (m *Module) compileFunc(f *funcDecl) (cf *cfunc, err error) {
 		}
 		cf.paramSize = int(off)
 	}
+	c.signRead, c.guarded = signReads(f.body), guardedWrites(f.body)
 	for _, s := range f.body {
 		switch s.kind {
 		case stOpen:

@@ -192,6 +192,15 @@ func (c *fcomp) build(in *instr, x *inst) {
 		if g := guardedSignOp(in, t); g != nil {
 			f = g
 		}
+		if lo := intSignMin(in.op, t); lo != 0 {
+			x.fn = unRefuse(f, func(v uint64) bool { return v&t.mask() == lo },
+				"operand %#x, the type's most negative value: ptxas computes 16-bit neg and abs in 32 bits and assumes abs is not negative, so the readers of the result see +2^(n-1) or a non-negative value; the emulator cannot follow which")
+			return
+		}
+		if nan := foldedSignNaN(in.op, t); nan != nil && c.signSensitiveDst(in, a[0]) {
+			x.fn = unRefuse(f, nan, "NaN operand %#x: its result is read where ptxas may fold the sign change into the reader, which then sees the operand's NaN with the sign changed instead of the canonical NaN; the emulator cannot follow ptxas's choice")
+			return
+		}
 		x.fn = un(f)
 	case "and", "or", "xor":
 		c.nargs(in, 3)
@@ -1182,6 +1191,148 @@ func guardedSignOp(in *instr, t ptype) func(uint64) uint64 {
 		return func(a uint64) uint64 { return a ^ 0x80000000 }
 	case "abs":
 		return func(a uint64) uint64 { return a &^ 0x80000000 }
+	}
+	return nil
+}
+
+// intSignMin is, for neg.s16, abs.s16, abs.s32 and abs.s64, the operand
+// the emulator refuses: the type's most negative value. ptxas keeps 16-bit
+// integers in 32-bit registers, and -(-32768) stays +32768 there, which
+// the readers then see (cvt.s32.s16 seed 2486, mad.wide.s16 3008,
+// mad.hi.s16 2301 of the version-2 corpus); and it assumes abs is not
+// negative, so a slct on abs.s32 of INT_MIN takes the non-negative side
+// (seed 518). It is 0 for other instructions.
+func intSignMin(op string, t ptype) uint64 {
+	switch {
+	case op == "neg" && t == tS16, op == "abs" && (t == tS16 || t == tS32 || t == tS64):
+		return 1 << (t.bits() - 1)
+	}
+	return 0
+}
+
+// foldedSignNaN is, for neg and abs of the single and half float types,
+// the test for an operand whose result the emulator cannot establish
+// where the result is read by a sign-sensitive instruction (signReads):
+// a NaN. ptxas makes these instructions operand modifiers of their
+// readers where it can, and a reader then sees the operand's NaN with its
+// sign changed (payload kept) where a materialised neg or abs gives the
+// canonical NaN. The version-2 corpus has both for the same shapes:
+// neg.f32 read by neg.f32 (seed 1211), neg.f16 by cvt.f64.f16 (689,
+// 1526, 3555, 4089), by selp (852, 1106, 2449, 2968), slct (169, 1403,
+// 1667, 3594), cvt.f64.f32 (2479, 2679, 2689, 3638), and a register a
+// guarded instruction whose guard is false keeps (2792, 3314, 3608). It
+// is nil for other instructions; doubles keep the NaN either way.
+func foldedSignNaN(op string, t ptype) func(uint64) bool {
+	if op != "neg" && op != "abs" {
+		return nil
+	}
+	switch t {
+	case tF32:
+		return isNaN32
+	case tF16, tF16x2, tBF16, tBF16x2:
+		h, lanes := halfFormatOf(t)
+		return func(a uint64) bool {
+			for i := 0; i < lanes; i++ {
+				if h.isNaN(uint16(a >> (16 * i))) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	return nil
+}
+
+// signReads names the registers of a function body that some instruction
+// reads as a float where ptxas can make a neg or abs an operand modifier
+// and a NaN's sign and payload reach the result (signSensitive). Stores, integer and
+// bit instructions, the float arithmetic that returns the canonical NaN
+// for any NaN operand, comparisons, testp and conversions to integers read
+// a materialised neg or abs, which the corpus shows to be the canonical
+// NaN. The analysis goes by register name over the whole body, which can
+// only name more registers than the paths a kernel takes read.
+func signReads(body []stmt) map[string]bool {
+	regs := map[string]bool{}
+	var mark func(o operand)
+	mark = func(o operand) {
+		switch o.kind {
+		case oReg:
+			regs[o.name] = true
+		case oVec, oList:
+			for _, e := range o.elems {
+				mark(e)
+			}
+		}
+	}
+	for _, s := range body {
+		if s.kind != stInstr {
+			continue
+		}
+		for _, o := range signSensitive(s.in) {
+			mark(o)
+		}
+	}
+	return regs
+}
+
+// guardedWrites counts, per register, the guarded instructions of a
+// function body that write it.
+func guardedWrites(body []stmt) map[string]int {
+	n := map[string]int{}
+	for _, s := range body {
+		if s.kind == stInstr && s.in.guard != "" && len(s.in.args) > 0 && s.in.args[0].kind == oReg {
+			n[s.in.args[0].name]++
+		}
+	}
+	return n
+}
+
+// signSensitiveDst says whether the result d of a neg or abs in reaches a
+// reader where a NaN's sign matters: a sign-sensitive read (signReads),
+// or another guarded instruction writing d, whose lanes with a false
+// guard keep what this one wrote.
+func (c *fcomp) signSensitiveDst(in *instr, d operand) bool {
+	if c.signRead[d.name] {
+		return true
+	}
+	n := c.guarded[d.name]
+	if in.guard != "" {
+		n--
+	}
+	return n > 0
+}
+
+// signSensitive is the operands an instruction reads as a float in a way
+// that can pass a NaN's sign and payload on (see signReads).
+func signSensitive(in *instr) []operand {
+	if in.op == "call" {
+		return in.args
+	}
+	ts := typesOf(in.mods)
+	if len(in.args) < 2 || len(ts) == 0 {
+		return nil
+	}
+	fl := func(t ptype) bool { return t.float() || t == tF16x2 || t == tBF16x2 }
+	switch in.op {
+	case "st", "setp", "set", "testp", "add", "sub", "mul", "fma", "mad", "div", "sqrt", "rsqrt", "rcp", "ex2", "lg2", "sin", "cos", "tanh":
+		return nil
+	case "cvt":
+		if len(ts) == 2 && fl(ts[0]) && fl(ts[1]) {
+			return in.args[1:2]
+		}
+		return nil
+	case "slct":
+		var out []operand
+		if fl(ts[0]) && len(in.args) > 2 {
+			out = append(out, in.args[1:3]...)
+		}
+		if fl(ts[len(ts)-1]) && len(in.args) > 3 {
+			out = append(out, in.args[3])
+		}
+		return out
+	}
+	if fl(ts[len(ts)-1]) {
+		return in.args[1:]
 	}
 	return nil
 }

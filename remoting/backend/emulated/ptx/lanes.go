@@ -3,6 +3,8 @@ package ptx
 import (
 	"math"
 	"math/bits"
+
+	"github.com/gpuctl/gpuctl/remoting/cu"
 )
 
 // Lane-loop builders. Each returns an execFn that applies a scalar
@@ -15,6 +17,24 @@ func un(f func(a uint64) uint64) execFn {
 		d, a := int(in.d)*warpSize, int(in.a)*warpSize
 		for ; m != 0; m &= m - 1 {
 			l := bits.TrailingZeros32(m)
+			r[d+l] = f(r[a+l])
+		}
+	}
+}
+
+// unRefuse is un for an instruction whose result the emulator cannot
+// establish for some operands (refuse): such a lane fails the launch with
+// CUDA_ERROR_NOT_SUPPORTED, naming the instruction and (why, formatted
+// with the operand) the reason.
+func unRefuse(f func(a uint64) uint64, refuse func(a uint64) bool, why string) execFn {
+	return func(w *warp, fr *frame, in *inst, m uint32) {
+		r := fr.regs
+		d, a := int(in.d)*warpSize, int(in.a)*warpSize
+		for ; m != 0; m &= m - 1 {
+			l := bits.TrailingZeros32(m)
+			if refuse(r[a+l]) {
+				w.fail(cu.ErrorNotSupported, in, why, r[a+l])
+			}
 			r[d+l] = f(r[a+l])
 		}
 	}

@@ -152,3 +152,50 @@ func TestBfiConstants(t *testing.T) {
 		}
 	}
 }
+
+// Shapes whose result on an H200 depends on how ptxas rewrote the code
+// around them, each seen in the version-2 corpus (e2e/ptxgen): the
+// emulator refuses the operand values for which that matters, and only
+// them, with CUDA_ERROR_NOT_SUPPORTED naming the instruction.
+func TestRefusedShapes(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		seed    int    // the corpus kernel that showed it
+		body    string // reads %f1/%r1 (from a), writes the stored register
+		res     string
+		a       uint64
+		refused bool
+	}{
+		// a neg.f32 read by a select: ptxas folds it, and the select
+		// passes the operand's NaN with its sign changed
+		{"neg.f32 of NaN read by selp", 852, "neg.f32 %f4, %f1; setp.eq.u32 %p3, %r1, 0; selp.f32 %f3, %f4, %f1, %p3;", "f3", 0x7fc00001, true},
+		{"neg.f32 of a number read by selp", 852, "neg.f32 %f4, %f1; setp.eq.u32 %p3, %r1, 0; selp.f32 %f3, %f4, %f1, %p3;", "f3", 0x3f800000, false},
+		// read by a conversion to double, and by another neg
+		{"abs.f32 of NaN read by cvt.f64.f32", 2679, "abs.f32 %f4, %f1; cvt.f64.f32 %fd1, %f4; cvt.rn.f32.f64 %f3, %fd1;", "f3", 0xffc00123, true},
+		{"neg.f32 of NaN read by neg", 1211, "neg.f32 %f4, %f1; neg.f32 %f3, %f4;", "f3", 0x7fffffff, true},
+		// only arithmetic and stores read it: the canonical NaN, established
+		{"neg.f32 of NaN read by add", 0, "neg.f32 %f4, %f1; add.f32 %f3, %f4, %f1;", "f3", 0x7fc00001, false},
+		{"neg.f32 of NaN stored", 0, "neg.f32 %f3, %f1;", "f3", 0x7fc00001, false},
+		// a guarded instruction whose guard is false keeps the register
+		{"neg.f32 of NaN kept by a guarded write", 3314, "neg.f32 %f3, %f1; setp.eq.u32 %p3, %r1, 0; @%p3 sub.rz.f32 %f3, %f1, 0f40500000;", "f3", 0x7fc12345, true},
+		// 16-bit neg and abs of -32768 stay +32768 in ptxas's 32-bit register
+		{"abs.s16 of -32768", 2486, "cvt.u16.u32 %rs1, %r1; abs.s16 %rs3, %rs1; cvt.s32.s16 %r3, %rs3;", "r3", 0x8000, true},
+		{"neg.s16 of -32768", 2301, "cvt.u16.u32 %rs1, %r1; neg.s16 %rs3, %rs1; cvt.s32.s16 %r3, %rs3;", "r3", 0x8000, true},
+		{"abs.s16 of -32767", 2486, "cvt.u16.u32 %rs1, %r1; abs.s16 %rs3, %rs1; cvt.s32.s16 %r3, %rs3;", "r3", 0x8001, false},
+		// ptxas assumes abs is not negative (a slct on it takes the first operand)
+		{"abs.s32 of INT_MIN", 518, "abs.s32 %r3, %r1;", "r3", 0x80000000, true},
+		{"neg.s32 of INT_MIN", 0, "neg.s32 %r3, %r1;", "r3", 0x80000000, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := snippet(t, c.body, c.res, splat(c.a), splat(c.a))
+			var ce *cu.Error
+			refused := errors.As(err, &ce) && ce.Code == cu.ErrorNotSupported
+			if err != nil && !refused {
+				t.Fatalf("seed %d: %v", c.seed, err)
+			}
+			if refused != c.refused {
+				t.Fatalf("seed %d: refused %v (%v), want %v", c.seed, refused, err, c.refused)
+			}
+		})
+	}
+}

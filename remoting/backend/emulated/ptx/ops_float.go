@@ -644,6 +644,10 @@ func f32ToBF16(f float32) uint16 {
 	return uint16(b >> 16)
 }
 
+func isNaN32(a uint64) bool {
+	return uint32(a)&0x7fffffff > 0x7f800000
+}
+
 func isNaN64(a uint64) bool {
 	return a&0x7ff0000000000000 == 0x7ff0000000000000 && a&0xfffffffffffff != 0
 }
