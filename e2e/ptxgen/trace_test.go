@@ -138,7 +138,7 @@ func gpurunTraceRecord(t *testing.T, tr *Trace, edit func([][]uint64)) Record {
 // a thread the record did not keep counts as differing, unknown where.
 func TestTraceCompare(t *testing.T) {
 	ctx := context.Background()
-	tr := Generate(3).Trace()
+	tr := GenerateWith(3, Options{Version: 2}).Trace()
 	// Find, in thread 5, an entry written by a plain register
 	// instruction (an xor, and, or or add of registers).
 	ids, err := tr.runIDs(ctx)
