@@ -121,7 +121,8 @@ type fcomp struct {
 	// signRead names the registers read where a NaN's sign matters
 	// (signReads).
 	signRead map[string]bool
-	guarded  map[string]int // guarded instructions writing each register
+	guarded  map[string]int  // guarded instructions writing each register
+	slctSel  map[string]bool // registers used as slct selectors
 }
 
 type fixup struct {
@@ -650,7 +651,7 @@ func (m *Module) compileFunc(f *funcDecl) (cf *cfunc, err error) {
 		}
 		cf.paramSize = int(off)
 	}
-	c.signRead, c.guarded = signReads(f.body), guardedWrites(f.body)
+	c.signRead, c.guarded, c.slctSel = signReads(f.body), guardedWrites(f.body), slctSels(f.body)
 	for _, s := range f.body {
 		switch s.kind {
 		case stOpen:

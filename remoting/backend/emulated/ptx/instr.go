@@ -192,7 +192,7 @@ func (c *fcomp) build(in *instr, x *inst) {
 		if g := guardedSignOp(in, t); g != nil {
 			f = g
 		}
-		if lo := intSignMin(in.op, t); lo != 0 {
+		if lo := intSignMin(in.op, t); lo != 0 && (t == tS16 || c.slctSel[a[0].name]) {
 			x.fn = unRefuse(f, func(v uint64) bool { return v&t.mask() == lo },
 				"operand %#x, the type's most negative value: ptxas computes 16-bit neg and abs in 32 bits and assumes abs is not negative, so the readers of the result see +2^(n-1) or a non-negative value; the emulator cannot follow which")
 			return
@@ -1201,7 +1201,10 @@ func guardedSignOp(in *instr, t ptype) func(uint64) uint64 {
 // the readers then see (cvt.s32.s16 seed 2486, mad.wide.s16 3008,
 // mad.hi.s16 2301 of the version-2 corpus); and it assumes abs is not
 // negative, so a slct on abs.s32 of INT_MIN takes the non-negative side
-// (seed 518). It is 0 for other instructions.
+// (seed 518; the 32- and 64-bit case is refused only where the result is
+// a slct selector, slctSel: stored, it is INT_MIN on the device, as the
+// hand-written corpus's select_pred shows). It is 0 for other
+// instructions.
 func intSignMin(op string, t ptype) uint64 {
 	switch {
 	case op == "neg" && t == tS16, op == "abs" && (t == tS16 || t == tS32 || t == tS64):
@@ -1270,6 +1273,17 @@ func signReads(body []stmt) map[string]bool {
 		}
 		for _, o := range signSensitive(s.in) {
 			mark(o)
+		}
+	}
+	return regs
+}
+
+// slctSels names the registers a function body uses as a slct selector.
+func slctSels(body []stmt) map[string]bool {
+	regs := map[string]bool{}
+	for _, s := range body {
+		if s.kind == stInstr && s.in.op == "slct" && len(s.in.args) > 3 && s.in.args[3].kind == oReg {
+			regs[s.in.args[3].name] = true
 		}
 	}
 	return regs

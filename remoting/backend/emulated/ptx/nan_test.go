@@ -183,7 +183,8 @@ func TestRefusedShapes(t *testing.T) {
 		{"neg.s16 of -32768", 2301, "cvt.u16.u32 %rs1, %r1; neg.s16 %rs3, %rs1; cvt.s32.s16 %r3, %rs3;", "r3", 0x8000, true},
 		{"abs.s16 of -32767", 2486, "cvt.u16.u32 %rs1, %r1; abs.s16 %rs3, %rs1; cvt.s32.s16 %r3, %rs3;", "r3", 0x8001, false},
 		// ptxas assumes abs is not negative (a slct on it takes the first operand)
-		{"abs.s32 of INT_MIN", 518, "abs.s32 %r3, %r1;", "r3", 0x80000000, true},
+		{"abs.s32 of INT_MIN as a slct selector", 518, "abs.s32 %r4, %r1; slct.u32.s32 %r3, 1, 2, %r4;", "r3", 0x80000000, true},
+		{"abs.s32 of INT_MIN stored", 0, "abs.s32 %r3, %r1;", "r3", 0x80000000, false},
 		{"neg.s32 of INT_MIN", 0, "neg.s32 %r3, %r1;", "r3", 0x80000000, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
