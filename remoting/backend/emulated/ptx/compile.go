@@ -121,8 +121,12 @@ type fcomp struct {
 	// signRead names the registers read where a NaN's sign matters
 	// (signReads).
 	signRead map[string]bool
-	guarded  map[string]int  // guarded instructions writing each register
-	slctSel  map[string]bool // registers used as slct selectors
+	guarded  map[string]int      // guarded instructions writing each register
+	slctSel  map[string]bool     // registers used as slct selectors
+	defs     map[string][]*instr // the instructions writing each register (bodyDefs)
+	body     []stmt              // the function body being compiled
+	at       int                 // the index in body of the statement being compiled
+	preds    [][]int             // bodyPreds of body, made when first needed
 }
 
 type fixup struct {
@@ -652,7 +656,9 @@ func (m *Module) compileFunc(f *funcDecl) (cf *cfunc, err error) {
 		cf.paramSize = int(off)
 	}
 	c.signRead, c.guarded, c.slctSel = signReads(f.body), guardedWrites(f.body), slctSels(f.body)
-	for _, s := range f.body {
+	c.defs, c.body, c.preds = bodyDefs(f.body), f.body, nil
+	for i, s := range f.body {
+		c.at = i
 		switch s.kind {
 		case stOpen:
 			c.scopes = append(c.scopes, map[string]*sym{})

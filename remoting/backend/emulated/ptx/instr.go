@@ -134,6 +134,12 @@ func (c *fcomp) build(in *instr, x *inst) {
 		if f == nil {
 			unsupported("%s on .%s", in.op, t)
 		}
+		if t == tS32 && hasMod(in.mods, "sat") && (in.op == "add" || in.op == "sub") && c.satAcrossWrap(in) {
+			wrap := intBinary(in.op, t, nil)
+			x.fn = binRefuse(f, func(p, q uint64) bool { return f(p, q) != wrap(p, q) },
+				"operands %#x and %#x saturate: ptxas cancels the operand this one shares with the add or sub that computed the other, as if no saturation could happen; the emulator cannot follow that rewrite")
+			return
+		}
 		if code, ok := fastInt(in.op, t, in.mods); ok {
 			x.fn, x.aux = opFastInt, code
 			return
@@ -235,8 +241,11 @@ func (c *fcomp) build(in *instr, x *inst) {
 		// With a constant position past bit 31 and a non-zero constant
 		// length, an H200 returns all ones from bfe.s32 whatever the
 		// value (the compiler folds it so; see e2e/ptxgen's probes).
-		if t == tS32 && a[2].kind == oImm && a[3].kind == oImm && a[2].ival&0xff >= 32 && a[3].ival&0xff != 0 {
-			x.fn = ter(func(_, _, _ uint64) uint64 { return 0xffffffff })
+		// A register holding a constant (constOf) folds as the constant.
+		if pos, ok := c.constOf(a[2]); ok && t == tS32 {
+			if ln, ok := c.constOf(a[3]); ok && pos&0xff >= 32 && ln&0xff != 0 {
+				x.fn = ter(func(_, _, _ uint64) uint64 { return 0xffffffff })
+			}
 		}
 	case "bfi":
 		c.nargs(in, 5)
@@ -244,11 +253,13 @@ func (c *fcomp) build(in *instr, x *inst) {
 		x.d = c.dst(a[0])
 		x.a, x.b, x.c, x.e = c.val(a[1], t), c.val(a[2], t), c.val(a[3], tU32), c.val(a[4], tU32)
 		x.fn = quad(bfi(t))
-		if t.size() == 4 && a[3].kind == oImm && a[4].kind == oImm {
-			if ln, ok := bfiConstLen(uint64(a[3].ival), uint64(a[4].ival)); ok {
+		pos, okP := c.constOf(a[3])
+		ln, okL := c.constOf(a[4])
+		if t.size() == 4 && okP && okL {
+			if ln, ok := bfiConstLen(pos, ln); ok {
 				x.e = c.constSlot(ln)
 			} else {
-				unsupported("bfi.b32 with the constant position %d and length %d (what the device computes for them is not established)", a[3].ival, a[4].ival)
+				unsupported("bfi.b32 with the constant position %d and length %d (what the device computes for them is not established)", pos, ln)
 			}
 		}
 	case "prmt":
@@ -760,6 +771,12 @@ func (c *fcomp) cvt(in *instr, x *inst) {
 	x.d = c.dst(a[0])
 	x.a = c.val(a[1], st)
 	f := cvtFn(dt, st, in.mods)
+	if v, ok := c.constOf(a[1]); ok && dt == tF64 && st == tF16 && v&0x7c00 == 0x7c00 && v&0x3ff != 0 {
+		// ptxas folds the conversion of a constant NaN through single
+		// precision's canonical NaN (seeds 914, 2934, 4089 of the
+		// version-3 corpus).
+		f = func(uint64) uint64 { return 0x7fffffffe0000000 }
+	}
 	if hasMod(in.mods, "relu") && (dt == tF16 || dt == tBF16) {
 		g := f
 		f = func(v uint64) uint64 {
@@ -925,6 +942,10 @@ func (c *fcomp) st(in *instr, x *inst) {
 	}
 	slot, off, ps := c.address(in.args[0], sp)
 	x.a, x.off = slot, off
+	if c.byteStoreOfHalf(t, src) {
+		x.fn = refuseAlways("an 8-bit store of a register a half-precision instruction writes: ptxas stores the value converted, not the register's low byte, and the emulator cannot follow that")
+		return
+	}
 	if ps != nil || sp == spParam {
 		if ps == nil {
 			unsupported("parameter access through a register address")
@@ -1202,7 +1223,8 @@ func guardedSignOp(in *instr, t ptype) func(uint64) uint64 {
 // mad.hi.s16 2301 of the version-2 corpus); and it assumes abs is not
 // negative, so a slct on abs.s32 of INT_MIN takes the non-negative side
 // (seed 518; the 32- and 64-bit case is refused only where the result is
-// a slct selector, slctSel: stored, it is INT_MIN on the device, as the
+// a slct selector or a signed div or rem operand, slctSel: stored, it is
+// INT_MIN on the device, as the
 // hand-written corpus's select_pred shows). It is 0 for other
 // instructions.
 func intSignMin(op string, t ptype) uint64 {
@@ -1278,12 +1300,24 @@ func signReads(body []stmt) map[string]bool {
 	return regs
 }
 
-// slctSels names the registers a function body uses as a slct selector.
+// slctSels names the registers a function body uses where ptxas relies on
+// abs being non-negative: slct selectors, and the operands of signed div
+// and rem (rem.s32 of abs.s32 of INT_MIN is an unsigned remainder on an
+// H200, seed 2851 of the version-3 corpus).
 func slctSels(body []stmt) map[string]bool {
 	regs := map[string]bool{}
 	for _, s := range body {
 		if s.kind == stInstr && s.in.op == "slct" && len(s.in.args) > 3 && s.in.args[3].kind == oReg {
 			regs[s.in.args[3].name] = true
+		}
+		if s.kind == stInstr && (s.in.op == "div" || s.in.op == "rem") && len(s.in.args) == 3 {
+			if ts := typesOf(s.in.mods); len(ts) > 0 && ts[len(ts)-1].signed() {
+				for _, o := range s.in.args[1:] {
+					if o.kind == oReg {
+						regs[o.name] = true
+					}
+				}
+			}
 		}
 	}
 	return regs
@@ -1390,7 +1424,7 @@ func (c *fcomp) floatPeephole(in *instr, x *inst, t ptype) bool {
 	a := in.args
 	switch {
 	case (in.op == "min" || in.op == "max") && (t == tF16 || t == tF32 || t == tF64) && !hasMod(in.mods, "ftz") && !hasMod(in.mods, "NaN") &&
-		a[1].kind == oReg && a[2].kind == oReg && a[1].name == a[2].name:
+		c.sameReg(a[1], a[2]):
 		x.fn = opMov
 		return true
 	case t == tF64 && in.op == "sub" && (a[2].kind == oImm || a[2].kind == oFImm):
