@@ -333,3 +333,27 @@ func refuseAlways(why string) execFn {
 		}
 	}
 }
+
+// cnotFed says whether a cnot's write of operand o may reach the
+// instruction being compiled. ptxas keeps a cnot's result as a truth
+// value and rebuilds it for each reader, and some readers then see the
+// truth value rather than the bits 0 or 1: cvt.rni.s32.f16 of a cnot's 1
+// gives 1, as an integer would, where the half 0x0001 rounds to 0
+// (seed 601 of the version-3 corpus; cvt.f32.f16 seed 436 of version 1),
+// and shr.s16 by a cnot's 1 gave 0 for 0x47 (seed 3704; shl.b16 seed 368
+// of version 1). The emulator refuses those readers' lanes where the
+// cnot gave 1.
+func (c *fcomp) cnotFed(o operand) bool {
+	if o.kind != oReg {
+		return false
+	}
+	ds, _ := c.reaching(o.name, c.at)
+	for _, d := range ds {
+		if d.op == "cnot" {
+			return true
+		}
+	}
+	return false
+}
+
+const cnotWhy = "operand %#x from a cnot: ptxas rebuilds a cnot's result for this reader, which then sees a truth value rather than the bits; the emulator cannot follow that"

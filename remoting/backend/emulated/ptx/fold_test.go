@@ -79,6 +79,11 @@ func TestRefusedFolds(t *testing.T) {
 		{"st.shared.u8 of a guarded cvt.rz.bf16.f32", 1026, "setp.ne.u32 %p4, %r2, 0; cvt.u16.u32 %rs4, %r1; @%p4 cvt.rz.bf16.f32 %rs4, %f1; st.shared.u8 [sm], %rs4; ld.shared.u8 %r3, [sm];", 0x2ec30e56, 1, true},
 		{"st.shared.b16 of sub.rn.sat.f16", 0, half + "sub.rn.sat.f16 %rs4, %rs1, %rs1; st.shared.b16 [sm], %rs4; ld.shared.u8 %r3, [sm];", 0x3c00, 0, false},
 		{"st.shared.b8 of an integer overwriting a half result", 0, half + "sub.rn.sat.f16 %rs4, %rs1, %rs1; add.u16 %rs4, %rs1, 1; st.shared.b8 [sm], %rs4; ld.shared.u8 %r3, [sm];", 0x3c00, 0, false},
+		// a cnot's result read as a half or as a 16-bit shift
+		{"cvt.rni.s32.f16 of a cnot's 1", 601, "cvt.u16.u32 %rs1, %r1; cnot.b16 %rs4, %rs1; cvt.rni.s32.f16 %r3, %rs4;", 0, 0, true},
+		{"cvt.rni.s32.f16 of a cnot's 0", 601, "cvt.u16.u32 %rs1, %r1; cnot.b16 %rs4, %rs1; cvt.rni.s32.f16 %r3, %rs4;", 5, 0, false},
+		{"shr.s16 by a cnot's 1", 3704, "cvt.u16.u32 %rs1, %r1; cnot.b32 %r4, %r2; shr.s16 %rs3, %rs1, %r4; cvt.u32.u16 %r3, %rs3;", 0x47, 0, true},
+		{"shr.s32 by a cnot's 1", 0, "cnot.b32 %r4, %r2; shr.s32 %r3, %r1, %r4;", 0x47, 0, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := snippet(t, c.body, "r3", splat(c.a), splat(c.b))

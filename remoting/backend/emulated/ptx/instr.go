@@ -223,6 +223,11 @@ func (c *fcomp) build(in *instr, x *inst) {
 		t := c.lastType(in)
 		x.d = c.dst(a[0])
 		x.a, x.b = c.val(a[1], t), c.val(a[2], tU32)
+		if t.size() == 2 && c.cnotFed(a[2]) {
+			f := intBinary(in.op, t, nil)
+			x.fn = binRefuse(f, func(_, q uint64) bool { return q&0xffffffff == 1 }, "operands %#x and %#x: the shift is "+cnotWhy[len("operand %#x "):])
+			return
+		}
 		if in.op == "shl" && t.size() == 8 {
 			x.fn = opShl64
 			return
@@ -795,6 +800,10 @@ func (c *fcomp) cvt(in *instr, x *inst) {
 			g, w := f, dt.bits()
 			f = func(v uint64) uint64 { return sext(g(v), w) & dm }
 		}
+	}
+	if (st == tF16 || st == tBF16) && c.cnotFed(a[1]) {
+		x.fn = unRefuse(f, func(v uint64) bool { return v&0xffff == 1 }, cnotWhy)
+		return
 	}
 	x.fn = un(f)
 }
