@@ -6,9 +6,12 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"time"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/checkpoint"
+	"github.com/gpuctl/gpuctl/devmem"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/remoting/tlsrec"
 	"github.com/gpuctl/gpuctl/remoting/wire"
@@ -84,6 +87,37 @@ func (w *sessionWorker) Resume(ctx context.Context) error {
 	}
 	w.m.mu.Unlock()
 	return nil
+}
+
+// SaveMem and ReloadMem make the worker a checkpoint.MemWorker.
+func (w *sessionWorker) SaveMem(ctx context.Context, req devmem.SaveRequest) (*os.File, devmem.Saved, error) {
+	return w.h.SaveMem(ctx, req)
+}
+
+func (w *sessionWorker) ReloadMem(ctx context.Context, f *os.File, off, n int64) error {
+	return w.h.ReloadMem(ctx, f, off, n)
+}
+
+// PrecopyMem runs a pre-copy round on the running worker (a live
+// migration, package precopy).
+func (w *sessionWorker) PrecopyMem(ctx context.Context, req devmem.PrecopyRequest) (*os.File, devmem.Saved, error) {
+	return w.h.PrecopyMem(ctx, req)
+}
+
+// Live is the worker of a running or detached session, for work that
+// leaves the session running (a migration's pre-copy); unlike Begin it
+// changes nothing.
+func (m *Manager) Live(id string) (checkpoint.Worker, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.session(id)
+	if err != nil {
+		return nil, err
+	}
+	if s.worker == nil || (s.rec.State != Running && s.rec.State != Detached) {
+		return nil, errs.New(errs.FailedPrecondition, errs.Session(id), "session is %s, not running on this host", s.rec.State)
+	}
+	return &sessionWorker{m: m, id: id, h: s.worker}, nil
 }
 
 // Handle is the underlying worker handle.
@@ -272,7 +306,10 @@ func (m *Manager) Released(id string) error {
 	s.worker = nil
 	s.rec.WorkerPID = 0
 	s.stats.MemInUse = 0
-	s.held = 0
+	if s.held > 0 {
+		s.held = 0
+		m.freed()
+	}
 	return m.setState(s, Stopped)
 }
 
@@ -403,8 +440,11 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 		heldRec *tlsrec.State
 		ka      time.Duration
 	)
+	var prio int32
+	var labels api.Labels
 	if old, dup := m.sessions[id]; dup {
-		if old.rec.State != Stopped {
+		prio, labels = old.rec.Priority, old.rec.Labels
+		if old.rec.State != Stopped && old.rec.State != Preempted {
 			m.mu.Unlock()
 			return errs.New(errs.AlreadyExists, errs.Session(id), "session is already live on this host")
 		}
@@ -434,7 +474,7 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 		rec: Record{
 			ID: id, SecretHash: bytes.Clone(st.SecretSHA256), State: state, Created: time.Now().UTC(),
 			Backend: m.cfg.Worker.Backend, Device: m.cfg.Worker.Device, WorkerPID: sw.h.PID(), Image: image,
-			Tenant: owner, Epoch: next,
+			Tenant: owner, Epoch: next, Priority: prio, Labels: labels,
 		},
 		worker:    sw.h,
 		conn:      held,
@@ -444,6 +484,7 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 		stats:     st,
 		held:      st.AllocBytes,
 	}
+	s.activeAt = time.Now()
 	sw.h.SetQuota(m.quotaFor(limits))
 	if held != nil {
 		s.rec.Client = held.RemoteAddr().String()

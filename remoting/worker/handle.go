@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpuctl/gpuctl/devmem"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
 	"github.com/gpuctl/gpuctl/remoting/tlsrec"
@@ -169,9 +170,11 @@ func (h *Handle) readLoop(c *net.UnixConn, end chan struct{}) {
 	for {
 		var r reply
 		f, err := recvMsg(c, &r)
-		if f != nil {
-			f.Close() // a worker never sends descriptors
+		if f != nil && (r.ID == 0 || r.Mem == nil) {
+			f.Close() // only a memsave reply carries a descriptor
+			f = nil
 		}
+		r.file = f
 		if err != nil {
 			h.ctrlDown(c, err)
 			return
@@ -196,6 +199,8 @@ func (h *Handle) readLoop(c *net.UnixConn, end chan struct{}) {
 		h.mu.Unlock()
 		if ch != nil {
 			ch <- r
+		} else if r.file != nil {
+			r.file.Close() // its caller gave up
 		}
 	}
 }
@@ -570,4 +575,46 @@ func (h *Handle) logRecord(r *LogRecord) {
 		args = append(args, k, v)
 	}
 	h.log.Log(context.Background(), lvl, "worker: "+r.Msg, args...)
+}
+
+// SaveMem asks the worker to save its device memory (package devmem) and
+// returns the memfd holding it. The worker must be quiesced. A worker
+// whose backend cannot save its memory answers with an error.
+func (h *Handle) SaveMem(ctx context.Context, req devmem.SaveRequest) (*os.File, devmem.Saved, error) {
+	r, err := h.call(ctx, request{Op: opMemSave, MemSave: &req}, -1)
+	if err != nil {
+		if r.file != nil {
+			r.file.Close()
+		}
+		return nil, devmem.Saved{}, err
+	}
+	if r.Mem == nil || r.file == nil {
+		return nil, devmem.Saved{}, errs.New(errs.Internal, errs.Session(h.sess), "worker: memsave: no memory file in the reply")
+	}
+	return r.file, *r.Mem, nil
+}
+
+// ReloadMem asks the worker to back its device memory again and copy it
+// from f, whose layout is at layoutOff (layoutLen bytes).
+func (h *Handle) ReloadMem(ctx context.Context, f *os.File, layoutOff, layoutLen int64) error {
+	_, err := h.call(ctx, request{Op: opMemReload, MemLayout: &[2]int64{layoutOff, layoutLen}}, int(f.Fd()))
+	return err
+}
+
+// PrecopyMem asks the worker for a pre-copy round (package devmem): the
+// device memory that changed since round req.Base, read while the session
+// runs, in a memfd. A worker whose backend cannot save its memory answers
+// with an error.
+func (h *Handle) PrecopyMem(ctx context.Context, req devmem.PrecopyRequest) (*os.File, devmem.Saved, error) {
+	r, err := h.call(ctx, request{Op: opMemPrecopy, MemPrecopy: &req}, -1)
+	if err != nil {
+		if r.file != nil {
+			r.file.Close()
+		}
+		return nil, devmem.Saved{}, err
+	}
+	if r.Mem == nil || r.file == nil {
+		return nil, devmem.Saved{}, errs.New(errs.Internal, errs.Session(h.sess), "worker: memprecopy: no memory file in the reply")
+	}
+	return r.file, *r.Mem, nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpuctl/gpuctl/devmem"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
 	"github.com/gpuctl/gpuctl/remoting/modcache"
@@ -145,6 +146,8 @@ type worker struct {
 	secretHash []byte
 	// modCache is the module cache in use, as gpud last named it.
 	modCache moduleCache
+	// mem remembers the hashes of the device memory saved last.
+	mem *devmem.Tracker
 	// epoch is the session's epoch this worker serves under: gpud must
 	// hand it with every attach and resume, and moves it with a claim.
 	// It lives in the worker's memory, so a copy restored from an image
@@ -254,6 +257,38 @@ func (w *worker) run() int {
 			err = w.claim(req.From, req.To)
 		case opStats:
 			r.Stats = w.stats()
+		case opMemSave:
+			var mf *os.File
+			mf, r.Mem, err = w.memSave(req.MemSave)
+			if err == nil {
+				err = w.send(r, int(mf.Fd()))
+				mf.Close()
+				if f != nil {
+					f.Close()
+				}
+				if err != nil {
+					w.shutdown()
+					return 5
+				}
+				continue
+			}
+		case opMemPrecopy:
+			var mf *os.File
+			mf, r.Mem, err = w.memPrecopy(req.MemPrecopy)
+			if err == nil {
+				err = w.send(r, int(mf.Fd()))
+				mf.Close()
+				if f != nil {
+					f.Close()
+				}
+				if err != nil {
+					w.shutdown()
+					return 5
+				}
+				continue
+			}
+		case opMemReload:
+			err = w.memReload(f, req.MemLayout)
 		case opDetach:
 			if err = checkNonce(req.Nonce); err == nil {
 				_ = w.send(r, -1)

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpuctl/gpuctl/devmem"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
 	"github.com/gpuctl/gpuctl/remoting/tlsrec"
 )
@@ -27,6 +28,15 @@ const (
 	opStats   = "stats"   // report counters
 	opExit    = "exit"    // release the device and exit 0
 	opClaim   = "claim"   // move to the next epoch of the session
+	// opMemSave copies the session's device memory into a memfd sent
+	// back with the reply (package devmem); opMemReload copies it back
+	// from the memfd passed.
+	opMemSave   = "memsave"
+	opMemReload = "memreload"
+	// opMemPrecopy copies, while the session runs, the device memory
+	// that changed since the previous round into a memfd sent back with
+	// the reply (a live migration's pre-copy).
+	opMemPrecopy = "memprecopy"
 )
 
 // evEnded is the worker's unsolicited report that its client went away
@@ -55,6 +65,12 @@ type request struct {
 	// TLS is the passed socket's TLS record layer (attach, resume); nil
 	// for a plaintext connection.
 	TLS *tlsrec.State `json:"tls,omitempty"`
+	// MemSave asks for a save of device memory (memsave); MemLayout is
+	// where the passed memfd holds its layout (memreload).
+	MemSave   *devmem.SaveRequest `json:"mem_save,omitempty"`
+	MemLayout *[2]int64           `json:"mem_layout,omitempty"`
+	// MemPrecopy asks for a pre-copy round (memprecopy).
+	MemPrecopy *devmem.PrecopyRequest `json:"mem_precopy,omitempty"`
 	// Epoch is the session's current epoch, which an attach or resume
 	// must hand the worker; From and To move a claim.
 	Epoch uint64 `json:"epoch,omitempty"`
@@ -84,6 +100,10 @@ type reply struct {
 	// TLS hands a quiesced client's TLS record layer back to gpud, which
 	// holds the socket until a worker serves it again.
 	TLS *tlsrec.State `json:"tls,omitempty"`
+	// Mem describes the memfd a memsave reply carries.
+	Mem *devmem.Saved `json:"mem,omitempty"`
+
+	file *os.File // the descriptor the reply carried, if any
 }
 
 // LogRecord is a worker log line forwarded to gpud.
