@@ -99,10 +99,15 @@ func probeNaNOrder(emu bool) *Probe {
 	}
 	// ptxas and values it knows: a half conversion of cnot's 0 or 1, and
 	// of the constant 1 (the half 2^-24).
-	b.emit("ld.global.b16 %%h0, [%%i+32]")
-	b.emit("cnot.b16 %%h1, %%h0")
-	b.emit("cvt.f32.f16 %%f0, %%h1")
-	b.out("cvt.f32.f16 of cnot", "%f0", 32)
+	// The emulator refuses the first where cnot gives 1: this probe's
+	// H200 returned the ISA's 2^-24, a kernel of the version-1 corpus
+	// (seed 436) 1.0.
+	if !b.emu {
+		b.emit("ld.global.b16 %%h0, [%%i+32]")
+		b.emit("cnot.b16 %%h1, %%h0")
+		b.emit("cvt.f32.f16 %%f0, %%h1")
+		b.out("cvt.f32.f16 of cnot", "%f0", 32)
+	}
 	b.emit("mov.b16 %%h1, 1")
 	b.emit("cvt.f32.f16 %%f0, %%h1")
 	b.out("cvt.f32.f16 of the constant 1", "%f0", 32)
