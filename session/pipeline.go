@@ -325,7 +325,8 @@ func (m *Manager) LastImage(_ context.Context, id string) (string, error) {
 }
 
 // Admit says whether an image of session id taken at epoch may be
-// restored here: not while the session runs here, and not when the
+// restored here: not while the session runs here (a stopped or
+// preempted session waits in its image), and not when the
 // session has reached a later epoch here since the image was taken (a
 // newer copy ran; this one would run the session twice or rewind it).
 // Both are refused before anything is restored, and again by Adopt.
@@ -336,7 +337,7 @@ func (m *Manager) Admit(id string, epoch uint64) error {
 	if !ok {
 		return nil
 	}
-	if s.rec.State != Stopped {
+	if s.rec.State != Stopped && s.rec.State != Preempted {
 		return errs.New(errs.AlreadyExists, errs.Session(id), "session is already live on this host")
 	}
 	if epoch < s.rec.Epoch {
