@@ -64,6 +64,8 @@ type config struct {
 	// records where it can (kTLS).
 	tlsCert, tlsKey, tlsCA string
 	kernelTLS              bool
+	// cudaPlainMem serves cuMemAlloc from the driver's allocator.
+	cudaPlainMem bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -82,6 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.grace, "grace", session.DefaultGrace, "how long a session whose client disconnected waits for it")
 	fs.DurationVar(&c.handshakeTimeout, "handshake-timeout", server.DefaultHandshakeTimeout, "how long a new connection may take to present its token")
 	fs.Uint64Var(&c.emulatedMem, "emulated-mem", 16<<30, "device memory of the emulated backend, in bytes")
+	fs.BoolVar(&c.cudaPlainMem, "cuda-plain-memory", false, "cuda backend: serve cuMemAlloc from the driver's allocator instead of memory the worker maps and saves itself; checkpoints then copy device memory through the driver's checkpoint (slower)")
 	fs.Int64Var(&c.moduleCacheBytes, "module-cache-bytes", modcache.DefaultBytes, "bound of the module cache (DIR/modules) that sessions share, in bytes; 0 turns it off")
 	fs.StringVar(&c.criu, "criu", "", "the criu `BINARY` (>= 4.1) for checkpoints (default: GPUCTL_CRIU, the make-deps bundle, or criu on PATH)")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve --api (HTTPS) and --listen over TLS 1.3 with this PEM certificate `FILE` (with --tls-key; default: plaintext)")

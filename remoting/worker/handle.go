@@ -50,6 +50,9 @@ type Options struct {
 	// that host's cache.
 	ModuleCacheDir   string
 	ModuleCacheBytes int64
+	// CUDAPlainMemory has a cuda worker serve cuMemAlloc from the
+	// driver's allocator (cuda.Options.PlainMemory).
+	CUDAPlainMemory bool
 }
 
 // Event is an unsolicited report from a worker.
@@ -110,6 +113,9 @@ func Start(ctx context.Context, opts Options) (*Handle, error) {
 	}
 	if opts.Seed != "" {
 		args = append(args, "--seed", opts.Seed)
+	}
+	if opts.CUDAPlainMemory {
+		args = append(args, "--cuda-plain-memory")
 	}
 	cmd := Command(exe, nil, args...)
 	cmd.ExtraFiles = []*os.File{theirs}
