@@ -8,6 +8,8 @@ enum {
 	LOC_DEVICE = 1,            // CU_MEM_LOCATION_TYPE_DEVICE
 	ACCESS_RW = 3,             // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
 	VMM_NOT_SUPPORTED = 801,   // CUDA_ERROR_NOT_SUPPORTED
+	INVALID_VALUE_RESULT = 1,  // CUDA_ERROR_INVALID_VALUE
+	OUT_OF_MEMORY_RESULT = 2,  // CUDA_ERROR_OUT_OF_MEMORY
 };
 
 static CUresult use_ctx(const gc_api *a, CUcontext c)
@@ -70,6 +72,8 @@ CUresult gc_vmm_map(const gc_api *a, const gc_ext *x, CUcontext c, size_t n, int
 	if (r != 0)
 		return r;
 	r = x->cuMemAddressReserve(va, n, 0, 0, 0);
+	if (r == INVALID_VALUE_RESULT)
+		return OUT_OF_MEMORY_RESULT; // as cuMemAlloc says of a size no GPU has
 	if (r != 0)
 		return r;
 	r = back_at(x, *va, n, dev, h);

@@ -83,6 +83,9 @@ func (d *Device) heap(c *cuCtx) (*suballoc.Heap, error) {
 
 // vmmAlloc places an allocation in c's heap.
 func (d *Device) vmmAlloc(h *suballoc.Heap, size uint64) (uint64, error) {
+	if total, err := d.drv.totalMem(d.dev); err == nil && size > total {
+		return 0, cu.Errorf(cu.ErrorOutOfMemory, "cuMemAlloc of %d bytes: the GPU has %d", size, total)
+	}
 	p, err := h.Alloc(size)
 	if err == nil {
 		return p, nil
