@@ -8,7 +8,8 @@
 # with gpud, gpuctl, lib/ and include/; .deps/criu), and runs, when make
 # gpu-tools left build/bin/cuda-conformance.test, the cuda backend's own
 # tests of worker-mapped memory first (allocations, the GPU hash kernel
-# against the host's, save/release/reload).
+# against the host's, save/release/reload, and the backend conformance
+# suite, whose allocations now come from worker-mapped memory).
 #
 # For each size (SIZES, MiB; default 1, 4 and 8 GiB, then BIG = 32 GiB
 # while the budget allows) a client holds that much incompressible data and
@@ -104,9 +105,9 @@ gcc -O2 -std=gnu11 -I"$HERE" -I"$CUDA_INC" -o "$WORK/native/holder" "$HERE/holde
 step "cuda backend: worker-mapped memory, the GPU hash kernel, save and reload"
 T=$ROOT/build/bin/cuda-conformance.test
 if [[ -x $T ]]; then
-	if "${NATIVE[@]}" timeout 120 "$T" -test.run '^(TestVMMAllocations|TestPlainMemory|TestHashKernel|TestDeviceMemoryRoundTrip)$' -test.v >"$OUT/devmem-tests.log" 2>&1 &&
+	if "${NATIVE[@]}" timeout 180 "$T" -test.run '^(TestVMMAllocations|TestPlainMemory|TestHashKernel|TestDeviceMemoryRoundTrip|TestConformance)$' -test.v >"$OUT/devmem-tests.log" 2>&1 &&
 		! grep -q -- '--- SKIP' "$OUT/devmem-tests.log"; then
-		pass "cuda backend tests: $(grep -c -- '^--- PASS' "$OUT/devmem-tests.log") pass (allocations, hash kernel == host hash, release and reload bit-exact)"
+		pass "cuda backend tests: $(grep -c -- '^--- PASS' "$OUT/devmem-tests.log") pass (allocations, hash kernel == host hash, release and reload bit-exact, the conformance suite on mapped memory)"
 	else
 		fail "cuda backend tests (see $OUT/devmem-tests.log): $(grep -E -- '--- (FAIL|SKIP)|devmem_test.go' "$OUT/devmem-tests.log" | head -n 4 | tr '\n' ' ')"
 	fi
