@@ -121,6 +121,12 @@ func (d *Device) MemAlloc(_ context.Context, h backend.Ctx, size uint64) (backen
 		return 0, err
 	}
 	if hp != nil {
+		// A place in a chunk the heap already has never reaches the
+		// driver, which would report a context faulted by an earlier
+		// kernel (a sticky error) on any call: ask it directly.
+		if err := d.ctxHealthy(c); err != nil {
+			return 0, err
+		}
 		p, err := d.vmmAlloc(hp, size)
 		if err != nil {
 			return 0, err

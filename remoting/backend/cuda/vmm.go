@@ -81,6 +81,17 @@ func (d *Device) heap(c *cuCtx) (*suballoc.Heap, error) {
 	return h, nil
 }
 
+// ctxHealthy reports c's sticky error, if any: a query of its legacy
+// stream, which does not wait, returns the error a faulted context
+// returns on every call. Work still running is not an error.
+func (d *Device) ctxHealthy(c *cuCtx) error {
+	r := C.gc_stream_query(d.drv.api, c.raw, nil)
+	if cu.Result(r) == cu.ErrorNotReady {
+		return nil
+	}
+	return d.drv.check(r, "cuMemAlloc")
+}
+
 // vmmAlloc places an allocation in c's heap.
 func (d *Device) vmmAlloc(h *suballoc.Heap, size uint64) (uint64, error) {
 	if total, err := d.drv.totalMem(d.dev); err == nil && size > total {
