@@ -545,9 +545,14 @@ func (h *Handle) logRecord(r *LogRecord) {
 
 // SaveMem asks the worker to save its device memory (package devmem) and
 // returns the memfd holding it. The worker must be quiesced. A worker
-// whose backend cannot save its memory answers with an error.
+// whose backend cannot save its memory answers with an error. req.Into,
+// when set, goes along as a descriptor; the caller keeps its own.
 func (h *Handle) SaveMem(ctx context.Context, req devmem.SaveRequest) (*os.File, devmem.Saved, error) {
-	r, err := h.call(ctx, request{Op: opMemSave, MemSave: &req}, -1)
+	fd := -1
+	if req.Into != nil {
+		fd = int(req.Into.Fd())
+	}
+	r, err := h.call(ctx, request{Op: opMemSave, MemSave: &req}, fd)
 	if err != nil {
 		if r.file != nil {
 			r.file.Close()

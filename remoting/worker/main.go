@@ -220,7 +220,7 @@ func (w *worker) run() int {
 			r.Stats = w.stats()
 		case opMemSave:
 			var mf *os.File
-			mf, r.Mem, err = w.memSave(req.MemSave)
+			mf, r.Mem, err = w.memSave(req.MemSave, f)
 			if err == nil {
 				err = w.send(r, int(mf.Fd()))
 				mf.Close()

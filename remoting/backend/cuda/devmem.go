@@ -24,7 +24,10 @@ import (
 // (pools, module variables, the client's own mappings, small buffers of
 // this package) to copy.
 
-var _ backend.DeviceMemory = (*Device)(nil)
+var (
+	_ backend.DeviceMemory = (*Device)(nil)
+	_ backend.HostPinner   = (*Device)(nil)
+)
 
 // ringSlotBytes is the size of one pinned buffer of the save ring. Blocks
 // are 1 MiB; a slot holds two, or 256K block hashes.
@@ -208,8 +211,65 @@ func (d *Device) MemRegions(context.Context) ([]backend.MemRegion, error) {
 	return out, nil
 }
 
-// ReadMem copies through one slot of the ring; concurrent calls use the
-// other slots and streams.
+// PinHost registers b with the driver (cuMemHostRegister, portable to
+// every context): copies into and out of it are then direct DMA at the
+// bus's speed, where a copy through pageable memory is staged by the
+// driver and one through the ring is copied again by the CPU.
+func (d *Device) PinHost(_ context.Context, b []byte) (func(), error) {
+	if len(b) == 0 {
+		return func() {}, nil
+	}
+	var c *cuCtx
+	if d.vmm != nil {
+		for _, ch := range d.vmm.chunks {
+			c = ch.ctx
+			break
+		}
+	}
+	if c == nil {
+		return nil, cu.Errorf(cu.ErrorIllegalState, "no device memory to copy: nothing to pin host memory for")
+	}
+	p := unsafe.Pointer(&b[0])
+	if err := d.drv.check(C.gc_host_register(d.drv.api, c.raw, p, C.size_t(len(b))), "cuMemHostRegister"); err != nil {
+		return nil, err
+	}
+	lo := uintptr(p)
+	d.vmm.mu.Lock()
+	if d.vmm.pinned == nil {
+		d.vmm.pinned = map[uintptr]uintptr{}
+	}
+	d.vmm.pinned[lo] = lo + uintptr(len(b))
+	d.vmm.mu.Unlock()
+	return func() {
+		d.vmm.mu.Lock()
+		delete(d.vmm.pinned, lo)
+		d.vmm.mu.Unlock()
+		if err := d.drv.check(C.gc_host_unregister(d.drv.api, c.raw, p), "cuMemHostUnregister"); err != nil {
+			d.log.Warn("unpinning host memory", "bytes", len(b), "err", err)
+		}
+	}, nil
+}
+
+// isPinned reports whether b lies within one range PinHost pinned.
+func (d *Device) isPinned(b []byte) bool {
+	if len(b) == 0 || d.vmm == nil {
+		return false
+	}
+	lo := uintptr(unsafe.Pointer(&b[0]))
+	hi := lo + uintptr(len(b))
+	d.vmm.mu.Lock()
+	defer d.vmm.mu.Unlock()
+	for s, e := range d.vmm.pinned {
+		if s <= lo && hi <= e {
+			return true
+		}
+	}
+	return false
+}
+
+// ReadMem copies straight into dst when it is pinned, and otherwise
+// through one slot of the ring; concurrent calls use the other slots and
+// streams.
 func (d *Device) ReadMem(ctx context.Context, r backend.MemRegion, off uint64, dst []byte) error {
 	ch, err := d.chunkSpan(r, off, len(dst))
 	if err != nil {
@@ -222,6 +282,12 @@ func (d *Device) ReadMem(ctx context.Context, r backend.MemRegion, off uint64, d
 	s := <-t.ring
 	defer func() { t.ring <- s }()
 	c := ch.ctx
+	if d.isPinned(dst) {
+		if err := d.drv.check(C.gc_dtoh(d.drv.api, c.raw, unsafe.Pointer(&dst[0]), C.CUdeviceptr(r.ID+off), C.size_t(len(dst)), s.stream, s.done), "cuMemcpyDtoHAsync (save, direct)"); err != nil {
+			return err
+		}
+		return d.drv.check(C.gc_event_synchronize(d.drv.api, c.raw, s.done), "cuEventSynchronize (save, direct)")
+	}
 	for len(dst) > 0 {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -239,7 +305,8 @@ func (d *Device) ReadMem(ctx context.Context, r backend.MemRegion, off uint64, d
 	return nil
 }
 
-// WriteMem copies through one slot of the ring, like ReadMem.
+// WriteMem copies straight from src when it is pinned, and otherwise
+// through one slot of the ring, like ReadMem.
 func (d *Device) WriteMem(ctx context.Context, r backend.MemRegion, off uint64, src []byte) error {
 	ch, err := d.chunkSpan(r, off, len(src))
 	if err != nil {
@@ -252,6 +319,12 @@ func (d *Device) WriteMem(ctx context.Context, r backend.MemRegion, off uint64, 
 	s := <-t.ring
 	defer func() { t.ring <- s }()
 	c := ch.ctx
+	if d.isPinned(src) {
+		if err := d.drv.check(C.gc_htod(d.drv.api, c.raw, C.CUdeviceptr(r.ID+off), unsafe.Pointer(&src[0]), C.size_t(len(src)), s.stream, s.done), "cuMemcpyHtoDAsync (reload, direct)"); err != nil {
+			return err
+		}
+		return d.drv.check(C.gc_event_synchronize(d.drv.api, c.raw, s.done), "cuEventSynchronize (reload, direct)")
+	}
 	for len(src) > 0 {
 		if err := ctx.Err(); err != nil {
 			return err

@@ -37,8 +37,10 @@ type vmmState struct {
 	off    bool   // the driver cannot map memory: allocations are plain
 	chunks map[uint64]*vmmChunk
 	// mu guards the contexts' memTools against the concurrent ReadMem,
-	// WriteMem and HashBlocks calls of a save.
+	// WriteMem and HashBlocks calls of a save, and pinned.
 	mu sync.Mutex
+	// pinned are the host ranges PinHost pinned: start to end.
+	pinned map[uintptr]uintptr
 }
 
 // vmmChunk is one mapped chunk. backed is false between ReleaseMem and
