@@ -153,6 +153,8 @@ type Result struct {
 	StallMS      int64 `json:"stall_ms"`
 	MemBytes     int64 `json:"mem_bytes,omitempty"`
 	MemSentBytes int64 `json:"mem_sent_bytes,omitempty"`
+	// MemCopiedBytes is what the save copied from the device.
+	MemCopiedBytes int64 `json:"mem_copied_bytes,omitempty"`
 	// Early is set when the session was resumed before the store step.
 	Early bool `json:"-"`
 }
@@ -349,7 +351,7 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 		StallMS: stall.Milliseconds(), Early: early,
 	}
 	if snap != nil {
-		fr.MemBytes, fr.MemSentBytes = snap.Saved.Bytes, snap.Saved.SentBytes
+		fr.MemBytes, fr.MemSentBytes, fr.MemCopiedBytes = snap.Saved.Bytes, snap.Saved.SentBytes, snap.Saved.CopiedBytes
 	}
 	return fr, nil
 }
