@@ -405,6 +405,10 @@ func (p *Pipeline) saveMem(ctx context.Context, w MemWorker, req Request, base *
 	if err != nil {
 		return nil, err
 	}
+	if sv.PinError != "" {
+		p.log().Warn("the worker could not pin all of the save's host memory; those parts were copied through its buffers", "session", req.Session,
+			"pinned_bytes", sv.PinnedBytes, "copied_bytes", sv.CopiedBytes, "err", sv.PinError)
+	}
 	snap, err := devstore.Open(f, sv)
 	if err != nil {
 		return nil, errs.Wrap(err, errs.Internal, errs.Session(req.Session), "read the saved device memory")

@@ -155,7 +155,11 @@ gpuctl_run() {
 		R[stall${n}_ms_$mib]=$(jget "$OUT/ckpt$n.$mib.json" stall_ms)
 		R[durable${n}_ms_$mib]=$(jget "$OUT/ckpt$n.$mib.json" duration_ms)
 		R[mem${n}_$mib]=$(jget "$OUT/ckpt$n.$mib.json" mem_bytes)
+		# Empty in the answer means none (the fields are omitted at 0).
 		R[sent${n}_$mib]=$(jget "$OUT/ckpt$n.$mib.json" mem_sent_bytes)
+		R[copied${n}_$mib]=$(jget "$OUT/ckpt$n.$mib.json" mem_copied_bytes)
+		[[ -n ${R[mem${n}_$mib]} ]] && R[sent${n}_$mib]=${R[sent${n}_$mib]:-0} R[copied${n}_$mib]=${R[copied${n}_$mib]:-0}
+		R[steps${n}_$mib]=$(steps "$OUT/ckpt$n.$mib.json")
 		R[bytes${n}_$mib]=$(jget "$OUT/ckpt$n.$mib.json" bytes)
 		R[stored${n}_$mib]=$(jget "$OUT/ckpt$n.$mib.json" stored_bytes)
 		R[store${n}_ms_$mib]=$(step_ms "$OUT/ckpt$n.$mib.json" store)
@@ -184,7 +188,8 @@ gpuctl_run() {
 	fi
 	t1=$(ms_now)
 	R[restore_s_$mib]=$(secs "$t0" "$t1")
-	echo "  restore steps: $(steps "$OUT/restore.$mib.json")"
+	R[rsteps_$mib]=$(steps "$OUT/restore.$mib.json")
+	echo "  restore steps: ${R[rsteps_$mib]}"
 	if wait_iter "$log" $((it + 3)) 60 && [[ $(bad_checks "$log") == 0 ]]; then
 		pass "$mib MiB: restored in ${R[restore_s_$mib]} s, every byte as it was (checked on the GPU)"
 	else
@@ -339,6 +344,8 @@ row() { printf '| %-42s | %10s | %10s | %8s | %-16s | %-6s |\n' "$1" "$(fmt "$2"
 		row "$g 2nd checkpoint, idle: stall (s)" "$st" "" "" "<= 0.30 s" "$(verdict "$st" "<=" 0.30)"
 		nb=$(awk -v s="${R[sent2_$mib]:-}" -v m="${R[mem2_$mib]:-}" 'BEGIN{ if (s=="" || m=="" || m+0==0) print ""; else printf "%.4f", s/m }')
 		row "$g 2nd checkpoint: changed memory" "$(pct "${R[sent2_$mib]:-}" "${R[mem2_$mib]:-}")" "" "" "<= 1% of memory" "$(verdict "$nb" "<=" 0.01)"
+		nb=$(awk -v s="${R[copied2_$mib]:-}" -v m="${R[mem2_$mib]:-}" 'BEGIN{ if (s=="" || m=="" || m+0==0) print ""; else printf "%.4f", s/m }')
+		row "$g 2nd checkpoint: copied from the GPU" "$(pct "${R[copied2_$mib]:-}" "${R[mem2_$mib]:-}")" "" "" "<= 1% of memory" "$(verdict "$nb" "<=" 0.01)"
 		nb=$(awk -v s="${R[stored2_$mib]:-}" -v m="${R[bytes2_$mib]:-}" 'BEGIN{ if (s=="" || m=="" || m+0==0) print ""; else printf "%.4f", s/m }')
 		row "$g 2nd checkpoint: new bytes stored" "$(pct "${R[stored2_$mib]:-}" "${R[bytes2_$mib]:-}")" "" "" "<= 1% of image" "$(verdict "$nb" "<=" 0.01)"
 		if [[ -n ${R[mig_down_ms_$mib]:-} ]]; then
@@ -347,6 +354,17 @@ row() { printf '| %-42s | %10s | %10s | %8s | %-16s | %-6s |\n' "$1" "$(fmt "$2"
 			row "$g migration downtime (s), ${R[mig_rounds_$mib]:-0} rounds" "$d" "$bl" "$(div "$d" "$bl")" "<= 1 s" "$(verdict "$d" "<=" 1.0)"
 		fi
 	done
+	echo
+	echo "steps (ms): prepare runs before the pause; the stall is quiesce through resume.worker"
+	for mib in "${RUN[@]}"; do
+		g=$(size "$mib")
+		[[ -n ${R[steps1_$mib]:-} ]] && echo "  $g checkpoint 1: ${R[steps1_$mib]}"
+		[[ -n ${R[steps2_$mib]:-} ]] && echo "  $g checkpoint 2: ${R[steps2_$mib]}"
+		[[ -n ${R[rsteps_$mib]:-} ]] && echo "  $g restore: ${R[rsteps_$mib]}"
+		[[ -f $OUT/migrate.$mib.json ]] && echo "  $g migration: $(steps "$OUT/migrate.$mib.json")"
+		[[ -f $OUT/manual.$mib.log ]] && echo "  $g by hand: $(tr '\n' ' ' <"$OUT/manual.$mib.log")"
+	done
+	echo
 	echo "ratio: gpuctl / by hand (by hand: driver lock+checkpoint + criu dump, durable with its sync; criu restore + driver restore+unlock; migration: both)."
 	echo "stall: the checkpoint reply's stall_ms (the client's pause); durable: its duration_ms; store write: new bytes stored / the store step."
 	for f in "${FAILED[@]}"; do echo "failed: ${f:0:300}"; done

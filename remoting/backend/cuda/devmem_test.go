@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/gpuctl/gpuctl/devmem"
 	"github.com/gpuctl/gpuctl/remoting/backend"
@@ -223,6 +224,12 @@ func TestDeviceMemoryRoundTrip(t *testing.T) {
 	if sv.Bytes < int64(96<<20) {
 		t.Errorf("saved %d bytes, want at least the 96 MiB allocated", sv.Bytes)
 	}
+	// Enough to copy for the direct path: the memfd pinned, no bounce.
+	if sv.PinnedBytes < int64(96<<20) || sv.PinError != "" {
+		t.Errorf("pinned %d bytes of the memfd (%s); want the whole save", sv.PinnedBytes, sv.PinError)
+	}
+	t.Logf("save of %d bytes: hash %v, prepare %v, copy %v, release %v", sv.Bytes,
+		time.Duration(sv.HashNS), time.Duration(sv.PrepareNS), time.Duration(sv.CopyNS), time.Duration(sv.ReleaseNS))
 	if err := tr.Reload(ctx, d, f, sv.LayoutOff, sv.LayoutLen); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
@@ -243,5 +250,23 @@ func TestDeviceMemoryRoundTrip(t *testing.T) {
 	f2.Close()
 	if sv2.SentBytes != devmem.DefaultBlock {
 		t.Errorf("second save sent %d bytes, want one block (%d)", sv2.SentBytes, devmem.DefaultBlock)
+	}
+	// Into the first save's memfd, which holds all of it (its mirror):
+	// one block comes across, and the memfd reloads the session whole.
+	f3, sv3, err := tr.Save(ctx, d, devmem.SaveRequest{Base: sv.Gen, All: true, Release: true, Into: f, Mirror: sv.Gen})
+	if err != nil {
+		t.Fatalf("save into the mirror: %v", err)
+	}
+	if f3 != f || sv3.CopiedBytes != devmem.DefaultBlock {
+		t.Errorf("save into the mirror: same file %v, copied %d bytes; want one block", f3 == f, sv3.CopiedBytes)
+	}
+	if err := tr.Reload(ctx, d, f3, sv3.LayoutOff, sv3.LayoutLen); err != nil {
+		t.Fatalf("reload from the mirror: %v", err)
+	}
+	data[3][7<<20] = 0x5a
+	for i, n := range sizes {
+		if got := readBack(t, d, c, ptrs[i], n); !bytes.Equal(got, data[i]) {
+			t.Errorf("allocation %d (%d bytes) differs after a save into the mirror and a reload", i, n)
+		}
 	}
 }
