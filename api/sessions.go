@@ -19,6 +19,10 @@ type Session struct {
 	// Tenant owns the session (gpud --tenants); absent for the
 	// administrator's.
 	Tenant string `json:"tenant,omitempty"`
+	// Epoch is the session's epoch on this host: it grows at every
+	// checkpoint that leaves the session running, restore and migration,
+	// and only the worker handed the current one may serve.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // CheckpointRequest is the body of POST /v1/sessions/{id}/checkpoint; an

@@ -62,6 +62,16 @@ type Worker interface {
 	Detach(ctx context.Context, nonce string) error
 }
 
+// Fencer is a Worker whose session carries an epoch (gpud's): Fence moves
+// the session and the worker to the next epoch, so that an image stored
+// of the worker (which keeps the old epoch) can never serve while the
+// worker goes on. A worker that is not at the session's epoch refuses: it
+// is a stale copy. Epoch is the current one, for the image's manifest.
+type Fencer interface {
+	Fence(ctx context.Context) error
+	Epoch() uint64
+}
+
 // Reattacher connects gpud to a detached worker, the original or a
 // restored copy, through the nonce's abstract socket. The worker comes
 // back quiesced.
@@ -494,6 +504,13 @@ func (f *Frozen) Resume(ctx context.Context) (Worker, error) {
 	if err != nil {
 		return nil, errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "resume after checkpoint %s: reattach worker %d", f.Image, f.PID)
 	}
+	// The image keeps the epoch the worker had; the worker goes on at
+	// the next one, so that the image cannot be restored beside it.
+	if fw, ok := w.(Fencer); ok {
+		if err := fw.Fence(ctx); err != nil {
+			return nil, errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "resume after checkpoint %s", f.Image)
+		}
+	}
 	lap("resume.reattach")
 	if f.p.Suspender != nil {
 		if err := f.p.Suspender.Resume(ctx, f.PID); err != nil {
@@ -550,10 +567,14 @@ func (p *Pipeline) meta(ctx context.Context, req Request, nonce string) (images.
 	}
 	var uts syscall.Utsname
 	_ = syscall.Uname(&uts)
-	return images.Meta{
+	m := images.Meta{
 		Session: req.Session, Parent: req.Parent, Host: p.Host, Backend: p.Backend, Driver: p.Driver, GPUs: p.GPUs,
 		CRIU: v.String(), Kernel: utsString(uts.Release[:]), AttachNonce: nonce, Tenant: req.Tenant,
-	}, nil
+	}
+	if fw, ok := req.Worker.(Fencer); ok {
+		m.Epoch = fw.Epoch()
+	}
+	return m, nil
 }
 
 func utsString(b []int8) string {

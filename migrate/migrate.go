@@ -19,8 +19,12 @@
 //	          now lives at B's --listen address; the client reconnects there
 //	release   A's frozen worker is killed
 //
-// Any failure before "moved" leaves the session running on A, and the
-// error names the step and the host. The client-visible stall
+// Any failure up to "restore" leaves the session running on A, and the
+// error names the step and the host. Once B has adopted the session the
+// migration is committed: nothing after it is undone, because undoing
+// would leave the session running on both hosts. A moved notice that
+// cannot be written (the client's link is down) is only logged; the
+// client, when it reconnects here, is sent to B. The client-visible stall
 // (downtime_ms) runs from the start of quiesce to the moved notice; the
 // client's reconnect to B adds one round trip and a handshake.
 package migrate
@@ -40,6 +44,7 @@ import (
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/failpoint"
 	"github.com/gpuctl/gpuctl/ids"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 )
@@ -182,7 +187,12 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 					return nil
 				}
 				released = true
-				return fr.Release(ctx)
+				if err := fr.Release(ctx); err != nil {
+					return err
+				}
+				// The session lives only in its image now: stopped here,
+				// so that the undo can restore it here.
+				return sess.Released(id)
 			},
 			Undo: func(ctx context.Context) error {
 				if !released {
@@ -209,15 +219,30 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 			}
 			return nil
 		}},
-		{Name: "moved", Do: func(ctx context.Context) error {
-			return sess.Moved(id, listen)
-		}},
 	}
 	timings, err := checkpoint.Run(ctx, s.log(), "migrate", errs.Session(id), steps)
-	res.Steps = checkpoint.StepTimings(timings)
 	if err != nil {
+		res.Steps = checkpoint.StepTimings(timings)
 		return nil, err
 	}
+	// B has adopted the session: from here on nothing is undone, or the
+	// session would run on both hosts. A client that cannot be told now
+	// (its link is down) is sent to B when it comes back here.
+	t0m := time.Now()
+	err = sess.Moved(id, listen)
+	if err == nil {
+		// A test makes the notice fail here.
+		err = failpoint.Inject(ctx, "migrate/moved")
+	}
+	if err != nil {
+		s.log().Warn("the client was not told where its session went; it is redirected when it reconnects here",
+			"session", id, "to", listen, "err", err)
+		// The migration stands; its audit line says the client was not
+		// told.
+		control.Note(ctx, slog.Bool("client_told", false))
+	}
+	timings = append(timings, checkpoint.Timing{Step: "moved", Duration: time.Since(t0m)})
+	res.Steps = checkpoint.StepTimings(timings)
 	res.DowntimeMS = time.Since(tq).Milliseconds()
 	res.Listen = listen
 	// The session lives on the target now; what is left here is a frozen
@@ -226,9 +251,9 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 		if err := fr.Release(ctx); err != nil {
 			s.log().Error("frozen worker not released after migration", "session", id, "err", err)
 		}
-	}
-	if err := sess.Released(id); err != nil {
-		s.log().Warn("session record not updated after migration", "session", id, "err", err)
+		if err := sess.Released(id); err != nil {
+			s.log().Warn("session record not updated after migration", "session", id, "err", err)
+		}
 	}
 	res.DurationMS = time.Since(t0).Milliseconds()
 	s.log().Info("session migrated", "session", id, "to", to, "downtime_ms", res.DowntimeMS, "sent_bytes", res.SentBytes)

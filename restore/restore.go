@@ -66,7 +66,11 @@ type Restorer struct {
 	Resumer  Resumer
 	Reattach checkpoint.Reattacher
 	Backend  string // this host's backend; images from another backend are refused
-	Log      *slog.Logger
+	// Admit, when set, refuses an image before anything is restored:
+	// gpud refuses an image of a session live here or of an older epoch
+	// than the session reached here (session.Manager.Admit).
+	Admit func(images.Meta) error
+	Log   *slog.Logger
 	// Mem reads an image's saved device memory (package devmem) out of
 	// the store for the restored worker to reload; nil restores only
 	// images whose device memory is in the CRIU dump.
@@ -166,6 +170,11 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 			}
 			if r.Backend != "" && meta.Backend != "" && meta.Backend != r.Backend {
 				return errs.New(errs.FailedPrecondition, subject, "made on the %s backend, this host runs %s; restore it on a %s host", meta.Backend, r.Backend, meta.Backend)
+			}
+			if r.Admit != nil {
+				if err := r.Admit(meta); err != nil {
+					return err // it names the session; the step error names the image
+				}
 			}
 			if c, ok := r.Resumer.(Checker); ok {
 				if err := c.Check(meta.GPUs, meta.Driver); err != nil {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/checkpoint/criu"
-	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
 	"github.com/gpuctl/gpuctl/devmem/devstore"
 	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/remoting/backend/cuda"
@@ -22,14 +21,7 @@ import (
 // manager is their session table and reattacher, the host store holds the
 // images.
 func (d *daemon) routers() ([]router, error) {
-	crOpts := criu.Options{LogDir: filepath.Join(d.cfg.stateDir, "work")}
-	if bin, err := criubin.Find(d.cfg.criu); err == nil {
-		crOpts.Binary = bin
-	} else {
-		// Sessions run without CRIU; checkpoints and restores then fail
-		// with this error's advice.
-		d.log.Warn("checkpoints are unavailable until CRIU is installed", "err", err)
-	}
+	crOpts := criu.Options{LogDir: filepath.Join(d.cfg.stateDir, "work"), Binary: d.criu.Path}
 	work := filepath.Join(d.cfg.stateDir, "work")
 	imgs := imageStore{st: d.store}
 
@@ -68,6 +60,7 @@ func (d *daemon) routers() ([]router, error) {
 		Restorer: &restore.Restorer{
 			WorkDir: work, CRIU: crOpts, Store: imgs, Resumer: resumer, Reattach: d.manager,
 			Backend: d.workerOp.Backend, Log: d.log, Mem: mem,
+			Admit: func(m images.Meta) error { return d.manager.Admit(m.Session, m.Epoch) },
 		},
 		Sessions: d.manager,
 		Listen:   advertised(d.cfg.listen, ""),

@@ -329,12 +329,24 @@ func (h *Handle) quotaName() string {
 // client that reconnected), which the worker greets with a Welcome
 // carrying welcome's fields and the last executed sequence number.
 // resume=true: the socket the worker served before a Quiesce, which needs
-// no greeting.
-func (h *Handle) Attach(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State, welcome dispatch.WelcomeInfo, resume bool) error {
+// no greeting. epoch is the session's current epoch: a worker at another
+// one refuses (fenced), and a new worker takes it.
+func (h *Handle) Attach(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State, welcome dispatch.WelcomeInfo, resume bool, epoch uint64) error {
 	return withConnFD(conn, func(fd int) error {
-		_, err := h.call(ctx, request{Op: opAttach, Welcome: &welcome, Resume: resume, ModuleCache: h.modCache, Quota: h.quotaName(), TLS: rec}, fd)
+		_, err := h.call(ctx, request{Op: opAttach, Welcome: &welcome, Resume: resume, ModuleCache: h.modCache, Quota: h.quotaName(), TLS: rec, Epoch: epoch}, fd)
 		return err
 	})
+}
+
+// Claim moves the worker from epoch from to epoch to. gpud claims the next
+// epoch for a worker that goes on after an image of it was stored (a
+// checkpoint that leaves it running) and for a worker restored from an
+// image: copies at an older epoch (that image, restored; the original,
+// thawed after its session moved on) then refuse to serve. A worker not at
+// from refuses the claim.
+func (h *Handle) Claim(ctx context.Context, from, to uint64) error {
+	_, err := h.call(ctx, request{Op: opClaim, From: from, To: to}, -1)
+	return err
 }
 
 // Quiesce stops the worker at a frame boundary, suspends its device and
@@ -344,23 +356,51 @@ func (h *Handle) Attach(ctx context.Context, conn *net.TCPConn, rec *tlsrec.Stat
 // socket's next holder (gpud writing a "moved" notice, or a worker
 // resumed on it) carries on from there.
 func (h *Handle) Quiesce(ctx context.Context) (*tlsrec.State, error) {
-	r, err := h.call(ctx, request{Op: opQuiesce}, -1)
-	return r.TLS, err
+	q, err := h.QuiesceAt(ctx)
+	return q.TLS, err
 }
+
+// Quiesced is what a Quiesce reports about the client connection.
+type Quiesced struct {
+	// Boundary: the connection stopped at a frame boundary (or none was
+	// being served). Only then may gpud write to its copy of the socket
+	// (keepalives, a moved notice) and hand it back with Resume.
+	Boundary bool
+	// TLS is a TLS connection's record layer where the worker left it
+	// (nil for plaintext, and for a connection not stopped at a boundary).
+	TLS *tlsrec.State
+}
+
+// QuiesceAt is Quiesce, and also reports whether the client connection
+// stopped at a frame boundary.
+func (h *Handle) QuiesceAt(ctx context.Context) (Quiesced, error) {
+	r, err := h.call(ctx, request{Op: opQuiesce}, -1)
+	return Quiesced{Boundary: r.Boundary, TLS: r.TLS}, err
+}
+
+// ErrConnDropped is returned by Resume when the worker resumed but did not
+// serve the socket passed: the connection had not stopped at a frame
+// boundary (its Serve ended with an error). The caller closes its copy so
+// that the client reconnects, is greeted and resends.
+var ErrConnDropped = errors.New("the worker did not serve the client socket on: it had not stopped at a frame boundary")
 
 // Resume undoes Quiesce: the worker runs its backend's Resume hook and,
 // when conn is non-nil, serves conn again without a greeting (it is the
 // socket gpud kept open while the client stalled), carrying on its TLS
-// record layer from rec. A client that instead reconnected on a new
-// socket is handed over with Attach.
-func (h *Handle) Resume(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State) error {
+// record layer from rec; see ErrConnDropped. A client that instead
+// reconnected on a new socket is handed over with Attach. epoch is checked
+// as by Attach.
+func (h *Handle) Resume(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State, epoch uint64) error {
 	q := h.quotaName()
 	if conn == nil {
-		_, err := h.call(ctx, request{Op: opResume, ModuleCache: h.modCache, Quota: q}, -1)
+		_, err := h.call(ctx, request{Op: opResume, ModuleCache: h.modCache, Quota: q, Epoch: epoch}, -1)
 		return err
 	}
 	return withConnFD(conn, func(fd int) error {
-		_, err := h.call(ctx, request{Op: opResume, Resume: true, ModuleCache: h.modCache, Quota: q, TLS: rec}, fd)
+		r, err := h.call(ctx, request{Op: opResume, Resume: true, ModuleCache: h.modCache, Quota: q, TLS: rec, Epoch: epoch}, fd)
+		if err == nil && r.Dropped {
+			return ErrConnDropped
+		}
 		return err
 	})
 }

@@ -32,6 +32,7 @@ const (
 	// from the memfd passed.
 	opMemSave   = "memsave"
 	opMemReload = "memreload"
+	opClaim     = "claim" // move to the next epoch of the session
 )
 
 // evEnded is the worker's unsolicited report that its client went away
@@ -64,6 +65,11 @@ type request struct {
 	// where the passed memfd holds its layout (memreload).
 	MemSave   *devmem.SaveRequest `json:"mem_save,omitempty"`
 	MemLayout *[2]int64           `json:"mem_layout,omitempty"`
+	// Epoch is the session's current epoch, which an attach or resume
+	// must hand the worker; From and To move a claim.
+	Epoch uint64 `json:"epoch,omitempty"`
+	From  uint64 `json:"from,omitempty"`
+	To    uint64 `json:"to,omitempty"`
 }
 
 // moduleCache is the host's module cache as a worker is told of it.
@@ -73,12 +79,18 @@ type moduleCache struct {
 }
 
 type reply struct {
-	ID    uint64     `json:"id"` // 0 for an event
-	Event string     `json:"event,omitempty"`
-	Err   string     `json:"err,omitempty"`
-	Seq   uint64     `json:"seq,omitempty"`
-	Stats *Stats     `json:"stats,omitempty"`
-	Log   *LogRecord `json:"log,omitempty"`
+	ID    uint64 `json:"id"` // 0 for an event
+	Event string `json:"event,omitempty"`
+	Err   string `json:"err,omitempty"`
+	Seq   uint64 `json:"seq,omitempty"`
+	// Boundary answers a quiesce: the client connection stopped at a
+	// frame boundary (or there was none being served).
+	Boundary bool `json:"boundary,omitempty"`
+	// Dropped answers a resume: the passed client socket was not served
+	// on, because the connection had not stopped at a frame boundary.
+	Dropped bool       `json:"dropped,omitempty"`
+	Stats   *Stats     `json:"stats,omitempty"`
+	Log     *LogRecord `json:"log,omitempty"`
 	// TLS hands a quiesced client's TLS record layer back to gpud, which
 	// holds the socket until a worker serves it again.
 	TLS *tlsrec.State `json:"tls,omitempty"`
@@ -117,6 +129,9 @@ type Stats struct {
 	// reconnecting client must present.
 	SessionID    string `json:"session_id,omitempty"`
 	SecretSHA256 []byte `json:"secret_sha256,omitempty"`
+	// Epoch is the epoch of the session this worker serves under (0: none
+	// handed yet); see Handle.Claim.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // sendMsg writes v as one packet, with fd attached when fd >= 0.
