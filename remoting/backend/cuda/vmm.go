@@ -83,10 +83,13 @@ func (d *Device) heap(c *cuCtx) (*suballoc.Heap, error) {
 	return h, nil
 }
 
-// ctxHealthy reports c's sticky error, if any: a query of its legacy
-// stream, which does not wait, returns the error a faulted context
-// returns on every call. Work still running is not an error.
+// ctxHealthy reports c's sticky error, if any: one a call reported
+// already, or what a query of its legacy stream, which does not wait,
+// returns in a faulted context. Work still running is not an error.
 func (d *Device) ctxHealthy(c *cuCtx) error {
+	if e := d.drv.sticky.Load(); e != nil {
+		return &cu.Error{Code: e.Code, Detail: "cuMemAlloc: the context faulted earlier (" + e.Detail + ")"}
+	}
 	r := C.gc_stream_query(d.drv.api, c.raw, nil)
 	if cu.Result(r) == cu.ErrorNotReady {
 		return nil
