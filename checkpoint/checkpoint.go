@@ -138,6 +138,9 @@ type Request struct {
 	// Tenant owns the session, and so the image (images.Meta.Tenant);
 	// empty for the administrator.
 	Tenant string
+	// Priority and Labels are the session's, kept in the image.
+	Priority int32
+	Labels   map[string]string
 	// Reattached, when set, is told of the new handle when a rollback
 	// reattached the worker; the old one is then dead.
 	Reattached func(Worker)
@@ -147,6 +150,10 @@ type Request struct {
 	// the Frozen result is already settled.
 	ResumeEarly bool
 	Resumed     func(Worker)
+	// MemBase, when set, is the save the worker's device memory is
+	// compared with instead of the session's last image: a live
+	// migration's last pre-copy round, whose blocks the store holds.
+	MemBase *devstore.Table
 }
 
 // Result describes a stored checkpoint.
@@ -374,7 +381,10 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 // the client waits. Neither is required: without them the worker makes
 // its own memfd.
 func (p *Pipeline) prepareMem(ctx context.Context, w Worker, req Request) (base *devstore.Table, into *os.File, mirror uint64) {
-	base = p.Mem.Base(ctx, req.Session, req.Parent)
+	base = req.MemBase // a migration's last pre-copy round
+	if base == nil {
+		base = p.Mem.Base(ctx, req.Session, req.Parent)
+	}
 	if m := p.Mem.TakeMirror(req.Session); m != nil {
 		if base != nil && m.Layout.Gen == base.Gen() {
 			f := m.File
@@ -383,6 +393,9 @@ func (p *Pipeline) prepareMem(ctx context.Context, w Worker, req Request) (base 
 			return base, f, base.Gen()
 		}
 		m.Close()
+	}
+	if req.MemBase != nil {
+		return base, nil, 0 // pre-copied: the save copies the last changes only
 	}
 	sz, ok := w.(MemSizer)
 	if !ok {
@@ -570,6 +583,7 @@ func (p *Pipeline) meta(ctx context.Context, req Request, nonce string) (images.
 	m := images.Meta{
 		Session: req.Session, Parent: req.Parent, Host: p.Host, Backend: p.Backend, Driver: p.Driver, GPUs: p.GPUs,
 		CRIU: v.String(), Kernel: utsString(uts.Release[:]), AttachNonce: nonce, Tenant: req.Tenant,
+		Priority: req.Priority, Labels: req.Labels,
 	}
 	if fw, ok := req.Worker.(Fencer); ok {
 		m.Epoch = fw.Epoch()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
+	"github.com/gpuctl/gpuctl/devmem/devstore"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/ids"
 )
@@ -44,6 +45,12 @@ type Sessions interface {
 	// Owner is the tenant that owns the session, and so its images; ""
 	// for the administrator.
 	Owner(id string) string
+}
+
+// attributes is a session table that knows sessions' priorities and
+// labels, which their images keep (images.Meta).
+type attributes interface {
+	Attributes(id string) (int32, api.Labels)
 }
 
 // Service checkpoints sessions on request; gpud builds one and registers
@@ -143,9 +150,27 @@ func (s *Service) Freeze(ctx context.Context, id string) (*Frozen, error) {
 	return s.freeze(ctx, id, false)
 }
 
+// FreezeOptions change a Freeze.
+type FreezeOptions struct {
+	// Claimed: the caller holds Claim(id) already (a migration that
+	// pre-copied the session's memory first).
+	Claimed bool
+	// MemBase is Request.MemBase.
+	MemBase *devstore.Table
+}
+
+// FreezeWith is Freeze with options.
+func (s *Service) FreezeWith(ctx context.Context, id string, o FreezeOptions) (*Frozen, error) {
+	return s.freezeWith(ctx, id, false, o)
+}
+
 // freeze is Freeze; with early, a session whose worker saves its own
 // device memory is resumed before its image is stored (Result.Early).
 func (s *Service) freeze(ctx context.Context, id string, early bool) (*Frozen, error) {
+	return s.freezeWith(ctx, id, early, FreezeOptions{})
+}
+
+func (s *Service) freezeWith(ctx context.Context, id string, early bool, o FreezeOptions) (*Frozen, error) {
 	if err := ids.CheckSession(id); err != nil {
 		return nil, err
 	}
@@ -154,11 +179,13 @@ func (s *Service) freeze(ctx context.Context, id string, early bool) (*Frozen, e
 	if err := s.Sessions.Authorize(ctx, id); err != nil {
 		return nil, err
 	}
-	free, err := s.Claim(id)
-	if err != nil {
-		return nil, err
+	if !o.Claimed {
+		free, err := s.Claim(id)
+		if err != nil {
+			return nil, err
+		}
+		defer free()
 	}
-	defer free()
 	parent, err := s.Sessions.LastImage(ctx, id)
 	if err != nil {
 		return nil, err
@@ -169,14 +196,18 @@ func (s *Service) freeze(ctx context.Context, id string, early bool) (*Frozen, e
 	}
 	cur := w
 	resumed := false
-	fr, err := s.Pipeline.Checkpoint(ctx, Request{Session: id, Worker: w, Parent: parent, Tenant: s.Sessions.Owner(id),
-		Reattached: func(nw Worker) { cur = nw }, ResumeEarly: early,
+	req := Request{Session: id, Worker: w, Parent: parent, Tenant: s.Sessions.Owner(id),
+		Reattached: func(nw Worker) { cur = nw }, ResumeEarly: early, MemBase: o.MemBase,
 		Resumed: func(nw Worker) {
 			cur, resumed = nw, true
 			if err := s.Sessions.Resumed(id, nw); err != nil {
 				s.log().Error("session record not updated after an early resume", "session", id, "err", err)
 			}
-		}})
+		}}
+	if a, ok := s.Sessions.(attributes); ok {
+		req.Priority, req.Labels = a.Attributes(id)
+	}
+	fr, err := s.Pipeline.Checkpoint(ctx, req)
 	if resumed {
 		// The session runs again whatever the store step did.
 		return fr, err

@@ -62,6 +62,9 @@ type Saved struct {
 	CopiedBytes int64  `json:"copied_bytes,omitempty"`
 	PinnedBytes int64  `json:"pinned_bytes,omitempty"`
 	PinError    string `json:"pin_error,omitempty"`
+	// PauseNS is how long a pre-copy round held the session's requests
+	// back (Tracker.Precopy).
+	PauseNS int64 `json:"pause_ns,omitempty"`
 }
 
 // hashes are one save's block hashes, by region.
@@ -80,6 +83,9 @@ type Tracker struct {
 	// committed is a save gpud confirmed (by naming it as a base);
 	// pending the latest save, which gpud may still be storing.
 	committed, pending *hashes
+	// pre is the last pre-copy round: the hashes of the bytes a
+	// migration target holds.
+	pre *hashes
 }
 
 // NewTracker returns a tracker with a fresh hash seed.
@@ -101,6 +107,10 @@ func (t *Tracker) base(gen uint64) *hashes {
 	}
 	if t.pending != nil && t.pending.gen == gen {
 		t.committed = t.pending
+	}
+	if t.pre != nil && t.pre.gen == gen {
+		// The freeze of a live migration: the target holds that round.
+		t.committed, t.pre = t.pre, nil
 	}
 	if t.committed != nil && t.committed.gen == gen {
 		return t.committed

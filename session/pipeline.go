@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/devmem"
 	"github.com/gpuctl/gpuctl/errs"
@@ -102,6 +103,28 @@ func (w *sessionWorker) ReloadMem(ctx context.Context, f *os.File, off, n int64)
 func (w *sessionWorker) MemBytes(ctx context.Context) (int64, error) {
 	st, err := w.h.Stats(ctx)
 	return int64(st.MemInUse), err
+}
+
+// PrecopyMem runs a pre-copy round on the running worker (a live
+// migration, package precopy).
+func (w *sessionWorker) PrecopyMem(ctx context.Context, req devmem.PrecopyRequest) (*os.File, devmem.Saved, error) {
+	return w.h.PrecopyMem(ctx, req)
+}
+
+// Live is the worker of a running or detached session, for work that
+// leaves the session running (a migration's pre-copy); unlike Begin it
+// changes nothing.
+func (m *Manager) Live(id string) (checkpoint.Worker, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.session(id)
+	if err != nil {
+		return nil, err
+	}
+	if s.worker == nil || (s.rec.State != Running && s.rec.State != Detached) {
+		return nil, errs.New(errs.FailedPrecondition, errs.Session(id), "session is %s, not running on this host", s.rec.State)
+	}
+	return &sessionWorker{m: m, id: id, h: s.worker}, nil
 }
 
 // Handle is the underlying worker handle.
@@ -290,7 +313,10 @@ func (m *Manager) Released(id string) error {
 	s.worker = nil
 	s.rec.WorkerPID = 0
 	s.stats.MemInUse = 0
-	s.held = 0
+	if s.held > 0 {
+		s.held = 0
+		m.freed()
+	}
 	return m.setState(s, Stopped)
 }
 
@@ -421,8 +447,11 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 		heldRec *tlsrec.State
 		ka      time.Duration
 	)
+	var prio int32
+	var labels api.Labels
 	if old, dup := m.sessions[id]; dup {
-		if old.rec.State != Stopped {
+		prio, labels = old.rec.Priority, old.rec.Labels
+		if old.rec.State != Stopped && old.rec.State != Preempted {
 			m.mu.Unlock()
 			return errs.New(errs.AlreadyExists, errs.Session(id), "session is already live on this host")
 		}
@@ -452,7 +481,7 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 		rec: Record{
 			ID: id, SecretHash: bytes.Clone(st.SecretSHA256), State: state, Created: time.Now().UTC(),
 			Backend: m.cfg.Worker.Backend, Device: m.cfg.Worker.Device, WorkerPID: sw.h.PID(), Image: image,
-			Tenant: owner, Epoch: next,
+			Tenant: owner, Epoch: next, Priority: prio, Labels: labels,
 		},
 		worker:    sw.h,
 		conn:      held,
@@ -462,6 +491,7 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 		stats:     st,
 		held:      st.AllocBytes,
 	}
+	s.activeAt = time.Now()
 	sw.h.SetQuota(m.quotaFor(limits))
 	if held != nil {
 		s.rec.Client = held.RemoteAddr().String()

@@ -12,6 +12,12 @@ build_workload
 setup_hosts
 rows=()
 stalls=()
+rounds=()
+# rounds_of JSON: a migration's pre-copy rounds as "blocks/bytes/ms" each.
+rounds_of() {
+	tr -d ' \n' | grep -o '"rounds":\[[^]]*\]' | grep -o '{[^}]*}' |
+		sed 's/.*"blocks":\([0-9]*\).*"bytes":\([0-9]*\).*"duration_ms":\([0-9]*\).*/\1 blocks \2 B \3 ms/' | paste -sd';' - || true
+}
 for mib in ${BENCH_SIZES:-16 256 1024}; do
 	say "session of $mib MiB"
 	# Fill the memory, then hold it while we measure; the workload checks
@@ -37,9 +43,29 @@ for mib in ${BENCH_SIZES:-16 256 1024}; do
 	# stop-and-copy checkpoint of the same session (c3: no
 	# --leave-running, the client stalls for all of it).
 	stalls+=("$mib|$(jnum stall_ms <<<"$c1")|$(jnum stall_ms <<<"$c2")|$(jnum duration_ms <<<"$c2")|$(jnum mem_sent_bytes <<<"$c2")|$(jnum duration_ms <<<"$c3")|$(jnum downtime_ms <<<"$mg")")
+	rounds+=("$mib MiB idle: $(rounds_of <<<"$mg")")
 	kill "$app" 2>/dev/null || true
 	wait "$app" 2>/dev/null || true
 done
+
+# A session that rewrites its memory all the time (every word of its
+# buffer, one kernel after another): the pre-copy rounds cannot catch up
+# and the migration ends in a stop-and-copy of what changed last.
+busy_mib=${BENCH_BUSY_MIB:-64}
+say "session of $busy_mib MiB rewriting its memory continuously"
+known=$(session_ids "$api_a")
+start_workload "$listen_a" "$work/app-busy.log" "$busy_mib" 1000000 0
+session=$(find_session "$api_a" "$known")
+for i in $(seq 600); do
+	grep -q 'workload:' "$work/app-busy.log" 2>/dev/null && break
+	sleep 0.1
+done
+sleep 2
+mgb=$(ctl --host "$api_a" migrate "$session" --to "$api_b" --json) || die "migration of the busy session failed"
+rounds+=("$busy_mib MiB rewriting: $(rounds_of <<<"$mgb")")
+busy_row="$busy_mib|$(jnum downtime_ms <<<"$mgb")|$(jnum duration_ms <<<"$mgb")|$(jnum sent_bytes <<<"$mgb")"
+kill "$app" 2>/dev/null || true
+wait "$app" 2>/dev/null || true
 
 backend=$({ ctl --host "$api_a" doctor --json 2>/dev/null || true; } | jstr backend)
 bold "== checkpoint, restore and migration (backend ${backend:-?}; one run each)"
@@ -67,6 +93,13 @@ for r in "${stalls[@]}"; do
 done
 echo "stall_ms: how long the client paused in a --leave-running checkpoint; durable_ms: until the image was committed."
 echo "stop_and_copy_ms: a checkpoint without --leave-running of the same session (on B), the whole stall of a stop-and-copy move."
+echo "migrate_downtime_ms: from the freeze to the client attached on the target, after pre-copy rounds."
+
+echo
+bold "== pre-copy rounds (blocks changed, their bytes, the round's duration)"
+for r in "${rounds[@]}"; do echo "  $r"; done
+IFS='|' read -r bm bd bdur bsent <<<"$busy_row"
+echo "  $bm MiB rewriting: downtime ${bd} ms, migration ${bdur} ms, ${bsent} bytes sent"
 
 # The scaling plot: stall and downtime by size, one SVG, no dependencies.
 svg=${BENCH_SVG:-$(cd "$(dirname "$0")/../.." && pwd)/build/bench-checkpoint.svg}

@@ -28,7 +28,14 @@ const (
 //
 // Calls come from the worker's call thread while the session is quiesced,
 // except ReadMem and HashBlocks, which may also run from other
-// goroutines, concurrently with each other, between those calls.
+// goroutines, concurrently with each other, between those calls. A live
+// migration's pre-copy also calls MemRegions and ReadMem while the session
+// runs, from another goroutine but never during a request (the worker
+// holds its requests back meanwhile, dispatch.Session.Between). Work the
+// session queued earlier may still be running on the device then (the
+// cuda backend's streams), so such a read may see a block half written:
+// the worker hashes the bytes it read, not the device's, and a block torn
+// that way differs from the device at the freeze and is sent again.
 type DeviceMemory interface {
 	// MemRegions lists every region, in a stable order.
 	MemRegions(ctx context.Context) ([]MemRegion, error)

@@ -92,6 +92,10 @@ type Session struct {
 	modules   atomic.Pointer[ModuleCache]
 	// cacheWrites counts module cache writes still in progress.
 	cacheWrites sync.WaitGroup
+	// execMu is held while a request executes, so that Between can run
+	// work on the device in the gaps between requests (a live
+	// migration's pre-copy reads device memory while the session runs).
+	execMu sync.Mutex
 }
 
 // replyCache keeps the reply frames of the last replyCacheSize synchronous
@@ -126,6 +130,15 @@ func NewSession(dev backend.Device, log *slog.Logger) *Session {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Session{dev: dev, log: log, pending: map[backend.Ctx]error{}, maxFrame: wire.DefaultMaxFrame}
+}
+
+// Between runs f while no request executes: after the one in progress,
+// if any, and before the next. It may be called from any goroutine,
+// while Serve runs or not.
+func (s *Session) Between(f func()) {
+	s.execMu.Lock()
+	defer s.execMu.Unlock()
+	f()
 }
 
 // Resumable reports whether the last Serve stopped at a frame boundary,
@@ -395,6 +408,8 @@ func (s *Session) run(ctx context.Context, x *call, bw *bufio.Writer) (err error
 	}()
 	x.bw = bw
 	x.s = s
+	s.execMu.Lock()
+	defer s.execMu.Unlock()
 	return s.exec(ctx, x)
 }
 

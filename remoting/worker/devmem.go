@@ -68,3 +68,21 @@ func (w *worker) memReload(f *os.File, at *[2]int64) error {
 	}
 	return nil
 }
+
+// memPrecopy runs a pre-copy round from the control goroutine while the
+// session may be serving: the tracker reads device memory between the
+// session's requests (dispatch.Session.Between), never during one.
+func (w *worker) memPrecopy(req *devmem.PrecopyRequest) (*os.File, *devmem.Saved, error) {
+	dm, err := w.devMem()
+	if err != nil {
+		return nil, nil, err
+	}
+	if req == nil {
+		req = &devmem.PrecopyRequest{}
+	}
+	f, sv, err := w.mem.Precopy(context.Background(), dm, w.sess.Between, *req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pre-copy device memory: %w", err)
+	}
+	return f, &sv, nil
+}

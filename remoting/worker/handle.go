@@ -611,3 +611,21 @@ func (h *Handle) ReloadMem(ctx context.Context, f *os.File, layoutOff, layoutLen
 	_, err := h.call(ctx, request{Op: opMemReload, MemLayout: &[2]int64{layoutOff, layoutLen}}, int(f.Fd()))
 	return err
 }
+
+// PrecopyMem asks the worker for a pre-copy round (package devmem): the
+// device memory that changed since round req.Base, read while the session
+// runs, in a memfd. A worker whose backend cannot save its memory answers
+// with an error.
+func (h *Handle) PrecopyMem(ctx context.Context, req devmem.PrecopyRequest) (*os.File, devmem.Saved, error) {
+	r, err := h.call(ctx, request{Op: opMemPrecopy, MemPrecopy: &req}, -1)
+	if err != nil {
+		if r.file != nil {
+			r.file.Close()
+		}
+		return nil, devmem.Saved{}, err
+	}
+	if r.Mem == nil || r.file == nil {
+		return nil, devmem.Saved{}, errs.New(errs.Internal, errs.Session(h.sess), "worker: memprecopy: no memory file in the reply")
+	}
+	return r.file, *r.Mem, nil
+}

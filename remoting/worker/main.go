@@ -273,6 +273,21 @@ func (w *worker) run() int {
 				}
 				continue
 			}
+		case opMemPrecopy:
+			var mf *os.File
+			mf, r.Mem, err = w.memPrecopy(req.MemPrecopy)
+			if err == nil {
+				err = w.send(r, int(mf.Fd()))
+				mf.Close()
+				if f != nil {
+					f.Close()
+				}
+				if err != nil {
+					w.shutdown()
+					return 5
+				}
+				continue
+			}
 		case opMemReload:
 			err = w.memReload(f, req.MemLayout)
 		case opDetach:

@@ -27,12 +27,16 @@ const (
 	opDetach  = "detach"  // drop the control connection, wait for SIGUSR2
 	opStats   = "stats"   // report counters
 	opExit    = "exit"    // release the device and exit 0
+	opClaim   = "claim"   // move to the next epoch of the session
 	// opMemSave copies the session's device memory into a memfd sent
 	// back with the reply (package devmem); opMemReload copies it back
 	// from the memfd passed.
 	opMemSave   = "memsave"
 	opMemReload = "memreload"
-	opClaim     = "claim" // move to the next epoch of the session
+	// opMemPrecopy copies, while the session runs, the device memory
+	// that changed since the previous round into a memfd sent back with
+	// the reply (a live migration's pre-copy).
+	opMemPrecopy = "memprecopy"
 )
 
 // evEnded is the worker's unsolicited report that its client went away
@@ -65,6 +69,8 @@ type request struct {
 	// where the passed memfd holds its layout (memreload).
 	MemSave   *devmem.SaveRequest `json:"mem_save,omitempty"`
 	MemLayout *[2]int64           `json:"mem_layout,omitempty"`
+	// MemPrecopy asks for a pre-copy round (memprecopy).
+	MemPrecopy *devmem.PrecopyRequest `json:"mem_precopy,omitempty"`
 	// Epoch is the session's current epoch, which an attach or resume
 	// must hand the worker; From and To move a claim.
 	Epoch uint64 `json:"epoch,omitempty"`
