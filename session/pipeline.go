@@ -98,6 +98,13 @@ func (w *sessionWorker) ReloadMem(ctx context.Context, f *os.File, off, n int64)
 	return w.h.ReloadMem(ctx, f, off, n)
 }
 
+// MemBytes makes the worker a checkpoint.MemSizer: the device memory its
+// session holds, as the worker counts it.
+func (w *sessionWorker) MemBytes(ctx context.Context) (int64, error) {
+	st, err := w.h.Stats(ctx)
+	return int64(st.MemInUse), err
+}
+
 // PrecopyMem runs a pre-copy round on the running worker (a live
 // migration, package precopy).
 func (w *sessionWorker) PrecopyMem(ctx context.Context, req devmem.PrecopyRequest) (*os.File, devmem.Saved, error) {
