@@ -22,10 +22,13 @@ import (
 const (
 	// parMinWrite: a Write at least this long is sealed in parallel.
 	parMinWrite = 8 * maxPlaintext
-	// parMinRead, parMinRecords: a Read into a buffer at least this long
-	// opens records in parallel when this many are buffered and fit it.
-	parMinRead    = 8 * maxPlaintext
-	parMinRecords = 4
+	// parMinRead, parMinData: a Read into a buffer at least this long
+	// opens records in parallel when the whole ones buffered that fit it
+	// hold at least parMinData bytes and the first is at least half full:
+	// a bulk stream, not a run of small requests, which cost less opened
+	// one after another than handed out.
+	parMinRead = 8 * maxPlaintext
+	parMinData = 4 * maxPlaintext
 	// batchRecords is how many records one batch of a bulk Write holds.
 	batchRecords = 64
 	// fullRecord is the length of a sealed record of maxPlaintext bytes.
@@ -139,7 +142,8 @@ type group struct {
 // alert, padding, a record that fails authentication) is where the
 // parallel part ends: the records before it are delivered and it is left,
 // with everything after it, for the serial path, which re-opens it. 0, nil
-// means the serial path should take this read: too few records.
+// means the serial path should take this read: not a bulk stream, or too
+// little of it buffered.
 // rmu held, c.pending empty, nothing ended.
 func (c *Conn) readParallel(p []byte, nw int) (int, error) {
 	if cap(c.raw) < bigRaw {
@@ -149,6 +153,9 @@ func (c *Conn) readParallel(p []byte, nw int) (int, error) {
 	}
 	if err := c.fill(); err != nil {
 		return 0, err
+	}
+	if c.recordLen() < maxPlaintext/2 {
+		return 0, nil
 	}
 	if c.rpos > 0 && cap(c.raw)-len(c.raw) < headerLen+maxCiphertext {
 		n := copy(c.raw, c.raw[c.rpos:])
@@ -172,7 +179,7 @@ func (c *Conn) readParallel(p []byte, nw int) (int, error) {
 		at += headerLen + clen
 	}
 	c.spans = spans
-	if len(spans) < parMinRecords {
+	if len(p)-room < parMinData {
 		return 0, nil
 	}
 	end := at
