@@ -188,6 +188,7 @@ struct gc_ktls_info {
 
 struct dir {
 	EVP_CIPHER_CTX *ctx;
+	EVP_CIPHER_CTX *tmpl; /* keyed and never used: what pool threads copy */
 	uint8_t iv[12];
 	uint64_t seq;
 	int kernel;
@@ -292,7 +293,9 @@ int gc_tls_setup(void)
 	t.plain = malloc(MAX_CIPHER);
 	t.tx.ctx = o.EVP_CIPHER_CTX_new();
 	t.rx.ctx = o.EVP_CIPHER_CTX_new();
-	if (!t.txbuf || !t.rxbuf || !t.plain || !t.tx.ctx || !t.rx.ctx) {
+	t.tx.tmpl = o.EVP_CIPHER_CTX_new();
+	t.rx.tmpl = o.EVP_CIPHER_CTX_new();
+	if (!t.txbuf || !t.rxbuf || !t.plain || !t.tx.ctx || !t.rx.ctx || !t.tx.tmpl || !t.rx.tmpl) {
 		gc_log("TLS: out of memory");
 		return -1;
 	}
@@ -360,8 +363,12 @@ static int set_dir(struct dir *d, int fd, int kdir, const uint8_t *secret, size_
 		o.OPENSSL_cleanse(&ki, sizeof ki);
 	}
 	const EVP_CIPHER *c = aes256 ? o.EVP_aes_256_gcm() : o.EVP_aes_128_gcm();
-	int ok = d->kernel || (kdir == GC_TLS_TX ? o.EVP_EncryptInit_ex(d->ctx, c, NULL, key, NULL)
-						  : o.EVP_DecryptInit_ex(d->ctx, c, NULL, key, NULL)) == 1;
+	int ok = 1;
+	for (int i = 0; i < 2 && !d->kernel; i++) {
+		EVP_CIPHER_CTX *x = i ? d->tmpl : d->ctx;
+		ok = ok && (kdir == GC_TLS_TX ? o.EVP_EncryptInit_ex(x, c, NULL, key, NULL)
+					      : o.EVP_DecryptInit_ex(x, c, NULL, key, NULL)) == 1;
+	}
 	o.OPENSSL_cleanse(key, sizeof key);
 	return ok ? 0 : -1;
 }
@@ -688,8 +695,10 @@ static int settle(long k, uint8_t type, const uint8_t *head)
  * place assumes the records before it are application data without
  * padding, as gpud sends; a padded record moves the data after it down
  * when its job is collected, anything else ends the connection as on the
- * serial path. Transfers under PAR_MIN, every call and launch among them,
- * never touch the threads. */
+ * serial path. An owner that comes to collect a job no thread has started
+ * (the machine is busy) runs it itself, so the threads never cost more
+ * than a hand-off. Transfers under PAR_MIN, every call and launch among
+ * them, never touch the threads. */
 
 #define PAR_MIN (8 * MAX_PLAIN)
 #define MAX_THREADS 8
@@ -708,8 +717,13 @@ struct job {
 	size_t out;   /* bytes of records sealed, of data opened */
 	long err;     /* seal: -1; open: open_one's, or -3 for a record not application data */
 	uint8_t type, head[2];
-	int done; /* pool.mu */
+	_Atomic int state; /* JOB_* */
 };
+
+/* A job is queued for whichever takes it first: a pool thread, or its
+ * owner when it comes to wait for it (so that a job no thread got to,
+ * on a busy machine, costs no more than on the serial path). */
+enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_SETUP };
 
 static struct {
 	pthread_mutex_t mu;
@@ -805,16 +819,16 @@ static void *pool_main(void *arg)
 			pthread_cond_wait(&pool.work, &pool.mu);
 		struct job *j = pool.q[pool.qh++ % QCAP];
 		pthread_mutex_unlock(&pool.mu);
+		int q = JOB_QUEUED;
+		if (!atomic_compare_exchange_strong(&j->state, &q, JOB_RUNNING))
+			continue; /* its owner took it (or an older entry of it was run) */
 		EVP_CIPHER_CTX *c = ctx[j->open];
 		if (c != NULL && gen[j->open] != j->gen) {
-			/* The owner of the direction waits for this job: its
-			 * context is not in use. */
-			if (o.EVP_CIPHER_CTX_copy(c, (j->open ? &t.rx : &t.tx)->ctx) == 1)
+			if (o.EVP_CIPHER_CTX_copy(c, (j->open ? &t.rx : &t.tx)->tmpl) == 1)
 				gen[j->open] = j->gen;
 			else
 				c = NULL;
 		}
-		j->err = 0;
 		if (c == NULL)
 			j->err = -1;
 		else if (j->open)
@@ -822,7 +836,7 @@ static void *pool_main(void *arg)
 		else
 			run_seal(j, c);
 		pthread_mutex_lock(&pool.mu);
-		j->done = 1;
+		atomic_store(&j->state, JOB_DONE);
 		pthread_cond_broadcast(&pool.done);
 		pthread_mutex_unlock(&pool.mu);
 	}
@@ -875,19 +889,46 @@ static int pool_ready(void)
 	return atomic_load(&pool.started) > 0;
 }
 
+/* setup makes j the owner's to fill in: no thread takes it until
+ * submit, even from a stale queue entry. */
+static struct job *setup(struct job *j, int open, const struct dir *d, uint64_t seq)
+{
+	atomic_store(&j->state, JOB_SETUP);
+	j->open = open;
+	j->gen = d->gen;
+	j->seq = seq;
+	memcpy(j->iv, d->iv, 12);
+	j->out = 0;
+	j->err = 0;
+	return j;
+}
+
 static void submit(struct job *j)
 {
 	pthread_mutex_lock(&pool.mu);
-	j->done = 0;
+	atomic_store(&j->state, JOB_QUEUED);
+	if (pool.qt - pool.qh == QCAP)
+		pool.qh++; /* the oldest entry is stale, or its owner will run it */
 	pool.q[pool.qt++ % QCAP] = j;
 	pthread_cond_signal(&pool.work);
 	pthread_mutex_unlock(&pool.mu);
 }
 
-static void wait_job(struct job *j)
+/* wait_job: the job's owner collects it, running it itself with its
+ * direction's own context if no thread has started it. */
+static void wait_job(struct job *j, EVP_CIPHER_CTX *own)
 {
+	int q = JOB_QUEUED;
+	if (atomic_compare_exchange_strong(&j->state, &q, JOB_RUNNING)) {
+		if (j->open)
+			run_open(j, own);
+		else
+			run_seal(j, own);
+		atomic_store(&j->state, JOB_DONE);
+		return;
+	}
 	pthread_mutex_lock(&pool.mu);
-	while (!j->done)
+	while (atomic_load(&j->state) != JOB_DONE)
 		pthread_cond_wait(&pool.done, &pool.mu);
 	pthread_mutex_unlock(&pool.mu);
 }
@@ -913,10 +954,11 @@ static int par_send(int fd, const struct iovec *iov, int n, size_t total)
 	int rc = 0;
 	for (;;) {
 		while (rc == 0 && left > 0 && issued - sent < ns) {
-			struct job *j = &pool.txjobs[issued % ns];
+			struct job *j = setup(&pool.txjobs[issued % ns], 0, &t.tx, seq);
 			size_t len = left < JOB_RECS * MAX_PLAIN ? left : JOB_RECS * MAX_PLAIN;
-			*j = (struct job){ .open = 0, .gen = t.tx.gen, .seq = seq, .buf = pool.txs[issued % ns], .c = c, .len = len };
-			memcpy(j->iv, t.tx.iv, 12);
+			j->buf = pool.txs[issued % ns];
+			j->c = c;
+			j->len = len;
 			cur_advance(&c, len);
 			seq += (len + MAX_PLAIN - 1) / MAX_PLAIN;
 			left -= len;
@@ -926,7 +968,7 @@ static int par_send(int fd, const struct iovec *iov, int n, size_t total)
 		if (sent == issued)
 			break;
 		struct job *j = &pool.txjobs[sent % ns];
-		wait_job(j);
+		wait_job(j, t.tx.ctx);
 		if (rc == 0 && (j->err != 0 || send_all(fd, j->buf, j->out) < 0))
 			rc = -1; /* the jobs out still use the caller's data: collect them */
 		sent++;
@@ -996,7 +1038,7 @@ static long par_recv(int fd, uint8_t *p, size_t n)
 		 * free it if a job still holds it. */
 		while (rc == 0 && issued - done >= ns - 1) {
 			struct job *j = &pool.rxjobs[done % ns];
-			wait_job(j);
+			wait_job(j, t.rx.ctx);
 			if (j->err != 0) {
 				settle(j->err == -3 ? (long)j->out : j->err, j->type, j->head);
 				rc = -1;
@@ -1009,9 +1051,10 @@ static long par_recv(int fd, uint8_t *p, size_t n)
 		}
 		if (rc != 0)
 			break;
-		struct job *j = &pool.rxjobs[issued % ns];
-		*j = (struct job){ .open = 1, .gen = t.rx.gen, .seq = seq, .buf = s + a, .nrec = nrec, .dst = p + next };
-		memcpy(j->iv, t.rx.iv, 12);
+		struct job *j = setup(&pool.rxjobs[issued % ns], 1, &t.rx, seq);
+		j->buf = s + a;
+		j->nrec = nrec;
+		j->dst = p + next;
 		submit(j);
 		issued++;
 		seq += nrec;
@@ -1027,7 +1070,7 @@ static long par_recv(int fd, uint8_t *p, size_t n)
 	}
 	for (; done < issued; done++) {
 		struct job *j = &pool.rxjobs[done % ns];
-		wait_job(j);
+		wait_job(j, t.rx.ctx);
 		if (rc != 0)
 			continue;
 		if (j->err != 0) {
