@@ -99,6 +99,11 @@ func TestClientTLS(t *testing.T) {
 				if !strings.Contains(stderr.String(), "TLS TLS_AES_") {
 					t.Errorf("the client did not report TLS:\n%s", stderr.String())
 				}
+				// A record out of order or sealed wrong would fail
+				// authentication and the client would reconnect and replay.
+				if strings.Contains(stderr.String(), "reconnect") {
+					t.Errorf("the client reconnected:\n%s", stderr.String())
+				}
 				env := strings.Join(tc.env, " ")
 				started := strings.Contains(stderr.String(), "3 of 3 threads started")
 				if strings.Contains(env, "THREADS=3") != started || strings.Contains(env, "THREADS=0") && strings.Contains(stderr.String(), "threads started") {
