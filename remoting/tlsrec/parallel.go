@@ -192,6 +192,7 @@ func (c *Conn) readParallel(p []byte, nw int) (int, error) {
 	// socket's next bytes after it while these records are opened.
 	c.spare = append(c.spare[:0], c.raw[end:]...)
 	var wg sync.WaitGroup
+	iv := c.in.iv
 	off := 0
 	for w := 0; w < g; w++ {
 		lo, hi := w*len(spans)/g, (w+1)*len(spans)/g
@@ -204,10 +205,10 @@ func (c *Conn) readParallel(p []byte, nw int) (int, error) {
 			c.scratch[w] = make([]byte, maxCiphertext)
 		}
 		wg.Add(1)
-		go func(gr *group, a cipher.AEAD, seq uint64, spans []span, scratch []byte) {
+		go func(gr *group, a cipher.AEAD, raw []byte, seq uint64, spans []span, scratch []byte) {
 			defer wg.Done()
-			openGroup(gr, a, &c.in.iv, c.raw, spans, p, seq, scratch)
-		}(&c.groups[w], aeads[w], c.in.seq+uint64(lo), spans[lo:hi], c.scratch[w])
+			openGroup(gr, a, &iv, raw, spans, p, seq, scratch)
+		}(&c.groups[w], aeads[w], c.raw, c.in.seq+uint64(lo), spans[lo:hi], c.scratch[w])
 	}
 	c.spare = c.topUp(c.spare)
 	wg.Wait()
