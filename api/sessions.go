@@ -19,6 +19,10 @@ type Session struct {
 	// Tenant owns the session (gpud --tenants); absent for the
 	// administrator's.
 	Tenant string `json:"tenant,omitempty"`
+	// Epoch is the session's epoch on this host: it grows at every
+	// checkpoint that leaves the session running, restore and migration,
+	// and only the worker handed the current one may serve.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // CheckpointRequest is the body of POST /v1/sessions/{id}/checkpoint; an
@@ -41,6 +45,14 @@ type CheckpointReply struct {
 	// Nonce names the abstract socket a restored worker dials
 	// (@gpuctl-attach-<nonce>).
 	Nonce string `json:"nonce"`
+	// StallMS is how long the client was paused: with leave_running, the
+	// session runs again once its device memory is in host memory, and
+	// the image is made durable after that (DurationMS).
+	StallMS int64 `json:"stall_ms"`
+	// MemBytes and MemSentBytes: the session's device memory, and how
+	// much of it was copied (the blocks changed since its last image).
+	MemBytes     int64 `json:"mem_bytes,omitempty"`
+	MemSentBytes int64 `json:"mem_sent_bytes,omitempty"`
 }
 
 // StepTiming is how long one step of a checkpoint, restore or migration
@@ -79,4 +91,16 @@ type MigrateReply struct {
 	DowntimeMS int64        `json:"downtime_ms"` // the client's stall
 	DurationMS int64        `json:"duration_ms"`
 	Steps      []StepTiming `json:"steps"`
+	// Rounds are the pre-copy rounds: device memory sent while the
+	// session ran, before the freeze.
+	Rounds []PrecopyRound `json:"rounds,omitempty"`
+}
+
+// PrecopyRound is one pass of a live migration's pre-copy.
+type PrecopyRound struct {
+	Blocks     int   `json:"blocks"`      // blocks changed since the previous round (all, in the first)
+	Bytes      int64 `json:"bytes"`       // their bytes
+	SentBytes  int64 `json:"sent_bytes"`  // what crossed the network (compressed, and only what the target lacked)
+	DurationMS int64 `json:"duration_ms"` // the round, the client's pause to copy included
+	PauseMS    int64 `json:"pause_ms"`    // the client's pause while the changed blocks were copied to host memory
 }

@@ -165,7 +165,7 @@ func TestCallTracer(t *testing.T) {
 		"cuDeviceGetAttribute attr=16 dev=0 -> 0 v=",        // answers to them
 		"cuDevicePrimaryCtxRetain dev=0 -> 0 ctx=ctx1",      // contexts by order
 		"cuGetExportTable uuid=42d85a8123f6cb478298f6e78a3aecdc -> 0 size=0x18",
-		"ET 263e8860[2] ctx=ctx1 -> 0 flags=0 extra=0", // a decoded export-table slot
+		"ET 263e8860[2] ctx=ctx1 -> 0 flags=0", // a decoded export-table slot
 		"cuFuncGetAttribute attr=0 fn=_Z3addPKfS0_Pfi -> 0 v=",
 		"cuLaunchKernel fn=_Z3addPKfS0_Pfi grid=", // functions by name
 		"# 1 cuModuleGetLoadingMode -> 0 v=",      // counts at exit

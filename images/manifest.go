@@ -59,6 +59,10 @@ type Meta struct {
 	// AttachNonce names the abstract socket a restored worker dials
 	// (@gpuctl-attach-<nonce>); any host restoring the image listens there.
 	AttachNonce string `json:"attach_nonce,omitempty"`
+	// Epoch is the session's epoch the dumped worker served under: a host
+	// where the session has reached a later epoch refuses to restore the
+	// image (docs/checkpoint.md, "Fencing"). 0: not recorded.
+	Epoch uint64 `json:"epoch,omitempty"`
 
 	// Labels decorate an image; nothing gpuctl needs to restore it lives
 	// here.

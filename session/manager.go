@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"github.com/gpuctl/gpuctl/ids"
+	"io"
 	"log/slog"
 	"net"
 	"sort"
@@ -18,6 +19,7 @@ import (
 	"github.com/gpuctl/gpuctl/remoting/cu"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
 	"github.com/gpuctl/gpuctl/remoting/tlsrec"
+	"github.com/gpuctl/gpuctl/remoting/wire"
 	"github.com/gpuctl/gpuctl/remoting/worker"
 	"github.com/gpuctl/gpuctl/tenant"
 )
@@ -42,6 +44,10 @@ type Config struct {
 	// the workers of tenants with a memory limit ask before they hold
 	// more; the Manager is its ledger. Empty: memory is not metered.
 	QuotaSocket string
+	// Keepalive is how often a client that asks for keepalives gets one
+	// while its session is busy or quiesced; zero means
+	// wire.DefaultKeepalive.
+	Keepalive time.Duration
 	// Reaper reaps adopted (restored) workers; may be nil.
 	Reaper  *worker.Reaper
 	Metrics *Metrics
@@ -88,6 +94,14 @@ type Session struct {
 	// held is the device memory the quota ledger counts for the session:
 	// what its worker was last granted.
 	held uint64
+	// keepalive is the keepalive interval conn's client asked for (0:
+	// none), and keeping the goroutine that sends them while gpud holds
+	// conn for a quiesced session.
+	keepalive time.Duration
+	keeping   *keeper
+	// midFrame: the worker quiesced without stopping conn at a frame
+	// boundary, so conn can be neither written to nor served on again.
+	midFrame bool
 }
 
 // NewManager returns a manager. Records left by an earlier gpud run are
@@ -272,11 +286,102 @@ func (m *Manager) forget(id, why string) {
 }
 
 func (m *Manager) closeConn(s *Session) {
+	m.stopKeeping(s)
 	if s.conn != nil {
 		s.conn.Close()
 		s.conn = nil
 	}
-	s.overTLS, s.tlsState = false, nil
+	s.overTLS, s.tlsState, s.midFrame = false, nil, false
+}
+
+// keepaliveOf is the keepalive interval for a client with Hello h: none
+// unless it asked for keepalives.
+func (m *Manager) keepaliveOf(h *wire.Hello) time.Duration {
+	if h == nil || h.Flags&wire.HelloKeepalive == 0 {
+		return 0
+	}
+	if m.cfg.Keepalive > 0 {
+		return m.cfg.Keepalive
+	}
+	return wire.DefaultKeepalive
+}
+
+// keeper sends keepalives on a client socket gpud holds while its session
+// is quiesced (checkpointed, migrated), so that the client, which gives
+// up on a silent connection, waits instead. On a TLS connection they are
+// records sealed with the record layer the worker handed back, which
+// moves on with them.
+type keeper struct {
+	stop chan struct{}
+	done chan struct{}
+	tc   *tlsrec.Conn // nil for plaintext
+	err  error        // why a keepalive could not be written; read after done
+}
+
+// startKeeping starts a keeper on s's held socket when its client asked
+// for keepalives; the caller holds m.mu, and the worker has stopped
+// writing to the socket at a frame boundary.
+func (m *Manager) startKeeping(s *Session) {
+	if s.conn == nil || s.keepalive <= 0 || s.keeping != nil || s.midFrame {
+		return
+	}
+	k := &keeper{stop: make(chan struct{}), done: make(chan struct{})}
+	var w io.Writer = s.conn
+	if s.overTLS {
+		if s.tlsState == nil {
+			return // nobody can speak on it; dropUnusable closes it
+		}
+		tc, err := tlsrec.New(s.conn, *s.tlsState)
+		if err != nil {
+			m.log.Warn("no keepalives for a quiesced TLS client", "session", s.rec.ID, "err", err)
+			return
+		}
+		k.tc, w = tc, tc
+	}
+	s.keeping = k
+	go func(conn *net.TCPConn, every time.Duration) {
+		defer close(k.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-k.stop:
+				return
+			case <-t.C:
+			}
+			conn.SetWriteDeadline(time.Now().Add(every))
+			err := wire.WriteKeepalive(w, 0)
+			conn.SetWriteDeadline(time.Time{})
+			if err != nil {
+				k.err = err
+				return
+			}
+		}
+	}(s.conn, s.keepalive)
+}
+
+// stopKeeping stops s's keeper and waits for it, so that nothing else
+// writes to the socket; a TLS connection's record layer then stands past
+// the keepalives sent. A keepalive that failed may have left part of a
+// frame on the wire: the socket is closed, and its client reconnects. The
+// caller holds m.mu.
+func (m *Manager) stopKeeping(s *Session) {
+	k := s.keeping
+	if k == nil {
+		return
+	}
+	close(k.stop)
+	<-k.done
+	s.keeping = nil
+	if k.tc != nil {
+		st := k.tc.State()
+		k.tc.Forget()
+		s.tlsState = &st
+	}
+	if k.err != nil {
+		m.log.Info("a keepalive to a quiesced client failed; closing its connection", "session", s.rec.ID, "err", k.err)
+		m.closeConn(s)
+	}
 }
 
 // watch follows one worker handle of a session: a client that went away
@@ -338,8 +443,9 @@ func (m *Manager) workerExited(id string, h *worker.Handle) {
 // greets with them. The session belongs to the principal ctx carries
 // (tenant.FromContext); a tenant at its max_sessions is refused with an
 // errs.ResourceExhausted error whose message the client prints. rec is
-// conn's TLS record layer, nil for plaintext.
-func (m *Manager) Create(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State) (string, error) {
+// conn's TLS record layer, nil for plaintext; hello is the client's (what
+// it asked for: keepalives).
+func (m *Manager) Create(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State, hello *wire.Hello) (string, error) {
 	owner := tenant.FromContext(ctx).Tenant
 	id, secret, err := newID()
 	if err != nil {
@@ -382,11 +488,12 @@ func (m *Manager) Create(ctx context.Context, conn *net.TCPConn, rec *tlsrec.Sta
 		rec: Record{
 			ID: id, SecretHash: hashSecret(secret), State: Running,
 			Client: conn.RemoteAddr().String(), Created: time.Now().UTC(),
-			Backend: opts.Backend, Device: opts.Device, WorkerPID: h.PID(), Tenant: owner,
+			Backend: opts.Backend, Device: opts.Device, WorkerPID: h.PID(), Tenant: owner, Epoch: 1,
 		},
-		worker:  h,
-		conn:    conn,
-		overTLS: rec != nil,
+		worker:    h,
+		conn:      conn,
+		overTLS:   rec != nil,
+		keepalive: m.keepaliveOf(hello),
 	}
 	m.mu.Lock()
 	m.sessions[id] = s
@@ -395,7 +502,7 @@ func (m *Manager) Create(ctx context.Context, conn *net.TCPConn, rec *tlsrec.Sta
 	m.persist(s)
 	m.mu.Unlock()
 	m.watch(id, h)
-	if err := h.Attach(ctx, conn, rec, dispatch.WelcomeInfo{SessionID: id, Secret: secret}, false); err != nil {
+	if err := h.Attach(ctx, conn, rec, dispatch.WelcomeInfo{SessionID: id, Secret: secret, Keepalive: s.keepalive}, false, 1); err != nil {
 		m.end(id, "attach failed")
 		return "", err
 	}
@@ -411,12 +518,13 @@ var errUnknown = errs.New(errs.NotFound, "", "no such session on this host")
 // migrated away answers with a *MovedError; one this host does not know,
 // or a wrong secret, with an errs.NotFound error; one that cannot take its
 // client now (in an image, being checkpointed) with errs.Unavailable. rec
-// is conn's TLS record layer, nil for plaintext.
+// is conn's TLS record layer, nil for plaintext; hello is the client's.
 //
 // The token of the handshake must be the session owner's (or the host
 // token): a tenant's client cannot take over another's session even with
 // its secret, and is answered as for an unknown one.
-func (m *Manager) Resume(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State, id, secret string) error {
+func (m *Manager) Resume(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State, hello *wire.Hello) error {
+	id, secret := hello.SessionID, hello.Secret
 	who := tenant.FromContext(ctx)
 	m.mu.Lock()
 	s, ok := m.sessions[id]
@@ -446,14 +554,16 @@ func (m *Manager) Resume(ctx context.Context, conn *net.TCPConn, rec *tlsrec.Sta
 	// (a cut link) replaces it.
 	m.closeConn(s)
 	s.conn, s.overTLS = conn, rec != nil
+	s.keepalive = m.keepaliveOf(hello)
 	s.rec.Client = conn.RemoteAddr().String()
 	if s.rec.State == Detached {
 		_ = m.setState(s, Running)
 	} else {
 		m.persist(s)
 	}
+	ka, epoch := s.keepalive, s.rec.Epoch
 	m.mu.Unlock()
-	if err := h.Attach(ctx, conn, rec, dispatch.WelcomeInfo{SessionID: id}, false); err != nil {
+	if err := h.Attach(ctx, conn, rec, dispatch.WelcomeInfo{SessionID: id, Keepalive: ka}, false, epoch); err != nil {
 		m.mu.Lock()
 		if s.conn == conn {
 			s.conn, s.overTLS = nil, false
@@ -491,6 +601,7 @@ type Info struct {
 	// AllocBytes is what the client's allocations hold, as the worker
 	// last reported it: what a tenant's memory limit counts.
 	AllocBytes uint64
+	Epoch      uint64 // see Record.Epoch
 }
 
 // refreshStats asks each live worker for its counters, briefly: a busy
@@ -566,7 +677,7 @@ func (s *Session) info(host string) Info {
 	return Info{
 		ID: s.rec.ID, State: s.rec.State, Host: host, Client: s.rec.Client, Created: s.rec.Created,
 		MemBytes: s.stats.MemInUse, Device: s.rec.Device, Backend: s.rec.Backend, WorkerPID: s.rec.WorkerPID,
-		Tenant: s.rec.Tenant, AllocBytes: s.stats.AllocBytes,
+		Tenant: s.rec.Tenant, AllocBytes: s.stats.AllocBytes, Epoch: s.rec.Epoch,
 	}
 }
 

@@ -29,6 +29,12 @@ type Record struct {
 	// Tenant owns the session: the tenant whose token created it, or
 	// whose image it was restored from; empty for the administrator.
 	Tenant string `json:"tenant,omitempty"`
+	// Epoch is the session's epoch on this host: the one worker allowed
+	// to serve it is the one gpud last handed this number. It grows when
+	// a worker goes on past an image of it (checkpoint --leave-running, a
+	// failed migration resuming here), when an image is restored, and
+	// when the session moves to another host.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // Records is where session records persist: one opaque value per session

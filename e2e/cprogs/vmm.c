@@ -12,6 +12,8 @@
  */
 #include "common.h"
 
+#include <unistd.h>
+
 int main(int argc, char **argv)
 {
     init_args("vmm", &argc, argv);
@@ -102,6 +104,33 @@ int main(int argc, char **argv)
     if (tail != 0x5a || a != out[10])
         fail("after growing: tail byte %#x, head value %g (want 0x5a, %g)", tail, a, out[10]);
 
+    /* A shareable handle, as PyTorch's expandable segments ask for: an
+     * allocation made exportable as a POSIX file descriptor, exported and
+     * imported again in this process, maps the same memory; the imported
+     * handle holds its own reference. */
+    CUmemAllocationProp sprop = prop;
+    sprop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    CUmemGenericAllocationHandle hs, hi;
+    CK(cuMemCreate(&hs, g, &sprop, 0));
+    int fd = -1;
+    CK(cuMemExportToShareableHandle(&fd, hs, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    if (fd < 0)
+        fail("exported file descriptor %d", fd);
+    CK(cuMemImportFromShareableHandle(&hi, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    close(fd);
+    CK(cuMemRelease(hs)); /* the imported handle keeps the memory */
+    CUdeviceptr vs;
+    CK(cuMemAddressReserve(&vs, g, 0, 0, 0));
+    CK(cuMemMap(vs, g, 0, hi, 0));
+    CK(cuMemSetAccess(vs, g, &acc, 1));
+    CK(cuMemsetD8(vs, 0x3c, g));
+    CK(cuMemcpyDtoH(&tail, vs + g - 1, 1));
+    if (tail != 0x3c)
+        fail("imported allocation reads %#x, want 0x3c", tail);
+    CK(cuMemUnmap(vs, g));
+    CK(cuMemRelease(hi));
+    CK(cuMemAddressFree(vs, g));
+
     CK(cuMemUnmap(va2, g));
     CK(cuMemAddressFree(va2, g));
     CK(cuMemUnmap(va, g));
@@ -112,6 +141,6 @@ int main(int argc, char **argv)
     CK(cuModuleUnload(mod));
     free(h);
     free(out);
-    printf("vmm: ok (granularity %zu; mappings back to back, aliases, retain, grow)\n", g);
+    printf("vmm: ok (granularity %zu; mappings back to back, aliases, retain, grow, shareable handles)\n", g);
     return 0;
 }

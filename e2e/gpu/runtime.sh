@@ -53,6 +53,29 @@ for p in $progs; do
 	done
 done
 
+# The driver's private answers (cuBLASLt's TPC layout, cluster slot,
+# cuGetProcAddress corner cases, stream numbers): one binary, linked
+# against build/include's cuda.h, run on NVIDIA's libcuda and through
+# gpuctl; the outputs must match line for line.
+b=$WORK/bin/private
+if gcc -O1 -I"$ROOT/build/include" -o "$b" "$ROOT/e2e/gpu/tools/private.c" -L"$ROOT/build/lib" -l:libcuda.so.1 \
+	>"$OUT/private.build" 2>&1; then
+	env LD_LIBRARY_PATH="$DRVLIB" timeout 60 "$b" >"$OUT/private.native" 2>&1
+	nrc=$?
+	timeout 120 "$GPUCTL" run --server $LISTEN --token-file "$TOKEN" -- env LD_LIBRARY_PATH="$ROOT/build/lib" "$b" \
+		>"$OUT/private.remote" 2>"$OUT/private.remote.err"
+	rrc=$?
+	if [ $nrc -eq 0 ] && [ $rrc -eq 0 ] && cmp -s "$OUT/private.native" "$OUT/private.remote"; then
+		echo "ok   private tables ($(grep -c . "$OUT/private.remote") lines equal)"; pass=$((pass + 1))
+	else
+		echo "FAIL private tables: native exit $nrc, remote exit $rrc"
+		diff "$OUT/private.native" "$OUT/private.remote" | head -10
+		fail=$((fail + 1))
+	fi
+else
+	echo "FAIL build private: $(tail -3 "$OUT/private.build")"; fail=$((fail + 1))
+fi
+
 if [ "${TORCH:-1}" != 0 ] && python3 -c 'import torch' 2>/dev/null; then
 	py='import torch; x = torch.zeros(1, device="cuda"); torch.cuda.synchronize(); print("torch", torch.__version__, x.cpu().tolist())'
 	timeout 300 "$GPUCTL" run --server $LISTEN --token-file "$TOKEN" -- env GPUCTL_DEBUG=1 LD_LIBRARY_PATH="$ROOT/build/lib" \

@@ -1175,6 +1175,48 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 		}
 		x.e.I32(int32(outValue))
 		return nil
+	case wire.OpTPCLayout:
+		c := backend.Ctx(x.d.U64())
+		x.c = c
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		if err := s.takePending(x, c); err != nil {
+			return err
+		}
+		outGpc, outLocal, err := s.doTPCLayout(ctx, x, c)
+		if err != nil {
+			return err
+		}
+		x.e.Bytes(outGpc)
+		x.e.Bytes(outLocal)
+		return nil
+	case wire.OpStreamGetId:
+		c := backend.Ctx(x.d.U64())
+		x.c = c
+		inS := backend.Stream(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		if err := s.takePending(x, c); err != nil {
+			return err
+		}
+		outId, err := s.doStreamGetId(ctx, x, c, inS)
+		if err != nil {
+			return err
+		}
+		x.e.U64(uint64(outId))
+		return nil
+	case wire.OpMemHandleRetain:
+		inH := backend.MemHandle(x.d.U64())
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		err := s.doMemHandleRetain(ctx, x, inH)
+		if err != nil {
+			return err
+		}
+		return nil
 	}
 	return s.unknownOp(x)
 }

@@ -46,13 +46,15 @@ const (
 // right after the Hello (nil for a plaintext connection): whoever serves
 // conn carries on from it.
 type Sessions interface {
-	// Create starts a new session served on conn and returns its id.
-	Create(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State) (string, error)
+	// Create starts a new session served on conn and returns its id; rec
+	// is conn's TLS record layer (nil for plaintext), hello the client's
+	// (what it asked for: keepalives).
+	Create(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State, hello *wire.Hello) (string, error)
 	// Resume gives a returning client its session back. A session that
 	// moved to another host answers with an error that has a
 	// MovedTo() string method; an unknown session or a wrong secret with
 	// an errs.NotFound error.
-	Resume(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State, id, secret string) error
+	Resume(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State, hello *wire.Hello) error
 }
 
 // moved is the error a session that migrated away answers a resume with.
@@ -274,7 +276,7 @@ func (l *Listener) handshake(ctx context.Context, c *net.TCPConn, timeout time.D
 	sctx, cancel := context.WithTimeout(tenant.NewContext(ctx, who), sessionStartTimeout)
 	defer cancel()
 	if !hello.Resume() {
-		id, err := l.Sessions.Create(sctx, c, st)
+		id, err := l.Sessions.Create(sctx, c, st, hello)
 		if err != nil {
 			l.audit(ctx, who.String(), action, "", peer, string(errs.KindOf(err)))
 			msg := "gpud could not start a session: " + err.Error()
@@ -300,7 +302,7 @@ func (l *Listener) handshake(ctx context.Context, c *net.TCPConn, timeout time.D
 		forget(rec)
 		return
 	}
-	err = l.Sessions.Resume(sctx, c, st, hello.SessionID, hello.Secret)
+	err = l.Sessions.Resume(sctx, c, st, hello)
 	var mv moved
 	result := "ok"
 	switch {

@@ -42,6 +42,21 @@ var libraryOps = []Op{
 		f("shared", U32, "uint32"),
 		f("cx", U32, "uint32"), f("cy", U32, "uint32"), f("cz", U32, "uint32"), f("query", U32, "uint32"),
 	}, Out: []Field{f("value", I32, "int32")}},
+
+	// The device's TPC layout as the driver hands it to cuBLASLt (its
+	// private table 1734dc26, slot 4): for each TPC, the GPC it belongs
+	// to and its index within that GPC, one byte each. The answer comes
+	// from the server's driver; see docs/export-tables.md.
+	{Code: 404, Name: "TPCLayout", Ctx: true, Custom: true,
+		Out: []Field{f("gpc", Bytes, "[]byte"), f("local", Bytes, "[]byte")}},
+	// A stream's unique number (cuStreamGetId), which cuBLASLt also
+	// reads through its table's slot 39. s is a stream handle or
+	// CU_STREAM_LEGACY (1) or CU_STREAM_PER_THREAD (2).
+	{Code: 405, Name: "StreamGetId", Ctx: true, Custom: true, In: []Field{stream}, Out: []Field{f("id", U64, "uint64")}},
+	// One more reference to a physical allocation, which MemRelease
+	// drops: what cuMemImportFromShareableHandle hands out for a handle
+	// the same process exported.
+	{Code: 406, Name: "MemHandleRetain", Custom: true, In: []Field{memHandle}},
 }
 
 // libraryEntries: cuBLAS and cuBLASLt resolve a fixed list of driver
@@ -77,6 +92,15 @@ var libraryEntries = []Entry{
 	local("cuCtxGetSharedMemConfig", sym("cuCtxGetSharedMemConfig", 4020)),
 	local("cuCtxSetSharedMemConfig", sym("cuCtxSetSharedMemConfig", 4020)),
 	local("cuFuncSetSharedMemConfig", sym("cuFuncSetSharedMemConfig", 4020)),
+
+	// A stream's unique number, answered by the server's driver.
+	custom("cuStreamGetId", sym("cuStreamGetId", 12000), ptsym("cuStreamGetId_ptsz", 12000)),
+
+	// Shareable handles of physical allocations, within one process (a
+	// local file descriptor names the server's handle): PyTorch's
+	// expandable segments resolve both when they start.
+	custom("cuMemExportToShareableHandle", sym("cuMemExportToShareableHandle", 10020)),
+	custom("cuMemImportFromShareableHandle", sym("cuMemImportFromShareableHandle", 10020)),
 }
 
 // dlsymNames are the driver symbols cuBLAS, cuBLASLt, cuDNN and PyTorch

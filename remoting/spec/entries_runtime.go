@@ -50,9 +50,9 @@ var runtimeEntries = append([]Entry{
 	custom("cuFuncSetCacheConfig", sym("cuFuncSetCacheConfig", 3000)),
 	custom("cuFuncGetName", sym("cuFuncGetName", 12030)),
 	custom("cuFuncGetModule", sym("cuFuncGetModule", 11000)),
-	custom("cuLinkCreate", sym("cuLinkCreate_v2", 6050)),
-	custom("cuLinkAddData", sym("cuLinkAddData_v2", 6050)),
-	custom("cuLinkAddFile", sym("cuLinkAddFile_v2", 6050)),
+	custom("cuLinkCreate", sym("cuLinkCreate", 5050), sym("cuLinkCreate_v2", 6050)),
+	custom("cuLinkAddData", sym("cuLinkAddData", 5050), sym("cuLinkAddData_v2", 6050)),
+	custom("cuLinkAddFile", sym("cuLinkAddFile", 5050), sym("cuLinkAddFile_v2", 6050)),
 	custom("cuLinkComplete", sym("cuLinkComplete", 5050)),
 	custom("cuLinkDestroy", sym("cuLinkDestroy", 5050)),
 

@@ -84,6 +84,9 @@ const (
 	OpCtxGetLimit                 Op = 401
 	OpCtxSetLimit                 Op = 402
 	OpOccupancyClusters           Op = 403
+	OpTPCLayout                   Op = 404
+	OpStreamGetId                 Op = 405
+	OpMemHandleRetain             Op = 406
 )
 
 // String returns the op's name.
@@ -243,6 +246,12 @@ func (o Op) String() string {
 		return "CtxSetLimit"
 	case OpOccupancyClusters:
 		return "OccupancyClusters"
+	case OpTPCLayout:
+		return "TPCLayout"
+	case OpStreamGetId:
+		return "StreamGetId"
+	case OpMemHandleRetain:
+		return "MemHandleRetain"
 	}
 	return "op(" + itoa(uint64(o)) + ")"
 }
@@ -250,7 +259,7 @@ func (o Op) String() string {
 // Known reports whether o is an op of this protocol version.
 func (o Op) Known() bool {
 	switch o {
-	case OpDriverVersion, OpDeviceCount, OpDeviceName, OpDeviceUUID, OpDeviceTotalMem, OpDeviceAttribute, OpDevicePCIBusID, OpPrimaryCtxRetain, OpPrimaryCtxRelease, OpPrimaryCtxReset, OpPrimaryCtxState, OpPrimaryCtxSetFlags, OpCtxCreate, OpCtxDestroy, OpCtxDevice, OpCtxSynchronize, OpMemAlloc, OpMemFree, OpMemGetInfo, OpMemGetAddressRange, OpMemcpyHtoD, OpMemcpyDtoH, OpMemcpyDtoD, OpMemset, OpModuleLoad, OpModuleUnload, OpModuleGetFunction, OpModuleGetGlobal, OpFuncGetAttribute, OpFuncSetAttribute, OpLaunch, OpStreamCreate, OpStreamDestroy, OpStreamQuery, OpStreamSynchronize, OpStreamWaitEvent, OpEventCreate, OpEventDestroy, OpEventRecord, OpEventQuery, OpEventSynchronize, OpEventElapsedTime, OpDeviceAttributes, OpModuleLoadCached, OpModuleUpload, OpDeviceGetMemPool, OpDeviceGetDefaultMemPool, OpDeviceSetMemPool, OpMemPoolCreate, OpMemPoolDestroy, OpMemPoolSetAttribute, OpMemPoolGetAttribute, OpMemPoolTrimTo, OpMemAllocAsync, OpMemFreeAsync, OpMemAddressReserve, OpMemAddressFree, OpMemCreate, OpMemRelease, OpMemMap, OpMemUnmap, OpMemSetAccess, OpMemGetAccess, OpMemGetAllocationGranularity, OpMemRetainAllocationHandle, OpStreamWaitValue, OpStreamWriteValue, OpStreamBatchMemOp, OpTensorMapEncode, OpMemcpyHtoD3D, OpMemcpyDtoH3D, OpMemcpyDtoD3D, OpMemcpyPeer, OpLaunchEx, OpCtxGetLimit, OpCtxSetLimit, OpOccupancyClusters:
+	case OpDriverVersion, OpDeviceCount, OpDeviceName, OpDeviceUUID, OpDeviceTotalMem, OpDeviceAttribute, OpDevicePCIBusID, OpPrimaryCtxRetain, OpPrimaryCtxRelease, OpPrimaryCtxReset, OpPrimaryCtxState, OpPrimaryCtxSetFlags, OpCtxCreate, OpCtxDestroy, OpCtxDevice, OpCtxSynchronize, OpMemAlloc, OpMemFree, OpMemGetInfo, OpMemGetAddressRange, OpMemcpyHtoD, OpMemcpyDtoH, OpMemcpyDtoD, OpMemset, OpModuleLoad, OpModuleUnload, OpModuleGetFunction, OpModuleGetGlobal, OpFuncGetAttribute, OpFuncSetAttribute, OpLaunch, OpStreamCreate, OpStreamDestroy, OpStreamQuery, OpStreamSynchronize, OpStreamWaitEvent, OpEventCreate, OpEventDestroy, OpEventRecord, OpEventQuery, OpEventSynchronize, OpEventElapsedTime, OpDeviceAttributes, OpModuleLoadCached, OpModuleUpload, OpDeviceGetMemPool, OpDeviceGetDefaultMemPool, OpDeviceSetMemPool, OpMemPoolCreate, OpMemPoolDestroy, OpMemPoolSetAttribute, OpMemPoolGetAttribute, OpMemPoolTrimTo, OpMemAllocAsync, OpMemFreeAsync, OpMemAddressReserve, OpMemAddressFree, OpMemCreate, OpMemRelease, OpMemMap, OpMemUnmap, OpMemSetAccess, OpMemGetAccess, OpMemGetAllocationGranularity, OpMemRetainAllocationHandle, OpStreamWaitValue, OpStreamWriteValue, OpStreamBatchMemOp, OpTensorMapEncode, OpMemcpyHtoD3D, OpMemcpyDtoH3D, OpMemcpyDtoD3D, OpMemcpyPeer, OpLaunchEx, OpCtxGetLimit, OpCtxSetLimit, OpOccupancyClusters, OpTPCLayout, OpStreamGetId, OpMemHandleRetain:
 		return true
 	}
 	return false
@@ -260,6 +269,16 @@ func (o Op) Known() bool {
 func (o Op) AsyncAllowed() bool {
 	switch o {
 	case OpMemcpyHtoD, OpMemcpyDtoD, OpMemset, OpLaunch, OpStreamWaitEvent, OpEventRecord, OpMemFreeAsync, OpStreamWaitValue, OpStreamWriteValue, OpStreamBatchMemOp, OpMemcpyHtoD3D, OpMemcpyDtoD3D, OpMemcpyPeer, OpLaunchEx:
+		return true
+	}
+	return false
+}
+
+// BulkReply reports whether o's reply carries a bulk payload, which the
+// server streams as the op runs.
+func (o Op) BulkReply() bool {
+	switch o {
+	case OpMemcpyDtoH, OpMemcpyDtoH3D:
 		return true
 	}
 	return false

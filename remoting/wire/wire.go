@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // Version is the protocol version this package speaks. A peer with another
@@ -58,7 +59,17 @@ const (
 const (
 	// HelloResume asks to re-attach to SessionID, proving it with Secret.
 	HelloResume uint16 = 1 << 0
+	// HelloKeepalive says the client reads keepalive frames and gives up
+	// on a connection that stays silent while it waits for a reply; the
+	// server then sends a keepalive whenever it has been silent for the
+	// interval its Welcome announces while the client has work in it.
+	HelloKeepalive uint16 = 1 << 1
 )
+
+// DefaultKeepalive is how often gpud sends a keepalive on a connection
+// whose client asked for them and that has been silent while a call runs
+// (or while gpud holds the connection of a session being checkpointed).
+const DefaultKeepalive = 2 * time.Second
 
 // Hello is the client's first message.
 type Hello struct {
@@ -213,6 +224,9 @@ type Welcome struct {
 	// LastExecuted is the highest request sequence number the session has
 	// executed; the client resends everything after it.
 	LastExecuted uint64
+	// KeepaliveMS is the interval, in milliseconds, of the keepalives the
+	// server sends on this connection (HelloKeepalive); 0: none.
+	KeepaliveMS uint32
 }
 
 // WriteWelcome writes wl. A zero MaxFrame is sent as DefaultMaxFrame.
@@ -236,6 +250,7 @@ func WriteWelcome(w io.Writer, wl *Welcome) error {
 	le.PutUint16(b[10:], uint16(len(wl.Secret)))
 	le.PutUint16(b[12:], uint16(len(msg)))
 	le.PutUint32(b[16:], mf)
+	le.PutUint32(b[20:], wl.KeepaliveMS)
 	le.PutUint64(b[24:], wl.LastExecuted)
 	b = append(b, wl.SessionID...)
 	b = append(b, wl.Secret...)
@@ -259,6 +274,7 @@ func ReadWelcome(r io.Reader) (*Welcome, error) {
 	wl := &Welcome{
 		Status:       Status(le.Uint16(b[6:])),
 		MaxFrame:     le.Uint32(b[16:]),
+		KeepaliveMS:  le.Uint32(b[20:]),
 		LastExecuted: le.Uint64(b[24:]),
 	}
 	sl, cl, ml := int(le.Uint16(b[8:])), int(le.Uint16(b[10:])), int(le.Uint16(b[12:]))

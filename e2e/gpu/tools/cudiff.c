@@ -1543,6 +1543,10 @@ enum {
 	S_CLS_PUT,          /* CONTEXT_LOCAL_STORAGE[0] */
 	S_CLS_DELETE,       /* [1] */
 	S_CLS_GET,          /* [2] */
+	S_TOPO_LAYOUT,      /* CLUSTER_TOPOLOGY (1734dc26)[4] */
+	S_TOPO_CLUSTERS,    /* [8] */
+	S_TOPO_RELEASE,     /* [13] */
+	S_TOPO_ONE,         /* [14] */
 	S_DECODED,
 };
 static void *et_real[S_DECODED];
@@ -1620,8 +1624,12 @@ static u64 et_checks_ctx(ET_ARGS)
 	const void **extra = (const void **)a2;
 	struct line l = { .n = 0 };
 	put(&l, "ET 263e8860[2] ctx=%s -> %d", ctx_name((void *)a0), r);
+	/* The driver writes extra only for a context of kind 1; otherwise
+	 * it holds whatever the caller left there. */
 	if (r == 0)
-		put(&l, " flags=%#x extra=%s", flags ? *flags : 0, extra && *extra ? "set" : "0");
+		put(&l, " flags=%#x", flags ? *flags : 0);
+	if (r == 0 && flags != NULL && *flags == 1)
+		put(&l, " extra=%s", extra && *extra ? "set" : "0");
 	record(&l);
 	return ret;
 }
@@ -1667,6 +1675,63 @@ static u64 et_cls_put(ET_ARGS) { return et_cls(S_CLS_PUT, 0, (void *)a0, a0, a1,
 static u64 et_cls_delete(ET_ARGS) { return et_cls(S_CLS_DELETE, 1, NULL, a0, a1, a2, a3, a4, a5); }
 static u64 et_cls_get(ET_ARGS) { return et_cls(S_CLS_GET, 2, (void *)a1, a0, a1, a2, a3, a4, a5); }
 
+/* (void **gpc, void **local): the TPC layout, one byte per TPC. The
+ * count is not returned; the first 32 TPCs show the order. */
+static u64 et_topo_layout(ET_ARGS)
+{
+	u64 ret = ET_CALL(S_TOPO_LAYOUT);
+	CUresult r = (CUresult)ret;
+	unsigned char **g = (unsigned char **)a0, **lo = (unsigned char **)a1;
+	struct line l = { .n = 0 };
+	put(&l, "ET 1734dc26[4] -> %d", r);
+	if (r == 0 && g != NULL && lo != NULL && *g != NULL && *lo != NULL) {
+		put(&l, " gpc=");
+		for (int i = 0; i < 32; i++)
+			put(&l, "%x", (*g)[i] & 15);
+		put(&l, " local=");
+		for (int i = 0; i < 32; i++)
+			put(&l, "%x", (*lo)[i] & 15);
+	}
+	record(&l);
+	return ret;
+}
+
+/* (int dev, int *out): whether the device launches clusters. */
+static u64 et_topo_clusters(ET_ARGS)
+{
+	u64 ret = ET_CALL(S_TOPO_CLUSTERS);
+	int *v = (int *)a1;
+	struct line l = { .n = 0 };
+	put(&l, "ET 1734dc26[8] dev=%d -> %d", (int)a0, (CUresult)ret);
+	if ((CUresult)ret == 0 && v != NULL)
+		put(&l, " v=%d", *v);
+	record(&l);
+	return ret;
+}
+
+/* (void *, void *): frees slot 4's buffers. */
+static u64 et_topo_release(ET_ARGS)
+{
+	u64 ret = ET_CALL(S_TOPO_RELEASE);
+	struct line l = { .n = 0 };
+	put(&l, "ET 1734dc26[13] -> %d", (CUresult)ret);
+	record(&l);
+	return ret;
+}
+
+/* (int *out): 1. */
+static u64 et_topo_one(ET_ARGS)
+{
+	u64 ret = ET_CALL(S_TOPO_ONE);
+	int *v = (int *)a0;
+	struct line l = { .n = 0 };
+	put(&l, "ET 1734dc26[14] -> %d", (CUresult)ret);
+	if ((CUresult)ret == 0 && v != NULL)
+		put(&l, " v=%d", *v);
+	record(&l);
+	return ret;
+}
+
 static const struct {
 	const char *uuid8;
 	int slot, id;
@@ -1683,6 +1748,10 @@ static const struct {
 	{ "c693336e", 0, S_CLS_PUT, (void *)et_cls_put },
 	{ "c693336e", 1, S_CLS_DELETE, (void *)et_cls_delete },
 	{ "c693336e", 2, S_CLS_GET, (void *)et_cls_get },
+	{ "1734dc26", 4, S_TOPO_LAYOUT, (void *)et_topo_layout },
+	{ "1734dc26", 8, S_TOPO_CLUSTERS, (void *)et_topo_clusters },
+	{ "1734dc26", 13, S_TOPO_RELEASE, (void *)et_topo_release },
+	{ "1734dc26", 14, S_TOPO_ONE, (void *)et_topo_one },
 };
 
 /* A counting thunk (x86-64): lock incq counter; jmpq *target. */

@@ -74,6 +74,27 @@ func (r *spans) contains(p, n uint64) bool {
 	return n <= x.size-(p-x.base)
 }
 
+// covers reports whether [p, p+n) lies inside ranges that follow one
+// another without a gap. VMM mappings placed back to back in one
+// reservation are one range of addresses to the driver, and PyTorch's
+// expandable segments copy across the seams.
+func (r *spans) covers(p, n uint64) bool {
+	if n == 0 {
+		return r.contains(p, 0)
+	}
+	for {
+		x, ok := r.find(p)
+		if !ok {
+			return false
+		}
+		left := x.size - (p - x.base)
+		if n <= left {
+			return true
+		}
+		p, n = p+left, n-left
+	}
+}
+
 // dropModule removes every global that belongs to module m.
 func (r *spans) dropModule(m uint64) {
 	out := r.s[:0]

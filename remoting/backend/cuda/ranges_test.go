@@ -53,3 +53,30 @@ func TestSpans(t *testing.T) {
 		t.Errorf("overlapping add left %v", r.s)
 	}
 }
+
+// TestSpansCovers: a range across back-to-back ranges (VMM mappings in one
+// reservation) is covered; one across a gap or past the end is not.
+func TestSpansCovers(t *testing.T) {
+	var r spans
+	r.add(span{base: 0x10000, size: 0x1000})
+	r.add(span{base: 0x11000, size: 0x2000})
+	r.add(span{base: 0x14000, size: 0x1000}) // a gap before it
+	tests := []struct {
+		p, n uint64
+		want bool
+	}{
+		{0x10800, 0x1000, true}, // astride the first seam
+		{0x10000, 0x3000, true}, // both mappings whole
+		{0x10000, 0x3001, false},
+		{0x12800, 0x2000, false}, // across the gap
+		{0x14000, 0x1000, true},
+		{0x13000, 1, false},
+		{0x13000, 0, true}, // one past the end
+		{0x10800, ^uint64(0), false},
+	}
+	for _, tt := range tests {
+		if got := r.covers(tt.p, tt.n); got != tt.want {
+			t.Errorf("covers(%#x, %#x) = %v, want %v", tt.p, tt.n, got, tt.want)
+		}
+	}
+}

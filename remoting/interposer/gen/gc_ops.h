@@ -16,6 +16,7 @@
 #define GC_HELLO_SIZE 24
 #define GC_WELCOME_SIZE 32
 #define GC_HELLO_RESUME 1
+#define GC_HELLO_KEEPALIVE 2
 #define GC_REQ_HDR_SIZE 24
 #define GC_REP_HDR_SIZE 40
 #define GC_FLAG_ASYNC 1
@@ -24,6 +25,7 @@
 #define GC_KIND_ACK 2
 #define GC_KIND_MOVED 3
 #define GC_KIND_CLOSING 4
+#define GC_KIND_KEEPALIVE 5
 #define GC_STATUS_OK 0
 #define GC_STATUS_BAD_TOKEN 1
 #define GC_STATUS_UNKNOWN_SESSION 2
@@ -117,6 +119,9 @@ enum gc_op {
 	GC_OP_CtxGetLimit = 401,
 	GC_OP_CtxSetLimit = 402,
 	GC_OP_OccupancyClusters = 403,
+	GC_OP_TPCLayout = 404,
+	GC_OP_StreamGetId = 405,
+	GC_OP_MemHandleRetain = 406,
 };
 
 /* gc_op_name names an op for diagnostics and statistics. */
@@ -277,6 +282,12 @@ static inline const char *gc_op_name(unsigned op)
 		return "CtxSetLimit";
 	case GC_OP_OccupancyClusters:
 		return "OccupancyClusters";
+	case GC_OP_TPCLayout:
+		return "TPCLayout";
+	case GC_OP_StreamGetId:
+		return "StreamGetId";
+	case GC_OP_MemHandleRetain:
+		return "MemHandleRetain";
 	}
 	return NULL;
 }
@@ -916,6 +927,25 @@ static inline uint8_t *gc_enc_OccupancyClusters(uint8_t *p, uint64_t ctx, uint64
 	return p;
 }
 
+static inline uint8_t *gc_enc_TPCLayout(uint8_t *p, uint64_t ctx)
+{
+	p = gc_put_u64(p, ctx);
+	return p;
+}
+
+static inline uint8_t *gc_enc_StreamGetId(uint8_t *p, uint64_t ctx, uint64_t s)
+{
+	p = gc_put_u64(p, ctx);
+	p = gc_put_u64(p, s);
+	return p;
+}
+
+static inline uint8_t *gc_enc_MemHandleRetain(uint8_t *p, uint64_t h)
+{
+	p = gc_put_u64(p, h);
+	return p;
+}
+
 /* RPC wrappers (gc_rpc.c). Synchronous ones wait for the reply; _async
  * ones queue the request and return. */
 CUresult gc_rpc_DriverVersion(int32_t *version);
@@ -1009,5 +1039,8 @@ CUresult gc_rpc_LaunchEx_async(uint64_t ctx, uint64_t fn, uint32_t gx, uint32_t 
 CUresult gc_rpc_CtxGetLimit(uint64_t ctx, int32_t limit, uint64_t *value);
 CUresult gc_rpc_CtxSetLimit(uint64_t ctx, int32_t limit, uint64_t value);
 CUresult gc_rpc_OccupancyClusters(uint64_t ctx, uint64_t fn, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared, uint32_t cx, uint32_t cy, uint32_t cz, uint32_t query, int32_t *value);
+CUresult gc_rpc_TPCLayout(uint64_t ctx, void *gpc, uint32_t gpc_cap, uint32_t *gpc_len, void *local, uint32_t local_cap, uint32_t *local_len);
+CUresult gc_rpc_StreamGetId(uint64_t ctx, uint64_t s, uint64_t *id);
+CUresult gc_rpc_MemHandleRetain(uint64_t h);
 
 #endif

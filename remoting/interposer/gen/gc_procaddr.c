@@ -144,9 +144,12 @@ extern void cuLibraryGetModule(void);
 extern void cuLibraryLoadData(void);
 extern void cuLibraryLoadFromFile(void);
 extern void cuLibraryUnload(void);
+extern void cuLinkAddData(void);
 extern void cuLinkAddData_v2(void);
+extern void cuLinkAddFile(void);
 extern void cuLinkAddFile_v2(void);
 extern void cuLinkComplete(void);
+extern void cuLinkCreate(void);
 extern void cuLinkCreate_v2(void);
 extern void cuLinkDestroy(void);
 extern void cuMemAddressFree(void);
@@ -159,6 +162,7 @@ extern void cuMemAllocManaged(void);
 extern void cuMemAllocPitch_v2(void);
 extern void cuMemAlloc_v2(void);
 extern void cuMemCreate(void);
+extern void cuMemExportToShareableHandle(void);
 extern void cuMemFreeAsync(void);
 extern void cuMemFreeHost(void);
 extern void cuMemFree_v2(void);
@@ -172,6 +176,7 @@ extern void cuMemHostGetDevicePointer_v2(void);
 extern void cuMemHostGetFlags(void);
 extern void cuMemHostRegister_v2(void);
 extern void cuMemHostUnregister(void);
+extern void cuMemImportFromShareableHandle(void);
 extern void cuMemMap(void);
 extern void cuMemPoolCreate(void);
 extern void cuMemPoolDestroy(void);
@@ -265,6 +270,7 @@ extern void cuStreamGetCaptureInfo_v3(void);
 extern void cuStreamGetCtx(void);
 extern void cuStreamGetFlags(void);
 extern void cuStreamGetId(void);
+extern void cuStreamGetId_ptsz(void);
 extern void cuStreamGetPriority(void);
 extern void cuStreamIsCapturing(void);
 extern void cuStreamQuery(void);
@@ -731,9 +737,12 @@ const struct gc_proc gc_procs[] = {
 	{ "cuLibraryLoadData", 12000, 0, (void *)cuLibraryLoadData },
 	{ "cuLibraryLoadFromFile", 12000, 0, (void *)cuLibraryLoadFromFile },
 	{ "cuLibraryUnload", 12000, 0, (void *)cuLibraryUnload },
+	{ "cuLinkAddData", 5050, 0, (void *)cuLinkAddData },
 	{ "cuLinkAddData", 6050, 0, (void *)cuLinkAddData_v2 },
+	{ "cuLinkAddFile", 5050, 0, (void *)cuLinkAddFile },
 	{ "cuLinkAddFile", 6050, 0, (void *)cuLinkAddFile_v2 },
 	{ "cuLinkComplete", 5050, 0, (void *)cuLinkComplete },
+	{ "cuLinkCreate", 5050, 0, (void *)cuLinkCreate },
 	{ "cuLinkCreate", 6050, 0, (void *)cuLinkCreate_v2 },
 	{ "cuLinkDestroy", 5050, 0, (void *)cuLinkDestroy },
 	{ "cuLogsCurrent", 2000, 0, (void *)gc_lookup_cuLogsCurrent },
@@ -753,6 +762,7 @@ const struct gc_proc gc_procs[] = {
 	{ "cuMemCreate", 10020, 0, (void *)cuMemCreate },
 	{ "cuMemDiscardAndPrefetchBatchAsync", 2000, 0, (void *)gc_lookup_cuMemDiscardAndPrefetchBatchAsync },
 	{ "cuMemDiscardBatchAsync", 2000, 0, (void *)gc_lookup_cuMemDiscardBatchAsync },
+	{ "cuMemExportToShareableHandle", 10020, 0, (void *)cuMemExportToShareableHandle },
 	{ "cuMemFree", 3020, 0, (void *)cuMemFree_v2 },
 	{ "cuMemFreeAsync", 11020, 0, (void *)cuMemFreeAsync },
 	{ "cuMemFreeHost", 2000, 0, (void *)cuMemFreeHost },
@@ -768,6 +778,7 @@ const struct gc_proc gc_procs[] = {
 	{ "cuMemHostGetFlags", 2000, 0, (void *)cuMemHostGetFlags },
 	{ "cuMemHostRegister", 6050, 0, (void *)cuMemHostRegister_v2 },
 	{ "cuMemHostUnregister", 2000, 0, (void *)cuMemHostUnregister },
+	{ "cuMemImportFromShareableHandle", 10020, 0, (void *)cuMemImportFromShareableHandle },
 	{ "cuMemMap", 10020, 0, (void *)cuMemMap },
 	{ "cuMemPoolCreate", 11020, 0, (void *)cuMemPoolCreate },
 	{ "cuMemPoolDestroy", 11020, 0, (void *)cuMemPoolDestroy },
@@ -883,7 +894,8 @@ const struct gc_proc gc_procs[] = {
 	{ "cuStreamGetCtx", 9020, 0, (void *)cuStreamGetCtx },
 	{ "cuStreamGetDevice", 2000, 0, (void *)gc_lookup_cuStreamGetDevice },
 	{ "cuStreamGetFlags", 5050, 0, (void *)cuStreamGetFlags },
-	{ "cuStreamGetId", 2000, 0, (void *)cuStreamGetId },
+	{ "cuStreamGetId", 12000, 0, (void *)cuStreamGetId },
+	{ "cuStreamGetId", 12000, 1, (void *)cuStreamGetId_ptsz },
 	{ "cuStreamGetPriority", 5050, 0, (void *)cuStreamGetPriority },
 	{ "cuStreamIsCapturing", 10000, 0, (void *)cuStreamIsCapturing },
 	{ "cuStreamQuery", 2000, 0, (void *)cuStreamQuery },
@@ -922,4 +934,4 @@ const struct gc_proc gc_procs[] = {
 	{ "cuWaitExternalSemaphoresAsync", 2000, 0, (void *)gc_lookup_cuWaitExternalSemaphoresAsync },
 };
 
-const size_t gc_nprocs = 455;
+const size_t gc_nprocs = 461;

@@ -1521,3 +1521,62 @@ CUresult gc_rpc_OccupancyClusters(uint64_t ctx, uint64_t fn, uint32_t gx, uint32
 	return r;
 }
 
+CUresult gc_rpc_TPCLayout(uint64_t ctx, void *gpc, uint32_t gpc_cap, uint32_t *gpc_len, void *local, uint32_t local_cap, uint32_t *local_len)
+{
+	size_t ocap = 8 + (size_t)gpc_cap + (size_t)local_cap;
+	uint8_t *out = malloc(ocap);
+	if (out == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_TPCLayout, 8, 0, NULL, 0);
+	if (args == NULL) {
+		free(out);
+		return k.res;
+	}
+	gc_enc_TPCLayout(args, ctx);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	if (r == CUDA_SUCCESS) {
+		struct gc_rd d = { out, k.out_len, 0, 0 };
+		gc_get_bytes(&d, gpc, gpc_cap, gpc_len);
+		gc_get_bytes(&d, local, local_cap, local_len);
+		r = gc_rd_check(&d, "TPCLayout");
+	}
+	free(out);
+	return r;
+}
+
+CUresult gc_rpc_StreamGetId(uint64_t ctx, uint64_t s, uint64_t *id)
+{
+	uint8_t out[8];
+	size_t ocap = 8;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_StreamGetId, 16, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_StreamGetId(args, ctx, s);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	if (r == CUDA_SUCCESS) {
+		struct gc_rd d = { out, k.out_len, 0, 0 };
+		*id = gc_get_u64(&d);
+		r = gc_rd_check(&d, "StreamGetId");
+	}
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_MemHandleRetain(uint64_t h)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_MemHandleRetain, 8, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_MemHandleRetain(args, h);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	(void)out;
+	return r;
+}
+

@@ -137,9 +137,12 @@
 #undef cuLibraryLoadData
 #undef cuLibraryLoadFromFile
 #undef cuLibraryUnload
+#undef cuLinkAddData
 #undef cuLinkAddData_v2
+#undef cuLinkAddFile
 #undef cuLinkAddFile_v2
 #undef cuLinkComplete
+#undef cuLinkCreate
 #undef cuLinkCreate_v2
 #undef cuLinkDestroy
 #undef cuMemAddressFree
@@ -152,6 +155,7 @@
 #undef cuMemAllocPitch_v2
 #undef cuMemAlloc_v2
 #undef cuMemCreate
+#undef cuMemExportToShareableHandle
 #undef cuMemFreeAsync
 #undef cuMemFreeHost
 #undef cuMemFree_v2
@@ -165,6 +169,7 @@
 #undef cuMemHostGetFlags
 #undef cuMemHostRegister_v2
 #undef cuMemHostUnregister
+#undef cuMemImportFromShareableHandle
 #undef cuMemMap
 #undef cuMemPoolCreate
 #undef cuMemPoolDestroy
@@ -258,6 +263,7 @@
 #undef cuStreamGetCtx
 #undef cuStreamGetFlags
 #undef cuStreamGetId
+#undef cuStreamGetId_ptsz
 #undef cuStreamGetPriority
 #undef cuStreamIsCapturing
 #undef cuStreamQuery

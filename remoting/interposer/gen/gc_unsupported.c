@@ -109,12 +109,6 @@ int cuModuleGetFunctionCount(void)
 	return gc_unsupported("cuModuleGetFunctionCount", &once);
 }
 
-int cuStreamGetId(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamGetId", &once);
-}
-
 int cuStreamAddCallback(void)
 {
 	static int once;

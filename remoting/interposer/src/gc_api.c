@@ -46,9 +46,13 @@ CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
  * form where one exists; otherwise (and for calls that take no stream)
  * the ordinary form. */
 static CUresult proc_lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
-			    CUdriverProcAddressQueryResult *st)
+			    CUdriverProcAddressQueryResult *st, int v2)
 {
 	if (symbol == NULL || pfn == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* Flags other than the two documented ones are refused, as
+	 * NVIDIA's driver does. */
+	if ((flags & ~(cuuint64_t)(CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)) != 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	*pfn = NULL;
 	int want_pt = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
@@ -75,20 +79,23 @@ static CUresult proc_lookup(const char *symbol, void **pfn, int cudaVersion, cuu
 	if (*pfn == NULL && getenv("GPUCTL_DEBUG") != NULL)
 		gc_log("cuGetProcAddress(%s, %d, %llu): %s", symbol, cudaVersion, (unsigned long long)flags,
 		       found ? "no form that old" : "unknown name");
-	return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+	/* The v2 ABI reports a failed look-up in its status and succeeds
+	 * with a NULL function, as NVIDIA's driver does (an empty name
+	 * included); the v1 ABI has only its result to say it. */
+	return *pfn || v2 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
 /* The v1 ABI (CUDA 11.3) has no status out-parameter; v2 (CUDA 12.0)
  * reports whether the name or only the version failed. */
 CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
 {
-	return proc_lookup(symbol, pfn, cudaVersion, flags, NULL);
+	return proc_lookup(symbol, pfn, cudaVersion, flags, NULL, 0);
 }
 
 CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
 				     CUdriverProcAddressQueryResult *symbolStatus)
 {
-	return proc_lookup(symbol, pfn, cudaVersion, flags, symbolStatus);
+	return proc_lookup(symbol, pfn, cudaVersion, flags, symbolStatus, 1);
 }
 
 /* ---- init and devices ------------------------------------------------------ */

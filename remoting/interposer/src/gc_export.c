@@ -23,6 +23,7 @@
 #include "gc_core.h"
 #include "gc_runtime.h"
 #include "gc_ext.h"
+#include "../gen/gc_ops.h"
 #include "../gen/gc_undef.h"
 
 /* ---- table identities ------------------------------------------------- */
@@ -36,8 +37,9 @@ enum et_id {
 	ET_CTX_CHECKS,   /* 263e8860-7cd2-6143-92f6-bbd5006dfa7e */
 	ET_INTEGRITY,    /* d4082055-bde6-704b-8d34-ba123c66e1f2 */
 	ET_BLASLT,       /* 21318c60-9714-3248-8ca6-41ff7324c8f2 */
+	ET_TOPOLOGY,     /* 1734dc26-800d-4745-8726-c0f1e7dd8bca */
 	ET_KNOWN,
-	ET_UNKNOWN_MAX = 8, /* distinct unknown UUIDs that get a stub table */
+	ET_UNKNOWN_MAX = 7, /* distinct unknown UUIDs that get a stub table */
 	ET_ALL = ET_KNOWN + ET_UNKNOWN_MAX,
 };
 
@@ -58,16 +60,19 @@ static const struct {
 	[ET_CTX_CHECKS] = { "CONTEXT_CHECKS", { 0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e }, 15, 1 },
 	[ET_INTEGRITY] = { "INTEGRITY_CHECK", { 0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2 }, 3, 1 },
 	[ET_BLASLT] = { "CUBLASLT_PRIVATE", { 0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2 }, 93, 1 },
+	[ET_TOPOLOGY] = { "CLUSTER_TOPOLOGY", { 0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45, 0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca }, 17, 1 },
 };
 
 /* The tables. Unknown UUIDs share the pool at the end; each gets 64
  * slots behind a size word, enough for any table the traces show. */
 #define ET_UNKNOWN_WORDS 65
-static void *t_cuda13[3], *t_cudart[13], *t_hooks[7], *t_tls[3], *t_cls[4], *t_checks[15], *t_integrity[3], *t_blaslt[93];
+static void *t_cuda13[3], *t_cudart[13], *t_hooks[7], *t_tls[3], *t_cls[4], *t_checks[15], *t_integrity[3], *t_blaslt[93],
+	*t_topology[17];
 static void *t_unknown[ET_UNKNOWN_MAX][ET_UNKNOWN_WORDS];
 static void **const et_tables[ET_KNOWN] = {
 	[ET_CUDA13] = t_cuda13, [ET_CUDART] = t_cudart, [ET_TOOLS_HOOKS] = t_hooks, [ET_TOOLS_TLS] = t_tls,
 	[ET_CLS] = t_cls, [ET_CTX_CHECKS] = t_checks, [ET_INTEGRITY] = t_integrity, [ET_BLASLT] = t_blaslt,
+	[ET_TOPOLOGY] = t_topology,
 };
 
 static struct {
@@ -242,16 +247,75 @@ static CUresult blaslt_stream_object(CUcontext c, CUstream s, void **out, int pe
 }
 
 /* Slot 39: the unique number of a stream object from slot 51,
- * (CUcontext, void *object, unsigned long long *out). Server handles are
- * never reused within a session and the legacy (1) and per-thread (2)
- * default streams cannot collide with them, so the object is its own
- * number. */
+ * (CUcontext, void *object, unsigned long long *out): the number
+ * cuStreamGetId reports for the stream (NVIDIA's driver reads the same
+ * field of its stream object for both), so it comes from the server's
+ * driver. The object here is the stream handle, CU_STREAM_LEGACY or
+ * CU_STREAM_PER_THREAD. */
 static CUresult blaslt_stream_number(CUcontext c, const void *obj, unsigned long long *out)
 {
 	(void)c;
 	if (obj == NULL || out == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	*out = (unsigned long long)(uintptr_t)obj;
+	return cuStreamGetId((CUstream)obj, out);
+}
+
+/* ---- CLUSTER_TOPOLOGY (1734dc26) ------------------------------------------------- */
+
+/* Slot 4: the TPC layout of the current context's device, (void **gpc,
+ * void **local): two buffers allocated with malloc, one byte per TPC,
+ * the TPC's GPC and its index within the GPC. cuBLASLt reads them once
+ * and hands them back to slot 13. The layout is the server's device's. */
+static CUresult topology_tpc_layout(void **gpc, void **local)
+{
+	if (gpc == NULL || local == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t ctx;
+	CUresult r = gc_current_ctx(&ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
+	uint8_t g[256], l[256];
+	uint32_t ng = 0, nl = 0;
+	if ((r = gc_rpc_TPCLayout(ctx, g, sizeof g, &ng, l, sizeof l, &nl)) != CUDA_SUCCESS)
+		return r;
+	if (ng != nl || ng == 0)
+		return CUDA_ERROR_UNKNOWN;
+	void *pg = malloc(ng), *pl = malloc(nl);
+	if (pg == NULL || pl == NULL) {
+		free(pg);
+		free(pl);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	memcpy(pg, g, ng);
+	memcpy(pl, l, nl);
+	*gpc = pg;
+	*local = pl;
+	return CUDA_SUCCESS;
+}
+
+/* Slot 13: frees slot 4's buffers. */
+static CUresult topology_release(void *gpc, void *local)
+{
+	free(gpc);
+	free(local);
+	return CUDA_SUCCESS;
+}
+
+/* Slot 8: (CUdevice, int *out), whether the device launches thread-block
+ * clusters. */
+static CUresult topology_cluster_launch(CUdevice dev, int *out)
+{
+	if (out == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	return cuDeviceGetAttribute(out, CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, dev);
+}
+
+/* Slot 14: (int *out), a constant 1 in NVIDIA's driver. */
+static CUresult topology_one(int *out)
+{
+	if (out == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*out = 1;
 	return CUDA_SUCCESS;
 }
 
@@ -367,16 +431,17 @@ void gc_cls_context_gone(CUcontext c)
 
 /* ---- CONTEXT_CHECKS ---------------------------------------------------------------- */
 
-/* Slot 2 reports properties of a context that would keep cudart from
- * using it (0: none; the context is an ordinary one); slot 3 a global
- * condition of the same kind (0: none). */
+/* Slot 2 reports the kind of a context, the first word of NVIDIA's
+ * context object (0: an ordinary context), and only for kind 1 writes
+ * extra (a pointer the object holds); for an ordinary context extra is
+ * left as the caller had it, as NVIDIA's driver does. Slot 3 reports a
+ * global condition (0: none). */
 static CUresult checks_context(CUcontext c, uint32_t *flags, const void **extra)
 {
-	(void)c;
-	if (flags != NULL)
-		*flags = 0;
-	if (extra != NULL)
-		*extra = NULL;
+	(void)c, (void)extra;
+	if (flags == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*flags = 0;
 	return CUDA_SUCCESS;
 }
 static uint32_t checks_global(void) { return 0; }
@@ -545,6 +610,10 @@ static void et_init(void)
 	t_blaslt[4] = (void *)blaslt_ctx_number;
 	t_blaslt[39] = (void *)blaslt_stream_number;
 	t_blaslt[51] = (void *)blaslt_stream_object;
+	t_topology[4] = (void *)topology_tpc_layout;
+	t_topology[8] = (void *)topology_cluster_launch;
+	t_topology[13] = (void *)topology_release;
+	t_topology[14] = (void *)topology_one;
 	t_cls[0] = (void *)cls_put;
 	t_cls[1] = (void *)cls_delete;
 	t_cls[2] = (void *)cls_get;

@@ -714,6 +714,37 @@ CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int *priority)
 	return r;
 }
 
+/* cuStreamGetId: the server's driver numbers streams; the NULL stream is
+ * the legacy default stream (the per-thread one for the _ptsz form), which
+ * travels as CU_STREAM_LEGACY or CU_STREAM_PER_THREAD so that the two
+ * keep numbers of their own. */
+static CUresult stream_get_id(CUstream s, CUstream null_is, unsigned long long *id)
+{
+	if (id == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (s == NULL)
+		s = null_is;
+	struct strm st;
+	CUresult r = stream_props(s, &st);
+	if (r != CUDA_SUCCESS)
+		return r;
+	uint64_t h = is_special(s) ? GC_H(s) : st.h;
+	uint64_t v = 0;
+	if ((r = gc_rpc_StreamGetId(st.ctx, h, &v)) == CUDA_SUCCESS)
+		*id = v;
+	return r;
+}
+
+CUresult CUDAAPI cuStreamGetId(CUstream hStream, unsigned long long *streamId)
+{
+	return stream_get_id(hStream, CU_STREAM_LEGACY, streamId);
+}
+
+CUresult CUDAAPI cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId)
+{
+	return stream_get_id(hStream, CU_STREAM_PER_THREAD, streamId);
+}
+
 CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
 {
 	if (pctx == NULL)

@@ -5,7 +5,10 @@
  * reservations live on the server; the client keeps the device ranges
  * they make usable (so cuMemcpy and pointer queries know them) and the
  * properties of each physical allocation it created. */
+#define _GNU_SOURCE /* memfd_create */
 #include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -331,6 +334,92 @@ CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handl
 			vm.p[i].refs++;
 	pthread_mutex_unlock(&vm.mu);
 	*handle = h;
+	return CUDA_SUCCESS;
+}
+
+/* Shareable handles. A POSIX file descriptor exported here is a memfd
+ * holding a record that names the server's handle and the exporting
+ * process; importing it in the same process takes one more reference to
+ * that handle on the server (op MemHandleRetain), which cuMemRelease
+ * drops. Another process, which has a session of its own, cannot use it:
+ * its import fails with CUDA_ERROR_NOT_SUPPORTED and says why. Other
+ * handle types (fabric, Win32) are not supported. */
+struct share_rec {
+	uint64_t magic;
+	uint64_t pid;
+	uint64_t handle;
+};
+#define SHARE_MAGIC 0x67707563746c6d68ull /* "gpuctlmh" */
+
+CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+					      CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+	if (shareableHandle == NULL || flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = gc_ready();
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+		gc_log("cuMemExportToShareableHandle: handle type %d is not supported (only POSIX file descriptors, within one process)",
+		       (int)handleType);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	/* The allocation must have asked for this handle type, as with
+	 * NVIDIA's driver. */
+	int known = 0, allowed = 0;
+	pthread_mutex_lock(&vm.mu);
+	for (size_t i = 0; i < vm.np; i++) {
+		if (vm.p[i].h == handle) {
+			known = 1;
+			allowed = (vm.p[i].prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&vm.mu);
+	if (!known || !allowed)
+		return CUDA_ERROR_INVALID_VALUE;
+	int fd = memfd_create("gpuctl-mem-handle", MFD_CLOEXEC);
+	if (fd < 0)
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	struct share_rec rec = { SHARE_MAGIC, (uint64_t)getpid(), handle };
+	if (pwrite(fd, &rec, sizeof rec, 0) != (ssize_t)sizeof rec) {
+		close(fd);
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	}
+	*(int *)shareableHandle = fd;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+						CUmemAllocationHandleType shHandleType)
+{
+	if (handle == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = gc_ready();
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+		gc_log("cuMemImportFromShareableHandle: handle type %d is not supported (only POSIX file descriptors, within one process)",
+		       (int)shHandleType);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	int fd = (int)(intptr_t)osHandle;
+	struct share_rec rec;
+	if (fd < 0 || pread(fd, &rec, sizeof rec, 0) != (ssize_t)sizeof rec || rec.magic != SHARE_MAGIC)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (rec.pid != (uint64_t)getpid()) {
+		gc_log("cuMemImportFromShareableHandle: the handle was exported by process %llu; through gpuctl each process has a session of its own, so memory is shared only within one process",
+		       (unsigned long long)rec.pid);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	if ((r = gc_rpc_MemHandleRetain(rec.handle)) != CUDA_SUCCESS)
+		return r;
+	pthread_mutex_lock(&vm.mu);
+	for (size_t i = 0; i < vm.np; i++)
+		if (vm.p[i].h == rec.handle)
+			vm.p[i].refs++;
+	pthread_mutex_unlock(&vm.mu);
+	*handle = rec.handle;
 	return CUDA_SUCCESS;
 }
 

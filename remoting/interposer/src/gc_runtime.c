@@ -1482,6 +1482,24 @@ CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigned int
 /* cuBLAS and cuBLASLt dlsym the pre-CUDA 4.0 names of the context stack
  * calls; their arguments are those of the _v2 forms. */
 CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx) { return cuCtxPushCurrent_v2(ctx); }
+/* The CUDA 5.0 linker calls, which cuGetProcAddress hands out for
+ * versions before 6.5: NVIDIA's driver exports them with the same
+ * arguments as the _v2 forms. */
+CUresult CUDAAPI cuLinkCreate(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut)
+{
+	return cuLinkCreate_v2(numOptions, options, optionValues, stateOut);
+}
+CUresult CUDAAPI cuLinkAddData(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name,
+			       unsigned int numOptions, CUjit_option *options, void **optionValues)
+{
+	return cuLinkAddData_v2(state, type, data, size, name, numOptions, options, optionValues);
+}
+CUresult CUDAAPI cuLinkAddFile(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions,
+			       CUjit_option *options, void **optionValues)
+{
+	return cuLinkAddFile_v2(state, type, path, numOptions, options, optionValues);
+}
+
 CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx) { return cuCtxPopCurrent_v2(pctx); }
 
 /* ---- profiler control ----------------------------------------------------------------- */

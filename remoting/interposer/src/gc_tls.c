@@ -982,7 +982,8 @@ static int par_send(int fd, const struct iovec *iov, int n, size_t total)
  * records whose data fits p and stops before one that does not. It reads
  * only while p still needs more than the records it has, so it never
  * waits for bytes gpud does not owe. Returns the bytes delivered to p (0:
- * take the serial path), or -1. The reader's. */
+ * take the serial path), -1, or -2 when the socket's receive timeout ran
+ * out, as fill's. The reader's. */
 static long par_recv(int fd, uint8_t *p, size_t n)
 {
 	pool.rxs[0] = t.rxbuf;
@@ -1026,7 +1027,7 @@ static long par_recv(int fd, uint8_t *p, size_t n)
 			if (m < 0 && errno == EINTR)
 				continue;
 			if (m <= 0) {
-				rc = -1;
+				rc = m < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? -2 : -1; /* -2: the silence bound */
 				break;
 			}
 			e += (size_t)m;
@@ -1091,7 +1092,7 @@ static long par_recv(int fd, uint8_t *p, size_t n)
 	t.rpos = a;
 	t.rlen = e;
 	t.rx.seq = seq;
-	return rc < 0 ? -1 : (long)got;
+	return rc < 0 ? rc : (long)got;
 }
 
 /* ---- sending and receiving -------------------------------------------- */
@@ -1125,7 +1126,8 @@ int gc_tls_send(int fd, const struct iovec *iov, int n)
 	return 0;
 }
 
-/* fill reads until a whole record is buffered. */
+/* fill reads until a whole record is buffered. 0, -1, or -2 when the
+ * socket's receive timeout (the silence bound) ran out. */
 static int fill(int fd)
 {
 	for (;;) {
@@ -1148,6 +1150,8 @@ static int fill(int fd)
 		ssize_t m = recv(fd, t.rxbuf + t.rlen, RX_CAP - t.rlen, 0);
 		if (m < 0 && errno == EINTR)
 			continue;
+		if (m < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return -2;
 		if (m <= 0)
 			return -1;
 		t.rlen += (size_t)m;
@@ -1189,14 +1193,15 @@ int gc_tls_recv(int fd, void *p, size_t n)
 		if (n >= PAR_MIN && pool_ready()) {
 			long k = par_recv(fd, b, n);
 			if (k < 0)
-				return -1;
+				return (int)k;
 			b += k;
 			n -= (size_t)k;
 			if (n == 0)
 				break;
 		}
-		if (fill(fd) < 0)
-			return -1;
+		int rc = fill(fd);
+		if (rc < 0)
+			return rc;
 		size_t inner = (((size_t)t.rxbuf[t.rpos + 3] << 8) | t.rxbuf[t.rpos + 4]) - TAG;
 		if (inner >= 1 && n >= inner - 1) {
 			/* Straight into the caller's buffer: a bulk reply is

@@ -67,7 +67,7 @@ struct gc_welcome_hdr {
 	uint16_t message_len;
 	uint16_t reserved;
 	uint32_t max_frame;
-	uint32_t reserved2;
+	uint32_t keepalive_ms;
 	uint64_t last_executed;
 };
 

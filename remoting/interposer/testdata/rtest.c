@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <dlfcn.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -100,7 +101,7 @@ static void test_tables(void)
 		{ "f8cff95121468b4eb9e2fb469e7c0dd9", 0x18 }, { "6bd5fb6c5bf4e74a8987d93912fd9df9", 0x68 },
 		{ "a094798c2e742e7493f20800200c0a66", 0x38 }, { "42d85a8123f6cb478298f6e78a3aecdc", 0x18 },
 		{ "263e88607cd2614392f6bbd5006dfa7e", 0x78 }, { "d4082055bde6704b8d34ba123c66e1f2", 0x18 },
-		{ "21318c60971432488ca641ff7324c8f2", 0x2e8 },
+		{ "21318c60971432488ca641ff7324c8f2", 0x2e8 }, { "1734dc26800d47458726c0f1e7dd8bca", 0x88 },
 	};
 	for (size_t i = 0; i < sizeof sized / sizeof sized[0]; i++) {
 		const uintptr_t *t = table(sized[i].uuid, CUDA_SUCCESS);
@@ -179,7 +180,10 @@ static void test_tables(void)
 	uint32_t flags = 7;
 	const void *extra = &flags;
 	OK(((CUresult(*)(CUcontext, uint32_t *, const void **))checks[2])(NULL, &flags, &extra));
-	EXPECT(flags == 0 && extra == NULL);
+	/* extra is written only for a context of kind 1; NVIDIA's driver
+	 * leaves the caller's value for an ordinary one. */
+	EXPECT(flags == 0 && extra == &flags);
+	CHECK(((CUresult(*)(CUcontext, uint32_t *, const void **))checks[2])(NULL, NULL, &extra), CUDA_ERROR_INVALID_VALUE);
 }
 
 /* What cuBLAS and cuBLASLt ask of the driver besides cudart's look-ups:
@@ -188,6 +192,7 @@ static void test_tables(void)
  * profiler control. */
 CUresult CUDAAPI cuProfilerStart(void); /* NVIDIA declares them in cudaProfiler.h */
 CUresult CUDAAPI cuProfilerStop(void);
+CUresult CUDAAPI cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId); /* the per-thread form */
 
 static void test_libraries(void)
 {
@@ -235,7 +240,52 @@ static void test_libraries(void)
 	OK(stream_number(ctx2, os, &sns));
 	EXPECT(sn0 != sns);
 	CHECK(stream_number(ctx2, NULL, &sns), CUDA_ERROR_INVALID_VALUE);
+	/* The numbers are cuStreamGetId's, from the server: the NULL stream
+	 * is the legacy one (the per-thread one for the _ptsz form), and
+	 * each stream keeps its number. */
+	unsigned long long gid = 0, gpt = 0, gs = 0, snpt = 0;
+	OK(cuStreamGetId(NULL, &gid));
+	EXPECT(gid == sn0);
+	OK(cuStreamGetId(CU_STREAM_LEGACY, &gid));
+	EXPECT(gid == sn0);
+	OK(cuStreamGetId_ptsz(NULL, &gpt));
+	OK(stream_number(ctx2, opt, &snpt));
+	EXPECT(gpt == snpt && gpt != sn0);
+	OK(cuStreamGetId(s, &gs));
+	EXPECT(gs == sns);
+	OK(stream_number(ctx2, os, &gs));
+	EXPECT(gs == sns);
+	CHECK(cuStreamGetId(s, NULL), CUDA_ERROR_INVALID_VALUE);
 	OK(cuStreamDestroy(s));
+	CHECK(cuStreamGetId(s, &gs), CUDA_ERROR_INVALID_HANDLE);
+
+	/* cuBLASLt's topology table: the TPC layout (slot 4) in two malloc'd
+	 * buffers that slot 13 frees, consistent with the multiprocessor
+	 * count; slot 8 is the cluster-launch attribute, slot 14 a constant. */
+	const uintptr_t *topo = table("1734dc26800d47458726c0f1e7dd8bca", CUDA_SUCCESS);
+	CUresult (*tpc_layout)(void **, void **) = (void *)topo[4];
+	CUresult (*tpc_release)(void *, void *) = (void *)topo[13];
+	CUresult (*cluster_launch)(CUdevice, int *) = (void *)topo[8];
+	CUresult (*one)(int *) = (void *)topo[14];
+	unsigned char *gpc = NULL, *local = NULL;
+	OK(tpc_layout((void **)&gpc, (void **)&local));
+	int sms = 0, tpcs, seen[256] = { 0 };
+	OK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+	tpcs = (sms + 1) / 2;
+	EXPECT(gpc != NULL && local != NULL && malloc_usable_size(gpc) >= (size_t)tpcs);
+	/* Every (GPC, index in GPC) pair names one TPC. */
+	for (int i = 0; gpc != NULL && local != NULL && i < tpcs; i++) {
+		EXPECT(local[i] < 16 && gpc[i] < 16 && !seen[gpc[i] * 16 + local[i]]);
+		seen[gpc[i] * 16 + local[i]] = 1;
+	}
+	OK(tpc_release(gpc, local));
+	CHECK(tpc_layout(NULL, (void **)&local), CUDA_ERROR_INVALID_VALUE);
+	int cl = -1, cl2 = -1, k = 0;
+	OK(cluster_launch(dev, &cl));
+	OK(cuDeviceGetAttribute(&cl2, CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, dev));
+	EXPECT(cl == cl2);
+	OK(one(&k));
+	EXPECT(k == 1);
 
 	/* The pre-4.0 names cuBLAS resolves with dlsym. */
 	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
@@ -430,14 +480,35 @@ static void test_procaddr(void)
 	EXPECT(fn == dlsym(h, "cuCtxGetDevice_v2"));
 	OK(cuGetProcAddress_v2("cuCtxGetDevice", &fn, 12080, 0, &st));
 	EXPECT(fn == dlsym(h, "cuCtxGetDevice"));
-	CHECK(cuGetProcAddress_v2("cuLibraryLoadData", &fn, 11080, 0, &st), CUDA_ERROR_NOT_FOUND);
+	/* The v2 ABI answers a failed look-up in its status and succeeds
+	 * with NULL, as NVIDIA's driver does; the v1 ABI fails. */
+	fn = &st;
+	OK(cuGetProcAddress_v2("cuLibraryLoadData", &fn, 11080, 0, &st));
 	EXPECT(fn == NULL && st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
-	CHECK(cuGetProcAddress_v2("cuNoSuchCall", &fn, 13000, 0, &st), CUDA_ERROR_NOT_FOUND);
-	EXPECT(st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+	fn = &st;
+	OK(cuGetProcAddress_v2("cuNoSuchCall", &fn, 13000, 0, &st));
+	EXPECT(fn == NULL && st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+	fn = &st;
+	OK(cuGetProcAddress_v2("", &fn, 0, 0, &st));
+	EXPECT(fn == NULL && st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+	OK(cuGetProcAddress_v2("cuNoSuchCall", &fn, 13000, 0, NULL));
+	CHECK(cuGetProcAddress_v2("cuLaunchKernel", &fn, 12000, 4, &st), CUDA_ERROR_INVALID_VALUE);
+	/* The CUDA 5.0 linker names, asked for at 5.5, and the _v2 ones from
+	 * 6.5. */
+	OK(cuGetProcAddress_v2("cuLinkCreate", &fn, 5050, 0, &st));
+	EXPECT(fn != NULL && fn == dlsym(h, "cuLinkCreate"));
+	OK(cuGetProcAddress_v2("cuLinkAddData", &fn, 5050, 0, &st));
+	EXPECT(fn != NULL && fn == dlsym(h, "cuLinkAddData"));
+	OK(cuGetProcAddress_v2("cuLinkAddFile", &fn, 5050, 0, &st));
+	EXPECT(fn != NULL && fn == dlsym(h, "cuLinkAddFile"));
+	OK(cuGetProcAddress_v2("cuLinkCreate", &fn, 13000, 0, &st));
+	EXPECT(fn == dlsym(h, "cuLinkCreate_v2"));
 	/* The v1 ABI: no status argument. */
 	CUresult (*v1)(const char *, void **, int, cuuint64_t) = dlsym(h, "cuGetProcAddress");
 	OK(v1("cuEventRecord", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM));
 	EXPECT(fn == dlsym(h, "cuEventRecord_ptsz"));
+	CHECK(v1("cuNoSuchCall", &fn, 13000, 0), CUDA_ERROR_NOT_FOUND);
+	CHECK(v1("", &fn, 13000, 0), CUDA_ERROR_NOT_FOUND);
 	/* A name gpuctl does not serve resolves to a stub that says so. */
 	OK(cuGetProcAddress_v2("cuGraphAddChildGraphNode", &fn, 12000, 0, &st));
 	EXPECT(fn != NULL && dlsym(h, "cuGraphAddChildGraphNode") == NULL);
