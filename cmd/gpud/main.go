@@ -64,6 +64,12 @@ type config struct {
 	// records where it can (kTLS).
 	tlsCert, tlsKey, tlsCA string
 	kernelTLS              bool
+	// preempt: gpud preempts sessions of lower priority when the device
+	// is full (on by default).
+	preempt bool
+	// preemptMem, when set, is the device memory sessions share, in
+	// place of the GPU's size (headroom for the driver's own use).
+	preemptMem uint64
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -88,6 +94,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.tlsKey, "tls-key", "", "the PEM private key `FILE` of --tls-cert")
 	fs.StringVar(&c.tlsCA, "tls-ca", "", "PEM CA bundle `FILE` to verify peers' API certificates with; when set, migrations reach targets over HTTPS")
 	fs.BoolVar(&c.kernelTLS, "kernel-tls", true, "with --tls-cert, let the kernel encrypt --listen's traffic (kTLS) where it has TLS offload; false keeps it in gpud's workers")
+	fs.BoolVar(&c.preempt, "preempt", true, "when an allocation does not fit on the device, preempt sessions of lower priority (checkpoint and release them, resuming them when they fit again); false: the allocation fails")
+	fs.Uint64Var(&c.preemptMem, "preempt-mem", 0, "with --preempt, the device memory in bytes that sessions share before gpud preempts (default: the GPU's size, or --emulated-mem)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: gpud --listen HOST:PORT --api HOST:PORT --state-dir DIR [--backend auto|emulated|cuda] [--token-file FILE] [--tenants FILE] [--name NAME] [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]")

@@ -68,7 +68,7 @@ func (d *daemon) routers() ([]router, error) {
 		Listen:   advertised(d.cfg.listen, ""),
 		Log:      d.log,
 	}
-	return append([]router{d.manager, ckpt, rst}, d.transferRouters(ckpt, rst, imgs)...), nil
+	return append([]router{d.manager, ckpt, rst, d.preemptRouter(ckpt, rst, imgs)}, d.transferRouters(ckpt, rst, imgs)...), nil
 }
 
 // imageStore is the host's store as the checkpoint pipeline
