@@ -61,6 +61,10 @@ type CheckpointReply struct {
 	// much of it was copied (the blocks changed since its last image).
 	MemBytes     int64 `json:"mem_bytes,omitempty"`
 	MemSentBytes int64 `json:"mem_sent_bytes,omitempty"`
+	// MemCopiedBytes is what the save copied from the device: less than
+	// MemBytes when gpud kept the session's last save in host memory and
+	// only the changed blocks had to come across.
+	MemCopiedBytes int64 `json:"mem_copied_bytes,omitempty"`
 }
 
 // StepTiming is how long one step of a checkpoint, restore or migration
@@ -118,6 +122,11 @@ type PreemptRequest struct {
 	// DeadlineMS bounds the checkpoint: one that cannot finish in time is
 	// rolled back and the session keeps running. 0: no deadline.
 	DeadlineMS int64 `json:"deadline_ms,omitempty"`
+	// DropClient closes the client's connection as soon as the session is
+	// preempted, instead of holding it for gpud's --grace: the client
+	// then retries, answered "preempted", and holds no connection between
+	// tries, so that its own process can be checkpointed (gpuctl job).
+	DropClient bool `json:"drop_client,omitempty"`
 }
 
 // PreemptReply is the reply to POST /v1/sessions/{id}/preempt: the

@@ -364,6 +364,11 @@ func (s *Service) Register(mux *http.ServeMux) {
 		if err != nil {
 			return err
 		}
+		if req.DropClient {
+			if err := s.Sessions.DropClient(res.Session); err != nil {
+				return err
+			}
+		}
 		control.Note(r.Context(), slog.String("image", res.Image))
 		control.WriteJSON(w, res)
 		return nil

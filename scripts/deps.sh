@@ -5,6 +5,8 @@
 #     .deps/criu/ from Debian 13's packages, with its own libc and loader,
 #     and leaves the system's libraries and apt sources alone;
 #   - iproute2, gcc and zstd, from the system's own apt sources;
+#   - Slurm (slurm-wlm) and munge, likewise, for the Slurm end-to-end
+#     test: scripts/slurm.sh;
 #   - nvcc (CUDA 12.4, a private bundle under .deps/nvcc/ from Debian 13's
 #     non-free archive) for the runtime-API end-to-end tests: scripts/nvcc.sh.
 # It is idempotent and prints one line per thing it found or installed.
@@ -55,6 +57,9 @@ command -v dpkg-deb >/dev/null || need+=(dpkg)
 
 # nvcc for the runtime-API end-to-end tests (GPUCTL_NVCC_DIR moves it).
 bash "$root/scripts/nvcc.sh"
+
+# Slurm and munge for the Slurm end-to-end test, which skips without them.
+bash "$root/scripts/slurm.sh" || say "Slurm is not installed; the Slurm end-to-end test will skip"
 
 # A criu the user chose, or one already on PATH, or a bundle built earlier.
 if [ -n "${GPUCTL_CRIU:-}" ]; then

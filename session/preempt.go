@@ -196,6 +196,28 @@ func (m *Manager) Preempted(id, image string, bytes uint64, by string) error {
 	return nil
 }
 
+// DropClient lets a preempted session's client go at once rather than
+// after the grace period: it retries, is answered "preempted" and waits
+// without a connection between tries. A session not preempted is an
+// error and keeps its client.
+func (m *Manager) DropClient(id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.session(id)
+	if err != nil {
+		return err
+	}
+	if s.rec.State != Preempted {
+		return errNotPreempted(id, s.rec.State)
+	}
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
+	m.closeConn(s)
+	return nil
+}
+
 // ResumedElsewhere records that a preempted session was restored on the
 // host whose --listen is addr: its client is sent there.
 func (m *Manager) ResumedElsewhere(id, addr string) error {

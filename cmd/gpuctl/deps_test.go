@@ -30,6 +30,7 @@ func TestDependencies(t *testing.T) {
 		self + "control":                 true, // the typed client, TLS
 		self + "errs":                    true,
 		self + "checkpoint/criu/criubin": true, // doctor: the criu binary, as a command
+		self + "jobckpt":                 true, // job: the program's side of a job's checkpoint, CRIU as a command
 		self + "registry":                true, // --registry: etcd's client, never its server
 	}
 	// Outside packages that only gpud's side needs.

@@ -64,6 +64,7 @@ func newApp(e *env) *cli.App {
 			migrateCommand(e),
 			preemptCommand(e),
 			resumeCommand(e),
+			jobCommand(e),
 			imagesCommand(e),
 			hostCommand(e),
 			hostsCommand(e),
