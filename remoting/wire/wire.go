@@ -213,7 +213,14 @@ type Welcome struct {
 	// LastExecuted is the highest request sequence number the session has
 	// executed; the client resends everything after it.
 	LastExecuted uint64
+	// Features are what the serving worker understands beyond the base
+	// protocol (Feature* bits); 0 from an older server.
+	Features uint16
 }
+
+// FeatureDeferredReplies in a Welcome's Features: the server takes
+// FlagDeferred on device-to-host copies.
+const FeatureDeferredReplies uint16 = 1 << 0
 
 // WriteWelcome writes wl. A zero MaxFrame is sent as DefaultMaxFrame.
 func WriteWelcome(w io.Writer, wl *Welcome) error {
@@ -235,6 +242,7 @@ func WriteWelcome(w io.Writer, wl *Welcome) error {
 	le.PutUint16(b[8:], uint16(len(wl.SessionID)))
 	le.PutUint16(b[10:], uint16(len(wl.Secret)))
 	le.PutUint16(b[12:], uint16(len(msg)))
+	le.PutUint16(b[14:], wl.Features)
 	le.PutUint32(b[16:], mf)
 	le.PutUint64(b[24:], wl.LastExecuted)
 	b = append(b, wl.SessionID...)
@@ -260,6 +268,7 @@ func ReadWelcome(r io.Reader) (*Welcome, error) {
 		Status:       Status(le.Uint16(b[6:])),
 		MaxFrame:     le.Uint32(b[16:]),
 		LastExecuted: le.Uint64(b[24:]),
+		Features:     le.Uint16(b[14:]),
 	}
 	sl, cl, ml := int(le.Uint16(b[8:])), int(le.Uint16(b[10:])), int(le.Uint16(b[12:]))
 	if sl > MaxSessionIDLen || cl > MaxSecretLen || ml > MaxMessageLen {
