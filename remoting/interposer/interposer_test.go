@@ -61,7 +61,7 @@ func build(t *testing.T) string {
 		if buildErr = gcc(append(args, append(srcs, gen...)...)...); buildErr != nil {
 			return
 		}
-		for _, prog := range []string{"ctest", "layout", "rtest", "cachetest"} {
+		for _, prog := range []string{"ctest", "layout", "rtest", "cachetest", "asynctest"} {
 			buildErr = gcc("-O1", "-g", "-Wall", "-Werror", "-pthread", "-I"+filepath.Join(d, "include"), "-I"+filepath.Join(d, "src"),
 				"-I"+filepath.Join(d, "gen"), "-o", filepath.Join(buildDir, prog), filepath.Join(d, "testdata", prog+".c"),
 				"-L"+buildDir, "-l:libcuda.so.1", "-Wl,-rpath,"+buildDir, "-ldl")
