@@ -100,6 +100,13 @@ static void host_check(void *arg)
 		c->bad++;
 }
 
+static void stream_check(CUstream s, CUresult status, void *arg)
+{
+	if (status != CUDA_SUCCESS)
+		((struct cbcheck *)arg)->bad++;
+	host_check(arg);
+}
+
 enum { NSTREAMS = 4 };
 
 /* Sizes of the streams' copies: one small enough for the request ring,
@@ -219,7 +226,8 @@ static void test_check(void)
 		EXPECT(mismatch(b.out1[i], sizes[i], 7000u + i) == 0, "stream %d: upload after reuse", i);
 	}
 
-	/* A host function sees the data of the downloads queued before it. */
+	/* A host function (or a stream callback) sees the data of the
+	 * downloads queued before it. */
 	struct cbcheck cb[NSTREAMS];
 	for (int i = 0; i < NSTREAMS; i++) {
 		fill(b.in[i], sizes[i], 9000u + i);
@@ -228,7 +236,10 @@ static void test_check(void)
 		add(b.d[i], 5, sizes[i], b.st[i]);
 		OK(cuMemcpyDtoHAsync(b.out2[i], b.d[i], sizes[i], b.st[i]));
 		cb[i] = (struct cbcheck){ b.out2[i], sizes[i], 9005u + i, 0, 0 };
-		OK(cuLaunchHostFunc(b.st[i], host_check, &cb[i]));
+		if (i & 1)
+			OK(cuStreamAddCallback(b.st[i], stream_check, &cb[i], 0));
+		else
+			OK(cuLaunchHostFunc(b.st[i], host_check, &cb[i]));
 	}
 	OK(cuCtxSynchronize());
 	for (int i = 0; i < NSTREAMS; i++)
