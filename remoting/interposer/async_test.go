@@ -3,6 +3,7 @@ package interposer_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,6 +47,49 @@ func TestAsyncCopies(t *testing.T) {
 	}
 	if got := st.RoundTrips["MemcpyHtoD"]; got != 0 {
 		t.Errorf("%d host-to-device copies waited, want none", got)
+	}
+}
+
+// TestAsyncCopiesThreads runs rounds on four threads at once, with cut
+// connections, and again under ThreadSanitizer: the deferred downloads
+// share the reply reader with the other threads' synchronous calls.
+func TestAsyncCopiesThreads(t *testing.T) {
+	for _, tsan := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tsan=%v", tsan), func(t *testing.T) {
+			exe := filepath.Join(build(t), "asynctest")
+			if tsan {
+				if testing.Short() {
+					t.Skip("slow")
+				}
+				exe = filepath.Join(buildTSan(t), "asynctest")
+			}
+			srv := startServer(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, exe, "threads", "4", "8")
+			cmd.Env = append(os.Environ(), "GPUCTL_SERVER="+srv.Addr(), "GPUCTL_TOKEN=secret-token", "GPUCTL_RECONNECT_TIMEOUT=5")
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			drops := 0
+			var err error
+			for waiting := true; waiting; {
+				select {
+				case err = <-done:
+					waiting = false
+				case <-time.After(30 * time.Millisecond):
+					drops += srv.DropConnections()
+				}
+			}
+			if err != nil || strings.Contains(out.String(), "ThreadSanitizer") || !strings.Contains(out.String(), "PASS threads") {
+				t.Fatalf("asynctest threads: %v\n%s", err, out.String())
+			}
+			t.Logf("%d drops", drops)
+		})
 	}
 }
 

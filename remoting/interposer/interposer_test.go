@@ -96,9 +96,14 @@ func buildTSan(t *testing.T) string {
 		if tsanErr = gcc(append(args, append(srcs, gen...)...)...); tsanErr != nil {
 			return
 		}
-		tsanErr = gcc("-O1", "-g", "-fsanitize=thread", "-pthread", "-I"+filepath.Join(d, "include"), "-o",
-			filepath.Join(tsanDir, "ctest"), filepath.Join(d, "testdata", "ctest.c"),
-			"-L"+tsanDir, "-l:libcuda.so.1", "-Wl,-rpath,"+tsanDir)
+		for _, prog := range []string{"ctest", "asynctest"} {
+			tsanErr = gcc("-O1", "-g", "-fsanitize=thread", "-pthread", "-I"+filepath.Join(d, "include"), "-o",
+				filepath.Join(tsanDir, prog), filepath.Join(d, "testdata", prog+".c"),
+				"-L"+tsanDir, "-l:libcuda.so.1", "-Wl,-rpath,"+tsanDir)
+			if tsanErr != nil {
+				return
+			}
+		}
 	})
 	if tsanErr != nil {
 		t.Skipf("no ThreadSanitizer toolchain: %v", tsanErr)

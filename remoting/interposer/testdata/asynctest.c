@@ -2,14 +2,15 @@
  * several streams, events, host functions, pinned host-to-device and
  * device-to-host copies of various sizes around kernels, checking the data
  * and the order in which completion becomes visible.
- * Usage: asynctest check | replay ROUNDS */
+ * Usage: asynctest check | replay ROUNDS | threads THREADS ROUNDS */
 #include <cuda.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
+static _Atomic int failures;
 
 #define CHECK(call, want)                                                                                 \
 	do {                                                                                              \
@@ -58,10 +59,11 @@ static void add(CUdeviceptr p, uint32_t v, size_t bytes, CUstream s)
 	OK(cuLaunchKernel(add_fn, (n + 255) / 256, 1, 1, 256, 1, 1, 0, s, args, NULL));
 }
 
+static CUcontext ctx;
+
 static void setup(void)
 {
 	CUdevice dev;
-	CUcontext ctx;
 	CUmodule mod;
 	OK(cuInit(0));
 	OK(cuDeviceGet(&dev, 0));
@@ -335,6 +337,38 @@ static void test_replay(int rounds)
 		printf("PASS replay\n");
 }
 
+/* threads runs rounds on several threads at once, each with its own
+ * streams and buffers in the one context: their deferred downloads share
+ * the reply reader with each other's synchronous calls. */
+static int nrounds;
+
+static void *thread_rounds(void *arg)
+{
+	int id = (int)(intptr_t)arg;
+	OK(cuCtxSetCurrent(ctx));
+	struct bufs b;
+	bufs_init(&b);
+	for (int k = 0; k < nrounds && failures == 0; k++)
+		round_trip(b.st, b.ev, b.d, b.in, b.out1, b.out2, (uint32_t)(id * 100000 + k * 7919), (k + id) & 1);
+	bufs_free(&b);
+	return NULL;
+}
+
+static void test_threads(int n, int rounds)
+{
+	setup();
+	nrounds = rounds;
+	pthread_t t[16];
+	if (n > 16)
+		n = 16;
+	for (int i = 0; i < n; i++)
+		pthread_create(&t[i], NULL, thread_rounds, (void *)(intptr_t)i);
+	for (int i = 0; i < n; i++)
+		pthread_join(t[i], NULL);
+	if (failures == 0)
+		printf("PASS threads\n");
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "check";
@@ -342,8 +376,10 @@ int main(int argc, char **argv)
 		test_check();
 	else if (strcmp(mode, "replay") == 0)
 		test_replay(argc > 2 ? atoi(argv[2]) : 100);
+	else if (strcmp(mode, "threads") == 0)
+		test_threads(argc > 2 ? atoi(argv[2]) : 4, argc > 3 ? atoi(argv[3]) : 20);
 	else {
-		fprintf(stderr, "usage: asynctest check | replay ROUNDS\n");
+		fprintf(stderr, "usage: asynctest check | replay ROUNDS | threads THREADS ROUNDS\n");
 		return 2;
 	}
 	return failures ? 1 : 0;
