@@ -7,6 +7,13 @@ GO        ?= go
 BUILD     := $(CURDIR)/build
 export GOFLAGS ?= -buildvcs=false
 
+# Tests run from binaries outside the checkout, where gpud's search for
+# CRIU (criubin.Locate: --criu, GPUCTL_CRIU, the bundle beside the binary,
+# the checkout's .deps for build/bin/gpud, PATH) does not reach: point them
+# at the bundle `make deps` built, when there is one. Expanded when each
+# recipe runs, so the bundle built by this very `make test` counts.
+export GPUCTL_CRIU ?= $(if $(wildcard $(CURDIR)/.deps/criu/criu),$(CURDIR)/.deps/criu/criu)
+
 .PHONY: all build test bench demo deps clean generate check-generated
 all: build
 

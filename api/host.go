@@ -44,6 +44,9 @@ type Host struct {
 	// administrator, only itself to a tenant. Sessions then counts the
 	// caller's own sessions only.
 	Tenants []Tenant `json:"tenants,omitempty"`
+	// CRIU is the criu binary the host checkpoints with; nil from a gpud
+	// that does not report it.
+	CRIU *CRIU `json:"criu,omitempty"`
 }
 
 // Tenant is one tenant of a host, its limits and what it holds there.
@@ -60,4 +63,17 @@ type Tenant struct {
 	// tenant's sessions to each other must report the same. Only the
 	// administrator is told.
 	TokenFingerprint string `json:"token_fingerprint,omitempty"`
+}
+
+// CRIU is the criu binary a gpud found at startup and where it found it.
+type CRIU struct {
+	Path string `json:"path,omitempty"`
+	// Source is where it was found, the first of: "flag" (gpud --criu),
+	// "GPUCTL_CRIU", "bundle" (criu/criu beside gpud), "build tree" (the
+	// .deps/criu/criu of the checkout whose build/bin holds gpud), "PATH".
+	Source  string `json:"source,omitempty"`
+	Version string `json:"version,omitempty"`
+	// Error says why checkpoints are unavailable (no criu, or one that
+	// does not run); empty when CRIU is usable.
+	Error string `json:"error,omitempty"`
 }

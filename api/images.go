@@ -28,15 +28,19 @@ type Image struct {
 // manifest without its chunk lists.
 type ImageDetail struct {
 	Image
-	Version     int               `json:"version"`        // of the manifest format
-	GPUs        []GPU             `json:"gpus,omitempty"` // the GPUs the session used, as GET /v1/host reports GPUs
-	Driver      string            `json:"driver,omitempty"`
-	CRIU        string            `json:"criu,omitempty"`
-	Kernel      string            `json:"kernel,omitempty"`
-	AttachNonce string            `json:"attach_nonce,omitempty"`
-	Labels      map[string]string `json:"labels,omitempty"`
-	Chunking    string            `json:"chunking"`
-	FileList    []ImageFile       `json:"file_list"`
+	Version     int    `json:"version"`        // of the manifest format
+	GPUs        []GPU  `json:"gpus,omitempty"` // the GPUs the session used, as GET /v1/host reports GPUs
+	Driver      string `json:"driver,omitempty"`
+	CRIU        string `json:"criu,omitempty"`
+	Kernel      string `json:"kernel,omitempty"`
+	AttachNonce string `json:"attach_nonce,omitempty"`
+	// Epoch is the session's epoch the image was taken at (0: not
+	// recorded); a host where the session reached a later one refuses to
+	// restore it.
+	Epoch    uint64            `json:"epoch,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	Chunking string            `json:"chunking"`
+	FileList []ImageFile       `json:"file_list"`
 }
 
 // ImageFile is one entry of an image's directory.

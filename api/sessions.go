@@ -19,6 +19,18 @@ type Session struct {
 	// Tenant owns the session (gpud --tenants); absent for the
 	// administrator's.
 	Tenant string `json:"tenant,omitempty"`
+	// Epoch is the session's epoch on this host: it grows at every
+	// checkpoint that leaves the session running, restore and migration,
+	// and only the worker handed the current one may serve.
+	Epoch uint64 `json:"epoch,omitempty"`
+	// Priority decides which sessions give way under device-memory
+	// pressure: higher wins, 0 by default.
+	Priority int32 `json:"priority"`
+	// Labels are the session's KEY=VALUE pairs (gpuctl run --label);
+	// an empty object when it has none.
+	Labels Labels `json:"labels"`
+	// Image is the image a preempted session waits in.
+	Image string `json:"image,omitempty"`
 }
 
 // CheckpointRequest is the body of POST /v1/sessions/{id}/checkpoint; an
@@ -41,6 +53,14 @@ type CheckpointReply struct {
 	// Nonce names the abstract socket a restored worker dials
 	// (@gpuctl-attach-<nonce>).
 	Nonce string `json:"nonce"`
+	// StallMS is how long the client was paused: with leave_running, the
+	// session runs again once its device memory is in host memory, and
+	// the image is made durable after that (DurationMS).
+	StallMS int64 `json:"stall_ms"`
+	// MemBytes and MemSentBytes: the session's device memory, and how
+	// much of it was copied (the blocks changed since its last image).
+	MemBytes     int64 `json:"mem_bytes,omitempty"`
+	MemSentBytes int64 `json:"mem_sent_bytes,omitempty"`
 }
 
 // StepTiming is how long one step of a checkpoint, restore or migration
@@ -79,4 +99,54 @@ type MigrateReply struct {
 	DowntimeMS int64        `json:"downtime_ms"` // the client's stall
 	DurationMS int64        `json:"duration_ms"`
 	Steps      []StepTiming `json:"steps"`
+	// Rounds are the pre-copy rounds: device memory sent while the
+	// session ran, before the freeze.
+	Rounds []PrecopyRound `json:"rounds,omitempty"`
+}
+
+// PrecopyRound is one pass of a live migration's pre-copy.
+type PrecopyRound struct {
+	Blocks     int   `json:"blocks"`      // blocks changed since the previous round (all, in the first)
+	Bytes      int64 `json:"bytes"`       // their bytes
+	SentBytes  int64 `json:"sent_bytes"`  // what crossed the network (compressed, and only what the target lacked)
+	DurationMS int64 `json:"duration_ms"` // the round, the client's pause to copy included
+	PauseMS    int64 `json:"pause_ms"`    // the client's pause while the changed blocks were copied to host memory
+}
+
+// PreemptRequest is the body of POST /v1/sessions/{id}/preempt.
+type PreemptRequest struct {
+	// DeadlineMS bounds the checkpoint: one that cannot finish in time is
+	// rolled back and the session keeps running. 0: no deadline.
+	DeadlineMS int64 `json:"deadline_ms,omitempty"`
+}
+
+// PreemptReply is the reply to POST /v1/sessions/{id}/preempt: the
+// session now waits in Image (state preempted).
+type PreemptReply struct {
+	Session string `json:"session"`
+	Image   string `json:"image"`
+	Bytes   int64  `json:"bytes"` // the image's logical size
+	// StallMS is how long the checkpoint held the client (quiesce to
+	// release); the client then waits until the session is resumed.
+	StallMS int64 `json:"stall_ms"`
+	// MemBytes is the device memory the preemption gave back.
+	MemBytes uint64 `json:"mem_bytes"`
+}
+
+// ResumeRequest is the body of POST /v1/sessions/{id}/resume.
+type ResumeRequest struct {
+	// On is the --api HOST:PORT of the gpud to resume on; empty: here.
+	On string `json:"on,omitempty"`
+}
+
+// ResumeReply is the reply to POST /v1/sessions/{id}/resume.
+type ResumeReply struct {
+	Session string `json:"session"`
+	// Host is the --api address of the gpud the session runs on now.
+	Host string `json:"host"`
+	// Listen is where its client reconnects (the "moved to" address when
+	// it was resumed on another host).
+	Listen     string `json:"listen,omitempty"`
+	Image      string `json:"image"`
+	DurationMS int64  `json:"duration_ms"`
 }

@@ -39,6 +39,8 @@ import (
 
 	"github.com/gpuctl/gpuctl/checkpoint/criu"
 	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
+	"github.com/gpuctl/gpuctl/devmem"
+	"github.com/gpuctl/gpuctl/devmem/devstore"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/remoting/backend"
@@ -57,6 +59,16 @@ type Worker interface {
 	// Detach closes the control connection; the worker then waits to dial
 	// @gpuctl-attach-<nonce> when told to.
 	Detach(ctx context.Context, nonce string) error
+}
+
+// Fencer is a Worker whose session carries an epoch (gpud's): Fence moves
+// the session and the worker to the next epoch, so that an image stored
+// of the worker (which keeps the old epoch) can never serve while the
+// worker goes on. A worker that is not at the session's epoch refuses: it
+// is a stale copy. Epoch is the current one, for the image's manifest.
+type Fencer interface {
+	Fence(ctx context.Context) error
+	Epoch() uint64
 }
 
 // Reattacher connects gpud to a detached worker, the original or a
@@ -94,6 +106,17 @@ type Pipeline struct {
 	Driver    string        // the host's driver version, for compatibility checks on restore
 	GPUs      []backend.GPU // images.Meta.GPUs; for cuda: cuda.ManifestGPUs (the session's GPU first)
 	Log       *slog.Logger
+	// Mem, when set, has workers that can (MemWorker) save their device
+	// memory themselves, block by block into the store, and release it
+	// before the dump (see saveStep); nil leaves device memory to CRIU.
+	Mem *devstore.Keeper
+}
+
+// MemWorker is a Worker that saves its device memory itself (package
+// devmem).
+type MemWorker interface {
+	SaveMem(ctx context.Context, req devmem.SaveRequest) (*os.File, devmem.Saved, error)
+	ReloadMem(ctx context.Context, f *os.File, layoutOff, layoutLen int64) error
 }
 
 // Request names the session to checkpoint.
@@ -104,9 +127,22 @@ type Request struct {
 	// Tenant owns the session, and so the image (images.Meta.Tenant);
 	// empty for the administrator.
 	Tenant string
+	// Priority and Labels are the session's, kept in the image.
+	Priority int32
+	Labels   map[string]string
 	// Reattached, when set, is told of the new handle when a rollback
 	// reattached the worker; the old one is then dead.
 	Reattached func(Worker)
+	// ResumeEarly resumes the session as soon as it is dumped, before its
+	// image is stored (--leave-running), when its worker saves its own
+	// device memory; Resumed is then told of the worker serving it, and
+	// the Frozen result is already settled.
+	ResumeEarly bool
+	Resumed     func(Worker)
+	// MemBase, when set, is the save the worker's device memory is
+	// compared with instead of the session's last image: a live
+	// migration's last pre-copy round, whose blocks the store holds.
+	MemBase *devstore.Table
 }
 
 // Result describes a stored checkpoint.
@@ -118,6 +154,13 @@ type Result struct {
 	DurationMS  int64    `json:"duration_ms"`
 	Steps       []Timing `json:"steps,omitempty"`
 	Nonce       string   `json:"nonce"`
+	// StallMS is how long the client was paused, up to its session's
+	// early resume (ResumeEarly) or to the end (otherwise).
+	StallMS      int64 `json:"stall_ms"`
+	MemBytes     int64 `json:"mem_bytes,omitempty"`
+	MemSentBytes int64 `json:"mem_sent_bytes,omitempty"`
+	// Early is set when the session was resumed before the store step.
+	Early bool `json:"-"`
 }
 
 // Frozen is a checkpointed session whose original worker is still alive,
@@ -127,6 +170,12 @@ type Frozen struct {
 	PID     int
 	p       *Pipeline
 	settled bool
+	// snap is the saved device memory (nil when CRIU dumped it), and
+	// base the save it is relative to: a Resume reloads the worker from
+	// them.
+	snap     *devstore.Snapshot
+	base     *devstore.Table
+	keepSnap bool // the early resume: the store step reads snap after it
 }
 
 // Checkpoint runs quiesce, suspend, detach, dump and store. On success the
@@ -171,10 +220,33 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 	opts := p.CRIU
 	opts.LeaveRunning = true
 	opts.LogDir = work
+	var (
+		snap  *devstore.Snapshot
+		base  *devstore.Table
+		tq    time.Time
+		early bool
+	)
 	steps := []Step{
 		{Name: "quiesce",
-			Do:   func(ctx context.Context) error { return cur.Quiesce(ctx) },
+			Do: func(ctx context.Context) error {
+				tq = time.Now()
+				return cur.Quiesce(ctx)
+			},
 			Undo: func(ctx context.Context) error { return cur.Resume(ctx) }},
+	}
+	_, saving := cur.(MemWorker)
+	saving = saving && p.Mem != nil
+	if saving {
+		steps = append(steps, Step{Name: "save",
+			Do: func(ctx context.Context) error {
+				var err error
+				snap, base, err = p.saveMem(ctx, cur.(MemWorker), req)
+				return err
+			},
+			Undo: func(ctx context.Context) error {
+				defer snap.Close()
+				return p.reloadMem(ctx, cur, snap, base)
+			}})
 	}
 	if p.Suspender != nil {
 		steps = append(steps, Step{Name: "suspend",
@@ -197,26 +269,120 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 			}},
 		Step{Name: "dump",
 			Do: func(ctx context.Context) error { return criu.Dump(ctx, pid, imgDir, opts) }},
-		Step{Name: "store",
-			Do: func(ctx context.Context) error {
-				var err error
-				image, stats, err = p.Store.Commit(ctx, imgDir, meta)
-				return err
-			}},
 	)
-	timings, err := Run(ctx, p.Log, "checkpoint", subject, steps)
-	if err != nil {
-		return nil, err
+	store := Step{Name: "store",
+		Do: func(ctx context.Context) error {
+			var err error
+			image, stats, err = p.store(ctx, imgDir, meta, snap, base)
+			return err
+		}}
+	fr := &Frozen{PID: pid, p: p, Result: Result{Session: req.Session, Nonce: nonce}}
+	var stall time.Duration
+	if req.ResumeEarly && saving {
+		// The session runs again as soon as it is dumped; the store then
+		// works from the dump and the saved memory while it runs.
+		timings, err := Run(ctx, p.Log, "checkpoint", subject, steps)
+		if err != nil {
+			snap.Close()
+			return nil, err
+		}
+		fr.snap, fr.base, fr.keepSnap = snap, base, true
+		w, err := fr.Resume(ctx)
+		fr.snap = nil // the store below still reads it; it closes with ok
+		defer snap.Close()
+		stall = time.Since(tq)
+		if w != nil && req.Resumed != nil {
+			req.Resumed(w)
+		}
+		if err != nil {
+			return nil, errs.Wrap(err, errs.KindOf(err), subject, "the session was dumped but did not resume; no image was stored")
+		}
+		early = true
+		st, err := Run(ctx, p.Log, "checkpoint", subject, []Step{store})
+		timings = append(timings, st...)
+		if err != nil {
+			return nil, errs.Wrap(err, errs.KindOf(err), subject, "the session runs on, but its image was not stored")
+		}
+		fr.Steps = timings
+	} else {
+		steps = append(steps, store)
+		timings, err := Run(ctx, p.Log, "checkpoint", subject, steps)
+		if err != nil {
+			snap.Close()
+			return nil, err
+		}
+		fr.snap, fr.base, fr.Steps = snap, base, timings
+		stall = time.Since(tq)
 	}
 	ok = true
-	return &Frozen{
-		Result: Result{
-			Image: image.ID, Session: req.Session,
-			Bytes: stats.LogicalBytes, StoredBytes: stats.StoredBytes,
-			DurationMS: time.Since(t0).Milliseconds(), Steps: timings, Nonce: nonce,
-		},
-		PID: pid, p: p,
-	}, nil
+	fr.Result = Result{
+		Image: image.ID, Session: req.Session,
+		Bytes: stats.LogicalBytes, StoredBytes: stats.StoredBytes,
+		DurationMS: time.Since(t0).Milliseconds(), Steps: fr.Steps, Nonce: nonce,
+		StallMS: stall.Milliseconds(), Early: early,
+	}
+	if snap != nil {
+		fr.MemBytes, fr.MemSentBytes = snap.Saved.Bytes, snap.Saved.SentBytes
+	}
+	return fr, nil
+}
+
+// saveMem has the worker copy its device memory (what changed since the
+// session's last complete save) into a memfd and release it.
+func (p *Pipeline) saveMem(ctx context.Context, w MemWorker, req Request) (*devstore.Snapshot, *devstore.Table, error) {
+	base := req.MemBase
+	if base == nil {
+		base = p.Mem.Base(ctx, req.Session, req.Parent)
+	}
+	f, sv, err := w.SaveMem(ctx, devmem.SaveRequest{Base: base.Gen(), All: req.ResumeEarly, Release: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	snap, err := devstore.Open(f, sv)
+	if err != nil {
+		return nil, nil, errs.Wrap(err, errs.Internal, errs.Session(req.Session), "read the saved device memory")
+	}
+	if snap.Layout.Base != 0 && snap.Layout.Base != base.Gen() {
+		snap.Close()
+		return nil, nil, errs.New(errs.Internal, errs.Session(req.Session), "the worker saved relative to %x, not %x", snap.Layout.Base, base.Gen())
+	}
+	return snap, base, nil
+}
+
+// reloadMem puts saved device memory back into a worker: the blocks the
+// save did not copy come from the store.
+func (p *Pipeline) reloadMem(ctx context.Context, w Worker, snap *devstore.Snapshot, base *devstore.Table) error {
+	mw, ok := w.(MemWorker)
+	if !ok {
+		return errs.New(errs.Internal, "", "the worker cannot reload its device memory")
+	}
+	if err := devstore.Complete(ctx, p.Mem.Store, snap, base); err != nil {
+		return errs.Wrap(err, errs.KindOf(err), "", "read the unchanged device memory back from the store")
+	}
+	return mw.ReloadMem(ctx, snap.File, snap.Saved.LayoutOff, snap.Saved.LayoutLen)
+}
+
+// store commits the dump, with the saved device memory when there is
+// some, and remembers the save as the session's base.
+func (p *Pipeline) store(ctx context.Context, dir string, meta images.Meta, snap *devstore.Snapshot, base *devstore.Table) (*images.Manifest, images.Stats, error) {
+	if snap == nil {
+		return p.Store.Commit(ctx, dir, meta)
+	}
+	files, err := devstore.Files(snap, base)
+	if err != nil {
+		return nil, images.Stats{}, errs.Wrap(err, errs.Internal, errs.Session(meta.Session), "saved device memory")
+	}
+	m, stats, err := images.CommitWith(ctx, p.Mem.Store, dir, meta, files)
+	if err != nil {
+		// The base may be what failed (its chunks collected): the next
+		// save copies everything.
+		p.Mem.Forget(meta.Session)
+		return nil, stats, err
+	}
+	if t, err := devstore.TableOf(snap, m); err == nil {
+		p.Mem.Remember(meta.Session, t)
+	}
+	return m, stats, nil
 }
 
 // Resume brings the frozen original back: reattach, backend resume,
@@ -230,9 +396,26 @@ func (f *Frozen) Resume(ctx context.Context) (Worker, error) {
 	if err != nil {
 		return nil, errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "resume after checkpoint %s: reattach worker %d", f.Image, f.PID)
 	}
+	// The image keeps the epoch the worker had; the worker goes on at
+	// the next one, so that the image cannot be restored beside it.
+	if fw, ok := w.(Fencer); ok {
+		if err := fw.Fence(ctx); err != nil {
+			return nil, errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "resume after checkpoint %s", f.Image)
+		}
+	}
 	if f.p.Suspender != nil {
 		if err := f.p.Suspender.Resume(ctx, f.PID); err != nil {
 			return w, errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "resume after checkpoint %s: backend resume", f.Image)
+		}
+	}
+	if f.snap != nil {
+		err := f.p.reloadMem(ctx, w, f.snap, f.base)
+		if !f.keepSnap {
+			f.snap.Close()
+			f.snap = nil
+		}
+		if err != nil {
+			return w, errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "resume after checkpoint %s: reload device memory", f.Image)
 		}
 	}
 	if err := w.Resume(ctx); err != nil {
@@ -249,6 +432,11 @@ func (f *Frozen) Release(ctx context.Context) error {
 		return errs.New(errs.FailedPrecondition, errs.Session(f.Session), "checkpoint already resumed or released")
 	}
 	f.settled = true
+	f.snap.Close()
+	f.snap = nil
+	if f.p.Mem != nil {
+		f.p.Mem.Forget(f.Session)
+	}
 	// The worker may already be gone and reaped, its PID someone else's:
 	// childproc only ever signals this gpud's own child.
 	if err := childproc.Kill(f.PID); err != nil {
@@ -267,10 +455,15 @@ func (p *Pipeline) meta(ctx context.Context, req Request, nonce string) (images.
 	}
 	var uts syscall.Utsname
 	_ = syscall.Uname(&uts)
-	return images.Meta{
+	m := images.Meta{
 		Session: req.Session, Parent: req.Parent, Host: p.Host, Backend: p.Backend, Driver: p.Driver, GPUs: p.GPUs,
 		CRIU: v.String(), Kernel: utsString(uts.Release[:]), AttachNonce: nonce, Tenant: req.Tenant,
-	}, nil
+		Priority: req.Priority, Labels: req.Labels,
+	}
+	if fw, ok := req.Worker.(Fencer); ok {
+		m.Epoch = fw.Epoch()
+	}
+	return m, nil
 }
 
 func utsString(b []int8) string {

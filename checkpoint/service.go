@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
+	"github.com/gpuctl/gpuctl/devmem/devstore"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/ids"
 )
@@ -44,6 +45,12 @@ type Sessions interface {
 	// Owner is the tenant that owns the session, and so its images; ""
 	// for the administrator.
 	Owner(id string) string
+}
+
+// attributes is a session table that knows sessions' priorities and
+// labels, which their images keep (images.Meta).
+type attributes interface {
+	Attributes(id string) (int32, api.Labels)
 }
 
 // Service checkpoints sessions on request; gpud builds one and registers
@@ -100,9 +107,12 @@ func (s *Service) Claim(id string) (func(), error) {
 // Checkpoint stores the session in an image; with req.LeaveRunning the
 // session goes on running here, otherwise its worker is released.
 func (s *Service) Checkpoint(ctx context.Context, id string, req api.CheckpointRequest) (*api.CheckpointReply, error) {
-	fr, err := s.Freeze(ctx, id)
+	fr, err := s.freeze(ctx, id, req.LeaveRunning)
 	if err != nil {
 		return nil, err
+	}
+	if fr.Early {
+		return fr.Result.reply(), nil // resumed before the store step
 	}
 	if req.LeaveRunning {
 		w, err := fr.Resume(ctx)
@@ -114,6 +124,7 @@ func (s *Service) Checkpoint(ctx context.Context, id string, req api.CheckpointR
 		if err != nil {
 			return nil, errs.Wrap(err, errs.KindOf(err), "", "image %s is stored, but the session did not resume", fr.Image)
 		}
+		fr.StallMS = fr.DurationMS
 		return fr.Result.reply(), nil
 	}
 	if err := fr.Release(ctx); err != nil {
@@ -128,13 +139,38 @@ func (s *Service) Checkpoint(ctx context.Context, id string, req api.CheckpointR
 // reply is the result as the API reports it.
 func (r *Result) reply() *api.CheckpointReply {
 	return &api.CheckpointReply{Image: r.Image, Session: r.Session, Bytes: r.Bytes, StoredBytes: r.StoredBytes,
-		DurationMS: r.DurationMS, Steps: StepTimings(r.Steps), Nonce: r.Nonce}
+		DurationMS: r.DurationMS, Steps: StepTimings(r.Steps), Nonce: r.Nonce,
+		StallMS: r.StallMS, MemBytes: r.MemBytes, MemSentBytes: r.MemSentBytes}
 }
 
 // Freeze claims the session, runs the pipeline and records the session as
 // checkpointed; on failure the session is running again. The caller must
 // Resume or Release the result.
 func (s *Service) Freeze(ctx context.Context, id string) (*Frozen, error) {
+	return s.freeze(ctx, id, false)
+}
+
+// FreezeOptions change a Freeze.
+type FreezeOptions struct {
+	// Claimed: the caller holds Claim(id) already (a migration that
+	// pre-copied the session's memory first).
+	Claimed bool
+	// MemBase is Request.MemBase.
+	MemBase *devstore.Table
+}
+
+// FreezeWith is Freeze with options.
+func (s *Service) FreezeWith(ctx context.Context, id string, o FreezeOptions) (*Frozen, error) {
+	return s.freezeWith(ctx, id, false, o)
+}
+
+// freeze is Freeze; with early, a session whose worker saves its own
+// device memory is resumed before its image is stored (Result.Early).
+func (s *Service) freeze(ctx context.Context, id string, early bool) (*Frozen, error) {
+	return s.freezeWith(ctx, id, early, FreezeOptions{})
+}
+
+func (s *Service) freezeWith(ctx context.Context, id string, early bool, o FreezeOptions) (*Frozen, error) {
 	if err := ids.CheckSession(id); err != nil {
 		return nil, err
 	}
@@ -143,11 +179,13 @@ func (s *Service) Freeze(ctx context.Context, id string) (*Frozen, error) {
 	if err := s.Sessions.Authorize(ctx, id); err != nil {
 		return nil, err
 	}
-	free, err := s.Claim(id)
-	if err != nil {
-		return nil, err
+	if !o.Claimed {
+		free, err := s.Claim(id)
+		if err != nil {
+			return nil, err
+		}
+		defer free()
 	}
-	defer free()
 	parent, err := s.Sessions.LastImage(ctx, id)
 	if err != nil {
 		return nil, err
@@ -157,8 +195,23 @@ func (s *Service) Freeze(ctx context.Context, id string) (*Frozen, error) {
 		return nil, err
 	}
 	cur := w
-	fr, err := s.Pipeline.Checkpoint(ctx, Request{Session: id, Worker: w, Parent: parent, Tenant: s.Sessions.Owner(id),
-		Reattached: func(nw Worker) { cur = nw }})
+	resumed := false
+	req := Request{Session: id, Worker: w, Parent: parent, Tenant: s.Sessions.Owner(id),
+		Reattached: func(nw Worker) { cur = nw }, ResumeEarly: early, MemBase: o.MemBase,
+		Resumed: func(nw Worker) {
+			cur, resumed = nw, true
+			if err := s.Sessions.Resumed(id, nw); err != nil {
+				s.log().Error("session record not updated after an early resume", "session", id, "err", err)
+			}
+		}}
+	if a, ok := s.Sessions.(attributes); ok {
+		req.Priority, req.Labels = a.Attributes(id)
+	}
+	fr, err := s.Pipeline.Checkpoint(ctx, req)
+	if resumed {
+		// The session runs again whatever the store step did.
+		return fr, err
+	}
 	if err != nil {
 		// The pipeline resumed the worker, perhaps through a new handle.
 		if rerr := s.Sessions.Resumed(id, cur); rerr != nil {

@@ -27,7 +27,7 @@ func init() {
 type handle struct{ h *worker.Handle }
 
 func (w handle) PID() int                         { return w.h.PID() }
-func (w handle) Resume(ctx context.Context) error { return w.h.Resume(ctx, nil, nil) }
+func (w handle) Resume(ctx context.Context) error { return w.h.Resume(ctx, nil, nil, 0) }
 func (w handle) Quiesce(ctx context.Context) error {
 	_, err := w.h.Quiesce(ctx)
 	return err
@@ -86,7 +86,7 @@ func TestRealWorker(t *testing.T) {
 		if err != nil || st.SessionID != id || res.Session != id {
 			t.Fatalf("restored worker %d reports %+v, %v", res.PID, st, err)
 		}
-		if err := rh.Resume(ctx, nil, nil); err != nil {
+		if err := rh.Resume(ctx, nil, nil, 0); err != nil {
 			t.Fatalf("resume restored worker: %v", err)
 		}
 		pids = append(pids, res.PID)

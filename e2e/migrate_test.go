@@ -34,6 +34,10 @@ type migrateResult struct {
 	Bytes      int64  `json:"bytes"`
 	SentBytes  int64  `json:"sent_bytes"`
 	DowntimeMS int64  `json:"downtime_ms"`
+	Rounds     []struct {
+		Blocks int   `json:"blocks"`
+		Bytes  int64 `json:"bytes"`
+	} `json:"rounds"`
 }
 
 type checkpointResult struct {
@@ -41,6 +45,10 @@ type checkpointResult struct {
 	Session     string `json:"session"`
 	Bytes       int64  `json:"bytes"`
 	StoredBytes int64  `json:"stored_bytes"`
+	StallMS     int64  `json:"stall_ms"`
+	DurationMS  int64  `json:"duration_ms"`
+	MemBytes    int64  `json:"mem_bytes"`
+	MemSent     int64  `json:"mem_sent_bytes"`
 }
 
 type sessionInfo struct {
@@ -204,13 +212,21 @@ func TestMigrateRoundTrip(t *testing.T) {
 	if m1.Session != s.ID || m1.To != w.b.API() || m1.SentBytes <= 0 || m1.DowntimeMS <= 0 {
 		t.Errorf("migrate A->B reported %+v", m1)
 	}
+	// The device memory went ahead while the session ran: the first
+	// round sent all of it.
+	if len(m1.Rounds) == 0 || m1.Rounds[0].Bytes < wlMiB<<20 {
+		t.Errorf("migrate A->B reported pre-copy rounds %+v; want a first round of the session's %d MiB", m1.Rounds, wlMiB)
+	}
 	if got := w.find(w.b, s.ID); got.State == "stopped" {
 		t.Errorf("session on B after the migration: %+v", got)
 	}
 	time.Sleep(time.Second)
 	w.ctlJSON(w.b, &m2, "migrate", s.ID, "--to", w.a.API())
-	// A still holds the first image's chunks: the way back sends less.
-	if m2.SentBytes >= m1.SentBytes {
+	// A still holds the first image's chunks: the way back sends no more
+	// (give or take the session's buffer, which the client rewrites
+	// every step: it is sent once more when a step lands between the
+	// pre-copy round and the freeze).
+	if m2.SentBytes >= m1.SentBytes+wlMiB<<20 {
 		t.Errorf("B->A sent %d bytes, A->B %d: chunks A had were sent again", m2.SentBytes, m1.SentBytes)
 	}
 	if got := w.result(<-run); got != want {
@@ -327,6 +343,16 @@ func TestIdleCheckpointsDedup(t *testing.T) {
 	if c2.StoredBytes*10 > c2.Bytes {
 		t.Errorf("the second checkpoint stored %d new bytes of %d (> 10%%)", c2.StoredBytes, c2.Bytes)
 	}
-	t.Logf("first: %d bytes, %d stored; second: %d bytes, %d stored", c1.Bytes, c1.StoredBytes, c2.Bytes, c2.StoredBytes)
+	// The worker saved its device memory itself: the second checkpoint
+	// copied only what changed (the idle client changes nothing), and
+	// the client stalled no longer than the whole checkpoint took.
+	if c2.MemBytes < 64<<20 || c2.MemSent*100 > c2.MemBytes {
+		t.Errorf("the second checkpoint found %d of %d bytes of device memory changed (want <= 1%%)", c2.MemSent, c2.MemBytes)
+	}
+	if c2.StallMS <= 0 || c2.StallMS > c2.DurationMS {
+		t.Errorf("second checkpoint: stall %d ms, duration %d ms", c2.StallMS, c2.DurationMS)
+	}
+	t.Logf("first: %d bytes, %d stored, stall %d ms of %d; second: %d bytes, %d stored, stall %d ms of %d, %d of %d bytes of device memory changed",
+		c1.Bytes, c1.StoredBytes, c1.StallMS, c1.DurationMS, c2.Bytes, c2.StoredBytes, c2.StallMS, c2.DurationMS, c2.MemSent, c2.MemBytes)
 	w.result(<-run) // and the session's memory is still intact
 }

@@ -15,10 +15,22 @@
 //	<pipeline>/<step>    as each step of checkpoint.Run starts:
 //	                     checkpoint/quiesce, suspend, detach, dump, store;
 //	                     restore/checkout, criu, resume, reattach;
-//	                     migrate/precheck, freeze, migrating, push,
-//	                     handover, restore, moved
+//	                     migrate/precheck, precopy, freeze, migrating,
+//	                     push, handover, restore
+//	migrate/moved        after the source wrote the client's moved notice;
+//	                     an error there stands for a notice that failed
+//	precopy/round        as each pre-copy round of a migration starts
+//	precopy/store        in a pre-copy round, when its blocks are written
+//	                     and not yet indexed
 //	images/commit/index  in images.Commit, when every chunk is written and
 //	                     the image is not yet indexed
+//	dispatch/serve       as a session's dispatch starts serving a
+//	                     connection, registered so that a Stop reaches it
+//	dispatch/sync        in a session's dispatch, when a synchronous request
+//	                     is read and not yet executed (the connection is
+//	                     silent while a test holds it there)
+//	dispatch/exec        as a synchronous call starts running, with
+//	                     keepalives on (a test holds a long call there)
 package failpoint
 
 import (

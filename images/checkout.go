@@ -18,6 +18,13 @@ import (
 // chunks become holes. All writes go through an os.Root on dstDir, so
 // nothing lands outside it whatever the manifest says.
 func Checkout(ctx context.Context, st *store.Store, id, dstDir string) (*Manifest, error) {
+	return CheckoutExcept(ctx, st, id, dstDir, nil)
+}
+
+// CheckoutExcept is Checkout without the top-level files skip names (a
+// restore reads saved device memory straight from the store, not from a
+// file). The manifest returned lists every file.
+func CheckoutExcept(ctx context.Context, st *store.Store, id, dstDir string, skip func(path string) bool) (*Manifest, error) {
 	m, err := Get(ctx, st, id)
 	if err != nil {
 		return nil, err
@@ -41,7 +48,18 @@ func Checkout(ctx context.Context, st *store.Store, id, dstDir string) (*Manifes
 		return nil, errs.Wrap(err, errs.FailedPrecondition, subj, "open %s", dstDir)
 	}
 	defer root.Close()
-	if err := checkout(ctx, st, m, root); err != nil {
+	out := m
+	if skip != nil {
+		cp := *m
+		cp.Files = nil
+		for _, f := range m.Files {
+			if !skip(f.Path) {
+				cp.Files = append(cp.Files, f)
+			}
+		}
+		out = &cp
+	}
+	if err := checkout(ctx, st, out, root); err != nil {
 		// Leave nothing half-written for a restore to pick up.
 		for _, f := range m.Files {
 			if filepath.Dir(f.Path) == "." {

@@ -37,6 +37,12 @@ type Stats struct {
 // files, directories and symlinks that stay inside srcDir are supported;
 // anything else is refused. srcDir must not change while Commit runs.
 func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Manifest, Stats, error) {
+	return CommitWith(ctx, st, srcDir, meta, nil)
+}
+
+// CommitWith is Commit with files that are not in srcDir but in memory,
+// cut into the blocks given (see MemFile); they follow srcDir's entries.
+func CommitWith(ctx context.Context, st *store.Store, srcDir string, meta Meta, extra []MemFile) (*Manifest, Stats, error) {
 	start := time.Now()
 	if meta.ID == "" {
 		meta.ID = ids.NewImage()
@@ -54,6 +60,9 @@ func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Ma
 	// joined in order and the image is indexed in one transaction.
 	c.startWorkers(ctx, cancel)
 	walkErr := c.walk(ctx, srcDir)
+	if walkErr == nil {
+		walkErr = c.queueMem(ctx, extra)
+	}
 	if err := c.wait(ctx, walkErr); err != nil {
 		return nil, Stats{}, err
 	}
@@ -99,6 +108,7 @@ type segment struct {
 	start int64
 	end   int64
 	out   *segResult
+	mem   []MemBlock // set for a MemFile's blocks, which are not chunked again
 }
 
 // pendingFile is m.Files[index], waiting for its segments' chunks.
@@ -136,7 +146,12 @@ func (c *commit) startWorkers(ctx context.Context, cancel context.CancelCauseFun
 					continue
 				}
 				var res segResult
-				err := faultSafe(c.subj, func() error { return chunkSegment(ctx, c.in, sg.data, sg.start, sg.end, &res) })
+				err := faultSafe(c.subj, func() error {
+					if sg.mem != nil {
+						return memSegment(ctx, c.in, sg.data, sg.mem, &res)
+					}
+					return chunkSegment(ctx, c.in, sg.data, sg.start, sg.end, &res)
+				})
 				if err != nil {
 					cancel(err)
 					continue

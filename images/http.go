@@ -27,7 +27,7 @@ type RouteOptions struct {
 // chunk lists, which only the store needs.
 func detail(info api.Image, m *Manifest) api.ImageDetail {
 	d := api.ImageDetail{Image: info, Version: m.Version, Driver: m.Driver, CRIU: m.CRIU, Kernel: m.Kernel,
-		AttachNonce: m.AttachNonce, Labels: m.Labels, Chunking: m.Chunking, FileList: make([]api.ImageFile, len(m.Files))}
+		AttachNonce: m.AttachNonce, Epoch: m.Epoch, Labels: m.Labels, Chunking: m.Chunking, FileList: make([]api.ImageFile, len(m.Files))}
 	d.GPUs = m.GPUs
 	for i, f := range m.Files {
 		d.FileList[i] = api.ImageFile{Path: f.Path, Type: f.Type, Mode: fmt.Sprintf("%04o", uint32(f.Mode)), Size: f.Size, Link: f.Link, Chunks: len(f.Chunks)}

@@ -77,7 +77,7 @@ func TestRoutes(t *testing.T) {
 	ctx := context.Background()
 	st, c := host(t)
 	src := dumpDir(t, imagegen.Pages(8, 1<<20, imagegen.Realistic))
-	m, _, err := Commit(ctx, st, src, Meta{ID: "img-r", Session: "s-r", AttachNonce: "nn", GPUs: []backend.GPU{{Name: "H200", UUID: "GPU-1"}}})
+	m, _, err := Commit(ctx, st, src, Meta{ID: "img-r", Session: "s-r", AttachNonce: "nn", Epoch: 4, GPUs: []backend.GPU{{Name: "H200", UUID: "GPU-1"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestRoutes(t *testing.T) {
 		t.Fatalf("list: %+v %v", list, err)
 	}
 	d, err := c.Image(ctx, "img-r")
-	if err != nil || d.AttachNonce != "nn" || len(d.FileList) != len(m.Files) || len(d.GPUs) != 1 || d.GPUs[0].Name != "H200" || d.Bytes != m.Bytes() {
+	if err != nil || d.AttachNonce != "nn" || d.Epoch != 4 || len(d.FileList) != len(m.Files) || len(d.GPUs) != 1 || d.GPUs[0].Name != "H200" || d.Bytes != m.Bytes() {
 		t.Fatalf("inspect: %+v %v", d, err)
 	}
 	rep, err := c.Verify(ctx, api.VerifyRequest{ID: "img-r"}, nil)

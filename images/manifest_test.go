@@ -41,7 +41,7 @@ func TestManifestV2Format(t *testing.T) {
 	m := &Manifest{
 		Version: ManifestVersion,
 		Meta: Meta{ID: "img-1", Session: "s-0123456789ab", Parent: "img-0", Host: "hostA", Backend: "cuda",
-			GPUs: h200[:1], Driver: "580.159.04", CRIU: "4.1.1", Kernel: "6.18.0", AttachNonce: "9c0e",
+			GPUs: h200[:1], Driver: "580.159.04", CRIU: "4.1.1", Kernel: "6.18.0", AttachNonce: "9c0e", Epoch: 3,
 			Labels: map[string]string{"team": "x"}, Tenant: "alice"},
 		Created:  time.Date(2026, 11, 30, 3, 10, 0, 0, time.UTC),
 		Chunking: "page-cdc/4096-16384-131072",
@@ -53,7 +53,7 @@ func TestManifestV2Format(t *testing.T) {
 	}
 	want := `{"version":2,"id":"img-1","session":"s-0123456789ab","parent":"img-0","host":"hostA","backend":"cuda",` +
 		`"gpus":[{"index":0,"name":"NVIDIA H200","uuid":"GPU-aaaa","memory_bytes":150754820096,"pci_bus_id":"00000000:18:00.0"}],` +
-		`"driver":"580.159.04","criu":"4.1.1","kernel":"6.18.0","attach_nonce":"9c0e","labels":{"team":"x"},"tenant":"alice",` +
+		`"driver":"580.159.04","criu":"4.1.1","kernel":"6.18.0","attach_nonce":"9c0e","epoch":3,"labels":{"team":"x"},"tenant":"alice",` +
 		`"created":"2026-11-30T03:10:00Z","chunking":"page-cdc/4096-16384-131072",` +
 		`"files":[{"path":"gpu","type":"dir","mode":493,"size":0}]}`
 	if string(got) != want {
@@ -84,6 +84,7 @@ func TestManifestVersions(t *testing.T) {
 		js         string
 		wantGPUs   []backend.GPU
 		wantLabels map[string]string
+		wantEpoch  uint64
 		wantErr    string
 	}{
 		{name: "v1 with the GPU label: full records, label dropped",
@@ -96,6 +97,10 @@ func TestManifestVersions(t *testing.T) {
 			js:       v1(t, v1GPUs, ""),
 			wantGPUs: []backend.GPU{{Index: 0, Name: "NVIDIA H200", UUID: "GPU-aaaa"}, {Index: 1, Name: "NVIDIA H200", UUID: "GPU-bbbb"}}},
 		{name: "v1 of the emulated backend, no GPUs", js: v1(t, `[]`, "")},
+		// gpuds with fencing wrote the epoch before version 2 existed.
+		{name: "v1 with an epoch keeps it",
+			js:       v1(t, v1GPUs, `"epoch":7,`),
+			wantGPUs: []backend.GPU{{Index: 0, Name: "NVIDIA H200", UUID: "GPU-aaaa"}, {Index: 1, Name: "NVIDIA H200", UUID: "GPU-bbbb"}}, wantEpoch: 7},
 		{name: "v1 with a broken GPU label",
 			js: v1(t, v1GPUs, `"labels":{"gpuctl.gpus":"[{\"index\":"},`), wantErr: "label gpuctl.gpus is not a list of GPUs"},
 		{name: "v2 does not take v1's GPU form",
@@ -121,8 +126,8 @@ func TestManifestVersions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m.Version != ManifestVersion || !reflect.DeepEqual(m.GPUs, c.wantGPUs) || !reflect.DeepEqual(m.Labels, c.wantLabels) {
-				t.Errorf("version %d GPUs %+v labels %v", m.Version, m.GPUs, m.Labels)
+			if m.Version != ManifestVersion || !reflect.DeepEqual(m.GPUs, c.wantGPUs) || !reflect.DeepEqual(m.Labels, c.wantLabels) || m.Epoch != c.wantEpoch {
+				t.Errorf("version %d GPUs %+v labels %v epoch %d", m.Version, m.GPUs, m.Labels, m.Epoch)
 			}
 			if m.ID != "img-old" || m.Tenant != "" || m.Driver != "580.159.04" || m.CRIU != "4.1.1" || m.AttachNonce != "9c0e" || len(m.Files) != 1 {
 				t.Errorf("other fields lost: %+v", m)

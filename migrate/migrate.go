@@ -19,8 +19,12 @@
 //	          now lives at B's --listen address; the client reconnects there
 //	release   A's frozen worker is killed
 //
-// Any failure before "moved" leaves the session running on A, and the
-// error names the step and the host. The client-visible stall
+// Any failure up to "restore" leaves the session running on A, and the
+// error names the step and the host. Once B has adopted the session the
+// migration is committed: nothing after it is undone, because undoing
+// would leave the session running on both hosts. A moved notice that
+// cannot be written (the client's link is down) is only logged; the
+// client, when it reconnects here, is sent to B. The client-visible stall
 // (downtime_ms) runs from the start of quiesce to the moved notice; the
 // client's reconnect to B adds one round trip and a handshake.
 package migrate
@@ -39,9 +43,13 @@ import (
 	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/control"
+	"github.com/gpuctl/gpuctl/devmem/devstore"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/failpoint"
 	"github.com/gpuctl/gpuctl/ids"
+	"github.com/gpuctl/gpuctl/migrate/precopy"
 	"github.com/gpuctl/gpuctl/remoting/backend"
+	"github.com/gpuctl/gpuctl/store"
 )
 
 // Pusher sends an image's chunks that the target lacks, then its manifest.
@@ -90,6 +98,24 @@ type Service struct {
 	// PrecheckTimeout bounds the target's health check; zero means 3 s.
 	PrecheckTimeout time.Duration
 	Log             *slog.Logger
+	// Precopy, when set, sends a session's device memory to the target
+	// while it runs, before the freeze (package precopy); nil, or a
+	// session it returns no worker for, moves by stop-and-copy.
+	Precopy *Precopy
+	// ClientWait bounds how long a migration waits, after the moved
+	// notice, to see the client served on the target (downtime_ms ends
+	// there); zero means 5 s.
+	ClientWait time.Duration
+}
+
+// Precopy is how this host pre-copies: from its store, with a running
+// session's worker.
+type Precopy struct {
+	Store *store.Store
+	// Worker is the running session's worker, or nil when it cannot
+	// pre-copy (its backend leaves device memory to the driver).
+	Worker func(ctx context.Context, id string) (precopy.Worker, error)
+	Policy precopy.Policy
 }
 
 // Tenancy is what a migration needs to know about a session's owner.
@@ -141,17 +167,53 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 		tq       time.Time // quiesce began: the client stalls from here
 	)
 	sess := s.Checkpoint.Sessions
+	var pc *precopy.Copier
+	unclaim := func() {}
+	defer func() { unclaim() }()
+	defer func() {
+		if pc != nil {
+			pc.Close(context.WithoutCancel(ctx))
+		}
+	}()
 	steps := []checkpoint.Step{
 		{Name: "precheck", Do: func(ctx context.Context) error {
 			var err error
 			listen, shared, err = s.precheck(ctx, id, target)
+			if err != nil {
+				return err
+			}
+			// From here to the end no checkpoint of the session starts.
+			free, err := s.Checkpoint.Claim(id)
+			if err != nil {
+				return err
+			}
+			unclaim = free
+			return nil
+		}},
+		{Name: "precopy", Do: func(ctx context.Context) error {
+			if s.Precopy == nil || s.Precopy.Worker == nil {
+				return nil
+			}
+			w, err := s.Precopy.Worker(ctx, id)
+			if err != nil || w == nil {
+				return err
+			}
+			pc = &precopy.Copier{Store: s.Precopy.Store, Target: target, Session: id, Policy: s.Precopy.Policy, Log: s.log()}
+			res.Rounds, err = pc.Run(ctx, w)
+			for _, r := range res.Rounds {
+				res.SentBytes += r.SentBytes
+			}
 			return err
 		}},
 		{Name: "freeze",
 			Do: func(ctx context.Context) error {
 				tq = time.Now()
 				var err error
-				fr, err = s.Checkpoint.Freeze(ctx, id)
+				var base *devstore.Table
+				if pc != nil {
+					base = pc.Base()
+				}
+				fr, err = s.Checkpoint.FreezeWith(ctx, id, checkpoint.FreezeOptions{Claimed: true, MemBase: base})
 				if err != nil {
 					return err
 				}
@@ -173,7 +235,8 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 		{Name: "migrating", Do: func(ctx context.Context) error { return sess.Migrating(id) }},
 		{Name: "push", Do: func(ctx context.Context) error {
 			st, err := s.Push.Push(ctx, fr.Image, target)
-			res.SentBytes, res.SentChunks = st.Bytes, st.Chunks
+			res.SentBytes += st.Bytes
+			res.SentChunks = st.Chunks
 			return errs.Wrap(err, errs.KindOf(err), host, "send image %s", fr.Image)
 		}},
 		{Name: "handover",
@@ -182,7 +245,12 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 					return nil
 				}
 				released = true
-				return fr.Release(ctx)
+				if err := fr.Release(ctx); err != nil {
+					return err
+				}
+				// The session lives only in its image now: stopped here,
+				// so that the undo can restore it here.
+				return sess.Released(id)
 			},
 			Undo: func(ctx context.Context) error {
 				if !released {
@@ -209,15 +277,31 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 			}
 			return nil
 		}},
-		{Name: "moved", Do: func(ctx context.Context) error {
-			return sess.Moved(id, listen)
-		}},
 	}
 	timings, err := checkpoint.Run(ctx, s.log(), "migrate", errs.Session(id), steps)
-	res.Steps = checkpoint.StepTimings(timings)
 	if err != nil {
+		res.Steps = checkpoint.StepTimings(timings)
 		return nil, err
 	}
+	// B has adopted the session: from here on nothing is undone, or the
+	// session would run on both hosts. A client that cannot be told now
+	// (its link is down) is sent to B when it comes back here.
+	t0m := time.Now()
+	err = sess.Moved(id, listen)
+	if err == nil {
+		// A test makes the notice fail here.
+		err = failpoint.Inject(ctx, "migrate/moved")
+	}
+	if err != nil {
+		s.log().Warn("the client was not told where its session went; it is redirected when it reconnects here",
+			"session", id, "to", listen, "err", err)
+		// The migration stands; its audit line says the client was not
+		// told.
+		control.Note(ctx, slog.Bool("client_told", false))
+	}
+	told := err == nil
+	timings = append(timings, checkpoint.Timing{Step: "moved", Duration: time.Since(t0m)})
+	res.Steps = checkpoint.StepTimings(timings)
 	res.DowntimeMS = time.Since(tq).Milliseconds()
 	res.Listen = listen
 	// The session lives on the target now; what is left here is a frozen
@@ -226,13 +310,40 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 		if err := fr.Release(ctx); err != nil {
 			s.log().Error("frozen worker not released after migration", "session", id, "err", err)
 		}
+		if err := sess.Released(id); err != nil {
+			s.log().Warn("session record not updated after migration", "session", id, "err", err)
+		}
 	}
-	if err := sess.Released(id); err != nil {
-		s.log().Warn("session record not updated after migration", "session", id, "err", err)
+	// The client's stall ends when the target serves it: wait for it to
+	// attach there (it reconnects on the moved notice). A client that does
+	// not come back in time leaves the stall measured to the notice.
+	if at, ok := s.awaitClient(ctx, target, id); told && ok {
+		res.DowntimeMS = at.Sub(tq).Milliseconds()
 	}
 	res.DurationMS = time.Since(t0).Milliseconds()
 	s.log().Info("session migrated", "session", id, "to", to, "downtime_ms", res.DowntimeMS, "sent_bytes", res.SentBytes)
 	return res, nil
+}
+
+// awaitClient polls the target until the session's client is attached
+// there, and says when it saw it.
+func (s *Service) awaitClient(ctx context.Context, target *control.Client, id string) (time.Time, bool) {
+	d := s.ClientWait
+	if d <= 0 {
+		d = 5 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for {
+		if si, err := target.Session(ctx, id); err == nil && si.Client != "" && si.State == "running" {
+			return time.Now(), true
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // precheck fails fast on a target that is down, misconfigured or cannot

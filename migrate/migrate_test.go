@@ -16,6 +16,7 @@ import (
 	"github.com/gpuctl/gpuctl/checkpoint/proctest"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/failpoint"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/restore"
 	"github.com/gpuctl/gpuctl/tenant"
@@ -65,6 +66,7 @@ func TestMigrate(t *testing.T) {
 		restoreBackend string
 		pushErr        error
 		checkErr       error
+		movedErr       error // the moved notice cannot be written (failpoint migrate/moved)
 		wantStep       string
 		wantKind       errs.Kind
 		wantCalls      string       // on A's worker
@@ -72,6 +74,10 @@ func TestMigrate(t *testing.T) {
 		bTenants       []api.Tenant // B's tenants
 	}{
 		{name: "moves", reportBackend: "emulated", restoreBackend: "emulated", wantCalls: "quiesce detach"},
+		// B has adopted the session when the notice fails: undoing now would
+		// run the session on both hosts, so the migration stands.
+		{name: "client not told", reportBackend: "emulated", restoreBackend: "emulated", wantCalls: "quiesce detach",
+			movedErr: errors.New("client link down")},
 		{name: "target down", to: "127.0.0.1:1", wantStep: "precheck", wantKind: errs.Unavailable},
 		{name: "target on another backend", reportBackend: "cuda", restoreBackend: "cuda", wantStep: "precheck", wantKind: errs.FailedPrecondition},
 		{name: "target has no matching GPU", reportBackend: "emulated", restoreBackend: "emulated", checkErr: errs.New(errs.FailedPrecondition, "", "no GPU of the session's model"),
@@ -95,6 +101,11 @@ func TestMigrate(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
+			var fp failpoint.Set
+			if c.movedErr != nil {
+				fp.On("migrate/moved", failpoint.Fail(c.movedErr))
+				ctx = failpoint.With(ctx, &fp)
+			}
 			child := h.Start(false)
 			pid := child.Process.Pid
 			calls := &checkpointtest.Calls{}
@@ -159,6 +170,9 @@ func TestMigrate(t *testing.T) {
 			}
 			if res.DowntimeMS < 0 || res.DowntimeMS > res.DurationMS+1 {
 				t.Errorf("downtime %d ms of %d ms", res.DowntimeMS, res.DurationMS)
+			}
+			if c.movedErr != nil && fp.Hits("migrate/moved") != 1 {
+				t.Errorf("migrate/moved reached %d times", fp.Hits("migrate/moved"))
 			}
 			if tabA.State(id) != "stopped" || tabA.MovedTo(id) != "127.0.0.1:17070" {
 				t.Errorf("A: state %q moved %q", tabA.State(id), tabA.MovedTo(id))

@@ -5,7 +5,9 @@ demo: deps build
 	@bash e2e/demo/demo.sh
 
 # `make bench` runs bench-checkpoint too: checkpoint, restore and migration
-# timings and bytes for sessions of 16 MiB, 256 MiB and 1 GiB (BENCH_SIZES).
+# timings and bytes for sessions of 16 MiB, 256 MiB and 1 GiB (BENCH_SIZES),
+# checkpoint stall against durability, migration downtime against a
+# stop-and-copy checkpoint, and a plot of them in build/bench-checkpoint.svg.
 BENCH_STEPS += bench-checkpoint
 .PHONY: bench-checkpoint
 bench-checkpoint: deps build

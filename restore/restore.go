@@ -28,6 +28,8 @@ import (
 
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/checkpoint/criu"
+	"github.com/gpuctl/gpuctl/devmem"
+	"github.com/gpuctl/gpuctl/devmem/devstore"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/remoting/backend"
@@ -64,7 +66,21 @@ type Restorer struct {
 	Resumer  Resumer
 	Reattach checkpoint.Reattacher
 	Backend  string // this host's backend; images from another backend are refused
-	Log      *slog.Logger
+	// Admit, when set, refuses an image before anything is restored:
+	// gpud refuses an image of a session live here or of an older epoch
+	// than the session reached here (session.Manager.Admit).
+	Admit func(images.Meta) error
+	Log   *slog.Logger
+	// Mem reads an image's saved device memory (package devmem) out of
+	// the store for the restored worker to reload; nil restores only
+	// images whose device memory is in the CRIU dump.
+	Mem *devstore.Keeper
+}
+
+// ExceptStore is a Store that can leave files out of a checkout: saved
+// device memory goes from the store straight into the worker.
+type ExceptStore interface {
+	CheckoutExcept(ctx context.Context, id, dir string, skip func(path string) bool) (*images.Manifest, error)
 }
 
 // Result is a restored, live session waiting for its client.
@@ -103,10 +119,19 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 	}()
 
 	var (
-		meta images.Meta
-		pid  int
-		w    checkpoint.Worker
+		meta     images.Meta
+		pid      int
+		w        checkpoint.Worker
+		memTable *devstore.Table
+		memSnap  *devstore.Snapshot
+		memLoad  chan error
 	)
+	defer func() {
+		if memLoad != nil {
+			<-memLoad
+			memSnap.Close()
+		}
+	}()
 	opts := r.CRIU
 	opts.LogDir = work
 	steps := []checkpoint.Step{
@@ -114,16 +139,42 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 			if err := os.Mkdir(imgDir, 0o700); err != nil {
 				return err
 			}
-			m, err := r.Store.Checkout(ctx, image, imgDir)
+			var m *images.Manifest
+			var err error
+			if es, ok := r.Store.(ExceptStore); ok && r.Mem != nil {
+				m, err = es.CheckoutExcept(ctx, image, imgDir, func(p string) bool { return p == devmem.DataFile })
+			} else {
+				m, err = r.Store.Checkout(ctx, image, imgDir)
+			}
 			if err != nil {
 				return err
 			}
 			meta = m.Meta
+			if r.Mem != nil {
+				if memTable, err = devstore.FromManifest(ctx, r.Mem.Store, m); err != nil {
+					return err
+				}
+				if memTable != nil {
+					// Read while CRIU restores the process: the reload
+					// step then waits on memory, not on the store.
+					memLoad = make(chan error, 1)
+					go func() {
+						var err error
+						memSnap, err = devstore.Load(ctx, r.Mem.Store, memTable)
+						memLoad <- err
+					}()
+				}
+			}
 			if meta.AttachNonce == "" {
 				return errs.New(errs.DataLoss, subject, "the manifest has no worker nonce; the image cannot be reattached")
 			}
 			if r.Backend != "" && meta.Backend != "" && meta.Backend != r.Backend {
 				return errs.New(errs.FailedPrecondition, subject, "made on the %s backend, this host runs %s; restore it on a %s host", meta.Backend, r.Backend, meta.Backend)
+			}
+			if r.Admit != nil {
+				if err := r.Admit(meta); err != nil {
+					return err // it names the session; the step error names the image
+				}
 			}
 			if c, ok := r.Resumer.(Checker); ok {
 				if err := c.Check(meta.GPUs, meta.Driver); err != nil {
@@ -148,6 +199,25 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 		var err error
 		w, err = r.Reattach.Reattach(ctx, pid, meta.AttachNonce)
 		return err
+	}}, checkpoint.Step{Name: "reload", Do: func(ctx context.Context) error {
+		if memLoad == nil {
+			return nil // the device memory came with the process
+		}
+		err := <-memLoad
+		memLoad = nil
+		defer memSnap.Close()
+		if err != nil {
+			return errs.Wrap(err, errs.KindOf(err), subject, "read the saved device memory")
+		}
+		mw, ok := w.(checkpoint.MemWorker)
+		if !ok {
+			return errs.New(errs.Internal, subject, "the restored worker cannot reload device memory")
+		}
+		if err := mw.ReloadMem(ctx, memSnap.File, memSnap.Saved.LayoutOff, memSnap.Saved.LayoutLen); err != nil {
+			return err
+		}
+		r.Mem.Remember(meta.Session, memTable)
+		return nil
 	}})
 	timings, err := checkpoint.Run(ctx, r.Log, "restore", subject, steps)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"github.com/gpuctl/gpuctl/ids"
+	"io"
 	"log/slog"
 	"net"
 	"sort"
@@ -14,10 +15,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/remoting/cu"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
 	"github.com/gpuctl/gpuctl/remoting/tlsrec"
+	"github.com/gpuctl/gpuctl/remoting/wire"
 	"github.com/gpuctl/gpuctl/remoting/worker"
 	"github.com/gpuctl/gpuctl/tenant"
 )
@@ -42,6 +45,15 @@ type Config struct {
 	// the workers of tenants with a memory limit ask before they hold
 	// more; the Manager is its ledger. Empty: memory is not metered.
 	QuotaSocket string
+	// Keepalive is how often a client that asks for keepalives gets one
+	// while its session is busy or quiesced; zero means
+	// wire.DefaultKeepalive.
+	Keepalive time.Duration
+	// DeviceBytes is the device memory the host's sessions share. When
+	// set, every session is metered (QuotaSocket must be set too) and an
+	// allocation past it asks the Preempter (SetPreempter) for room, or
+	// fails with CUDA_ERROR_OUT_OF_MEMORY. Zero: not accounted.
+	DeviceBytes uint64
 	// Reaper reaps adopted (restored) workers; may be nil.
 	Reaper  *worker.Reaper
 	Metrics *Metrics
@@ -59,6 +71,9 @@ type Manager struct {
 	starting map[string]int // sessions being created, by tenant
 	closed   bool
 	wg       sync.WaitGroup // watchers
+
+	// preempter makes room on the device; nil: nothing is preempted.
+	preempter Preempter
 }
 
 // Session is one live session. Its fields are guarded by the Manager's
@@ -88,6 +103,24 @@ type Session struct {
 	// held is the device memory the quota ledger counts for the session:
 	// what its worker was last granted.
 	held uint64
+	// keepalive is the keepalive interval conn's client asked for (0:
+	// none), and keeping the goroutine that sends them while gpud holds
+	// conn for a quiesced session.
+	keepalive time.Duration
+	keeping   *keeper
+	// midFrame: the worker quiesced without stopping conn at a frame
+	// boundary, so conn can be neither written to nor served on again.
+	midFrame bool
+	// activeAt is when the session was last seen executing calls (a
+	// listing's figures moved): preemption takes the least recently
+	// active of one priority first.
+	activeAt time.Time
+	// waiting is set while the session's worker waits for gpud to make
+	// room for an allocation: it is not preempted meanwhile.
+	waiting bool
+	// want is what a waiting session asked to hold; the ledger counts it
+	// as taken until the answer.
+	want uint64
 }
 
 // NewManager returns a manager. Records left by an earlier gpud run are
@@ -110,6 +143,11 @@ func NewManager(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	for _, r := range recs {
+		if r.State == Preempted {
+			// It waits in its image for the preempter to resume it.
+			m.sessions[r.ID] = &Session{rec: r}
+			continue
+		}
 		if r.State == Stopped {
 			// It lives in an image: keep answering its client until its
 			// retention ends.
@@ -161,6 +199,13 @@ func (m *Manager) setState(s *Session, to State) error {
 	switch to {
 	case Detached:
 		m.armTimer(s, m.cfg.Grace)
+	case Preempted:
+		if s.conn != nil {
+			m.armTimer(s, m.cfg.Grace) // hold the client, then let it retry
+		} else if s.timer != nil {
+			s.timer.Stop()
+			s.timer = nil
+		}
 	case Stopped:
 		s.rec.StoppedAt = time.Now().UTC()
 		if s.conn != nil {
@@ -222,6 +267,12 @@ func (m *Manager) expire(id string, gen *struct{ _ byte }) {
 		m.mu.Unlock()
 		m.forget(id, "stopped session's retention ended")
 		return
+	case Preempted:
+		// Its client is answered "preempted" and waits; the session
+		// stays until it is resumed.
+		m.log.Info("preempted session still in its image; letting its client go to retry", "session", id)
+		m.closeConn(s)
+		s.timer = nil
 	}
 	m.mu.Unlock()
 }
@@ -264,6 +315,9 @@ func (m *Manager) forget(id, why string) {
 		s.timer.Stop()
 	}
 	delete(m.sessions, id)
+	if s.held > 0 {
+		m.freed()
+	}
 	m.cfg.Metrics.addDone(totals{calls: s.stats.Executed, in: s.stats.BytesIn, out: s.stats.BytesOut})
 	if err := m.rec.delete(id); err != nil {
 		m.log.Error("delete session record", "session", id, "err", err)
@@ -272,11 +326,102 @@ func (m *Manager) forget(id, why string) {
 }
 
 func (m *Manager) closeConn(s *Session) {
+	m.stopKeeping(s)
 	if s.conn != nil {
 		s.conn.Close()
 		s.conn = nil
 	}
-	s.overTLS, s.tlsState = false, nil
+	s.overTLS, s.tlsState, s.midFrame = false, nil, false
+}
+
+// keepaliveOf is the keepalive interval for a client with Hello h: none
+// unless it asked for keepalives.
+func (m *Manager) keepaliveOf(h *wire.Hello) time.Duration {
+	if h == nil || h.Flags&wire.HelloKeepalive == 0 {
+		return 0
+	}
+	if m.cfg.Keepalive > 0 {
+		return m.cfg.Keepalive
+	}
+	return wire.DefaultKeepalive
+}
+
+// keeper sends keepalives on a client socket gpud holds while its session
+// is quiesced (checkpointed, migrated), so that the client, which gives
+// up on a silent connection, waits instead. On a TLS connection they are
+// records sealed with the record layer the worker handed back, which
+// moves on with them.
+type keeper struct {
+	stop chan struct{}
+	done chan struct{}
+	tc   *tlsrec.Conn // nil for plaintext
+	err  error        // why a keepalive could not be written; read after done
+}
+
+// startKeeping starts a keeper on s's held socket when its client asked
+// for keepalives; the caller holds m.mu, and the worker has stopped
+// writing to the socket at a frame boundary.
+func (m *Manager) startKeeping(s *Session) {
+	if s.conn == nil || s.keepalive <= 0 || s.keeping != nil || s.midFrame {
+		return
+	}
+	k := &keeper{stop: make(chan struct{}), done: make(chan struct{})}
+	var w io.Writer = s.conn
+	if s.overTLS {
+		if s.tlsState == nil {
+			return // nobody can speak on it; dropUnusable closes it
+		}
+		tc, err := tlsrec.New(s.conn, *s.tlsState)
+		if err != nil {
+			m.log.Warn("no keepalives for a quiesced TLS client", "session", s.rec.ID, "err", err)
+			return
+		}
+		k.tc, w = tc, tc
+	}
+	s.keeping = k
+	go func(conn *net.TCPConn, every time.Duration) {
+		defer close(k.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-k.stop:
+				return
+			case <-t.C:
+			}
+			conn.SetWriteDeadline(time.Now().Add(every))
+			err := wire.WriteKeepalive(w, 0)
+			conn.SetWriteDeadline(time.Time{})
+			if err != nil {
+				k.err = err
+				return
+			}
+		}
+	}(s.conn, s.keepalive)
+}
+
+// stopKeeping stops s's keeper and waits for it, so that nothing else
+// writes to the socket; a TLS connection's record layer then stands past
+// the keepalives sent. A keepalive that failed may have left part of a
+// frame on the wire: the socket is closed, and its client reconnects. The
+// caller holds m.mu.
+func (m *Manager) stopKeeping(s *Session) {
+	k := s.keeping
+	if k == nil {
+		return
+	}
+	close(k.stop)
+	<-k.done
+	s.keeping = nil
+	if k.tc != nil {
+		st := k.tc.State()
+		k.tc.Forget()
+		s.tlsState = &st
+	}
+	if k.err != nil {
+		m.log.Info("a keepalive to a quiesced client failed; closing its connection", "session", s.rec.ID, "err", k.err)
+		m.closeConn(s)
+	}
 }
 
 // watch follows one worker handle of a session: a client that went away
@@ -338,9 +483,15 @@ func (m *Manager) workerExited(id string, h *worker.Handle) {
 // greets with them. The session belongs to the principal ctx carries
 // (tenant.FromContext); a tenant at its max_sessions is refused with an
 // errs.ResourceExhausted error whose message the client prints. rec is
-// conn's TLS record layer, nil for plaintext.
-func (m *Manager) Create(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State) (string, error) {
+// conn's TLS record layer, nil for plaintext; hello is the client's (what
+// it asked for: keepalives).
+func (m *Manager) Create(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State, hello *wire.Hello) (string, error) {
 	owner := tenant.FromContext(ctx).Tenant
+	attrs := wire.AttrsFromContext(ctx)
+	labels, err := api.ParseLabels(attrs.Labels)
+	if err != nil {
+		return "", errs.Wrap(err, errs.InvalidArgument, "", "GPUCTL_LABELS")
+	}
 	id, secret, err := newID()
 	if err != nil {
 		return "", errs.Wrap(err, errs.Internal, "", "session id")
@@ -382,12 +533,15 @@ func (m *Manager) Create(ctx context.Context, conn *net.TCPConn, rec *tlsrec.Sta
 		rec: Record{
 			ID: id, SecretHash: hashSecret(secret), State: Running,
 			Client: conn.RemoteAddr().String(), Created: time.Now().UTC(),
-			Backend: opts.Backend, Device: opts.Device, WorkerPID: h.PID(), Tenant: owner,
+			Backend: opts.Backend, Device: opts.Device, WorkerPID: h.PID(), Tenant: owner, Epoch: 1,
+			Priority: attrs.Priority, Labels: labels,
 		},
-		worker:  h,
-		conn:    conn,
-		overTLS: rec != nil,
+		worker:    h,
+		conn:      conn,
+		overTLS:   rec != nil,
+		keepalive: m.keepaliveOf(hello),
 	}
+	s.activeAt = time.Now()
 	m.mu.Lock()
 	m.sessions[id] = s
 	m.doneStarting(owner)
@@ -395,7 +549,7 @@ func (m *Manager) Create(ctx context.Context, conn *net.TCPConn, rec *tlsrec.Sta
 	m.persist(s)
 	m.mu.Unlock()
 	m.watch(id, h)
-	if err := h.Attach(ctx, conn, rec, dispatch.WelcomeInfo{SessionID: id, Secret: secret}, false); err != nil {
+	if err := h.Attach(ctx, conn, rec, dispatch.WelcomeInfo{SessionID: id, Secret: secret, Keepalive: s.keepalive}, false, 1); err != nil {
 		m.end(id, "attach failed")
 		return "", err
 	}
@@ -411,12 +565,13 @@ var errUnknown = errs.New(errs.NotFound, "", "no such session on this host")
 // migrated away answers with a *MovedError; one this host does not know,
 // or a wrong secret, with an errs.NotFound error; one that cannot take its
 // client now (in an image, being checkpointed) with errs.Unavailable. rec
-// is conn's TLS record layer, nil for plaintext.
+// is conn's TLS record layer, nil for plaintext; hello is the client's.
 //
 // The token of the handshake must be the session owner's (or the host
 // token): a tenant's client cannot take over another's session even with
 // its secret, and is answered as for an unknown one.
-func (m *Manager) Resume(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State, id, secret string) error {
+func (m *Manager) Resume(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State, hello *wire.Hello) error {
+	id, secret := hello.SessionID, hello.Secret
 	who := tenant.FromContext(ctx)
 	m.mu.Lock()
 	s, ok := m.sessions[id]
@@ -433,6 +588,9 @@ func (m *Manager) Resume(ctx context.Context, conn *net.TCPConn, rec *tlsrec.Sta
 			return &MovedError{Addr: moved}
 		}
 		return errs.New(errs.Unavailable, errs.Session(id), "session is in an image until it is restored; retry")
+	case Preempted:
+		m.mu.Unlock()
+		return &PreemptedError{ID: id}
 	default:
 		m.mu.Unlock()
 		return errs.New(errs.Unavailable, errs.Session(id), "session is %s; retry shortly", s.rec.State)
@@ -446,14 +604,16 @@ func (m *Manager) Resume(ctx context.Context, conn *net.TCPConn, rec *tlsrec.Sta
 	// (a cut link) replaces it.
 	m.closeConn(s)
 	s.conn, s.overTLS = conn, rec != nil
+	s.keepalive = m.keepaliveOf(hello)
 	s.rec.Client = conn.RemoteAddr().String()
 	if s.rec.State == Detached {
 		_ = m.setState(s, Running)
 	} else {
 		m.persist(s)
 	}
+	ka, epoch := s.keepalive, s.rec.Epoch
 	m.mu.Unlock()
-	if err := h.Attach(ctx, conn, rec, dispatch.WelcomeInfo{SessionID: id}, false); err != nil {
+	if err := h.Attach(ctx, conn, rec, dispatch.WelcomeInfo{SessionID: id, Keepalive: ka}, false, epoch); err != nil {
 		m.mu.Lock()
 		if s.conn == conn {
 			s.conn, s.overTLS = nil, false
@@ -488,9 +648,13 @@ type Info struct {
 	Backend   string
 	WorkerPID int    // 0 when no worker serves the session here
 	Tenant    string // the owner; empty for the administrator
+	Priority  int32
+	Labels    api.Labels
+	Image     string // the image a preempted session waits in
 	// AllocBytes is what the client's allocations hold, as the worker
 	// last reported it: what a tenant's memory limit counts.
 	AllocBytes uint64
+	Epoch      uint64 // see Record.Epoch
 }
 
 // refreshStats asks each live worker for its counters, briefly: a busy
@@ -521,6 +685,9 @@ func (m *Manager) refreshStats(ctx context.Context) {
 			}
 			m.mu.Lock()
 			if s, ok := m.sessions[it.id]; ok && s.worker == it.h {
+				if st.Executed != s.stats.Executed {
+					s.activeAt = time.Now()
+				}
 				s.stats = st
 			}
 			m.mu.Unlock()
@@ -566,7 +733,8 @@ func (s *Session) info(host string) Info {
 	return Info{
 		ID: s.rec.ID, State: s.rec.State, Host: host, Client: s.rec.Client, Created: s.rec.Created,
 		MemBytes: s.stats.MemInUse, Device: s.rec.Device, Backend: s.rec.Backend, WorkerPID: s.rec.WorkerPID,
-		Tenant: s.rec.Tenant, AllocBytes: s.stats.AllocBytes,
+		Tenant: s.rec.Tenant, AllocBytes: s.stats.AllocBytes, Epoch: s.rec.Epoch, Priority: s.rec.Priority, Labels: s.rec.Labels,
+		Image: s.preemptedImage(),
 	}
 }
 
@@ -612,7 +780,7 @@ func (m *Manager) Shutdown(ctx context.Context) {
 	m.closed = true
 	var ids []string
 	for id, s := range m.sessions {
-		if s.rec.State == Stopped {
+		if s.rec.State == Stopped || s.rec.State == Preempted {
 			m.closeConn(s)
 			if s.timer != nil {
 				s.timer.Stop()

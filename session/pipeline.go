@@ -3,11 +3,15 @@ package session
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
+	"os"
 	"time"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/checkpoint"
+	"github.com/gpuctl/gpuctl/devmem"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/remoting/tlsrec"
 	"github.com/gpuctl/gpuctl/remoting/wire"
@@ -35,13 +39,20 @@ type sessionWorker struct {
 func (w *sessionWorker) PID() int                                   { return w.h.PID() }
 func (w *sessionWorker) Detach(ctx context.Context, n string) error { return w.h.Detach(ctx, n) }
 
-// Quiesce stops the worker; a TLS client's record layer comes back with
-// it, for gpud to hold with the socket.
+// Quiesce stops the worker. A TLS client's record layer comes back with
+// it, for gpud to hold with the socket. While the session is quiesced gpud
+// keeps the client alive on that socket, if the client asked for that and
+// the connection stopped at a frame boundary; one that did not is never
+// written to or served on again (dropUnusable).
 func (w *sessionWorker) Quiesce(ctx context.Context) error {
-	rec, err := w.h.Quiesce(ctx)
+	q, err := w.h.QuiesceAt(ctx)
 	w.m.mu.Lock()
 	if s, ok := w.m.sessions[w.id]; ok && s.worker == w.h && s.conn != nil {
-		s.tlsState = rec
+		s.tlsState = q.TLS
+		s.midFrame = err == nil && !q.Boundary
+		if err == nil && q.Boundary {
+			w.m.startKeeping(s)
+		}
 	}
 	w.m.mu.Unlock()
 	return err
@@ -50,20 +61,96 @@ func (w *sessionWorker) Quiesce(ctx context.Context) error {
 func (w *sessionWorker) Resume(ctx context.Context) error {
 	w.m.mu.Lock()
 	conn, rec := w.m.heldClient(w.id)
+	epoch := w.m.epochOf(w.id)
 	w.m.mu.Unlock()
-	if err := w.h.Resume(ctx, conn, rec); err != nil {
+	err := w.h.Resume(ctx, conn, rec, epoch)
+	if errors.Is(err, worker.ErrConnDropped) {
+		// The worker runs without its client: let the client go, so that
+		// it reconnects and resends what the worker never executed.
+		w.m.mu.Lock()
+		if s, ok := w.m.sessions[w.id]; ok && s.conn == conn {
+			w.m.closeConn(s)
+			if s.rec.State == Running {
+				_ = w.m.setState(s, Detached)
+			}
+		}
+		w.m.mu.Unlock()
+		w.m.log.Warn("client connection not served on after a checkpoint; the client reconnects", "session", w.id)
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	w.m.mu.Lock()
 	if s, ok := w.m.sessions[w.id]; ok && s.conn == conn {
-		s.tlsState = nil // the worker carries it on now
+		s.tlsState, s.midFrame = nil, false // the worker carries on now
 	}
 	w.m.mu.Unlock()
 	return nil
 }
 
+// SaveMem and ReloadMem make the worker a checkpoint.MemWorker.
+func (w *sessionWorker) SaveMem(ctx context.Context, req devmem.SaveRequest) (*os.File, devmem.Saved, error) {
+	return w.h.SaveMem(ctx, req)
+}
+
+func (w *sessionWorker) ReloadMem(ctx context.Context, f *os.File, off, n int64) error {
+	return w.h.ReloadMem(ctx, f, off, n)
+}
+
+// PrecopyMem runs a pre-copy round on the running worker (a live
+// migration, package precopy).
+func (w *sessionWorker) PrecopyMem(ctx context.Context, req devmem.PrecopyRequest) (*os.File, devmem.Saved, error) {
+	return w.h.PrecopyMem(ctx, req)
+}
+
+// Live is the worker of a running or detached session, for work that
+// leaves the session running (a migration's pre-copy); unlike Begin it
+// changes nothing.
+func (m *Manager) Live(id string) (checkpoint.Worker, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.session(id)
+	if err != nil {
+		return nil, err
+	}
+	if s.worker == nil || (s.rec.State != Running && s.rec.State != Detached) {
+		return nil, errs.New(errs.FailedPrecondition, errs.Session(id), "session is %s, not running on this host", s.rec.State)
+	}
+	return &sessionWorker{m: m, id: id, h: s.worker}, nil
+}
+
 // Handle is the underlying worker handle.
 func (w *sessionWorker) Handle() *worker.Handle { return w.h }
+
+// Epoch is the session's current epoch, which a checkpoint records in its
+// image.
+func (w *sessionWorker) Epoch() uint64 {
+	w.m.mu.Lock()
+	defer w.m.mu.Unlock()
+	return w.m.epochOf(w.id)
+}
+
+// Fence moves the session and its worker to the next epoch: the worker
+// goes on past an image just stored of it, which keeps the old epoch and
+// can then never serve while this worker does. A worker that is not at
+// the session's epoch (a stale copy: the original thawed after its
+// session moved on) refuses, and so does its session here.
+func (w *sessionWorker) Fence(ctx context.Context) error {
+	w.m.mu.Lock()
+	from := w.m.epochOf(w.id)
+	w.m.mu.Unlock()
+	if err := w.h.Claim(ctx, from, from+1); err != nil {
+		return errs.Wrap(err, errs.FailedPrecondition, errs.Session(w.id), "epoch %d", from)
+	}
+	w.m.mu.Lock()
+	defer w.m.mu.Unlock()
+	if s, ok := w.m.sessions[w.id]; ok && s.rec.Epoch == from {
+		s.rec.Epoch = from + 1
+		w.m.persist(s)
+	}
+	return nil
+}
 
 func (m *Manager) session(id string) (*Session, error) {
 	s, ok := m.sessions[id]
@@ -73,22 +160,41 @@ func (m *Manager) session(id string) (*Session, error) {
 	return s, nil
 }
 
+// epochOf is the session's current epoch, or 0; the caller holds m.mu.
+func (m *Manager) epochOf(id string) uint64 {
+	if s, ok := m.sessions[id]; ok {
+		return s.rec.Epoch
+	}
+	return 0
+}
+
 // heldClient is gpud's copy of the session's client socket and, for TLS,
-// its record layer; nil when gpud holds none. The caller holds m.mu.
+// its record layer; nil when gpud holds none or none that can be served
+// on. The worker takes the socket back: gpud's keepalives on it stop. The
+// caller holds m.mu.
 func (m *Manager) heldClient(id string) (*net.TCPConn, *tlsrec.State) {
 	s, ok := m.sessions[id]
 	if !ok {
 		return nil, nil
 	}
-	m.dropUnknownTLS(s)
+	m.stopKeeping(s)
+	m.dropUnusable(s)
 	return s.conn, s.tlsState
 }
 
-// dropUnknownTLS closes a held TLS socket whose record layer gpud does
-// not know (a quiesce that failed before handing it back): nobody can
-// speak on it any more, and its client reconnects. The caller holds m.mu.
-func (m *Manager) dropUnknownTLS(s *Session) {
-	if s.conn != nil && s.overTLS && s.tlsState == nil {
+// dropUnusable closes a held socket that nobody can speak on any more,
+// so that its client reconnects (and is greeted, and resends): one whose
+// worker did not stop at a frame boundary (part of a frame may be on the
+// wire, or read and lost), or a TLS one whose record layer gpud does not
+// know (a quiesce that failed before handing it back). The caller holds
+// m.mu.
+func (m *Manager) dropUnusable(s *Session) {
+	switch {
+	case s.conn == nil:
+	case s.midFrame:
+		m.log.Warn("the client connection did not stop at a frame boundary; closing it so that the client reconnects", "session", s.rec.ID)
+		m.closeConn(s)
+	case s.overTLS && s.tlsState == nil:
 		m.log.Warn("the client's TLS record layer was not handed back; closing its connection so that it reconnects", "session", s.rec.ID)
 		m.closeConn(s)
 	}
@@ -159,7 +265,13 @@ func (m *Manager) Moved(id, addr string) error {
 		return err
 	}
 	s.movedTo = addr
-	m.dropUnknownTLS(s)
+	// The copy here is superseded by the one the target adopted (which
+	// claimed the next epoch): the frozen worker here can never serve
+	// again, even if something thawed it.
+	s.rec.Epoch++
+	m.persist(s)
+	m.stopKeeping(s)
+	m.dropUnusable(s)
 	if s.conn == nil {
 		return nil // no client attached: a reconnect here is sent there
 	}
@@ -194,7 +306,10 @@ func (m *Manager) Released(id string) error {
 	s.worker = nil
 	s.rec.WorkerPID = 0
 	s.stats.MemInUse = 0
-	s.held = 0
+	if s.held > 0 {
+		s.held = 0
+		m.freed()
+	}
 	return m.setState(s, Stopped)
 }
 
@@ -207,6 +322,28 @@ func (m *Manager) LastImage(_ context.Context, id string) (string, error) {
 		return "", err
 	}
 	return s.rec.Image, nil
+}
+
+// Admit says whether an image of session id taken at epoch may be
+// restored here: not while the session runs here, and not when the
+// session has reached a later epoch here since the image was taken (a
+// newer copy ran; this one would run the session twice or rewind it).
+// Both are refused before anything is restored, and again by Adopt.
+func (m *Manager) Admit(id string, epoch uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.sessions[id]
+	if !ok {
+		return nil
+	}
+	if s.rec.State != Stopped {
+		return errs.New(errs.AlreadyExists, errs.Session(id), "session is already live on this host")
+	}
+	if epoch < s.rec.Epoch {
+		return errs.New(errs.FailedPrecondition, errs.Session(id),
+			"fenced: the image holds epoch %d and the session reached epoch %d here since; a newer copy has run, and restoring this one would run the session twice: restore the session's latest image", epoch, s.rec.Epoch)
+	}
+	return nil
 }
 
 // Reattach takes control of a detached worker (the original after a
@@ -274,6 +411,20 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 	if len(st.SecretSHA256) != 32 {
 		return errs.New(errs.DataLoss, errs.Session(id), "the restored worker holds no session secret")
 	}
+	// Fence: the restored worker holds the epoch of its image. An image
+	// older than the session's epoch here was taken before a newer copy
+	// ran; restoring it would run the session twice (or rewind it). The
+	// restored worker claims the next epoch, so that the image, restored
+	// again, is refused in turn.
+	if err := m.Admit(id, st.Epoch); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	next := max(st.Epoch, m.epochOf(id)) + 1
+	m.mu.Unlock()
+	if err := sw.h.Claim(ctx, st.Epoch, next); err != nil {
+		return errs.Wrap(err, errs.FailedPrecondition, errs.Session(id), "restored worker")
+	}
 	m.mu.Lock()
 	limits, err := m.admit(owner)
 	if err == nil {
@@ -287,17 +438,22 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 		held    *net.TCPConn
 		heldTLS bool
 		heldRec *tlsrec.State
+		ka      time.Duration
 	)
+	var prio int32
+	var labels api.Labels
 	if old, dup := m.sessions[id]; dup {
-		if old.rec.State != Stopped {
+		prio, labels = old.rec.Priority, old.rec.Labels
+		if old.rec.State != Stopped && old.rec.State != Preempted {
 			m.mu.Unlock()
 			return errs.New(errs.AlreadyExists, errs.Session(id), "session is already live on this host")
 		}
 		// Restored where it was checkpointed: take over the stopped
 		// entry and the client socket it may still hold, with its TLS
 		// record layer.
-		m.dropUnknownTLS(old)
-		held, heldTLS, heldRec = old.conn, old.overTLS, old.tlsState
+		m.stopKeeping(old)
+		m.dropUnusable(old)
+		held, heldTLS, heldRec, ka = old.conn, old.overTLS, old.tlsState, old.keepalive
 		old.conn, old.overTLS, old.tlsState = nil, false, nil
 		if old.timer != nil {
 			old.timer.Stop()
@@ -318,14 +474,17 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 		rec: Record{
 			ID: id, SecretHash: bytes.Clone(st.SecretSHA256), State: state, Created: time.Now().UTC(),
 			Backend: m.cfg.Worker.Backend, Device: m.cfg.Worker.Device, WorkerPID: sw.h.PID(), Image: image,
-			Tenant: owner,
+			Tenant: owner, Epoch: next, Priority: prio, Labels: labels,
 		},
-		worker:  sw.h,
-		conn:    held,
-		overTLS: heldTLS,
-		stats:   st,
-		held:    st.AllocBytes,
+		worker:    sw.h,
+		conn:      held,
+		overTLS:   heldTLS,
+		tlsState:  heldRec,
+		keepalive: ka,
+		stats:     st,
+		held:      st.AllocBytes,
 	}
+	s.activeAt = time.Now()
 	sw.h.SetQuota(m.quotaFor(limits))
 	if held != nil {
 		s.rec.Client = held.RemoteAddr().String()
@@ -339,7 +498,7 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 	m.watch(id, sw.h)
 	// Resume the backend; a held client is served again on its own
 	// socket, with no greeting: it never left.
-	if err := sw.h.Resume(ctx, held, heldRec); err != nil {
+	if err := sw.Resume(ctx); err != nil {
 		m.end(id, "resume after restore failed")
 		return err
 	}

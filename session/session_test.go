@@ -3,9 +3,12 @@ package session_test
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"io"
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,8 +46,9 @@ func startServer(t *testing.T, grace time.Duration, met *session.Metrics) *testS
 	return startServerTLS(t, grace, met, false)
 }
 
-// startServerTLS is startServer with the listener on TLS when overTLS.
-func startServerTLS(t *testing.T, grace time.Duration, met *session.Metrics, overTLS bool) *testServer {
+// startServerTLS is startServer with the listener on TLS when overTLS;
+// opts adjust the session table's configuration.
+func startServerTLS(t *testing.T, grace time.Duration, met *session.Metrics, overTLS bool, opts ...func(*session.Config)) *testServer {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("workers start in a new PID namespace, which needs root")
@@ -53,10 +57,14 @@ func startServerTLS(t *testing.T, grace time.Duration, met *session.Metrics, ove
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := session.NewManager(session.Config{
+	cfg := session.Config{
 		Host: "test", Grace: grace, Metrics: met,
 		Worker: worker.Options{Backend: worker.BackendEmulated, Device: "0", EmulatedMemBytes: 1 << 30, Exe: exe},
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	m, err := session.NewManager(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,6 +206,99 @@ func testPipelineSessionTable(t *testing.T, overTLS bool) {
 	}
 }
 
+// A client that asked for keepalives hears them while gpud holds its
+// socket for a quiesced session, and nothing while it is idle. Over TLS
+// they are records sealed with the record layer the worker handed back,
+// which then stands past them: after a resume the worker's replies, and
+// after a migration the moved notice, open where the keepalives left off.
+func TestQuiescedKeepalives(t *testing.T) {
+	for _, overTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plaintext", true: "tls"}[overTLS], func(t *testing.T) { testQuiescedKeepalives(t, overTLS) })
+	}
+}
+
+func testQuiescedKeepalives(t *testing.T, overTLS bool) {
+	const every = 50 * time.Millisecond
+	ts := startServerTLS(t, time.Minute, nil, overTLS, func(c *session.Config) { c.Keepalive = every })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := dial(t, ts, wire.Hello{Token: testToken, Flags: wire.HelloKeepalive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	id := cl.Welcome.SessionID
+	if cl.Welcome.KeepaliveMS != uint32(every.Milliseconds()) {
+		t.Fatalf("the Welcome announces keepalives every %d ms, want %d", cl.Welcome.KeepaliveMS, every.Milliseconds())
+	}
+	if n, err := cl.DeviceCount(); err != nil || n != 1 {
+		t.Fatalf("device count: %d %v", n, err)
+	}
+	// Idle: no call runs, nothing is sent.
+	_ = cl.Conn.SetReadDeadline(time.Now().Add(6 * every))
+	if n, err := cl.Conn.Read(make([]byte, 1)); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("an idle connection carried %d bytes (%v)", n, err)
+	}
+	// Read a few whole keepalive frames from gpud, leaving the rest.
+	keepalives := func(n int) {
+		t.Helper()
+		_ = cl.Conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var b [wire.ReplyHeaderSize]byte
+		for i := range n {
+			if _, err := io.ReadFull(cl.Conn, b[:]); err != nil {
+				t.Fatalf("keepalive %d: %v", i, err)
+			}
+			h, err := wire.DecodeReplyHeader(b[:], wire.DefaultMaxFrame)
+			if err != nil || h.Kind != wire.KindKeepalive || h.Len != 0 || h.Executed != 0 {
+				t.Fatalf("frame %d while quiesced: %+v, %v; want a keepalive from gpud", i, h, err)
+			}
+		}
+		_ = cl.Conn.SetReadDeadline(time.Time{})
+	}
+	w, err := ts.m.Begin(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Quiesce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	keepalives(3)
+	if err := w.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.m.Resumed(id, w); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := cl.DeviceCount(); err != nil || n != 1 {
+		t.Fatalf("after keepalives and a resume: %d %v", n, err)
+	}
+
+	w, err = ts.m.Begin(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Quiesce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	keepalives(2)
+	for _, step := range []func() error{
+		func() error { return ts.m.Dumped(id) },
+		func() error { return ts.m.Migrating(id) },
+		func() error { return ts.m.Moved(id, "10.9.9.9:7070") },
+		func() error { return ts.m.Released(id) },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = cl.Conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := cl.DeviceCount(); err == nil || !strings.Contains(err.Error(), "10.9.9.9:7070") {
+		t.Fatalf("the client did not read the moved notice after keepalives: %v", err)
+	}
+	// What a checkpoint's release does to the frozen worker.
+	w.(interface{ Handle() *worker.Handle }).Handle().Kill()
+}
+
 // The session metrics are read from the table at scrape time.
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -266,4 +367,78 @@ func hasLabel[L interface {
 		}
 	}
 	return false
+}
+
+// Fencing on one host: once a session has moved on (here: to another
+// host), its frozen worker is a stale copy. Thawed and reattached, it is
+// refused the next epoch and refused a client, each time with an error
+// that says why; and an image of an older epoch than the session's is not
+// admitted for a restore.
+func TestStaleCopyIsFenced(t *testing.T) {
+	ts := startServer(t, time.Minute, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := dial(t, ts, wire.Hello{Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	id := cl.Welcome.SessionID
+	if i, _ := ts.m.Get(id); i.Epoch != 1 {
+		t.Fatalf("a new session is at epoch %d, want 1", i.Epoch)
+	}
+	w, err := ts.m.Begin(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := w.PID()
+	const nonce = "fence0"
+	for _, step := range []func() error{
+		func() error { return w.Quiesce(ctx) },
+		func() error { return w.Detach(ctx, nonce) },
+		func() error { return ts.m.Dumped(id) },
+		func() error { return ts.m.Migrating(id) },
+		func() error { return ts.m.Moved(id, "10.9.9.9:7070") },
+		func() error { return ts.m.Released(id) },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if i, _ := ts.m.Get(id); i.Epoch != 2 {
+		t.Fatalf("after the move the session here is at epoch %d, want 2", i.Epoch)
+	}
+	// The frozen original, thawed: it still holds epoch 1.
+	thawed, err := ts.m.Reattach(ctx, pid, nonce)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw, ok := thawed.(interface{ Fence(context.Context) error })
+	if !ok {
+		t.Fatal("the session table's workers cannot be fenced")
+	}
+	for name, try := range map[string]func() error{
+		"claim the next epoch": func() error { return fw.Fence(ctx) },
+		"serve again":          func() error { return thawed.Resume(ctx) },
+	} {
+		err := try()
+		if !errs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "fenced") || !strings.Contains(err.Error(), "epoch 1") {
+			t.Errorf("the thawed original tried to %s: %v", name, err)
+		}
+	}
+	if st, err := thawed.(interface{ Handle() *worker.Handle }).Handle().Stats(ctx); err != nil || st.Epoch != 1 || st.Serving {
+		t.Errorf("the thawed original after being refused: %+v, %v", st, err)
+	}
+	// Images: the epoch the session moved on from is stale here; the
+	// current one, or a later one from elsewhere, may be restored.
+	for _, tc := range []struct {
+		epoch uint64
+		ok    bool
+	}{{1, false}, {2, true}, {3, true}} {
+		err := ts.m.Admit(id, tc.epoch)
+		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "fenced")) {
+			t.Errorf("admit an image at epoch %d: %v", tc.epoch, err)
+		}
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
 }

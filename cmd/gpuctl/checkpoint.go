@@ -52,6 +52,13 @@ func runCheckpoint(ctx context.Context, e *env, cl *control.Client, id string, l
 	}
 	e.printf("checkpointed %s into image %s in %d ms: %s, %s new in the store; session %s\n",
 		res.Session, res.Image, res.DurationMS, humanBytes(uint64(res.Bytes)), humanBytes(uint64(res.StoredBytes)), after)
+	if res.StallMS > 0 {
+		e.printf("client stalled %d ms", res.StallMS)
+		if res.MemBytes > 0 {
+			e.printf("; device memory %s, %s of it changed since the last image", humanBytes(uint64(res.MemBytes)), humanBytes(uint64(res.MemSentBytes)))
+		}
+		e.printf("\n")
+	}
 	printSteps(e, res.Steps)
 	return nil
 }

@@ -46,7 +46,10 @@ type doctorReport struct {
 }
 
 type criuReport struct {
-	Path    string `json:"path,omitempty"`
+	Path string `json:"path,omitempty"`
+	// Source is where it was found (criubin.Source): flag, GPUCTL_CRIU,
+	// bundle, build tree or PATH.
+	Source  string `json:"source,omitempty"`
 	Version string `json:"version,omitempty"`
 	Check   string `json:"check,omitempty"` // criu check's verdict
 	OK      bool   `json:"ok"`
@@ -57,8 +60,10 @@ type hostReport struct {
 	Reachable bool          `json:"reachable"`
 	Error     string        `json:"error,omitempty"`
 	Info      *api.HostInfo `json:"info,omitempty"`
-	Images    *int          `json:"images,omitempty"`
-	Bytes     *uint64       `json:"image_bytes,omitempty"`
+	// CRIU is what the host's gpud checkpoints with, as it reports it.
+	CRIU   *api.CRIU `json:"criu,omitempty"`
+	Images *int      `json:"images,omitempty"`
+	Bytes  *uint64   `json:"image_bytes,omitempty"`
 }
 
 type localGPUs struct {
@@ -143,10 +148,11 @@ func diagnose(ctx context.Context, a doctorArgs) *doctorReport {
 	// CRIU, found the way gpud finds it.
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if bin, err := criubin.Find(a.criu); err != nil {
+	if found, err := criubin.Locate(a.criu); err != nil {
 		problem("%v", err)
 	} else {
-		r.CRIU.Path = bin
+		bin := found.Path
+		r.CRIU.Path, r.CRIU.Source = bin, string(found.Source)
 		v, err := criubin.VersionOf(cctx, bin)
 		switch {
 		case err != nil:
@@ -193,9 +199,12 @@ func diagnose(ctx context.Context, a doctorArgs) *doctorReport {
 				break
 			}
 			info := host.HostInfo
-			h.Reachable, h.Info = true, &info
+			h.Reachable, h.Info, h.CRIU = true, &info, host.CRIU
 			if info.Backend == "cuda" && len(info.GPUs) == 0 {
 				problem("host %s runs the cuda backend but reports no GPUs; check the driver with nvidia-smi there", a.host)
+			}
+			if c := host.CRIU; c != nil && c.Error != "" {
+				problem("host %s cannot checkpoint: %s", a.host, c.Error)
 			}
 			ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			if imgs, err := cl.Images(ictx); err == nil {
@@ -311,7 +320,7 @@ func printDoctor(e *env, r *doctorReport) {
 	case r.CRIU.Version == "":
 		e.printf("criu     %s (does not run)\n", r.CRIU.Path)
 	default:
-		e.printf("criu     %s at %s; criu check: %s\n", r.CRIU.Version, r.CRIU.Path, orDash(r.CRIU.Check))
+		e.printf("criu     %s at %s (%s); criu check: %s\n", r.CRIU.Version, r.CRIU.Path, r.CRIU.Source, orDash(r.CRIU.Check))
 	}
 	e.printf("kernel   %s\n", r.Kernel)
 	if h := r.Host; h != nil {
@@ -319,6 +328,13 @@ func printDoctor(e *env, r *doctorReport) {
 			e.printf("host     %s: backend %s, driver %s, %d GPU(s)\n", h.Addr, h.Info.Backend, orDash(h.Info.DriverVersion), len(h.Info.GPUs))
 			for _, g := range h.Info.GPUs {
 				e.printf("           gpu %d: %s, %s, %s\n", g.Index, g.Name, humanBytes(g.MemoryBytes), g.UUID)
+			}
+			switch c := h.CRIU; {
+			case c == nil:
+			case c.Path == "":
+				e.printf("           criu: none (%s)\n", c.Error)
+			default:
+				e.printf("           criu: %s at %s (%s)\n", orDash(c.Version), c.Path, c.Source)
 			}
 			if h.Images != nil {
 				e.printf("           store: %d image(s), %s\n", *h.Images, humanBytes(*h.Bytes))

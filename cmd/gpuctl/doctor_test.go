@@ -31,7 +31,10 @@ func fakeHost(t *testing.T, token string, hostJSON string) string {
 }
 
 func TestDoctor(t *testing.T) {
-	emu := `{"backend":"emulated","driver_version":"13.0","gpus":[{"index":0,"name":"gpuctl emulated","uuid":"GPU-e","memory_bytes":1073741824}]}`
+	emu := `{"backend":"emulated","driver_version":"13.0","gpus":[{"index":0,"name":"gpuctl emulated","uuid":"GPU-e","memory_bytes":1073741824}],` +
+		`"criu":{"path":"/opt/gpuctl/bin/criu/criu","source":"bundle","version":"4.1.1"}}`
+	nocriu := `{"backend":"emulated","driver_version":"13.0","gpus":[{"index":0,"name":"gpuctl emulated","uuid":"GPU-e","memory_bytes":1073741824}],` +
+		`"criu":{"error":"criu not found: run make deps"}}`
 	bare := `{"backend":"cuda","driver_version":"580.1","gpus":[]}`
 	dir := t.TempDir()
 	smi := filepath.Join(dir, "nvidia-smi")
@@ -60,8 +63,16 @@ func TestDoctor(t *testing.T) {
 			name:     "healthy host with images",
 			args:     doctorArgs{token: "tok", hostSet: true, nvidiaSMI: smi},
 			hostJSON: emu,
-			wantText: []string{"backend emulated", "1 GPU(s)", "2 image(s), 1.0 KiB", "gpus     2 here, driver 580.159.04"},
+			wantText: []string{"backend emulated", "1 GPU(s)", "criu: 4.1.1 at /opt/gpuctl/bin/criu/criu (bundle)",
+				"2 image(s), 1.0 KiB", "gpus     2 here, driver 580.159.04"},
 			wantGPUs: 2,
+		},
+		{
+			name:        "host without criu",
+			args:        doctorArgs{token: "tok", hostSet: true, nvidiaSMI: "/nonexistent/nvidia-smi"},
+			hostJSON:    nocriu,
+			wantProblem: []string{"cannot checkpoint: criu not found"},
+			wantText:    []string{"criu: none (criu not found"},
 		},
 		{
 			name:        "wrong token",
@@ -108,8 +119,9 @@ func TestDoctor(t *testing.T) {
 			r := diagnose(context.Background(), a)
 			probs := r.Problems[:0:0]
 			for _, p := range r.Problems {
-				// Root and CRIU availability depend on the machine, not the case.
-				if !strings.HasPrefix(p, "not root") && (c.args.criu != "" || !strings.Contains(p, "criu")) {
+				// Root and CRIU availability here depend on the machine,
+				// not the case; the host's CRIU is the case's.
+				if !strings.HasPrefix(p, "not root") && (c.args.criu != "" || !strings.Contains(p, "criu") || strings.Contains(p, "cannot checkpoint")) {
 					probs = append(probs, p)
 				}
 			}
@@ -142,6 +154,12 @@ func TestDoctor(t *testing.T) {
 			}
 			if len(back.Problems) != len(r.Problems) || back.Kernel == "" {
 				t.Errorf("JSON report lost fields: %s", out.String())
+			}
+			if r.CRIU.Path != "" && (r.CRIU.Source == "" || back.CRIU.Source != r.CRIU.Source) {
+				t.Errorf("the local criu's source is missing: %+v, JSON %+v", r.CRIU, back.CRIU)
+			}
+			if h := r.Host; h != nil && h.Reachable && strings.Contains(c.hostJSON, `"criu"`) && (h.CRIU == nil || back.Host.CRIU == nil) {
+				t.Errorf("the host's criu is missing from the report: %s", out.String())
 			}
 		})
 	}

@@ -52,6 +52,10 @@ func runMigrate(ctx context.Context, e *env, cl *control.Client, id, to string, 
 	}
 	e.printf("migrated %s to %s in %d ms: client stalled %d ms; sent %s of a %s image; client sent to %s\n",
 		res.Session, res.To, res.DurationMS, res.DowntimeMS, humanBytes(uint64(res.SentBytes)), humanBytes(uint64(res.Bytes)), orDash(res.Listen))
+	for i, r := range res.Rounds {
+		e.printf("  pre-copy round %d: %d blocks, %s changed, %s sent, %d ms (client paused %d ms)\n",
+			i+1, r.Blocks, humanBytes(uint64(r.Bytes)), humanBytes(uint64(r.SentBytes)), r.DurationMS, r.PauseMS)
+	}
 	printSteps(e, res.Steps)
 	return nil
 }

@@ -65,7 +65,7 @@ func (d *daemon) getHost(w http.ResponseWriter, r *http.Request) error {
 	h := api.Host{
 		Name: d.cfg.name, HostInfo: d.host, Listen: advertised(d.cfg.listen, local), API: d.cfg.api,
 		Version: version, GoVersion: runtime.Version(), Started: d.started,
-		SocketNS: d.socketNS,
+		SocketNS: d.socketNS, CRIU: &d.criu,
 	}
 	// A tenant is told about itself only: its own sessions, no free
 	// memory figure (what others hold would show in it).

@@ -18,9 +18,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/gpuctl/gpuctl/api"
+	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/migrate"
+	"github.com/gpuctl/gpuctl/preempt"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/modcache"
 	"github.com/gpuctl/gpuctl/remoting/server"
@@ -45,6 +48,7 @@ type daemon struct {
 	registry *prometheus.Registry
 	started  time.Time
 	socketNS string      // see migrate.SocketNamespace
+	criu     api.CRIU    // the criu binary found at startup, for GET /v1/host
 	routes   []router    // the concept packages' control routes
 	apiTLS   *tls.Config // --tls-cert/--tls-key, for --api and --listen; nil serves plaintext
 	peerTLS  *tls.Config // --tls-ca; nil calls peers over plain HTTP
@@ -52,7 +56,32 @@ type daemon struct {
 	// tenants tells who a token stands for: the host token is the
 	// administrator's; --tenants adds the tenants'.
 	tenants *tenant.Set
-	quota   *worker.QuotaServer // nil without tenants
+	quota   *worker.QuotaServer // nil without tenants or preemption
+	preempt *preempt.Service
+}
+
+// findCRIU locates the criu binary (criubin.Locate: the flag,
+// GPUCTL_CRIU, the bundle beside gpud, the checkout gpud was built in, or
+// PATH) and asks its version.
+func findCRIU(ctx context.Context, flag string) api.CRIU {
+	f, err := criubin.Locate(flag)
+	if err != nil {
+		return api.CRIU{Error: err.Error()}
+	}
+	c := api.CRIU{Path: f.Path, Source: string(f.Source)}
+	vctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	v, err := criubin.VersionOf(vctx, f.Path)
+	switch {
+	case err != nil:
+		c.Error = err.Error()
+	case !v.AtLeast(criubin.MinVersion):
+		c.Version = v.String()
+		c.Error = fmt.Sprintf("criu %s at %s is older than %s; run `make deps` and start gpud with --criu .deps/criu/criu", v, f.Path, criubin.MinVersion)
+	default:
+		c.Version = v.String()
+	}
+	return c
 }
 
 // run starts gpud and blocks until ctx ends (SIGTERM), then shuts down:
@@ -84,8 +113,10 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 		if d.tenants, err = tenant.Load(cfg.tenants, d.token); err != nil {
 			return err
 		}
-		// Workers of tenants with a memory limit ask this before they
-		// hold more.
+	}
+	if cfg.tenants != "" || cfg.preempt {
+		// Workers of tenants with a memory limit, and with preemption
+		// every worker, ask this before they hold more.
 		if d.quota, err = worker.ListenQuota(); err != nil {
 			return err
 		}
@@ -147,7 +178,7 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 	d.metrics = session.NewMetrics(d.registry)
 	scfg := session.Config{
 		Host: cfg.name, Grace: cfg.grace, Worker: d.workerOp, Records: d.store,
-		Reaper: d.reaper, Metrics: d.metrics, Log: log, Tenants: d.tenants,
+		Reaper: d.reaper, Metrics: d.metrics, Log: log, Tenants: d.tenants, DeviceBytes: d.deviceBytes(),
 	}
 	if d.quota != nil {
 		scfg.QuotaSocket = d.quota.Name()
@@ -167,8 +198,21 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 	}
 	defer func() { stopQuota(); <-quotaDone }()
 
+	d.criu = findCRIU(ctx, cfg.criu)
+	if d.criu.Error != "" {
+		// Sessions run without CRIU; checkpoints and restores then fail
+		// with this error's advice.
+		log.Warn("checkpoints are unavailable until CRIU is installed", "err", d.criu.Error)
+	} else {
+		log.Info("criu", "path", d.criu.Path, "source", d.criu.Source, "version", d.criu.Version)
+	}
 	if d.routes, err = d.routers(); err != nil {
 		return err
+	}
+	pctx, stopPreempt := context.WithCancel(context.Background())
+	defer stopPreempt()
+	if cfg.preempt {
+		go d.preempt.Run(pctx, 2*time.Second)
 	}
 
 	clientLn, err := net.Listen("tcp", cfg.listen)

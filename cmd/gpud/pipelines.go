@@ -8,7 +8,7 @@ import (
 
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/checkpoint/criu"
-	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
+	"github.com/gpuctl/gpuctl/devmem/devstore"
 	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/remoting/backend/cuda"
 	"github.com/gpuctl/gpuctl/remoting/worker"
@@ -21,14 +21,7 @@ import (
 // manager is their session table and reattacher, the host store holds the
 // images.
 func (d *daemon) routers() ([]router, error) {
-	crOpts := criu.Options{LogDir: filepath.Join(d.cfg.stateDir, "work")}
-	if bin, err := criubin.Find(d.cfg.criu); err == nil {
-		crOpts.Binary = bin
-	} else {
-		// Sessions run without CRIU; checkpoints and restores then fail
-		// with this error's advice.
-		d.log.Warn("checkpoints are unavailable until CRIU is installed", "err", err)
-	}
+	crOpts := criu.Options{LogDir: filepath.Join(d.cfg.stateDir, "work"), Binary: d.criu.Path}
 	work := filepath.Join(d.cfg.stateDir, "work")
 	imgs := imageStore{st: d.store}
 
@@ -48,10 +41,18 @@ func (d *daemon) routers() ([]router, error) {
 			return nil, err
 		}
 	}
+	// Workers whose backend saves its own device memory (package devmem)
+	// checkpoint it block by block into the store; the cuda backend's
+	// memory still goes through the driver's checkpoint.
+	var mem *devstore.Keeper
+	if d.workerOp.Backend == worker.BackendEmulated {
+		mem = &devstore.Keeper{Store: d.store}
+	}
 	ckpt := &checkpoint.Service{
 		Pipeline: &checkpoint.Pipeline{
 			WorkDir: work, CRIU: crOpts, Suspender: suspender, Store: imgs, Reattach: d.manager,
 			Host: d.cfg.name, Backend: d.workerOp.Backend, Driver: d.host.DriverVersion, GPUs: gpus, Log: d.log,
+			Mem: mem,
 		},
 		Sessions: d.manager,
 		Log:      d.log,
@@ -60,13 +61,14 @@ func (d *daemon) routers() ([]router, error) {
 	rst := &restore.Service{
 		Restorer: &restore.Restorer{
 			WorkDir: work, CRIU: crOpts, Store: imgs, Resumer: resumer, Reattach: d.manager,
-			Backend: d.workerOp.Backend, Log: d.log,
+			Backend: d.workerOp.Backend, Log: d.log, Mem: mem,
+			Admit: func(m images.Meta) error { return d.manager.Admit(m.Session, m.Epoch) },
 		},
 		Sessions: d.manager,
 		Listen:   advertised(d.cfg.listen, ""),
 		Log:      d.log,
 	}
-	return append([]router{d.manager, ckpt, rst}, d.transferRouters(ckpt, rst, imgs)...), nil
+	return append([]router{d.manager, ckpt, rst, d.preemptRouter(ckpt, rst, imgs)}, d.transferRouters(ckpt, rst, imgs)...), nil
 }
 
 // imageStore is the host's store as the checkpoint pipeline
@@ -76,6 +78,10 @@ type imageStore struct{ st *store.Store }
 
 func (s imageStore) Commit(ctx context.Context, dir string, meta images.Meta) (*images.Manifest, images.Stats, error) {
 	return images.Commit(ctx, s.st, dir, meta)
+}
+
+func (s imageStore) CheckoutExcept(ctx context.Context, id, dir string, skip func(string) bool) (*images.Manifest, error) {
+	return images.CheckoutExcept(ctx, s.st, id, dir, skip)
 }
 
 func (s imageStore) Checkout(ctx context.Context, id, dir string) (*images.Manifest, error) {

@@ -9,6 +9,7 @@ import (
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/migrate"
+	"github.com/gpuctl/gpuctl/migrate/precopy"
 	"github.com/gpuctl/gpuctl/restore"
 	"github.com/gpuctl/gpuctl/store"
 )
@@ -40,6 +41,17 @@ func (d *daemon) transferRouters(ckpt *checkpoint.Service, rst *restore.Service,
 			_, err := rst.Restore(ctx, image)
 			return err
 		},
+	}
+	if ckpt.Pipeline.Mem != nil {
+		// Workers that save their own device memory pre-copy it.
+		mig.Precopy = &migrate.Precopy{Store: d.store, Worker: func(_ context.Context, id string) (precopy.Worker, error) {
+			w, err := d.manager.Live(id)
+			if err != nil {
+				return nil, err
+			}
+			pw, _ := w.(precopy.Worker)
+			return pw, nil
+		}}
 	}
 	return []router{mig, imageRoutes{st: d.store, opts: images.RouteOptions{Logger: d.log, Known: d.tenants.Known}}}
 }

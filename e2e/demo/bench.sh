@@ -11,6 +11,13 @@ tag=bench
 build_workload
 setup_hosts
 rows=()
+stalls=()
+rounds=()
+# rounds_of JSON: a migration's pre-copy rounds as "blocks/bytes/ms" each.
+rounds_of() {
+	tr -d ' \n' | grep -o '"rounds":\[[^]]*\]' | grep -o '{[^}]*}' |
+		sed 's/.*"blocks":\([0-9]*\).*"bytes":\([0-9]*\).*"duration_ms":\([0-9]*\).*/\1 blocks \2 B \3 ms/' | paste -sd';' - || true
+}
 for mib in ${BENCH_SIZES:-16 256 1024}; do
 	say "session of $mib MiB"
 	# Fill the memory, then hold it while we measure; the workload checks
@@ -32,9 +39,33 @@ for mib in ${BENCH_SIZES:-16 256 1024}; do
 	# the one step of the pipeline a by-hand `criu dump` would do.
 	dump_ms=$(tr -d '\n' <<<"$c1" | grep -o '"step": *"dump", *"duration_ns": *[0-9]*' | grep -o '[0-9]*$' | awk '{printf "%d", $1/1e6}')
 	rows+=("$mib|$dump_ms|$(jnum duration_ms <<<"$c1")|$(jnum bytes <<<"$c1")|$(jnum stored_bytes <<<"$c1")|$(jnum stored_bytes <<<"$c2")|$(jnum duration_ms <<<"$rs")|$(jnum downtime_ms <<<"$mg")|$(jnum sent_bytes <<<"$mg")")
+	# Stall against durability, and migration downtime against a
+	# stop-and-copy checkpoint of the same session (c3: no
+	# --leave-running, the client stalls for all of it).
+	stalls+=("$mib|$(jnum stall_ms <<<"$c1")|$(jnum stall_ms <<<"$c2")|$(jnum duration_ms <<<"$c2")|$(jnum mem_sent_bytes <<<"$c2")|$(jnum duration_ms <<<"$c3")|$(jnum downtime_ms <<<"$mg")")
+	rounds+=("$mib MiB idle: $(rounds_of <<<"$mg")")
 	kill "$app" 2>/dev/null || true
 	wait "$app" 2>/dev/null || true
 done
+
+# A session that rewrites its memory all the time (every word of its
+# buffer, one kernel after another): the pre-copy rounds cannot catch up
+# and the migration ends in a stop-and-copy of what changed last.
+busy_mib=${BENCH_BUSY_MIB:-64}
+say "session of $busy_mib MiB rewriting its memory continuously"
+known=$(session_ids "$api_a")
+start_workload "$listen_a" "$work/app-busy.log" "$busy_mib" 1000000 0
+session=$(find_session "$api_a" "$known")
+for i in $(seq 600); do
+	grep -q 'workload:' "$work/app-busy.log" 2>/dev/null && break
+	sleep 0.1
+done
+sleep 2
+mgb=$(ctl --host "$api_a" migrate "$session" --to "$api_b" --json) || die "migration of the busy session failed"
+rounds+=("$busy_mib MiB rewriting: $(rounds_of <<<"$mgb")")
+busy_row="$busy_mib|$(jnum downtime_ms <<<"$mgb")|$(jnum duration_ms <<<"$mgb")|$(jnum sent_bytes <<<"$mgb")"
+kill "$app" 2>/dev/null || true
+wait "$app" 2>/dev/null || true
 
 backend=$({ ctl --host "$api_a" doctor --json 2>/dev/null || true; } | jstr backend)
 bold "== checkpoint, restore and migration (backend ${backend:-?}; one run each)"
@@ -49,3 +80,49 @@ done
 echo "criu_dump_ms: CRIU's dump of the same worker within that checkpoint, the cost of a by-hand criu dump."
 echo "checkpoint/dump: the whole gpuctl checkpoint (quiesce, suspend, dump, store) against it."
 echo "2nd_stored_bytes: new bytes stored by a second checkpoint right after the first."
+
+fmt2='| %8s | %9s | %13s | %13s | %18s | %16s | %19s | %18s |\n'
+echo
+bold "== stall against durability; migration downtime against stop-and-copy"
+printf "$fmt2" session stall_ms 2nd_stall_ms 2nd_durable_ms 2nd_mem_changed_B stop_and_copy_ms migrate_downtime_ms downtime/stop_copy
+printf "$fmt2" -------- --------- ------------- ------------- ------------------ ---------------- ------------------- ------------------
+for r in "${stalls[@]}"; do
+	IFS='|' read -r m s1 s2 d2 ch sc dt <<<"$r"
+	ratio=$(awk -v a="$dt" -v b="$sc" 'BEGIN{ if (b+0 > 0) printf "%.2f", a/b; else print "n/a" }')
+	printf "$fmt2" "$m MiB" "$s1" "$s2" "$d2" "$ch" "$sc" "$dt" "$ratio"
+done
+echo "stall_ms: how long the client paused in a --leave-running checkpoint; durable_ms: until the image was committed."
+echo "stop_and_copy_ms: a checkpoint without --leave-running of the same session (on B), the whole stall of a stop-and-copy move."
+echo "migrate_downtime_ms: from the freeze to the client attached on the target, after pre-copy rounds."
+
+echo
+bold "== pre-copy rounds (blocks changed, their bytes, the round's duration)"
+for r in "${rounds[@]}"; do echo "  $r"; done
+IFS='|' read -r bm bd bdur bsent <<<"$busy_row"
+echo "  $bm MiB rewriting: downtime ${bd} ms, migration ${bdur} ms, ${bsent} bytes sent"
+
+# The scaling plot: stall and downtime by size, one SVG, no dependencies.
+svg=${BENCH_SVG:-$(cd "$(dirname "$0")/../.." && pwd)/build/bench-checkpoint.svg}
+mkdir -p "$(dirname "$svg")"
+printf '%s\n' "${stalls[@]}" | awk -F'|' -v out="$svg" '
+	{ n++; m[n]=$1; s[n]=$3; sc[n]=$6; d[n]=$7; if ($6+0 > top) top=$6+0; if ($7+0 > top) top=$7+0; if ($3+0 > top) top=$3+0 }
+	END {
+		if (top <= 0) top = 1
+		W = 120 + n*150; H = 320
+		printf "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H > out
+		printf "<text x=\"10\" y=\"20\">checkpoint stall (2nd, --leave-running), migration downtime and stop-and-copy, ms</text>\n" > out
+		split("#4c72b0 #dd8452 #999999", col, " ")
+		for (i = 1; i <= n; i++) {
+			x = 60 + (i-1)*150
+			v[1]=s[i]; v[2]=d[i]; v[3]=sc[i]
+			for (k = 1; k <= 3; k++) {
+				h = 240 * v[k] / top
+				printf "<rect x=\"%d\" y=\"%.1f\" width=\"36\" height=\"%.1f\" fill=\"%s\"/>\n", x+(k-1)*40, 280-h, h, col[k] > out
+				printf "<text x=\"%d\" y=\"%.1f\">%d</text>\n", x+(k-1)*40, 276-h, v[k] > out
+			}
+			printf "<text x=\"%d\" y=\"298\">%s MiB</text>\n", x+30, m[i] > out
+		}
+		printf "<text x=\"60\" y=\"315\" fill=\"#4c72b0\">stall</text><text x=\"110\" y=\"315\" fill=\"#dd8452\">downtime</text><text x=\"190\" y=\"315\" fill=\"#999999\">stop-and-copy</text>\n" > out
+		print "</svg>" > out
+	}'
+echo "plot: $svg"

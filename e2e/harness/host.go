@@ -30,6 +30,8 @@ type HostOptions struct {
 	// runs against this host (e.g. "GPUCTL_TLS_CA=" for a plaintext host
 	// in a test whose environment names a CA).
 	GpuctlEnv []string
+	// StateDir is gpud's --state-dir; empty: a fresh one (see Restart).
+	StateDir string
 }
 
 // Host is a namespace running gpud.
@@ -38,6 +40,7 @@ type Host struct {
 	StateDir  string
 	TokenFile string
 	token     string
+	args      []string
 	cmd       *exec.Cmd
 	out       *lineWriter
 	exited    chan struct{}
@@ -46,6 +49,19 @@ type Host struct {
 	// The ports gpud listens on in the namespace.
 	listenPort, apiPort string
 	gpuctlEnv           []string
+	opts                HostOptions
+}
+
+// Restart stops h's gpud with SIGTERM (it must exit 0) and starts a new
+// one in its place: the same namespace, ports, flags and state dir.
+func (c *Cluster) Restart(h *Host) *Host {
+	c.t.Helper()
+	if err := h.Stop(20 * time.Second); err != nil {
+		c.t.Fatalf("gpud on %s did not shut down cleanly before its restart: %v", h.Name, err)
+	}
+	opts := h.opts
+	opts.StateDir = h.StateDir
+	return c.startHost(h.Node, h.Name, h.listenPort, h.apiPort, opts)
 }
 
 // Listen is the address clients connect to (gpud --listen).
@@ -89,23 +105,18 @@ func (c *Cluster) startHost(n *Node, name, listenPort, apiPort string, opts Host
 	c.mu.Lock()
 	c.gpuds[n.NS]++
 	c.mu.Unlock()
-	h := &Host{Node: n, StateDir: filepath.Join(c.t.TempDir(), name), TokenFile: opts.TokenFile, exited: make(chan struct{}),
-		listenPort: listenPort, apiPort: apiPort, gpuctlEnv: opts.GpuctlEnv}
-	args := []string{"--listen", h.Listen(), "--api", h.API(), "--state-dir", h.StateDir, "--name", name, "--backend", "emulated"}
+	h := &Host{Node: n, StateDir: filepath.Join(c.t.TempDir(), name), TokenFile: opts.TokenFile,
+		listenPort: listenPort, apiPort: apiPort, gpuctlEnv: opts.GpuctlEnv, opts: opts}
+	if opts.StateDir != "" {
+		h.StateDir = opts.StateDir
+	}
+	h.args = []string{"--listen", h.Listen(), "--api", h.API(), "--state-dir", h.StateDir, "--name", name, "--backend", "emulated"}
 	if opts.TokenFile != "" {
-		args = append(args, "--token-file", opts.TokenFile)
+		h.args = append(h.args, "--token-file", opts.TokenFile)
 	}
-	args = append(args, opts.Args...)
+	h.args = append(h.args, opts.Args...)
 	h.out = &lineWriter{t: c.t, prefix: "gpud[" + name + "] "}
-	h.cmd = n.Command(context.Background(), c.Build.Gpud, args...)
-	h.cmd.Stdout, h.cmd.Stderr = h.out, h.out
-	if err := h.cmd.Start(); err != nil {
-		c.t.Fatalf("start gpud on %s: %v", name, err)
-	}
-	go func() {
-		h.exitErr = h.cmd.Wait()
-		close(h.exited)
-	}()
+	h.start()
 	c.t.Cleanup(func() { h.shutdown() })
 	if h.TokenFile == "" {
 		h.TokenFile = filepath.Join(h.StateDir, "token")
@@ -114,6 +125,49 @@ func (c *Cluster) startHost(n *Node, name, listenPort, apiPort string, opts Host
 		c.t.Fatalf("gpud on %s did not come up: %v\n%s", name, err, h.Log())
 	}
 	return h
+}
+
+func (h *Host) start() {
+	h.exited = make(chan struct{})
+	h.exitErr = nil
+	h.cmd = h.Command(context.Background(), h.c.Build.Gpud, h.args...)
+	h.cmd.Stdout, h.cmd.Stderr = h.out, h.out
+	if err := h.cmd.Start(); err != nil {
+		h.c.t.Fatalf("start gpud on %s: %v", h.Name, err)
+	}
+	cmd, exited := h.cmd, h.exited
+	go func() {
+		err := cmd.Wait()
+		h.exitErr = err
+		close(exited)
+	}()
+}
+
+// Restart starts gpud again, with the same flags and state dir, after it
+// was killed or stopped, and waits until it answers; cleanup then again
+// requires a clean exit.
+func (h *Host) Restart() error {
+	select {
+	case <-h.exited:
+	default:
+		return fmt.Errorf("gpud on %s is still running", h.Name)
+	}
+	h.killed = false
+	h.start()
+	if err := h.waitReady(15 * time.Second); err != nil {
+		return fmt.Errorf("gpud on %s did not come back: %w", h.Name, err)
+	}
+	return nil
+}
+
+// Running reports whether gpud's process is alive.
+func (h *Host) Running() bool {
+	select {
+	case <-h.exited:
+		return false
+	default:
+		return true
+	}
 }
 
 // waitReady polls GET /v1/host from inside the namespace until it

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuctl/gpuctl/failpoint"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/backend/emulated"
 	"github.com/gpuctl/gpuctl/remoting/cu"
@@ -292,6 +293,82 @@ func TestStopAndResume(t *testing.T) {
 	}
 }
 
+// A Stop issued as Serve starts, with the connection registered and
+// nothing read yet (failpoint "dispatch/serve"), ends that Serve with
+// ErrStopped, not with a read timeout: the socket can be served on, and
+// the half-sent frame waiting in it is completed and answered.
+func TestStopAsServeStarts(t *testing.T) {
+	s := newSession(t)
+	cc, sc := pipe(t)
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(context.Background(), sc, WelcomeInfo{SessionID: "s"}, false) }()
+	c := &tclient{t: t, c: cc, br: bufio.NewReader(cc)}
+	if _, err := wire.ReadWelcome(c.br); err != nil {
+		t.Fatal(err)
+	}
+	c.mustCtx()
+	s.Stop()
+	if err := <-done; !errors.Is(err, ErrStopped) {
+		t.Fatalf("first Serve: %v", err)
+	}
+
+	var fp failpoint.Set
+	gate := failpoint.NewGate()
+	fp.On("dispatch/serve", gate.Hook)
+	go func() { done <- s.Serve(failpoint.With(context.Background(), &fp), sc, WelcomeInfo{}, true) }()
+	select {
+	case <-gate.Reached():
+	case err := <-done:
+		t.Fatalf("Serve ended before reaching dispatch/serve: %v", err)
+	}
+	f := c.frame(wire.OpDeviceCount, 0, 2, nil, nil)
+	c.seq = 2
+	cc.Write(f[:10])
+	s.Stop()
+	gate.Release()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrStopped) {
+			t.Fatalf("Serve stopped as it started returned %v, want ErrStopped", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a Stop issued as Serve started was lost")
+	}
+	go func() { done <- s.Serve(context.Background(), sc, WelcomeInfo{}, true) }()
+	cc.Write(f[10:])
+	if h, _, _ := c.reply(); h.Seq != 2 || cu.Result(h.Result) != cu.Success {
+		t.Fatalf("the frame completed after the stop: %+v", h)
+	}
+	s.Stop()
+	<-done
+}
+
+// A Serve that ended other than at a frame boundary (here its context
+// ended) left its socket in an unknown place: serving it on with
+// resume=true is refused at once, and a new connection is served.
+func TestResumeRefusedAfterUncleanEnd(t *testing.T) {
+	s := newSession(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	c, _, done := serve(t, s, ctx)
+	c.mustCtx()
+	cancel()
+	if err := <-done; errors.Is(err, ErrStopped) || err == nil {
+		t.Fatalf("Serve after its context ended: %v", err)
+	}
+	_, sc := pipe(t)
+	if err := s.Serve(context.Background(), sc, WelcomeInfo{}, true); !errors.Is(err, ErrNotResumable) {
+		t.Fatalf("resume after an unclean end: %v, want ErrNotResumable", err)
+	}
+	c2, w, _ := serve(t, s, context.Background())
+	if w.LastExecuted != 1 {
+		t.Fatalf("new connection's Welcome says %d executed, want 1", w.LastExecuted)
+	}
+	c2.seq = 1
+	if r, _, _ := c2.call(wire.OpDeviceCount, nil, nil); r != cu.Success {
+		t.Fatalf("new connection after a refused resume: %v", r)
+	}
+}
+
 // Malformed framing closes only that connection, with a Closing notice;
 // the session survives for the next one.
 func TestProtocolErrorClosesConnection(t *testing.T) {
@@ -457,6 +534,113 @@ func TestLaunchEx(t *testing.T) {
 	} {
 		if r, _, _ := c.call(wire.OpLaunchEx, launch(tc.grid, tc.cluster, tc.flags), nil); r != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, r, tc.want)
+		}
+	}
+}
+
+// slowDevice pauses in the middle of every device-to-host copy, with half
+// of the data written, and in every context synchronise.
+type slowDevice struct {
+	*emulated.Device
+	pause time.Duration
+}
+
+func (d slowDevice) halves(dst io.Writer, copyAll func(io.Writer) error) error {
+	var all bytes.Buffer
+	if err := copyAll(&all); err != nil {
+		return err
+	}
+	b := all.Bytes()
+	if _, err := dst.Write(b[:len(b)/2]); err != nil {
+		return err
+	}
+	time.Sleep(d.pause)
+	_, err := dst.Write(b[len(b)/2:])
+	return err
+}
+
+func (d slowDevice) MemcpyDtoH(ctx context.Context, c backend.Ctx, dst io.Writer, src backend.DevPtr, n uint64, s backend.Stream) error {
+	return d.halves(dst, func(w io.Writer) error { return d.Device.MemcpyDtoH(ctx, c, w, src, n, s) })
+}
+
+func (d slowDevice) MemcpyDtoH3D(ctx context.Context, c backend.Ctx, dst io.Writer, src backend.Pitched, e backend.Extent, s backend.Stream) error {
+	return d.halves(dst, func(w io.Writer) error { return d.Device.MemcpyDtoH3D(ctx, c, w, src, e, s) })
+}
+
+func (d slowDevice) CtxSynchronize(ctx context.Context, c backend.Ctx) error {
+	time.Sleep(d.pause)
+	return d.Device.CtxSynchronize(ctx, c)
+}
+
+// With keepalives on, a call that runs long has keepalives sent before
+// its reply, but an op whose reply is a bulk payload, streamed as the
+// device produces it, keeps the writer to itself: a keepalive never lands
+// inside its data, whichever op it is (every one the spec marks BulkOut).
+func TestKeepalivesStayOutOfBulkReplies(t *testing.T) {
+	dev := emulated.New(emulated.Config{MemBytes: 64 << 20, Seed: "dispatch-test"})
+	t.Cleanup(func() { dev.Close() })
+	s := NewSession(slowDevice{Device: dev, pause: 150 * time.Millisecond}, nil)
+	cc, sc := pipe(t)
+	go s.Serve(context.Background(), sc, WelcomeInfo{SessionID: "s", Keepalive: 10 * time.Millisecond}, false)
+	c := &tclient{t: t, c: cc, br: bufio.NewReader(cc)}
+	if w, err := wire.ReadWelcome(c.br); err != nil || w.KeepaliveMS != 10 {
+		t.Fatalf("welcome %+v, %v", w, err)
+	}
+	ctx := c.mustCtx()
+	r, d, _ := c.call(wire.OpMemAlloc, enc(func(e *wire.Enc) { e.U64(ctx); e.U64(4096) }), nil)
+	if r != cu.Success {
+		t.Fatal(r)
+	}
+	ptr := d.U64()
+	data := make([]byte, 4096)
+	for i := range data {
+		data[i] = byte(i*7 + 1)
+	}
+	if r, _, _ := c.call(wire.OpMemcpyHtoD, enc(func(e *wire.Enc) { e.U64(ctx); e.U64(ptr); e.U64(4096); e.U64(0) }), data); r != cu.Success {
+		t.Fatal(r)
+	}
+	// callSeeing sends op and reads up to its reply, counting the
+	// keepalives before it.
+	callSeeing := func(op wire.Op, args []byte) (keepalives int, bulk []byte) {
+		seq := c.send(op, 0, args, nil)
+		for {
+			h, _, b := c.reply()
+			switch {
+			case h.Kind == wire.KindKeepalive:
+				keepalives++
+			case h.Kind == wire.KindReply && h.Seq == seq && cu.Result(h.Result) == cu.Success:
+				return keepalives, b
+			default:
+				t.Fatalf("%s: got %+v", op, h)
+			}
+		}
+	}
+	if n, _ := callSeeing(wire.OpCtxSynchronize, enc(func(e *wire.Enc) { e.U64(ctx) })); n == 0 {
+		t.Fatal("no keepalive during a call that ran 15 intervals")
+	}
+	bulkOps := map[wire.Op][]byte{
+		wire.OpMemcpyDtoH: enc(func(e *wire.Enc) { e.U64(ctx); e.U64(ptr); e.U64(4096); e.U64(0) }),
+		// 8 rows of 64 bytes in 8 slices: the same 4096 bytes.
+		wire.OpMemcpyDtoH3D: enc(func(e *wire.Enc) {
+			e.U64(ctx)
+			e.U64(ptr) // src, its pitch and height
+			e.U64(64)
+			e.U64(8)
+			e.U64(64) // width, height, depth
+			e.U64(8)
+			e.U64(8)
+			e.U64(0) // stream
+		}),
+	}
+	for op := wire.Op(0); op < 1000; op++ {
+		if _, ok := bulkOps[op]; op.BulkReply() && !ok {
+			t.Errorf("%s has a bulk reply and no case here", op)
+		}
+	}
+	for op, args := range bulkOps {
+		n, got := callSeeing(op, args)
+		if n != 0 || !bytes.Equal(got, data) {
+			t.Errorf("%s: %d keepalives before the reply, data intact %v", op, n, bytes.Equal(got, data))
 		}
 	}
 }

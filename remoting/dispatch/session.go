@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpuctl/gpuctl/failpoint"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/cu"
 	"github.com/gpuctl/gpuctl/remoting/wire"
@@ -32,6 +33,12 @@ import (
 // frame boundary with every reply written.
 var ErrStopped = errors.New("dispatch: session stopped at a frame boundary")
 
+// ErrNotResumable is returned by Serve(resume=true) when the previous
+// Serve did not stop at a frame boundary: bytes it had read are lost, or
+// a reply may be cut short on the wire, so that socket cannot carry the
+// session on. The client must reconnect (and is greeted, and resends).
+var ErrNotResumable = errors.New("dispatch: the connection did not stop at a frame boundary; the client must reconnect")
+
 // WelcomeInfo is what Serve puts in the Welcome of a new connection.
 type WelcomeInfo struct {
 	SessionID string
@@ -39,6 +46,10 @@ type WelcomeInfo struct {
 	// MaxFrame is the largest argument block accepted; 0 means
 	// wire.DefaultMaxFrame.
 	MaxFrame uint32
+	// Keepalive, when set, is how often Serve sends a keepalive frame on
+	// a connection that has been silent while a call runs. Set it only for
+	// a client that asked (wire.HelloKeepalive); the Welcome announces it.
+	Keepalive time.Duration `json:"keepalive,omitempty"`
 }
 
 // replyCacheSize bounds the reply cache. A client has at most one
@@ -55,8 +66,23 @@ type Session struct {
 	executed atomic.Uint64
 	stopReq  atomic.Bool
 
-	mu   sync.Mutex // guards conn, which Stop interrupts
+	// mu makes Stop and the start of Serve one after the other: a Stop
+	// either comes before Serve clears the request and is forgotten, or
+	// after, and then its deadline lands on the connection Serve reads.
+	// Interleaved, the deadline could interrupt a read after the request
+	// was cleared, and Serve ended with a timeout, losing its read-ahead.
+	mu   sync.Mutex
 	conn net.Conn
+	// boundary is whether the last Serve ended at a frame boundary
+	// (ErrStopped), so that its socket can be served on (resume=true).
+	boundary bool
+
+	// wmu guards the reply writer. Serve holds it except while a call
+	// runs, when the writer is at a frame boundary and the keepalive
+	// goroutine may use it (only with WelcomeInfo.Keepalive; otherwise
+	// Serve holds it throughout and nothing else writes).
+	wmu        sync.Mutex
+	keepalives bool // the current Serve releases wmu around calls
 
 	maxFrame  uint32
 	readAhead []byte                // unprocessed bytes of a stopped connection
@@ -67,6 +93,10 @@ type Session struct {
 	modules   atomic.Pointer[ModuleCache]
 	// cacheWrites counts module cache writes still in progress.
 	cacheWrites sync.WaitGroup
+	// execMu is held while a request executes, so that Between can run
+	// work on the device in the gaps between requests (a live
+	// migration's pre-copy reads device memory while the session runs).
+	execMu sync.Mutex
 }
 
 // replyCache keeps the reply frames of the last replyCacheSize synchronous
@@ -103,6 +133,20 @@ func NewSession(dev backend.Device, log *slog.Logger) *Session {
 	return &Session{dev: dev, log: log, pending: map[backend.Ctx]error{}, maxFrame: wire.DefaultMaxFrame}
 }
 
+// Between runs f while no request executes: after the one in progress,
+// if any, and before the next. It may be called from any goroutine,
+// while Serve runs or not.
+func (s *Session) Between(f func()) {
+	s.execMu.Lock()
+	defer s.execMu.Unlock()
+	f()
+}
+
+// Resumable reports whether the last Serve stopped at a frame boundary,
+// so that its socket can be served on with resume=true. Call it from the
+// goroutine that calls Serve, while no Serve runs.
+func (s *Session) Resumable() bool { return s.boundary }
+
 // ExecutedSeq is the highest request sequence number executed so far.
 func (s *Session) ExecutedSeq() uint64 { return s.executed.Load() }
 
@@ -114,8 +158,8 @@ func (s *Session) ExecutedSeq() uint64 { return s.executed.Load() }
 // caller that starts Serve on another goroutine should let it begin
 // before stopping it.
 func (s *Session) Stop() {
-	s.stopReq.Store(true)
 	s.mu.Lock()
+	s.stopReq.Store(true)
 	if s.conn != nil {
 		s.conn.SetReadDeadline(time.Unix(1, 0))
 	}
@@ -138,23 +182,31 @@ func (s *Session) Unread(b []byte) {
 // read ahead from an earlier connection, because the client resends what
 // was not executed. resume=true: conn is the same client socket handed
 // back after a Stop; no Welcome is written (the client never left) and the
-// read-ahead bytes are processed first.
+// read-ahead bytes are processed first. When the previous Serve did not
+// end with ErrStopped, resume=true returns ErrNotResumable at once.
 func (s *Session) Serve(ctx context.Context, conn net.Conn, w WelcomeInfo, resume bool) error {
 	if w.MaxFrame != 0 {
 		s.maxFrame = max(w.MaxFrame, wire.MinMaxFrame)
 	}
-	s.stopReq.Store(false)
+	if resume && !s.boundary {
+		return ErrNotResumable
+	}
+	s.boundary = false
 	s.mu.Lock()
+	s.stopReq.Store(false)
 	s.conn = conn
+	conn.SetReadDeadline(time.Time{})
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		s.conn = nil
 		s.mu.Unlock()
 	}()
+	if err := failpoint.Inject(ctx, "dispatch/serve"); err != nil {
+		return err
+	}
 	stopWatch := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Unix(1, 0)) })
 	defer stopWatch()
-	conn.SetReadDeadline(time.Time{})
 
 	if !resume {
 		s.readAhead = nil
@@ -165,6 +217,7 @@ func (s *Session) Serve(ctx context.Context, conn net.Conn, w WelcomeInfo, resum
 			MaxFrame:     s.maxFrame,
 			LastExecuted: s.executed.Load(),
 			Features:     wire.FeatureDeferredReplies,
+			KeepaliveMS:  uint32(w.Keepalive.Milliseconds()),
 		}); err != nil {
 			return fmt.Errorf("write welcome: %w", err)
 		}
@@ -172,15 +225,29 @@ func (s *Session) Serve(ctx context.Context, conn net.Conn, w WelcomeInfo, resum
 	fr := &frameReader{conn: conn, s: s, ctx: ctx}
 	fr.buf = append(make([]byte, 0, max(64<<10, len(s.readAhead))), s.readAhead...)
 	s.readAhead = nil
-	bw := bufio.NewWriterSize(conn, 64<<10)
+	var sent atomic.Uint64 // writes that reached the connection
+	bw := bufio.NewWriterSize(countWrites{conn, &sent}, 64<<10)
+	s.wmu.Lock()
+	s.keepalives = w.Keepalive > 0
+	var stopKeep, keepDone chan struct{}
+	if s.keepalives {
+		stopKeep, keepDone = make(chan struct{}), make(chan struct{})
+		go s.keepalive(bw, &sent, w.Keepalive, stopKeep, keepDone)
+	}
 	err := s.loop(ctx, fr, bw)
+	if stopKeep != nil {
+		close(stopKeep)
+		<-keepDone
+	}
 	if ferr := bw.Flush(); err == nil || errors.Is(err, ErrStopped) {
 		if ferr != nil {
 			err = fmt.Errorf("write replies: %w", ferr)
 		}
 	}
+	s.wmu.Unlock()
 	if errors.Is(err, ErrStopped) {
 		s.readAhead = append([]byte(nil), fr.buf[fr.r:]...)
+		s.boundary = true
 	}
 	if ctx.Err() != nil && !errors.Is(err, ErrStopped) {
 		return ctx.Err()
@@ -250,7 +317,31 @@ func (s *Session) handle(ctx context.Context, x *call, bw *bufio.Writer) error {
 	if h.Seq <= s.executed.Load() {
 		return s.duplicate(ctx, x, bw)
 	}
-	err := s.run(ctx, x, bw)
+	if !h.Async() {
+		// A test can end the connection here: the request is read and
+		// not executed, and its client waits for the reply.
+		if err := failpoint.Inject(ctx, "dispatch/sync"); err != nil {
+			return err
+		}
+	}
+	var err error
+	if s.keepalives && !h.Op.BulkReply() {
+		// The writer is at a frame boundary until the call returns
+		// (an op with a bulk reply, a device-to-host copy, streams it as
+		// it runs, so it keeps the writer): keepalives may go out
+		// meanwhile.
+		s.wmu.Unlock()
+		if !h.Async() {
+			// A test holds a long call here.
+			err = failpoint.Inject(ctx, "dispatch/exec")
+		}
+		if err == nil {
+			err = s.run(ctx, x, bw)
+		}
+		s.wmu.Lock()
+	} else {
+		err = s.run(ctx, x, bw)
+	}
 	if x.bulkIn.n > 0 {
 		// The op failed before it consumed its payload, or the
 		// connection broke while it streamed. A payload that cannot be
@@ -305,7 +396,7 @@ func (s *Session) duplicate(ctx context.Context, x *call, bw *bufio.Writer) erro
 		_, err := bw.Write(b)
 		return err
 	}
-	if h.Op == wire.OpMemcpyDtoH || h.Op == wire.OpMemcpyDtoH3D {
+	if h.Op.BulkReply() {
 		// Bulk replies are not cached; reading device memory again is
 		// what the client asked for.
 		err := s.run(ctx, x, bw)
@@ -332,6 +423,8 @@ func (s *Session) run(ctx context.Context, x *call, bw *bufio.Writer) (err error
 	}()
 	x.bw = bw
 	x.s = s
+	s.execMu.Lock()
+	defer s.execMu.Unlock()
 	return s.exec(ctx, x)
 }
 
@@ -403,6 +496,51 @@ func (s *Session) badArgs(x *call, err error) error {
 func (s *Session) unknownOp(x *call) error {
 	s.log.Warn("unknown op", "op", uint16(x.h.Op), "seq", x.h.Seq)
 	return cu.Errorf(cu.ErrorNotSupported, "op %d is not supported by this server", uint16(x.h.Op))
+}
+
+// keepalive sends a keepalive frame each time a whole interval passes with
+// nothing written while a call runs (wmu free): the client then knows the
+// server is busy for it, not stalled. An idle Serve holds wmu, so a
+// connection with no work in flight stays silent.
+func (s *Session) keepalive(bw *bufio.Writer, sent *atomic.Uint64, every time.Duration, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last := sent.Load()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		if n := sent.Load(); n != last {
+			last = n
+			continue
+		}
+		if !s.wmu.TryLock() {
+			continue
+		}
+		err := wire.WriteKeepalive(bw, s.executed.Load())
+		if err == nil {
+			err = bw.Flush()
+		}
+		s.wmu.Unlock()
+		if err != nil {
+			return // the connection is failing; Serve finds out itself
+		}
+		last = sent.Load()
+	}
+}
+
+// countWrites counts the writes that reach the connection.
+type countWrites struct {
+	net.Conn
+	n *atomic.Uint64
+}
+
+func (c countWrites) Write(b []byte) (int, error) {
+	c.n.Add(1)
+	return c.Conn.Write(b)
 }
 
 // errFatal marks errors after which the connection's framing is lost (a

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,10 +13,13 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/control/tlstest"
+	"github.com/gpuctl/gpuctl/failpoint"
 	"github.com/gpuctl/gpuctl/remoting/interposer/testserver"
 	"github.com/gpuctl/gpuctl/remoting/wire"
 )
@@ -74,6 +78,186 @@ func build(t *testing.T) string {
 		t.Fatal(buildErr)
 	}
 	return buildDir
+}
+
+// buildFailpoints builds the library with -DGC_FAILPOINTS (test-only
+// points, armed with GPUCTL_FAILPOINT) into a directory of its own; ctest
+// loads it instead of the plain build when that directory is on
+// LD_LIBRARY_PATH.
+func buildFailpoints(t *testing.T) string {
+	t.Helper()
+	build(t)
+	fpOnce.Do(func() {
+		fpDir, fpErr = os.MkdirTemp("", "gpuctl-interposer-fp-")
+		if fpErr != nil {
+			return
+		}
+		d := dir()
+		srcs, _ := filepath.Glob(filepath.Join(d, "src", "*.c"))
+		gen, _ := filepath.Glob(filepath.Join(d, "gen", "*.c"))
+		args := []string{"-O2", "-g", "-DGC_FAILPOINTS", "-fPIC", "-std=gnu11", "-pthread", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter",
+			"-I" + filepath.Join(d, "include"), "-I" + filepath.Join(d, "src"), "-I" + filepath.Join(d, "gen"),
+			"-shared", "-Wl,-soname,libcuda.so.1", "-Wl,--version-script=" + filepath.Join(d, "gen", "libcuda.map"), "-Wl,-z,defs",
+			"-o", filepath.Join(fpDir, "libcuda.so.1")}
+		fpErr = gcc(append(args, append(srcs, gen...)...)...)
+	})
+	if fpErr != nil {
+		t.Fatal(fpErr)
+	}
+	return fpDir
+}
+
+var (
+	fpOnce sync.Once
+	fpDir  string
+	fpErr  error
+)
+
+// TestClientReplyOvertakesResend forces the race behind a stall seen after
+// migrations: the connection ends while the client waits for a reply, the
+// client reconnects, its sender thread writes the request again, and the
+// server's reply is read by the waiting thread before the sender has
+// returned from writing. The reply must reach its caller. The server cuts
+// the connection at its twelfth synchronous request (failpoint
+// "dispatch/sync"), and the library's failpoint "after-resend" holds the
+// sender right after the resend until the reply has been handled. The
+// client's silence bound is off, so nothing but a delivered reply lets
+// the program finish.
+func TestClientReplyOvertakesResend(t *testing.T) {
+	lib := buildFailpoints(t)
+	var fp failpoint.Set
+	var syncs atomic.Int32
+	fp.On("dispatch/sync", func(context.Context) error {
+		if syncs.Add(1) == 12 {
+			return errors.New("connection cut by the test")
+		}
+		return nil
+	})
+	srv, err := testserver.StartWith("127.0.0.1:0", "secret-token", nil, testserver.Options{Failpoints: &fp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := clientCmd(ctx, t, srv.Addr(), "secret-token", "replay", "300")
+	cmd.Env = append(cmd.Env, "LD_LIBRARY_PATH="+lib, "GPUCTL_FAILPOINT=after-resend", "GPUCTL_REPLY_TIMEOUT=0")
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("the client hung: the reply to its resent request was dropped\n%s", out)
+	}
+	if err != nil || !bytes.Contains(out, []byte("PASS replay")) {
+		t.Fatalf("ctest replay: %v\n%s", err, out)
+	}
+	if fp.Hits("dispatch/sync") < 12 || !bytes.Contains(out, []byte("reconnected to")) {
+		t.Fatalf("the connection was not cut at a synchronous request (%d reached):\n%s", fp.Hits("dispatch/sync"), out)
+	}
+	if !bytes.Contains(out, []byte("failpoint after-resend")) {
+		t.Fatalf("the library with failpoints was not loaded, or its point was never reached:\n%s", out)
+	}
+}
+
+// TestClientLiveness: a synchronous call that gets no reply while the
+// server stays silent past GPUCTL_REPLY_TIMEOUT reconnects and replays,
+// so a request the server swallowed is answered after all; a call the
+// server is busy with for longer than that bound does not, because the
+// server sends keepalives meanwhile. Both over plaintext and over TLS,
+// where the keepalives are records of the connection's record layer.
+func TestClientLiveness(t *testing.T) {
+	for _, overTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plaintext", true: "tls"}[overTLS], func(t *testing.T) { testClientLiveness(t, overTLS) })
+	}
+}
+
+func testClientLiveness(t *testing.T, overTLS bool) {
+	opts := testserver.Options{Keepalive: 200 * time.Millisecond}
+	var env []string
+	if overTLS {
+		if _, err := os.Stat("/usr/lib/x86_64-linux-gnu/libssl.so.3"); err != nil {
+			if _, err := exec.LookPath("openssl"); err != nil {
+				t.Skip("no OpenSSL on this machine")
+			}
+		}
+		ca := tlstest.NewCA(t, "liveness")
+		cert := ca.Issue(t, "gpud", "127.0.0.1")
+		cfg, err := control.ServerTLS(cert.CertFile, cert.KeyFile, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.TLS = cfg
+		env = append(env, "GPUCTL_TLS_CA="+ca.CertFile)
+	}
+	cases := []struct {
+		name          string
+		point         string // where the server holds the nth synchronous request
+		nth           int32
+		hold          func(srv *testserver.Server) error
+		wantReconnect bool
+	}{
+		{
+			// The request vanishes: the server neither answers nor
+			// sends anything until the client comes back on a new
+			// connection, when the old one is dropped.
+			name: "swallowed request", point: "dispatch/sync", nth: 12, wantReconnect: true,
+			hold: func(srv *testserver.Server) error {
+				n := srv.Accepted()
+				for deadline := time.Now().Add(20 * time.Second); srv.Accepted() == n; time.Sleep(5 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						return nil // never came back: let the test fail on its own
+					}
+				}
+				return errors.New("request swallowed")
+			},
+		},
+		{
+			// A call that takes three times the bound, with keepalives.
+			// (A device-to-host copy streams its reply and never reaches
+			// dispatch/exec: the sixth is the final context synchronise.)
+			name: "long call", point: "dispatch/exec", nth: 6, wantReconnect: false,
+			hold: func(*testserver.Server) error { time.Sleep(3 * time.Second); return nil },
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var fp failpoint.Set
+			var srv *testserver.Server
+			var syncs atomic.Int32
+			fp.On(tc.point, func(context.Context) error {
+				if syncs.Add(1) == tc.nth {
+					return tc.hold(srv)
+				}
+				return nil
+			})
+			o := opts
+			o.Failpoints = &fp
+			var err error
+			srv, err = testserver.StartWith("127.0.0.1:0", "secret-token", nil, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(srv.Close)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cmd := clientCmd(ctx, t, srv.Addr(), "secret-token", "replay", "300")
+			cmd.Env = append(append(cmd.Env, "GPUCTL_REPLY_TIMEOUT=1"), env...)
+			t0 := time.Now()
+			out, err := cmd.CombinedOutput()
+			if ctx.Err() != nil {
+				t.Fatalf("the client hung:\n%s", out)
+			}
+			if err != nil || !bytes.Contains(out, []byte("PASS replay")) {
+				t.Fatalf("ctest replay: %v\n%s", err, out)
+			}
+			if fp.Hits(tc.point) < int(tc.nth) {
+				t.Fatalf("%s reached %d times, never the request to hold (%d)", tc.point, fp.Hits(tc.point), tc.nth)
+			}
+			silent := bytes.Contains(out, []byte("no reply and no keepalive for"))
+			if silent != tc.wantReconnect || bytes.Contains(out, []byte("reconnected to")) != tc.wantReconnect {
+				t.Fatalf("reconnected after silence: %v, want %v\n%s", silent, tc.wantReconnect, out)
+			}
+			t.Logf("%s: %v", tc.name, time.Since(t0).Round(time.Millisecond))
+		})
+	}
 }
 
 // buildTSan builds the library and the test program with
@@ -391,7 +575,7 @@ func TestHeaderLayouts(t *testing.T) {
 	wire.WriteHello(&hello, &wire.Hello{Flags: 3, Token: "tok", SessionID: "s-1", Secret: "se", LastSeq: 0x6162636465666768})
 	var welcome bytes.Buffer
 	wire.WriteWelcome(&welcome, &wire.Welcome{Status: wire.StatusMoved, SessionID: "s-12", Secret: "abc", Message: "h:1",
-		MaxFrame: 0x71727374, LastExecuted: 0x8182838485868788})
+		MaxFrame: 0x71727374, KeepaliveMS: 0x75767778, LastExecuted: 0x8182838485868788})
 	tests := []struct {
 		kind string
 		b    []byte
@@ -400,7 +584,7 @@ func TestHeaderLayouts(t *testing.T) {
 		{"req", req[:], "len=11223344 op=5566 flags=7788 seq=102030405060708 bulk=1112131415161718"},
 		{"rep", rep[:], "len=21222324 kind=2526 flags=2728 result=292a2b2c seq=3132333435363738 executed=4142434445464748 bulk=5152535455565758"},
 		{"hello", hello.Bytes()[:wire.HelloSize], "magic=GPUH version=1 flags=3 token=3 sid=3 secret=2 last=6162636465666768"},
-		{"welcome", welcome.Bytes()[:wire.WelcomeSize], "magic=GPUW version=1 status=5 sid=4 secret=3 msg=3 maxframe=71727374 last=8182838485868788"},
+		{"welcome", welcome.Bytes()[:wire.WelcomeSize], "magic=GPUW version=1 status=5 sid=4 secret=3 msg=3 maxframe=71727374 keepalive=75767778 last=8182838485868788"},
 	}
 	for _, tc := range tests {
 		out, err := exec.Command(exe, tc.kind, hex.EncodeToString(tc.b)).CombinedOutput()

@@ -108,6 +108,12 @@ const (
 	// KindClosing carries, as its payload, why the server is closing the
 	// connection (a protocol error). Nothing follows it.
 	KindClosing ReplyKind = 4
+	// KindKeepalive says the server is alive and busy with the client's
+	// work: sent, to clients that asked (HelloKeepalive), on a connection
+	// that has been silent for the Welcome's keepalive interval while a
+	// call runs or while gpud holds the connection of a quiesced session.
+	// No payload; Executed is the worker's count, or 0 from gpud.
+	KindKeepalive ReplyKind = 5
 )
 
 // ReplyHeader opens every server frame after the Welcome.
@@ -159,7 +165,7 @@ func DecodeReplyHeader(b []byte, maxFrame uint32) (ReplyHeader, error) {
 		Bulk:     le.Uint64(b[32:]),
 	}
 	switch {
-	case h.Kind < KindReply || h.Kind > KindClosing:
+	case h.Kind < KindReply || h.Kind > KindKeepalive:
 		return h, protoErr("reply: unknown kind %d", h.Kind)
 	case h.Len > maxFrame:
 		return h, protoErr("reply seq %d: payload of %d bytes exceeds the maximum frame of %d", h.Seq, h.Len, maxFrame)
@@ -185,6 +191,15 @@ func WriteClosing(w io.Writer, reason string) error {
 		reason = reason[:MaxMessageLen]
 	}
 	return writeNotice(w, KindClosing, reason)
+}
+
+// WriteKeepalive writes a keepalive frame carrying executed.
+func WriteKeepalive(w io.Writer, executed uint64) error {
+	var b [ReplyHeaderSize]byte
+	h := ReplyHeader{Kind: KindKeepalive, Executed: executed}
+	h.Put(b[:])
+	_, err := w.Write(b[:])
+	return err
 }
 
 func writeNotice(w io.Writer, k ReplyKind, payload string) error {

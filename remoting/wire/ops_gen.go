@@ -273,3 +273,13 @@ func (o Op) AsyncAllowed() bool {
 	}
 	return false
 }
+
+// BulkReply reports whether o's reply carries a bulk payload, which the
+// server streams as the op runs.
+func (o Op) BulkReply() bool {
+	switch o {
+	case OpMemcpyDtoH, OpMemcpyDtoH3D:
+		return true
+	}
+	return false
+}

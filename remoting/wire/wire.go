@@ -11,10 +11,12 @@
 package wire
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // Version is the protocol version this package speaks. A peer with another
@@ -35,6 +37,9 @@ const (
 	MaxSessionIDLen = 64
 	MaxSecretLen    = 128
 	MaxMessageLen   = 1024
+	// MaxAttrsLen bounds the Hello's attributes: the priority and the
+	// labels text (at most api.MaxLabelsBytes).
+	MaxAttrsLen = 4 + 2048
 )
 
 // Frame size limits. The server announces its maximum argument-block size
@@ -58,7 +63,17 @@ const (
 const (
 	// HelloResume asks to re-attach to SessionID, proving it with Secret.
 	HelloResume uint16 = 1 << 0
+	// HelloKeepalive says the client reads keepalive frames and gives up
+	// on a connection that stays silent while it waits for a reply; the
+	// server then sends a keepalive whenever it has been silent for the
+	// interval its Welcome announces while the client has work in it.
+	HelloKeepalive uint16 = 1 << 1
 )
+
+// DefaultKeepalive is how often gpud sends a keepalive on a connection
+// whose client asked for them and that has been silent while a call runs
+// (or while gpud holds the connection of a session being checkpointed).
+const DefaultKeepalive = 2 * time.Second
 
 // Hello is the client's first message.
 type Hello struct {
@@ -73,6 +88,36 @@ type Hello struct {
 	// LastSeq is the highest request sequence number the client has sent
 	// (0 for a new session). It lets the server log how much is in flight.
 	LastSeq uint64
+	// Attrs are the new session's priority and labels (GPUCTL_PRIORITY,
+	// GPUCTL_LABELS); a resume carries none, its session has them.
+	Attrs Attrs
+}
+
+// Attrs are what a client says about its new session. On the wire they
+// follow the secret, AttrsLen bytes (the Hello's u16 at offset 14, zero
+// when there are none): the priority as an int32, then the labels as
+// "k=v,k2=v2" text, which the session table checks.
+type Attrs struct {
+	Priority int32
+	Labels   string
+}
+
+func (a Attrs) empty() bool { return a.Priority == 0 && a.Labels == "" }
+
+// attrsCtxKey carries a Hello's attributes from the listener to the
+// session table, next to the principal (package tenant) that the
+// handshake's token named.
+type attrsCtxKey struct{}
+
+// NewAttrsContext returns ctx carrying a.
+func NewAttrsContext(ctx context.Context, a Attrs) context.Context {
+	return context.WithValue(ctx, attrsCtxKey{}, a)
+}
+
+// AttrsFromContext returns the attributes ctx carries (zero if none).
+func AttrsFromContext(ctx context.Context) Attrs {
+	a, _ := ctx.Value(attrsCtxKey{}).(Attrs)
+	return a
 }
 
 // Resume reports whether the client asks to re-attach to a session.
@@ -113,21 +158,28 @@ func decodeHello(b []byte, r io.Reader) (*Hello, error) {
 		return nil, protoErr("hello: session id of %d bytes exceeds %d", sl, MaxSessionIDLen)
 	case cl > MaxSecretLen:
 		return nil, protoErr("hello: secret of %d bytes exceeds %d", cl, MaxSecretLen)
-	case le.Uint16(b[14:]) != 0:
-		return nil, protoErr("hello: reserved field is not zero")
+	case int(le.Uint16(b[14:])) > MaxAttrsLen:
+		return nil, protoErr("hello: attributes of %d bytes exceed %d", le.Uint16(b[14:]), MaxAttrsLen)
+	case le.Uint16(b[14:]) != 0 && le.Uint16(b[14:]) < 4:
+		return nil, protoErr("hello: attributes of %d bytes are shorter than the priority", le.Uint16(b[14:]))
 	}
+	al := int(le.Uint16(b[14:]))
 	if h.Version != Version {
 		// The variable part may have another layout in another version:
 		// return what we know so the caller can answer with a Welcome.
 		return h, fmt.Errorf("%w: hello: client speaks protocol version %d, this server speaks %d", ErrVersion, h.Version, Version)
 	}
-	rest := make([]byte, tl+sl+cl)
+	rest := make([]byte, tl+sl+cl+al)
 	if _, err := io.ReadFull(r, rest); err != nil {
 		return nil, fmt.Errorf("read hello: %w", err)
 	}
 	h.Token = string(rest[:tl])
 	h.SessionID = string(rest[tl : tl+sl])
-	h.Secret = string(rest[tl+sl:])
+	h.Secret = string(rest[tl+sl : tl+sl+cl])
+	if al > 0 {
+		a := rest[tl+sl+cl:]
+		h.Attrs = Attrs{Priority: int32(le.Uint32(a)), Labels: string(a[4:])}
+	}
 	if h.Resume() && (h.SessionID == "" || h.Secret == "") {
 		return nil, protoErr("hello: resume without session id and secret")
 	}
@@ -140,10 +192,15 @@ var ErrVersion = errors.New("protocol version mismatch")
 
 // WriteHello writes h (the client side; used by tests and tools).
 func WriteHello(w io.Writer, h *Hello) error {
-	if len(h.Token) > MaxTokenLen || len(h.SessionID) > MaxSessionIDLen || len(h.Secret) > MaxSecretLen {
+	var attrs []byte
+	if !h.Attrs.empty() {
+		attrs = le.AppendUint32(nil, uint32(h.Attrs.Priority))
+		attrs = append(attrs, h.Attrs.Labels...)
+	}
+	if len(h.Token) > MaxTokenLen || len(h.SessionID) > MaxSessionIDLen || len(h.Secret) > MaxSecretLen || len(attrs) > MaxAttrsLen {
 		return fmt.Errorf("write hello: field too long")
 	}
-	b := make([]byte, HelloSize, HelloSize+len(h.Token)+len(h.SessionID)+len(h.Secret))
+	b := make([]byte, HelloSize, HelloSize+len(h.Token)+len(h.SessionID)+len(h.Secret)+len(attrs))
 	copy(b, HelloMagic[:])
 	v := h.Version
 	if v == 0 {
@@ -154,10 +211,12 @@ func WriteHello(w io.Writer, h *Hello) error {
 	le.PutUint16(b[8:], uint16(len(h.Token)))
 	le.PutUint16(b[10:], uint16(len(h.SessionID)))
 	le.PutUint16(b[12:], uint16(len(h.Secret)))
+	le.PutUint16(b[14:], uint16(len(attrs)))
 	le.PutUint64(b[16:], h.LastSeq)
 	b = append(b, h.Token...)
 	b = append(b, h.SessionID...)
 	b = append(b, h.Secret...)
+	b = append(b, attrs...)
 	_, err := w.Write(b)
 	return err
 }
@@ -176,6 +235,11 @@ const (
 	// serves TLS; it is the one Welcome sent unencrypted on such a
 	// listener, so that the client can say what to change.
 	StatusTLSRequired Status = 6
+	// StatusPreempted answers the resume of a session that was preempted
+	// (its device memory given to a session of higher priority) and waits
+	// in its image: the client keeps trying, without the reconnect
+	// timeout, until gpud resumes the session here or sends it elsewhere.
+	StatusPreempted Status = 7
 )
 
 func (s Status) String() string {
@@ -194,6 +258,8 @@ func (s Status) String() string {
 		return "moved"
 	case StatusTLSRequired:
 		return "tls required"
+	case StatusPreempted:
+		return "preempted"
 	}
 	return fmt.Sprintf("status(%d)", uint16(s))
 }
@@ -216,6 +282,9 @@ type Welcome struct {
 	// Features are what the serving worker understands beyond the base
 	// protocol (Feature* bits); 0 from an older server.
 	Features uint16
+	// KeepaliveMS is the interval, in milliseconds, of the keepalives the
+	// server sends on this connection (HelloKeepalive); 0: none.
+	KeepaliveMS uint32
 }
 
 // FeatureDeferredReplies in a Welcome's Features: the server takes
@@ -244,6 +313,7 @@ func WriteWelcome(w io.Writer, wl *Welcome) error {
 	le.PutUint16(b[12:], uint16(len(msg)))
 	le.PutUint16(b[14:], wl.Features)
 	le.PutUint32(b[16:], mf)
+	le.PutUint32(b[20:], wl.KeepaliveMS)
 	le.PutUint64(b[24:], wl.LastExecuted)
 	b = append(b, wl.SessionID...)
 	b = append(b, wl.Secret...)
@@ -267,6 +337,7 @@ func ReadWelcome(r io.Reader) (*Welcome, error) {
 	wl := &Welcome{
 		Status:       Status(le.Uint16(b[6:])),
 		MaxFrame:     le.Uint32(b[16:]),
+		KeepaliveMS:  le.Uint32(b[20:]),
 		LastExecuted: le.Uint64(b[24:]),
 		Features:     le.Uint16(b[14:]),
 	}

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpuctl/gpuctl/devmem"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
 	"github.com/gpuctl/gpuctl/remoting/tlsrec"
@@ -169,9 +170,11 @@ func (h *Handle) readLoop(c *net.UnixConn, end chan struct{}) {
 	for {
 		var r reply
 		f, err := recvMsg(c, &r)
-		if f != nil {
-			f.Close() // a worker never sends descriptors
+		if f != nil && (r.ID == 0 || r.Mem == nil) {
+			f.Close() // only a memsave reply carries a descriptor
+			f = nil
 		}
+		r.file = f
 		if err != nil {
 			h.ctrlDown(c, err)
 			return
@@ -196,6 +199,8 @@ func (h *Handle) readLoop(c *net.UnixConn, end chan struct{}) {
 		h.mu.Unlock()
 		if ch != nil {
 			ch <- r
+		} else if r.file != nil {
+			r.file.Close() // its caller gave up
 		}
 	}
 }
@@ -318,12 +323,24 @@ func (h *Handle) quotaName() string {
 // client that reconnected), which the worker greets with a Welcome
 // carrying welcome's fields and the last executed sequence number.
 // resume=true: the socket the worker served before a Quiesce, which needs
-// no greeting.
-func (h *Handle) Attach(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State, welcome dispatch.WelcomeInfo, resume bool) error {
+// no greeting. epoch is the session's current epoch: a worker at another
+// one refuses (fenced), and a new worker takes it.
+func (h *Handle) Attach(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State, welcome dispatch.WelcomeInfo, resume bool, epoch uint64) error {
 	return withConnFD(conn, func(fd int) error {
-		_, err := h.call(ctx, request{Op: opAttach, Welcome: &welcome, Resume: resume, ModuleCache: h.modCache, Quota: h.quotaName(), TLS: rec}, fd)
+		_, err := h.call(ctx, request{Op: opAttach, Welcome: &welcome, Resume: resume, ModuleCache: h.modCache, Quota: h.quotaName(), TLS: rec, Epoch: epoch}, fd)
 		return err
 	})
+}
+
+// Claim moves the worker from epoch from to epoch to. gpud claims the next
+// epoch for a worker that goes on after an image of it was stored (a
+// checkpoint that leaves it running) and for a worker restored from an
+// image: copies at an older epoch (that image, restored; the original,
+// thawed after its session moved on) then refuse to serve. A worker not at
+// from refuses the claim.
+func (h *Handle) Claim(ctx context.Context, from, to uint64) error {
+	_, err := h.call(ctx, request{Op: opClaim, From: from, To: to}, -1)
+	return err
 }
 
 // Quiesce stops the worker at a frame boundary, suspends its device and
@@ -333,23 +350,51 @@ func (h *Handle) Attach(ctx context.Context, conn *net.TCPConn, rec *tlsrec.Stat
 // socket's next holder (gpud writing a "moved" notice, or a worker
 // resumed on it) carries on from there.
 func (h *Handle) Quiesce(ctx context.Context) (*tlsrec.State, error) {
-	r, err := h.call(ctx, request{Op: opQuiesce}, -1)
-	return r.TLS, err
+	q, err := h.QuiesceAt(ctx)
+	return q.TLS, err
 }
+
+// Quiesced is what a Quiesce reports about the client connection.
+type Quiesced struct {
+	// Boundary: the connection stopped at a frame boundary (or none was
+	// being served). Only then may gpud write to its copy of the socket
+	// (keepalives, a moved notice) and hand it back with Resume.
+	Boundary bool
+	// TLS is a TLS connection's record layer where the worker left it
+	// (nil for plaintext, and for a connection not stopped at a boundary).
+	TLS *tlsrec.State
+}
+
+// QuiesceAt is Quiesce, and also reports whether the client connection
+// stopped at a frame boundary.
+func (h *Handle) QuiesceAt(ctx context.Context) (Quiesced, error) {
+	r, err := h.call(ctx, request{Op: opQuiesce}, -1)
+	return Quiesced{Boundary: r.Boundary, TLS: r.TLS}, err
+}
+
+// ErrConnDropped is returned by Resume when the worker resumed but did not
+// serve the socket passed: the connection had not stopped at a frame
+// boundary (its Serve ended with an error). The caller closes its copy so
+// that the client reconnects, is greeted and resends.
+var ErrConnDropped = errors.New("the worker did not serve the client socket on: it had not stopped at a frame boundary")
 
 // Resume undoes Quiesce: the worker runs its backend's Resume hook and,
 // when conn is non-nil, serves conn again without a greeting (it is the
 // socket gpud kept open while the client stalled), carrying on its TLS
-// record layer from rec. A client that instead reconnected on a new
-// socket is handed over with Attach.
-func (h *Handle) Resume(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State) error {
+// record layer from rec; see ErrConnDropped. A client that instead
+// reconnected on a new socket is handed over with Attach. epoch is checked
+// as by Attach.
+func (h *Handle) Resume(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State, epoch uint64) error {
 	q := h.quotaName()
 	if conn == nil {
-		_, err := h.call(ctx, request{Op: opResume, ModuleCache: h.modCache, Quota: q}, -1)
+		_, err := h.call(ctx, request{Op: opResume, ModuleCache: h.modCache, Quota: q, Epoch: epoch}, -1)
 		return err
 	}
 	return withConnFD(conn, func(fd int) error {
-		_, err := h.call(ctx, request{Op: opResume, Resume: true, ModuleCache: h.modCache, Quota: q, TLS: rec}, fd)
+		r, err := h.call(ctx, request{Op: opResume, Resume: true, ModuleCache: h.modCache, Quota: q, TLS: rec, Epoch: epoch}, fd)
+		if err == nil && r.Dropped {
+			return ErrConnDropped
+		}
 		return err
 	})
 }
@@ -530,4 +575,46 @@ func (h *Handle) logRecord(r *LogRecord) {
 		args = append(args, k, v)
 	}
 	h.log.Log(context.Background(), lvl, "worker: "+r.Msg, args...)
+}
+
+// SaveMem asks the worker to save its device memory (package devmem) and
+// returns the memfd holding it. The worker must be quiesced. A worker
+// whose backend cannot save its memory answers with an error.
+func (h *Handle) SaveMem(ctx context.Context, req devmem.SaveRequest) (*os.File, devmem.Saved, error) {
+	r, err := h.call(ctx, request{Op: opMemSave, MemSave: &req}, -1)
+	if err != nil {
+		if r.file != nil {
+			r.file.Close()
+		}
+		return nil, devmem.Saved{}, err
+	}
+	if r.Mem == nil || r.file == nil {
+		return nil, devmem.Saved{}, errs.New(errs.Internal, errs.Session(h.sess), "worker: memsave: no memory file in the reply")
+	}
+	return r.file, *r.Mem, nil
+}
+
+// ReloadMem asks the worker to back its device memory again and copy it
+// from f, whose layout is at layoutOff (layoutLen bytes).
+func (h *Handle) ReloadMem(ctx context.Context, f *os.File, layoutOff, layoutLen int64) error {
+	_, err := h.call(ctx, request{Op: opMemReload, MemLayout: &[2]int64{layoutOff, layoutLen}}, int(f.Fd()))
+	return err
+}
+
+// PrecopyMem asks the worker for a pre-copy round (package devmem): the
+// device memory that changed since round req.Base, read while the session
+// runs, in a memfd. A worker whose backend cannot save its memory answers
+// with an error.
+func (h *Handle) PrecopyMem(ctx context.Context, req devmem.PrecopyRequest) (*os.File, devmem.Saved, error) {
+	r, err := h.call(ctx, request{Op: opMemPrecopy, MemPrecopy: &req}, -1)
+	if err != nil {
+		if r.file != nil {
+			r.file.Close()
+		}
+		return nil, devmem.Saved{}, err
+	}
+	if r.Mem == nil || r.file == nil {
+		return nil, devmem.Saved{}, errs.New(errs.Internal, errs.Session(h.sess), "worker: memprecopy: no memory file in the reply")
+	}
+	return r.file, *r.Mem, nil
 }

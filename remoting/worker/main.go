@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpuctl/gpuctl/devmem"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
 	"github.com/gpuctl/gpuctl/remoting/modcache"
@@ -145,6 +146,14 @@ type worker struct {
 	secretHash []byte
 	// modCache is the module cache in use, as gpud last named it.
 	modCache moduleCache
+	// mem remembers the hashes of the device memory saved last.
+	mem *devmem.Tracker
+	// epoch is the session's epoch this worker serves under: gpud must
+	// hand it with every attach and resume, and moves it with a claim.
+	// It lives in the worker's memory, so a copy restored from an image
+	// carries the epoch of its image and can be told apart from a newer
+	// copy of the session.
+	epoch uint64
 }
 
 // useModuleCache points the session at the module cache gpud names (a
@@ -167,6 +176,33 @@ func (w *worker) useModuleCache(mc *moduleCache) {
 		return
 	}
 	w.sess.SetModuleCache(c)
+}
+
+// fence checks the epoch gpud handed for an attach or resume. A worker
+// that has none yet (new) takes it.
+func (w *worker) fence(epoch uint64) error {
+	switch {
+	case epoch == w.epoch:
+		return nil
+	case w.epoch == 0 && epoch != 0:
+		w.epoch = epoch
+		return nil
+	}
+	return fmt.Errorf("fenced: this worker serves epoch %d of session %s and was handed epoch %d; a newer copy of the session exists, and this one must not serve", w.epoch, w.opts.SessionID, epoch)
+}
+
+// claim moves the worker from epoch from to epoch to: after a checkpoint
+// that leaves it running (its image keeps from) or a restore (the image's
+// epoch was from). A worker at another epoch is a stale copy and refuses.
+func (w *worker) claim(from, to uint64) error {
+	if to <= from {
+		return fmt.Errorf("claim from epoch %d to %d: the epoch only grows", from, to)
+	}
+	if w.epoch != from {
+		return fmt.Errorf("fenced: this worker holds epoch %d of session %s, not %d; a newer copy of the session exists, and this one must not serve", w.epoch, w.opts.SessionID, from)
+	}
+	w.epoch = to
+	return nil
 }
 
 func (w *worker) setCtrl(c *net.UnixConn) {
@@ -203,17 +239,56 @@ func (w *worker) run() int {
 		r := reply{ID: req.ID}
 		switch req.Op {
 		case opAttach:
-			w.useModuleCache(req.ModuleCache)
-			w.meter.configure(req.Quota)
-			err = w.attach(f, req.TLS, req.Welcome, req.Resume)
+			if err = w.fence(req.Epoch); err == nil {
+				w.useModuleCache(req.ModuleCache)
+				w.meter.configure(req.Quota)
+				err = w.attach(f, req.TLS, req.Welcome, req.Resume)
+			}
 		case opQuiesce:
 			r.Seq, r.TLS, err = w.quiesce()
+			r.Boundary = w.sess.Resumable()
 		case opResume:
-			w.useModuleCache(req.ModuleCache)
-			w.meter.configure(req.Quota)
-			err = w.resume(f, req.TLS)
+			if err = w.fence(req.Epoch); err == nil {
+				w.useModuleCache(req.ModuleCache)
+				w.meter.configure(req.Quota)
+				r.Dropped, err = w.resume(f, req.TLS)
+			}
+		case opClaim:
+			err = w.claim(req.From, req.To)
 		case opStats:
 			r.Stats = w.stats()
+		case opMemSave:
+			var mf *os.File
+			mf, r.Mem, err = w.memSave(req.MemSave)
+			if err == nil {
+				err = w.send(r, int(mf.Fd()))
+				mf.Close()
+				if f != nil {
+					f.Close()
+				}
+				if err != nil {
+					w.shutdown()
+					return 5
+				}
+				continue
+			}
+		case opMemPrecopy:
+			var mf *os.File
+			mf, r.Mem, err = w.memPrecopy(req.MemPrecopy)
+			if err == nil {
+				err = w.send(r, int(mf.Fd()))
+				mf.Close()
+				if f != nil {
+					f.Close()
+				}
+				if err != nil {
+					w.shutdown()
+					return 5
+				}
+				continue
+			}
+		case opMemReload:
+			err = w.memReload(f, req.MemLayout)
 		case opDetach:
 			if err = checkNonce(req.Nonce); err == nil {
 				_ = w.send(r, -1)
@@ -376,21 +451,28 @@ func (w *worker) quiesce() (uint64, *tlsrec.State, error) {
 	return w.sess.ExecutedSeq(), rec, err
 }
 
-func (w *worker) resume(f *os.File, rec *tlsrec.State) error {
-	var err error
+// resume undoes quiesce. The client socket f is served on, carrying on its
+// TLS record layer from rec, only when the last Serve stopped at a frame
+// boundary; otherwise it is not served (dropped reports that) and gpud
+// lets the client reconnect.
+func (w *worker) resume(f *os.File, rec *tlsrec.State) (dropped bool, err error) {
 	if s, ok := w.dev.(backend.Suspender); ok {
 		w.thread.run(func() { err = s.Resume(context.Background()) })
 	}
 	if err != nil || f == nil {
-		return err
+		return false, err
 	}
-	return w.serve(f, rec, true)
+	if !w.sess.Resumable() {
+		w.log.Warn("the client connection did not stop at a frame boundary; not serving it on, the client reconnects")
+		return true, nil
+	}
+	return false, w.serve(f, rec, true)
 }
 
 func (w *worker) stats() *Stats {
 	st := &Stats{Serving: w.serving != nil, Executed: w.sess.ExecutedSeq(),
 		BytesIn: w.bytesIn.Load(), BytesOut: w.bytesOut.Load(),
-		SessionID: w.opts.SessionID, SecretSHA256: w.secretHash, AllocBytes: w.meter.Allocated()}
+		SessionID: w.opts.SessionID, SecretSHA256: w.secretHash, AllocBytes: w.meter.Allocated(), Epoch: w.epoch}
 	st.MemInUse = st.AllocBytes
 	if m, ok := w.dev.(interface{ MemInUse() uint64 }); ok {
 		st.MemInUse = m.MemInUse()

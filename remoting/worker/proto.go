@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpuctl/gpuctl/devmem"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
 	"github.com/gpuctl/gpuctl/remoting/tlsrec"
 )
@@ -26,6 +27,16 @@ const (
 	opDetach  = "detach"  // drop the control connection, wait for SIGUSR2
 	opStats   = "stats"   // report counters
 	opExit    = "exit"    // release the device and exit 0
+	opClaim   = "claim"   // move to the next epoch of the session
+	// opMemSave copies the session's device memory into a memfd sent
+	// back with the reply (package devmem); opMemReload copies it back
+	// from the memfd passed.
+	opMemSave   = "memsave"
+	opMemReload = "memreload"
+	// opMemPrecopy copies, while the session runs, the device memory
+	// that changed since the previous round into a memfd sent back with
+	// the reply (a live migration's pre-copy).
+	opMemPrecopy = "memprecopy"
 )
 
 // evEnded is the worker's unsolicited report that its client went away
@@ -54,6 +65,17 @@ type request struct {
 	// TLS is the passed socket's TLS record layer (attach, resume); nil
 	// for a plaintext connection.
 	TLS *tlsrec.State `json:"tls,omitempty"`
+	// MemSave asks for a save of device memory (memsave); MemLayout is
+	// where the passed memfd holds its layout (memreload).
+	MemSave   *devmem.SaveRequest `json:"mem_save,omitempty"`
+	MemLayout *[2]int64           `json:"mem_layout,omitempty"`
+	// MemPrecopy asks for a pre-copy round (memprecopy).
+	MemPrecopy *devmem.PrecopyRequest `json:"mem_precopy,omitempty"`
+	// Epoch is the session's current epoch, which an attach or resume
+	// must hand the worker; From and To move a claim.
+	Epoch uint64 `json:"epoch,omitempty"`
+	From  uint64 `json:"from,omitempty"`
+	To    uint64 `json:"to,omitempty"`
 }
 
 // moduleCache is the host's module cache as a worker is told of it.
@@ -63,15 +85,25 @@ type moduleCache struct {
 }
 
 type reply struct {
-	ID    uint64     `json:"id"` // 0 for an event
-	Event string     `json:"event,omitempty"`
-	Err   string     `json:"err,omitempty"`
-	Seq   uint64     `json:"seq,omitempty"`
-	Stats *Stats     `json:"stats,omitempty"`
-	Log   *LogRecord `json:"log,omitempty"`
+	ID    uint64 `json:"id"` // 0 for an event
+	Event string `json:"event,omitempty"`
+	Err   string `json:"err,omitempty"`
+	Seq   uint64 `json:"seq,omitempty"`
+	// Boundary answers a quiesce: the client connection stopped at a
+	// frame boundary (or there was none being served).
+	Boundary bool `json:"boundary,omitempty"`
+	// Dropped answers a resume: the passed client socket was not served
+	// on, because the connection had not stopped at a frame boundary.
+	Dropped bool       `json:"dropped,omitempty"`
+	Stats   *Stats     `json:"stats,omitempty"`
+	Log     *LogRecord `json:"log,omitempty"`
 	// TLS hands a quiesced client's TLS record layer back to gpud, which
 	// holds the socket until a worker serves it again.
 	TLS *tlsrec.State `json:"tls,omitempty"`
+	// Mem describes the memfd a memsave reply carries.
+	Mem *devmem.Saved `json:"mem,omitempty"`
+
+	file *os.File // the descriptor the reply carried, if any
 }
 
 // LogRecord is a worker log line forwarded to gpud.
@@ -103,6 +135,9 @@ type Stats struct {
 	// reconnecting client must present.
 	SessionID    string `json:"session_id,omitempty"`
 	SecretSHA256 []byte `json:"secret_sha256,omitempty"`
+	// Epoch is the epoch of the session this worker serves under (0: none
+	// handed yet); see Handle.Claim.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // sendMsg writes v as one packet, with fd attached when fd >= 0.

@@ -132,7 +132,7 @@ func testWorkerLifecycle(t *testing.T, overTLS bool) {
 		gpud.Forget()
 		rec, cconn = &st, tc
 	}
-	if err := h.Attach(ctx, srv, rec, dispatch.WelcomeInfo{SessionID: "s-0123456789ab", Secret: "sekrit"}, false); err != nil {
+	if err := h.Attach(ctx, srv, rec, dispatch.WelcomeInfo{SessionID: "s-0123456789ab", Secret: "sekrit"}, false, 1); err != nil {
 		t.Fatal(err)
 	}
 	cl, err := testclient.Greeted(cconn, 5*time.Second)
@@ -196,7 +196,7 @@ func testWorkerLifecycle(t *testing.T, overTLS bool) {
 			t.Fatalf("round %d: reattach: %v", round, err)
 		}
 		h = h2
-		if err := h.Resume(ctx, srv, back); err != nil {
+		if err := h.Resume(ctx, srv, back, 1); err != nil {
 			t.Fatalf("round %d: resume: %v", round, err)
 		}
 		got, err := cl.MemcpyDtoH(c, p, uint64(len(data)))
@@ -227,6 +227,64 @@ func testWorkerLifecycle(t *testing.T, overTLS bool) {
 	}
 	if after := openFDs(t); after > fdsBefore {
 		t.Fatalf("descriptors leaked: %d before, %d after", fdsBefore, after)
+	}
+}
+
+// A worker serves only under the epoch gpud hands it: a new worker takes
+// the first one, a claim moves it on, and an attach or resume with any
+// other epoch (a stale copy being handed a client) is refused with an
+// error that says so; so is a claim from an epoch the worker is not at.
+func TestWorkerFence(t *testing.T) {
+	requireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := Start(ctx, testOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Kill()
+	attach := func(epoch uint64) error {
+		srv, cconn := tcpPair(t)
+		defer cconn.Close()
+		defer srv.Close()
+		return h.Attach(ctx, srv, nil, dispatch.WelcomeInfo{SessionID: "s-0123456789ab", Secret: "sekrit"}, false, epoch)
+	}
+	epoch := func() uint64 {
+		st, err := h.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Epoch
+	}
+	if err := attach(5); err != nil || epoch() != 5 {
+		t.Fatalf("first attach at epoch 5: %v, worker at %d", err, epoch())
+	}
+	steps := []struct {
+		name    string
+		do      func() error
+		refused bool
+		after   uint64
+	}{
+		{"quiesce", func() error { _, err := h.Quiesce(ctx); return err }, false, 5},
+		{"resume with an older epoch", func() error { return h.Resume(ctx, nil, nil, 4) }, true, 5},
+		{"resume with its epoch", func() error { return h.Resume(ctx, nil, nil, 5) }, false, 5},
+		{"claim from another epoch", func() error { return h.Claim(ctx, 4, 6) }, true, 5},
+		{"claim that does not grow", func() error { return h.Claim(ctx, 5, 5) }, true, 5},
+		{"claim the next epoch", func() error { return h.Claim(ctx, 5, 6) }, false, 6},
+		{"attach with the old epoch", func() error { return attach(5) }, true, 6},
+		{"attach with the new epoch", func() error { return attach(6) }, false, 6},
+	}
+	for _, st := range steps {
+		err := st.do()
+		if st.refused != (err != nil) {
+			t.Fatalf("%s: %v, want refused=%v", st.name, err, st.refused)
+		}
+		if err != nil && !strings.Contains(err.Error(), "epoch") {
+			t.Errorf("%s: the refusal does not say why: %v", st.name, err)
+		}
+		if got := epoch(); got != st.after {
+			t.Fatalf("%s: worker at epoch %d, want %d", st.name, got, st.after)
+		}
 	}
 }
 
@@ -334,7 +392,7 @@ func TestWorkerQuota(t *testing.T) {
 	srv, cconn := tcpPair(t)
 	defer cconn.Close()
 	defer srv.Close()
-	if err := h.Attach(ctx, srv, nil, dispatch.WelcomeInfo{SessionID: "s-0123456789ab", Secret: "s"}, false); err != nil {
+	if err := h.Attach(ctx, srv, nil, dispatch.WelcomeInfo{SessionID: "s-0123456789ab", Secret: "s"}, false, 1); err != nil {
 		t.Fatal(err)
 	}
 	cl, err := testclient.Greeted(cconn, 5*time.Second)
@@ -373,7 +431,7 @@ func TestWorkerQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	h2.SetQuota(q.Name())
-	if err := h2.Resume(ctx, srv, nil); err != nil {
+	if err := h2.Resume(ctx, srv, nil, 1); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cl.MemAlloc(c, 256<<10); err != nil {

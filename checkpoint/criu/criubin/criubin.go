@@ -51,41 +51,105 @@ func (v Version) AtLeast(w Version) bool {
 	return v.Sublevel >= w.Sublevel
 }
 
-// Find returns the criu binary to use: explicit if given, else
-// $GPUCTL_CRIU, else the bundle that `make deps` builds (.deps/criu/criu)
-// next to the running executable or up to two levels above it (build/bin
-// in a checkout), else such a bundle in the working directory or one
-// above it (tests run inside the checkout), else criu on PATH. It does
-// not check the version.
-func Find(explicit string) (string, error) {
+// Source says where Locate found CRIU. The order of the constants is the
+// order Locate tries them in.
+type Source string
+
+const (
+	// SourceFlag: the binary named explicitly (gpud --criu, doctor --criu).
+	SourceFlag Source = "flag"
+	// SourceEnv: $GPUCTL_CRIU.
+	SourceEnv Source = "GPUCTL_CRIU"
+	// SourceBundle: criu/criu in the directory of the running executable,
+	// the bundle an installation ships beside gpud.
+	SourceBundle Source = "bundle"
+	// SourceBuildTree: .deps/criu/criu of the checkout the running
+	// executable was built in: the executable is ROOT/build/bin/NAME and
+	// ROOT/go.mod declares this module. That is where `make build` and
+	// `make deps` put gpud and the bundle.
+	SourceBuildTree Source = "build tree"
+	// SourcePath: criu on $PATH.
+	SourcePath Source = "PATH"
+)
+
+// Found is the criu binary Locate chose and where it came from.
+type Found struct {
+	Path   string `json:"path"`
+	Source Source `json:"source"`
+}
+
+// module is this repository's module path, which a build tree's go.mod
+// must declare.
+const module = "github.com/gpuctl/gpuctl"
+
+// Locate returns the criu binary to use, trying in order: explicit (when
+// not empty), $GPUCTL_CRIU, criu/criu beside the running executable, the
+// .deps/criu/criu of the checkout the executable was built in, and criu on
+// PATH. It looks nowhere else: not in the working directory, and not in
+// directories above the executable's own tree, so that a daemon running as
+// root never executes a binary someone placed elsewhere. It does not check
+// the version.
+func Locate(explicit string) (Found, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = ""
+	}
+	return locate(explicit, os.Getenv("GPUCTL_CRIU"), exe)
+}
+
+// locate is Locate for a given environment variable and executable path.
+func locate(explicit, env, exe string) (Found, error) {
 	if explicit != "" {
-		return checkExecutable(explicit)
+		p, err := checkExecutable(explicit)
+		return Found{p, SourceFlag}, err
 	}
-	if p := os.Getenv("GPUCTL_CRIU"); p != "" {
-		return checkExecutable(p)
+	if env != "" {
+		p, err := checkExecutable(env)
+		return Found{p, SourceEnv}, err
 	}
-	if exe, err := os.Executable(); err == nil {
-		dir := filepath.Dir(exe)
-		for _, rel := range []string{"criu/criu", ".deps/criu/criu", "../.deps/criu/criu", "../../.deps/criu/criu"} {
-			if p := filepath.Join(dir, rel); isExecutable(p) {
-				return p, nil
-			}
+	if exe != "" {
+		if real, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = real
 		}
-	}
-	if wd, err := os.Getwd(); err == nil {
-		for dir := wd; ; dir = filepath.Dir(dir) {
-			if p := filepath.Join(dir, ".deps/criu/criu"); isExecutable(p) {
-				return p, nil
-			}
-			if dir == filepath.Dir(dir) {
-				break
+		dir := filepath.Dir(exe)
+		if p := filepath.Join(dir, "criu", "criu"); isExecutable(p) {
+			return Found{p, SourceBundle}, nil
+		}
+		if root, ok := buildTree(dir); ok {
+			if p := filepath.Join(root, ".deps", "criu", "criu"); isExecutable(p) {
+				return Found{p, SourceBuildTree}, nil
 			}
 		}
 	}
 	if p, err := exec.LookPath("criu"); err == nil {
-		return p, nil
+		return Found{p, SourcePath}, nil
 	}
-	return "", errs.New(errs.FailedPrecondition, "", "criu not found: run `make deps`, or pass --criu PATH or set GPUCTL_CRIU to a criu >= %s", MinVersion)
+	return Found{}, errs.New(errs.FailedPrecondition, "", "criu not found: run `make deps`, or pass --criu PATH or set GPUCTL_CRIU to a criu >= %s", MinVersion)
+}
+
+// Find is Locate's path.
+func Find(explicit string) (string, error) {
+	f, err := Locate(explicit)
+	return f.Path, err
+}
+
+// buildTree reports whether dir is ROOT/build/bin of a checkout of this
+// repository, and returns ROOT.
+func buildTree(dir string) (string, bool) {
+	if filepath.Base(dir) != "bin" || filepath.Base(filepath.Dir(dir)) != "build" {
+		return "", false
+	}
+	root := filepath.Dir(filepath.Dir(dir))
+	b, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		return "", false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "module" {
+			return root, f[1] == module
+		}
+	}
+	return "", false
 }
 
 func isExecutable(p string) bool {

@@ -103,6 +103,88 @@ func TestVersionAtLeast(t *testing.T) {
 	}
 }
 
+// Locate looks in exactly five places, in order, and says which one it
+// used; a bundle anywhere else (the working directory, a directory above
+// the executable's tree, a checkout of another module) is never run.
+func TestLocate(t *testing.T) {
+	root := t.TempDir()
+	file := func(rel, content string, mode os.FileMode) string {
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const script = "#!/bin/sh\n"
+	flag := file("flag/criu", script, 0o755)
+	env := file("env/criu", script, 0o755)
+	// An installation: gpud with its bundle beside it.
+	instGpud := file("inst/bin/gpud", "", 0o755)
+	instCriu := file("inst/bin/criu/criu", script, 0o755)
+	// A checkout: build/bin/gpud and .deps/criu/criu under a go.mod of
+	// this module.
+	file("co/go.mod", "module github.com/gpuctl/gpuctl\n\ngo 1.25\n", 0o644)
+	coGpud := file("co/build/bin/gpud", "", 0o755)
+	coCriu := file("co/.deps/criu/criu", script, 0o755)
+	// The same layout under another module's go.mod.
+	file("other/go.mod", "module example.com/other\n", 0o644)
+	otherGpud := file("other/build/bin/gpud", "", 0o755)
+	file("other/.deps/criu/criu", script, 0o755)
+	// Bundles above an executable's tree: the old search found these.
+	file("up/.deps/criu/criu", script, 0o755)
+	upGpud := file("up/a/b/gpud", "", 0o755)
+	file("up/a/.deps/criu/criu", script, 0o755)
+	// A bundle that is not executable.
+	file("noexec/bin/criu/criu", script, 0o644)
+	noexecGpud := file("noexec/bin/gpud", "", 0o755)
+	link := filepath.Join(root, "link", "gpud")
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(coGpud, link); err != nil {
+		t.Fatal(err)
+	}
+	pathDir := filepath.Dir(file("path/criu", script, 0o755))
+
+	cases := []struct {
+		name               string
+		explicit, env, exe string
+		path               string // PATH for the case
+		want               string
+		source             Source
+	}{
+		{"flag first", flag, env, coGpud, pathDir, flag, SourceFlag},
+		{"then GPUCTL_CRIU", "", env, coGpud, pathDir, env, SourceEnv},
+		{"then the bundle beside the binary", "", "", instGpud, pathDir, instCriu, SourceBundle},
+		{"then the checkout's bundle", "", "", coGpud, pathDir, coCriu, SourceBuildTree},
+		{"a symlink to a checkout's binary", "", "", link, pathDir, coCriu, SourceBuildTree},
+		{"another module's checkout: PATH", "", "", otherGpud, pathDir, filepath.Join(pathDir, "criu"), SourcePath},
+		{"no walking up: PATH", "", "", upGpud, pathDir, filepath.Join(pathDir, "criu"), SourcePath},
+		{"a bundle that does not execute: PATH", "", "", noexecGpud, pathDir, filepath.Join(pathDir, "criu"), SourcePath},
+		{"nothing anywhere", "", "", upGpud, t.TempDir(), "", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("PATH", c.path)
+			// The working directory holds a bundle too; it must not count.
+			t.Chdir(filepath.Join(root, "up"))
+			got, err := locate(c.explicit, c.env, c.exe)
+			if c.want == "" {
+				if !errs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "make deps") {
+					t.Fatalf("found %+v, %v; want a failed_precondition that says what to do", got, err)
+				}
+				return
+			}
+			if err != nil || got.Path != c.want || got.Source != c.source {
+				t.Fatalf("got %+v, %v; want %s from %s", got, err, c.want, c.source)
+			}
+		})
+	}
+}
+
 func TestFind(t *testing.T) {
 	dir := t.TempDir()
 	exe := filepath.Join(dir, "criu")

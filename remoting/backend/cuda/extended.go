@@ -307,12 +307,18 @@ func (d *Device) MemRelease(_ context.Context, h backend.MemHandle) error {
 	if err != nil {
 		return err
 	}
+	// References taken by MemHandleRetain (an import of this session's own
+	// exported handle) are ours, not the driver's: the driver's handle is
+	// released with the last of them. Releasing it at the first made the
+	// importer's handle dangle, and the driver faulted on the next cuMemMap.
+	if vh.refs > 1 {
+		vh.refs--
+		return nil
+	}
 	if err := d.drv.check(C.gc_mem_release(x.x, vh.raw), "cuMemRelease"); err != nil {
 		return err
 	}
-	if vh.refs--; vh.refs == 0 {
-		delete(x.handles, h)
-	}
+	delete(x.handles, h)
 	return nil
 }
 

@@ -90,17 +90,29 @@ static struct {
 	char token[GC_MAX_TOKEN + 1];
 	char sid[GC_MAX_SESSION_ID + 1];
 	char secret[GC_MAX_SECRET + 1];
+	/* The new session's attributes (GPUCTL_PRIORITY, GPUCTL_LABELS), as
+	 * the Hello carries them; attrs_len 0 when neither is set. */
+	uint8_t attrs[GC_MAX_ATTRS];
+	size_t attrs_len;
 	_Atomic uint32_t max_frame; /* the server's, from the latest Welcome */
 	double reconnect_timeout;
+	/* reply_timeout: GPUCTL_REPLY_TIMEOUT, the silence a waiting reader
+	 * accepts from a server that sends keepalives; silence_s: the bound
+	 * in force on the current connection (0: none). */
+	double reply_timeout;
+	_Atomic double silence_s;
 
 	uint8_t *ring;
 	_Atomic uint64_t head;     /* reserved up to */
 	_Atomic uint64_t tail;     /* freed up to */
 	_Atomic uint64_t sent_pub; /* sent, for readers without tx_mu */
-	uint64_t sent;             /* written to the socket up to; tx_mu */
-	/* Handed to the socket up to: published before the write returns,
-	 * because a reply can overtake it (see rx_one). */
-	_Atomic uint64_t wire_end;
+	/* handed: handed to the socket up to. It moves before the write,
+	 * sent_pub after it: a reply can arrive, and be read by another
+	 * thread, as soon as the request's last byte leaves, before sendmsg
+	 * returns, so the reader matches replies to records below handed.
+	 * Records are freed only below sent_pub, never while being written. */
+	_Atomic uint64_t handed;
+	uint64_t sent; /* written to the socket up to; tx_mu */
 	_Atomic int ack_pending;
 
 	pthread_mutex_t tx_mu;
@@ -218,6 +230,8 @@ static int write_full(int fd, const void *p, size_t n)
 	return 0;
 }
 
+/* read_full reads n bytes: 0, or -1 when the connection failed, or -2
+ * when the socket's receive timeout (the silence bound) ran out. */
 static int read_full(int fd, void *p, size_t n)
 {
 	if (gc_tls_user_rx())
@@ -227,6 +241,8 @@ static int read_full(int fd, void *p, size_t n)
 		ssize_t m = recv(fd, b, n, MSG_WAITALL);
 		if (m < 0 && errno == EINTR)
 			continue;
+		if (m < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return -2;
 		if (m <= 0)
 			return -1;
 		b += m;
@@ -240,8 +256,9 @@ static int discard(int fd, uint64_t n)
 	uint8_t buf[4096];
 	while (n > 0) {
 		size_t m = n < sizeof buf ? n : sizeof buf;
-		if (read_full(fd, buf, m) < 0)
-			return -1;
+		int rc = read_full(fd, buf, m);
+		if (rc < 0)
+			return rc;
 		n -= m;
 	}
 	return 0;
@@ -323,6 +340,7 @@ struct welcome {
 	uint16_t status;
 	uint16_t features;
 	uint32_t max_frame;
+	uint32_t keepalive_ms;
 	uint64_t last_executed;
 	char sid[GC_MAX_SESSION_ID + 1];
 	char secret[GC_MAX_SECRET + 1];
@@ -335,13 +353,15 @@ struct welcome {
 static int handshake(int fd, int resume, uint64_t last_seq, struct welcome *w)
 {
 	size_t tl = strlen(g.token), sl = resume ? strlen(g.sid) : 0, cl = resume ? strlen(g.secret) : 0;
-	uint8_t b[GC_HELLO_SIZE + GC_MAX_TOKEN + GC_MAX_SESSION_ID + GC_MAX_SECRET];
+	size_t al = resume ? 0 : g.attrs_len; /* a resumed session has its attributes */
+	uint8_t b[GC_HELLO_SIZE + GC_MAX_TOKEN + GC_MAX_SESSION_ID + GC_MAX_SECRET + GC_MAX_ATTRS];
 	struct gc_hello_hdr hh = {
 		.version = GC_PROTO_VERSION,
-		.flags = resume ? GC_HELLO_RESUME : 0,
+		.flags = (resume ? GC_HELLO_RESUME : 0) | GC_HELLO_KEEPALIVE,
 		.token_len = (uint16_t)tl,
 		.session_id_len = (uint16_t)sl,
 		.secret_len = (uint16_t)cl,
+		.attrs_len = (uint16_t)al,
 		.last_seq = last_seq,
 	};
 	memcpy(hh.magic, GC_HELLO_MAGIC, 4);
@@ -349,9 +369,10 @@ static int handshake(int fd, int resume, uint64_t last_seq, struct welcome *w)
 	memcpy(b + GC_HELLO_SIZE, g.token, tl);
 	memcpy(b + GC_HELLO_SIZE + tl, g.sid, sl);
 	memcpy(b + GC_HELLO_SIZE + tl + sl, g.secret, cl);
+	memcpy(b + GC_HELLO_SIZE + tl + sl + cl, g.attrs, al);
 	struct timeval tv = { 10, 0 };
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-	if (write_full(fd, b, GC_HELLO_SIZE + tl + sl + cl) < 0)
+	if (write_full(fd, b, GC_HELLO_SIZE + tl + sl + cl + al) < 0)
 		return -1;
 	struct gc_welcome_hdr wh;
 	if (read_full(fd, &wh, sizeof wh) < 0)
@@ -362,18 +383,62 @@ static int handshake(int fd, int resume, uint64_t last_seq, struct welcome *w)
 	size_t wsl = wh.session_id_len, wcl = wh.secret_len, wml = wh.message_len;
 	w->max_frame = wh.max_frame;
 	w->features = wh.features;
+	w->keepalive_ms = wh.keepalive_ms;
 	w->last_executed = wh.last_executed;
 	if (wsl > GC_MAX_SESSION_ID || wcl > GC_MAX_SECRET || wml > GC_MAX_MESSAGE)
 		return -2;
 	if (read_full(fd, w->sid, wsl) < 0 || read_full(fd, w->secret, wcl) < 0 || read_full(fd, w->msg, wml) < 0)
 		return -1;
 	w->sid[wsl] = w->secret[wcl] = w->msg[wml] = 0;
-	tv.tv_sec = 0;
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 	if (w->status == GC_STATUS_OK && w->max_frame < GC_MIN_MAX_FRAME)
 		return -2;
+	/* A server that sends keepalives is never silent while it works for
+	 * us: from now on a read that waits longer than the bound gives up on
+	 * the connection, and the reconnect replays. Without keepalives a
+	 * long call could not be told from a stall, and reads wait. */
+	double bound = 0;
+	if (w->status == GC_STATUS_OK && w->keepalive_ms > 0 && g.reply_timeout > 0) {
+		bound = g.reply_timeout;
+		if (bound < 3 * w->keepalive_ms / 1000.0)
+			bound = 3 * w->keepalive_ms / 1000.0;
+	}
+	tv.tv_sec = (time_t)bound;
+	tv.tv_usec = (suseconds_t)((bound - (double)tv.tv_sec) * 1e6);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	atomic_store(&g.silence_s, bound);
 	return 0;
 }
+
+/* ---- failpoints (test builds only) ------------------------------------ */
+
+#ifdef GC_FAILPOINTS
+/* Built with -DGC_FAILPOINTS by the interposer's tests, never by make.
+ * GPUCTL_FAILPOINT=after-resend holds the flusher thread, once it has
+ * written again, after a reconnect, a synchronous request that another
+ * thread waits on, until the reader has handled the next reply, for at
+ * most two seconds: the reply to the request is then read while the
+ * flusher is still inside flush_some, the window in which a reply can
+ * overtake the sender's bookkeeping. */
+static _Atomic uint64_t fp_frames; /* replies rx_one has delivered or dropped */
+static uint64_t fp_resend_end;      /* records below it are resends; tx_mu */
+
+static void fp_after_resend(void)
+{
+	static int armed = -1;
+	if (armed < 0) {
+		const char *v = getenv("GPUCTL_FAILPOINT");
+		armed = v != NULL && strcmp(v, "after-resend") == 0;
+	}
+	if (!armed)
+		return;
+	static _Atomic int logged;
+	if (!atomic_exchange(&logged, 1))
+		gc_log("failpoint after-resend: holding the sender until the reply is handled");
+	uint64_t seen = atomic_load(&fp_frames);
+	for (int i = 0; i < 2000 && atomic_load(&fp_frames) == seen; i++)
+		sleep_s(0.001);
+}
+#endif
 
 /* ---- sending --------------------------------------------------------- */
 
@@ -384,6 +449,9 @@ static int flush_some(uint64_t limit)
 {
 	struct iovec iov[IOV_BATCH];
 	int n = 0, recs = 0;
+#ifdef GC_FAILPOINTS
+	int syncs = 0;
+#endif
 	uint64_t pos = g.sent, head = atomic_load(&g.head);
 	if (head > limit)
 		head = limit;
@@ -396,6 +464,9 @@ static int flush_some(uint64_t limit)
 		}
 		if (st != REC_READY)
 			break;
+#ifdef GC_FAILPOINTS
+		syncs += r->w != NULL && pos < fp_resend_end;
+#endif
 		iov[n].iov_base = r->frame;
 		iov[n++].iov_len = r->frame_len;
 		if (r->bulk_len > 0) {
@@ -408,12 +479,15 @@ static int flush_some(uint64_t limit)
 	if (n == 0) {
 		if (pos != g.sent) {
 			g.sent = pos;
+			atomic_store(&g.handed, pos);
 			atomic_store(&g.sent_pub, pos);
-			atomic_store(&g.wire_end, pos);
 		}
 		return 0;
 	}
-	atomic_store(&g.wire_end, pos);
+	/* Before the write: the reply to the last record may be read by
+	 * another thread before sendmsg returns here. A failed write is
+	 * followed by a reconnect, which sets the mark back. */
+	atomic_store(&g.handed, pos);
 	int fd = atomic_load(&g.fd);
 	if (gc_tls_user_tx()) {
 		if (gc_tls_send(fd, iov, n) < 0)
@@ -441,6 +515,10 @@ static int flush_some(uint64_t limit)
 		}
 	}
 	g.sent = pos;
+#ifdef GC_FAILPOINTS
+	if (limit == UINT64_MAX && syncs > 0)
+		fp_after_resend();
+#endif
 	atomic_store(&g.sent_pub, pos);
 	return recs;
 }
@@ -571,6 +649,14 @@ static void note_executed(uint64_t e)
 	}
 }
 
+/* silence_why says why the reader gave up on a silent connection. */
+static const char *silence_why(void)
+{
+	static _Thread_local char why[96];
+	snprintf(why, sizeof why, "no reply and no keepalive for %.0f s (GPUCTL_REPLY_TIMEOUT)", atomic_load(&g.silence_s));
+	return why;
+}
+
 /* rx_one reads and handles one server frame. The caller is the reader.
  * Returns 0, or -1 when the connection failed (conn_lost was called). */
 static int rx_one(void)
@@ -578,30 +664,38 @@ static int rx_one(void)
 	int fd = atomic_load(&g.fd);
 	uint64_t gen = atomic_load(&g.gen);
 	struct gc_rep_hdr h;
-	if (fd < 0 || read_full(fd, &h, sizeof h) < 0) {
-		conn_lost(gen, 1, "connection closed", NULL);
+	int hrc = fd < 0 ? -1 : read_full(fd, &h, sizeof h);
+	if (hrc < 0) {
+		conn_lost(gen, 1, hrc == -2 ? silence_why() : "connection closed", NULL);
 		return -1;
 	}
 	uint32_t len = h.len;
 	uint16_t kind = h.kind;
 	CUresult res = (CUresult)h.result;
 	uint64_t seq = h.seq, executed = h.executed, bulk = h.bulk;
+	int rc0;
 	if (len > g.max_frame) {
 		set_dead(CUDA_ERROR_DEVICE_UNAVAILABLE, "the server sent an oversized frame");
 		return -1;
 	}
 	switch (kind) {
 	case GC_KIND_ACK:
+	case GC_KIND_KEEPALIVE:
 		pthread_mutex_lock(&g.rx_mu);
-		atomic_store(&g.ack_pending, 0);
-		note_executed(executed);
+		if (kind == GC_KIND_ACK)
+			atomic_store(&g.ack_pending, 0);
+		note_executed(executed); /* 0 from gpud's keepalives: no change */
 		pthread_mutex_unlock(&g.rx_mu);
-		return discard(fd, len + bulk) < 0 ? (conn_lost(gen, 1, "connection closed", NULL), -1) : 0;
+		if ((rc0 = discard(fd, len + bulk)) < 0) {
+			conn_lost(gen, 1, rc0 == -2 ? silence_why() : "connection closed", NULL);
+			return -1;
+		}
+		return 0;
 	case GC_KIND_MOVED:
 	case GC_KIND_CLOSING: {
 		char msg[GC_MAX_MESSAGE + 1];
-		if (len > GC_MAX_MESSAGE || read_full(fd, msg, len) < 0) {
-			conn_lost(gen, 1, "connection closed", NULL);
+		if (len > GC_MAX_MESSAGE || (rc0 = read_full(fd, msg, len)) < 0) {
+			conn_lost(gen, 1, len <= GC_MAX_MESSAGE && rc0 == -2 ? silence_why() : "connection closed", NULL);
 			return -1;
 		}
 		msg[len] = 0;
@@ -623,16 +717,16 @@ static int rx_one(void)
 
 	/* Find the waiting request. Its record stays in the ring until it is
 	 * marked replied, so the lookup is safe without a lock. The bound is
-	 * what was handed to the socket, not sent_pub: the reply to a request
-	 * can arrive before the thread that wrote it has returned from the
-	 * write and published it as sent (the flusher resending after a
-	 * reconnect while this thread reads, or another thread's request),
-	 * and a reply dropped as a duplicate leaves its caller waiting
-	 * forever. */
+	 * handed, what was handed to the socket, not sent_pub: the reply to a
+	 * request can arrive before the thread that wrote it has returned
+	 * from the write and published it as sent (the flusher resending
+	 * after a reconnect while this thread reads, or another thread's
+	 * request), and a reply dropped as a duplicate leaves its caller
+	 * waiting forever. */
 	struct gc_waiter *w = NULL;
 	struct gc_rec *r = NULL;
 	uint64_t pos = seq - 1;
-	if (seq != 0 && pos >= atomic_load(&g.tail) && pos < atomic_load(&g.wire_end)) {
+	if (seq != 0 && pos >= atomic_load(&g.tail) && pos < atomic_load(&g.handed)) {
 		r = rec_at(pos);
 		if (r->seq == seq && r->w != NULL && !r->replied)
 			w = r->w;
@@ -666,7 +760,7 @@ static int rx_one(void)
 	}
 	if (rc < 0) {
 		/* A reply cut short is asked for again after the reconnect. */
-		conn_lost(gen, 1, "connection closed", NULL);
+		conn_lost(gen, 1, rc == -2 ? silence_why() : "connection closed", NULL);
 		return -1;
 	}
 	pthread_mutex_lock(&g.rx_mu);
@@ -688,6 +782,9 @@ static int rx_one(void)
 	}
 	note_executed(executed);
 	pthread_mutex_unlock(&g.rx_mu);
+#ifdef GC_FAILPOINTS
+	atomic_fetch_add(&fp_frames, 1); /* this reply is delivered or dropped */
+#endif
 	return 0;
 }
 
@@ -753,7 +850,7 @@ static void reconnect_locked(const char *why, const char *moved)
 		gc_log("lost the connection to %s (%s); reconnecting", g.server, why);
 	}
 	double deadline = now_s() + g.reconnect_timeout, backoff = 0.01;
-	int moves = 0;
+	int moves = 0, told_preempted = 0;
 	for (;;) {
 		struct welcome w;
 		char terr[GC_MAX_MESSAGE + 512];
@@ -788,9 +885,12 @@ static void reconnect_locked(const char *why, const char *moved)
 				pthread_mutex_lock(&g.rx_mu);
 				note_executed(w.last_executed);
 				pthread_mutex_unlock(&g.rx_mu);
+#ifdef GC_FAILPOINTS
+				fp_resend_end = g.sent;
+#endif
 				g.sent = atomic_load(&g.tail);
+				atomic_store(&g.handed, g.sent);
 				atomic_store(&g.sent_pub, g.sent);
-				atomic_store(&g.wire_end, g.sent);
 				atomic_store(&g.ack_pending, 0);
 				atomic_fetch_add(&g.gen, 1);
 				/* Threads waiting in conn_lost for this generation
@@ -810,6 +910,14 @@ static void reconnect_locked(const char *why, const char *moved)
 				snprintf(g.server, sizeof g.server, "%s", w.msg);
 				close(fd);
 				continue;
+			} else if (w.status == GC_STATUS_PREEMPTED) {
+				/* The session waits in its image for room on the
+				 * device: however long that takes, the program
+				 * stalls and then goes on. */
+				if (!told_preempted++)
+					gc_log("session preempted by %s%s%s; waiting for it to be resumed", g.server,
+					       w.msg[0] ? ": " : "", w.msg);
+				deadline = now_s() + g.reconnect_timeout + 1.0;
 			} else if (w.status == GC_STATUS_TLS_REQUIRED) {
 				char m[GC_MAX_MESSAGE + 192];
 				snprintf(m, sizeof m, TLS_REQUIRED_FMT, g.server);
@@ -1096,6 +1204,35 @@ static void debug_crash_handlers(void)
 	}
 }
 
+/* read_attrs fills the Hello's attributes from GPUCTL_PRIORITY (an int32)
+ * and GPUCTL_LABELS ("k=v,k2=v2", which gpud checks). */
+static int read_attrs(void)
+{
+	const char *ps = getenv("GPUCTL_PRIORITY"), *ls = getenv("GPUCTL_LABELS");
+	long long prio = 0;
+	if (ps != NULL && *ps != 0) {
+		char *end;
+		errno = 0;
+		prio = strtoll(ps, &end, 10);
+		if (end == ps || *end != 0 || errno != 0 || prio < INT32_MIN || prio > INT32_MAX) {
+			gc_log("GPUCTL_PRIORITY=%s: want an integer between %d and %d", ps, INT32_MIN, INT32_MAX);
+			return -1;
+		}
+	}
+	size_t ll = ls != NULL ? strlen(ls) : 0;
+	if (ll > GC_MAX_ATTRS - 4) {
+		gc_log("GPUCTL_LABELS is %zu bytes long; at most %d", ll, GC_MAX_ATTRS - 4);
+		return -1;
+	}
+	if (prio == 0 && ll == 0)
+		return 0;
+	int32_t p = (int32_t)prio;
+	memcpy(g.attrs, &p, 4);
+	memcpy(g.attrs + 4, ls, ll);
+	g.attrs_len = 4 + ll;
+	return 0;
+}
+
 static void init_once(void)
 {
 	if (getenv("GPUCTL_DEBUG") != NULL)
@@ -1121,9 +1258,23 @@ static void init_once(void)
 		else
 			gc_log("ignoring GPUCTL_RECONNECT_TIMEOUT=%s: not a number of seconds", rt);
 	}
+	if (read_attrs() < 0) {
+		g.init_res = CUDA_ERROR_INVALID_VALUE;
+		return;
+	}
 	if (gc_tls_setup() < 0) {
 		g.init_res = CUDA_ERROR_NO_DEVICE;
 		return;
+	}
+	g.reply_timeout = 30;
+	const char *qt = getenv("GPUCTL_REPLY_TIMEOUT");
+	if (qt != NULL && *qt != 0) {
+		char *end;
+		double v = strtod(qt, &end);
+		if (end != qt && v >= 0)
+			g.reply_timeout = v;
+		else
+			gc_log("ignoring GPUCTL_REPLY_TIMEOUT=%s: not a number of seconds", qt);
 	}
 	g.ring = mmap(NULL, RING_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (g.ring == MAP_FAILED) {

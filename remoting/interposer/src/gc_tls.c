@@ -602,7 +602,8 @@ int gc_tls_send(int fd, const struct iovec *iov, int n)
 	return 0;
 }
 
-/* fill reads until a whole record is buffered. */
+/* fill reads until a whole record is buffered. 0, -1, or -2 when the
+ * socket's receive timeout (the silence bound) ran out. */
 static int fill(int fd)
 {
 	for (;;) {
@@ -625,6 +626,8 @@ static int fill(int fd)
 		ssize_t m = recv(fd, t.rxbuf + t.rlen, RX_CAP - t.rlen, 0);
 		if (m < 0 && errno == EINTR)
 			continue;
+		if (m < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return -2;
 		if (m <= 0)
 			return -1;
 		t.rlen += (size_t)m;
@@ -681,8 +684,9 @@ int gc_tls_recv(int fd, void *p, size_t n)
 			n -= k;
 			continue;
 		}
-		if (fill(fd) < 0)
-			return -1;
+		int rc = fill(fd);
+		if (rc < 0)
+			return rc;
 		size_t inner = (((size_t)t.rxbuf[t.rpos + 3] << 8) | t.rxbuf[t.rpos + 4]) - TAG;
 		if (n >= inner) {
 			/* Straight into the caller's buffer: a bulk reply is

@@ -40,8 +40,9 @@ int gc_tls_user_rx(void);
 /* gc_tls_send writes the iovec as records, all of it. 0, or -1. */
 int gc_tls_send(int fd, const struct iovec *iov, int n);
 
-/* gc_tls_recv reads exactly n bytes of plaintext. 0, or -1 (the
- * connection failed, closed, or sent a record this end does not take). */
+/* gc_tls_recv reads exactly n bytes of plaintext. 0, -1 (the connection
+ * failed, closed, or sent a record this end does not take), or -2 (the
+ * socket's receive timeout, the silence bound, ran out). */
 int gc_tls_recv(int fd, void *p, size_t n);
 
 /* gc_tls_describe: the negotiated suite and who seals, for GPUCTL_DEBUG. */

@@ -17,8 +17,10 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/gpuctl/gpuctl/failpoint"
 	"github.com/gpuctl/gpuctl/ids"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/backend/emulated"
@@ -36,6 +38,8 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	accepted atomic.Int64 // connections accepted so far
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -76,6 +80,12 @@ type Options struct {
 	// TLS serves every connection over TLS 1.3 with this certificate,
 	// through gpud's record layer (package tlsrec).
 	TLS *tls.Config
+	// Failpoints, when set, reach the sessions' dispatch (the point
+	// "dispatch/sync", for one).
+	Failpoints *failpoint.Set
+	// Keepalive is the keepalive interval for clients that ask for
+	// keepalives; zero means wire.DefaultKeepalive.
+	Keepalive time.Duration
 }
 
 // Start listens on addr ("127.0.0.1:0" for any free port) and serves
@@ -155,6 +165,9 @@ func (s *Server) MoveTo(dst *Server) {
 	}
 }
 
+// Accepted is the number of connections accepted so far.
+func (s *Server) Accepted() int64 { return s.accepted.Load() }
+
 // Sessions is the number of sessions this server holds.
 func (s *Server) Sessions() int {
 	s.mu.Lock()
@@ -169,6 +182,7 @@ func (s *Server) accept() {
 		if err != nil {
 			return
 		}
+		s.accepted.Add(1)
 		s.mu.Lock()
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
@@ -262,6 +276,12 @@ func (s *Server) serve(c net.Conn) error {
 		s.mu.Unlock()
 		info.SessionID, info.Secret = ss.id, ss.secret
 	}
+	if h.Flags&wire.HelloKeepalive != 0 {
+		info.Keepalive = s.opt.Keepalive
+		if info.Keepalive <= 0 {
+			info.Keepalive = wire.DefaultKeepalive
+		}
+	}
 	// A resuming client may arrive before the old connection noticed it
 	// is dead: stop the old one at a frame boundary first.
 	ss.ds.Stop()
@@ -270,7 +290,11 @@ func (s *Server) serve(c net.Conn) error {
 	ss.mu.Lock()
 	ss.movedTo = ""
 	ss.mu.Unlock()
-	err = ss.ds.Serve(s.ctx, c, info, false)
+	ctx := s.ctx
+	if s.opt.Failpoints != nil {
+		ctx = failpoint.With(ctx, s.opt.Failpoints)
+	}
+	err = ss.ds.Serve(ctx, c, info, false)
 	ss.mu.Lock()
 	to := ss.movedTo
 	ss.mu.Unlock()

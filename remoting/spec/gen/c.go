@@ -136,17 +136,18 @@ func cOpsHeader() []byte {
 	fmt.Fprintf(&w, "#define GC_PROTO_VERSION %d\n", wire.Version)
 	fmt.Fprintf(&w, "#define GC_HELLO_MAGIC \"%s\"\n#define GC_WELCOME_MAGIC \"%s\"\n", wire.HelloMagic[:], wire.WelcomeMagic[:])
 	fmt.Fprintf(&w, "#define GC_HELLO_SIZE %d\n#define GC_WELCOME_SIZE %d\n", wire.HelloSize, wire.WelcomeSize)
-	fmt.Fprintf(&w, "#define GC_HELLO_RESUME %d\n", wire.HelloResume)
+	fmt.Fprintf(&w, "#define GC_HELLO_RESUME %d\n#define GC_HELLO_KEEPALIVE %d\n", wire.HelloResume, wire.HelloKeepalive)
 	fmt.Fprintf(&w, "#define GC_REQ_HDR_SIZE %d\n#define GC_REP_HDR_SIZE %d\n", wire.RequestHeaderSize, wire.ReplyHeaderSize)
 	fmt.Fprintf(&w, "#define GC_FLAG_ASYNC %d\n#define GC_FLAG_ACK_REQUEST %d\n", wire.FlagAsync, wire.FlagAckRequest)
-	fmt.Fprintf(&w, "#define GC_KIND_REPLY %d\n#define GC_KIND_ACK %d\n#define GC_KIND_MOVED %d\n#define GC_KIND_CLOSING %d\n",
-		wire.KindReply, wire.KindAck, wire.KindMoved, wire.KindClosing)
-	for _, st := range []wire.Status{wire.StatusOK, wire.StatusBadToken, wire.StatusUnknownSession, wire.StatusVersionMismatch, wire.StatusRefused, wire.StatusMoved, wire.StatusTLSRequired} {
+	fmt.Fprintf(&w, "#define GC_KIND_REPLY %d\n#define GC_KIND_ACK %d\n#define GC_KIND_MOVED %d\n#define GC_KIND_CLOSING %d\n#define GC_KIND_KEEPALIVE %d\n",
+		wire.KindReply, wire.KindAck, wire.KindMoved, wire.KindClosing, wire.KindKeepalive)
+	for _, st := range []wire.Status{wire.StatusOK, wire.StatusBadToken, wire.StatusUnknownSession, wire.StatusVersionMismatch, wire.StatusRefused, wire.StatusMoved, wire.StatusTLSRequired, wire.StatusPreempted} {
 		fmt.Fprintf(&w, "#define GC_STATUS_%s %d\n", strings.ToUpper(strings.ReplaceAll(st.String(), " ", "_")), st)
 	}
 	fmt.Fprintf(&w, "#define GC_MAX_TOKEN %d\n#define GC_MAX_SESSION_ID %d\n#define GC_MAX_SECRET %d\n#define GC_MAX_MESSAGE %d\n",
 		wire.MaxTokenLen, wire.MaxSessionIDLen, wire.MaxSecretLen, wire.MaxMessageLen)
 	fmt.Fprintf(&w, "#define GC_FLAG_DEFERRED %d\n#define GC_FEATURE_DEFERRED_REPLIES %d\n", wire.FlagDeferred, wire.FeatureDeferredReplies)
+	fmt.Fprintf(&w, "#define GC_MAX_ATTRS %d\n", wire.MaxAttrsLen)
 	fmt.Fprintf(&w, "#define GC_MIN_MAX_FRAME %d\n#define GC_MAX_IMAGE %d\n\n", wire.MinMaxFrame, wire.MaxImage)
 
 	w.WriteString("/* Wire op codes. */\nenum gc_op {\n")

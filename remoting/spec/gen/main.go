@@ -86,6 +86,19 @@ func opsGo() []byte {
 			n++
 		}
 	}
+	w.WriteString(":\n\t\treturn true\n\t}\n\treturn false\n}\n\n")
+	w.WriteString("// BulkReply reports whether o's reply carries a bulk payload, which the\n" +
+		"// server streams as the op runs.\nfunc (o Op) BulkReply() bool {\n\tswitch o {\n\tcase ")
+	n = 0
+	for _, op := range spec.Ops {
+		if op.Bulk == spec.BulkOut {
+			if n > 0 {
+				w.WriteString(", ")
+			}
+			fmt.Fprintf(&w, "Op%s", op.Name)
+			n++
+		}
+	}
 	w.WriteString(":\n\t\treturn true\n\t}\n\treturn false\n}\n")
 	return w.Bytes()
 }

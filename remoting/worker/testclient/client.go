@@ -127,7 +127,7 @@ func (c *Client) Call(op wire.Op, args []byte, bulk []byte) (Reply, error) {
 			}
 		}
 		switch h.Kind {
-		case wire.KindAck:
+		case wire.KindAck, wire.KindKeepalive:
 			continue
 		case wire.KindMoved, wire.KindClosing:
 			return Reply{}, fmt.Errorf("server notice %d: %s", h.Kind, out)

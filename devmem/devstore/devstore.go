@@ -1,0 +1,357 @@
+// Package devstore is gpud's side of saved device memory (package
+// devmem): it turns a worker's memfd into the image files devmem.bin and
+// devmem.json, reusing the stored chunks of blocks that did not change
+// since the save the worker compared with, and reads them back out of the
+// store, decompressing on every core, for a restore.
+package devstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuctl/gpuctl/devmem"
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/images"
+	"github.com/gpuctl/gpuctl/store"
+)
+
+// Table is a complete save in a store: its layout and the chunk of every
+// block, in file order.
+type Table struct {
+	Layout *devmem.Layout
+	Chunks []images.Chunk
+}
+
+// Gen is the save's generation, or 0 for no table.
+func (t *Table) Gen() uint64 {
+	if t == nil {
+		return 0
+	}
+	return t.Layout.Gen
+}
+
+// FromManifest reads the table of an image's saved device memory; nil
+// when the image has none (an image whose memory CRIU dumped).
+func FromManifest(ctx context.Context, st *store.Store, m *images.Manifest) (*Table, error) {
+	var data, lay *images.File
+	for i := range m.Files {
+		switch m.Files[i].Path {
+		case devmem.DataFile:
+			data = &m.Files[i]
+		case devmem.LayoutFile:
+			lay = &m.Files[i]
+		}
+	}
+	if data == nil && lay == nil {
+		return nil, nil
+	}
+	subj := errs.Image(m.ID)
+	if data == nil || lay == nil || lay.Size > 256<<20 {
+		return nil, errs.New(errs.DataLoss, subj, "the image has one of %s and %s without the other", devmem.DataFile, devmem.LayoutFile)
+	}
+	lj := make([]byte, lay.Size)
+	var pos int64
+	for _, c := range lay.Chunks {
+		if !c.Zero {
+			if err := st.ReadChunkTo(ctx, c.Digest, lj[pos:pos+c.Size]); err != nil {
+				return nil, errs.Wrap(err, errs.KindOf(err), subj, "read %s", devmem.LayoutFile)
+			}
+		}
+		pos += c.Size
+	}
+	l, err := devmem.ParseLayout(lj)
+	if err != nil {
+		return nil, errs.Wrap(err, errs.DataLoss, subj, "%s", devmem.LayoutFile)
+	}
+	spans := l.Spans()
+	if len(data.Chunks) != len(spans) {
+		return nil, errs.New(errs.DataLoss, subj, "%s has %d chunks for %d blocks", devmem.DataFile, len(data.Chunks), len(spans))
+	}
+	for i, s := range spans {
+		if data.Chunks[i].Size != int64(s.Len) {
+			return nil, errs.New(errs.DataLoss, subj, "%s: chunk %d is %d bytes, its block %d", devmem.DataFile, i, data.Chunks[i].Size, s.Len)
+		}
+	}
+	return &Table{Layout: l, Chunks: data.Chunks}, nil
+}
+
+// Snapshot is a save as gpud holds it: the worker's memfd, mapped.
+type Snapshot struct {
+	File   *os.File
+	Saved  devmem.Saved
+	Layout *devmem.Layout
+	Data   []byte // the data, Layout.Size bytes
+}
+
+// Open maps a worker's memfd and reads its layout. The snapshot owns f.
+func Open(f *os.File, sv devmem.Saved) (*Snapshot, error) {
+	if sv.LayoutLen <= 0 || sv.LayoutLen > 256<<20 || sv.LayoutOff < sv.Bytes {
+		f.Close()
+		return nil, fmt.Errorf("saved device memory: layout of %d bytes at %d", sv.LayoutLen, sv.LayoutOff)
+	}
+	lj := make([]byte, sv.LayoutLen)
+	if _, err := f.ReadAt(lj, sv.LayoutOff); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("saved device memory: read the layout: %w", err)
+	}
+	l, err := devmem.ParseLayout(lj)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	s := &Snapshot{File: f, Saved: sv, Layout: l}
+	if l.Size > 0 {
+		if s.Data, err = unix.Mmap(int(f.Fd()), 0, int(l.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("saved device memory: map: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Close unmaps and closes the snapshot; its memory goes back to the host.
+func (s *Snapshot) Close() {
+	if s == nil {
+		return
+	}
+	if s.Data != nil {
+		_ = unix.Munmap(s.Data)
+		s.Data = nil
+	}
+	if s.File != nil {
+		s.File.Close()
+		s.File = nil
+	}
+}
+
+// baseChunk finds, for each block of l, the chunk base holds for the same
+// block of the same region; -1 where base has none.
+func baseChunks(l *devmem.Layout, base *Table) []int {
+	out := make([]int, l.Blocks)
+	for i := range out {
+		out[i] = -1
+	}
+	if base == nil {
+		return out
+	}
+	type rkey struct {
+		kind     uint8
+		id, size uint64
+	}
+	first := map[rkey]int{}
+	n := 0
+	for _, r := range base.Layout.Regions {
+		first[rkey{r.Kind, r.ID, r.Size}] = n
+		n += devmem.BlocksOf(r.Size, base.Layout.Block)
+	}
+	if base.Layout.Block != l.Block {
+		return out
+	}
+	for i, s := range l.Spans() {
+		r := l.Regions[s.Region]
+		if f, ok := first[rkey{r.Kind, r.ID, r.Size}]; ok {
+			out[i] = f + s.Index
+		}
+	}
+	return out
+}
+
+// Files are the image files of snapshot s: blocks sent in s are stored,
+// the others reuse base's chunks. The layout stored says every block is
+// present, as it is in the image.
+func Files(s *Snapshot, base *Table) ([]images.MemFile, error) {
+	l := s.Layout
+	if l.Base != 0 && l.Base != base.Gen() {
+		return nil, fmt.Errorf("saved device memory is relative to save %x, gpud holds %x", l.Base, base.Gen())
+	}
+	bc := baseChunks(l, base)
+	blocks := make([]images.MemBlock, 0, l.Blocks)
+	for i, sp := range l.Spans() {
+		b := images.MemBlock{Off: sp.FileOff, Len: sp.Len}
+		if !l.IsChanged(i) && (bc[i] >= 0 || !l.IsSent(i)) {
+			if bc[i] < 0 {
+				return nil, fmt.Errorf("saved device memory: block %d was not sent and the previous save lacks it", i)
+			}
+			c := base.Chunks[bc[i]]
+			b.Reuse = &c
+		}
+		blocks = append(blocks, b)
+	}
+	lj, err := json.Marshal(complete(l))
+	if err != nil {
+		return nil, err
+	}
+	return []images.MemFile{
+		{Path: devmem.DataFile, Data: s.Data, Blocks: blocks},
+		{Path: devmem.LayoutFile, Data: lj, Blocks: []images.MemBlock{{Off: 0, Len: len(lj)}}},
+	}, nil
+}
+
+// complete is l as an image holds it: every block present, relative to
+// nothing.
+func complete(l *devmem.Layout) *devmem.Layout {
+	full := *l
+	full.Base = 0
+	full.Sent = allSent(l.Blocks)
+	full.Changed = nil
+	return &full
+}
+
+func allSent(n int) []byte {
+	b := make([]byte, (n+7)/8)
+	for i := range n {
+		b[i/8] |= 1 << (i % 8)
+	}
+	return b
+}
+
+// TableOf is the table of an image committed with Files(s, ...).
+func TableOf(s *Snapshot, m *images.Manifest) (*Table, error) {
+	for _, f := range m.Files {
+		if f.Path == devmem.DataFile {
+			return &Table{Layout: complete(s.Layout), Chunks: f.Chunks}, nil
+		}
+	}
+	return nil, fmt.Errorf("image %s has no %s", m.ID, devmem.DataFile)
+}
+
+// Complete reads the blocks s lacks from the store (base's chunks) into
+// s, and rewrites its layout to say every block is present: a worker can
+// then be reloaded from it.
+func Complete(ctx context.Context, st *store.Store, s *Snapshot, base *Table) error {
+	l := s.Layout
+	if l.SentCount() == l.Blocks {
+		return nil
+	}
+	bc := baseChunks(l, base)
+	spans := l.Spans()
+	var idx []int
+	for i := range spans {
+		if !l.IsSent(i) {
+			if bc[i] < 0 {
+				return fmt.Errorf("saved device memory: block %d was not sent and the previous save lacks it", i)
+			}
+			idx = append(idx, i)
+		}
+	}
+	err := fill(ctx, st, len(idx), func(k int) (images.Chunk, []byte) {
+		i := idx[k]
+		return base.Chunks[bc[i]], s.Data[spans[i].FileOff : spans[i].FileOff+int64(spans[i].Len)]
+	})
+	if err != nil {
+		return err
+	}
+	// The data is complete now; Changed still says what a commit must
+	// store.
+	full := *l
+	full.Sent = allSent(l.Blocks)
+	lj, err := json.Marshal(&full)
+	if err != nil {
+		return err
+	}
+	off := (l.Size + 4095) &^ 4095
+	if err := s.File.Truncate(off); err != nil {
+		return err
+	}
+	if _, err := s.File.WriteAt(lj, off); err != nil {
+		return err
+	}
+	s.Layout = &full
+	s.Saved.LayoutOff, s.Saved.LayoutLen = off, int64(len(lj))
+	return nil
+}
+
+// Load reads a table's blocks out of the store into a new memfd, on every
+// core, for a worker to reload.
+func Load(ctx context.Context, st *store.Store, t *Table) (*Snapshot, error) {
+	fd, err := unix.MemfdCreate("gpuctl-devmem", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "devmem")
+	lj, err := json.Marshal(t.Layout)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	sv := devmem.Saved{LayoutOff: (t.Layout.Size + 4095) &^ 4095, LayoutLen: int64(len(lj)), Gen: t.Layout.Gen, Bytes: t.Layout.Size}
+	if err := f.Truncate(sv.LayoutOff + sv.LayoutLen); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := f.WriteAt(lj, sv.LayoutOff); err != nil {
+		f.Close()
+		return nil, err
+	}
+	s, err := Open(f, sv)
+	if err != nil {
+		return nil, err
+	}
+	spans := t.Layout.Spans()
+	err = fill(ctx, st, len(spans), func(i int) (images.Chunk, []byte) {
+		return t.Chunks[i], s.Data[spans[i].FileOff : spans[i].FileOff+int64(spans[i].Len)]
+	})
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// fill reads n chunks into their destinations on every core; zero
+// chunks are left as the memfd's holes.
+func fill(ctx context.Context, st *store.Store, n int, at func(i int) (images.Chunk, []byte)) error {
+	workers := min(runtime.GOMAXPROCS(0), max(n, 1))
+	const batch = 8
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		next int
+		ferr error
+	)
+	for range workers {
+		wg.Go(func() {
+			var ds []store.Digest
+			var dsts [][]byte
+			for {
+				mu.Lock()
+				if ferr != nil || next >= n {
+					mu.Unlock()
+					return
+				}
+				lo := next
+				next = min(n, next+batch)
+				hi := next
+				mu.Unlock()
+				ds, dsts = ds[:0], dsts[:0]
+				for i := lo; i < hi; i++ {
+					c, dst := at(i)
+					if c.Zero {
+						continue
+					}
+					ds = append(ds, c.Digest)
+					dsts = append(dsts, dst)
+				}
+				if len(ds) == 0 {
+					continue
+				}
+				if err := st.ReadChunksTo(ctx, ds, dsts); err != nil {
+					mu.Lock()
+					if ferr == nil {
+						ferr = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return ferr
+}

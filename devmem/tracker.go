@@ -1,0 +1,310 @@
+package devmem
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuctl/gpuctl/remoting/backend"
+)
+
+// SaveRequest is what gpud asks of a worker's Tracker.
+type SaveRequest struct {
+	// Base is the save gpud holds complete (in an image or staged on a
+	// migration target): blocks unchanged since it are not copied. 0, or
+	// a save the worker does not know, copies every block.
+	Base uint64 `json:"base,omitempty"`
+	// All copies every block into the data even when unchanged (a
+	// checkpoint that resumes the session from the copy).
+	All bool `json:"all,omitempty"`
+	// Release drops the physical memory once it is copied.
+	Release bool `json:"release,omitempty"`
+}
+
+// Saved is where a save's memfd holds what: the data (Layout.Size bytes)
+// at offset 0 and the layout's JSON at LayoutOff.
+type Saved struct {
+	LayoutOff int64  `json:"layout_off"`
+	LayoutLen int64  `json:"layout_len"`
+	Gen       uint64 `json:"gen"`
+	SentBytes int64  `json:"sent_bytes"` // bytes of the blocks that changed since the base
+	Bytes     int64  `json:"bytes"`
+	// PauseNS is how long a pre-copy round held the session's requests
+	// back (Tracker.Precopy).
+	PauseNS int64 `json:"pause_ns,omitempty"`
+}
+
+// hashes are one save's block hashes, by region.
+type hashes struct {
+	gen uint64
+	m   map[key][]uint64
+}
+
+// Tracker is a worker's memory of what it saved. It lives in the worker's
+// memory, so it travels in the checkpoint image with the session: a
+// restored worker knows the hashes of the image it came from.
+type Tracker struct {
+	Block uint64
+	seed  uint64
+	// committed is a save gpud confirmed (by naming it as a base);
+	// pending the latest save, which gpud may still be storing.
+	committed, pending *hashes
+	// pre is the last pre-copy round: the hashes of the bytes a
+	// migration target holds.
+	pre *hashes
+}
+
+// NewTracker returns a tracker with a fresh hash seed.
+func NewTracker() *Tracker {
+	return &Tracker{Block: DefaultBlock, seed: random64()}
+}
+
+func random64() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:]) | 1
+}
+
+// base returns the hashes of save gen, promoting the pending save when
+// gpud names it: it is then complete on gpud's side.
+func (t *Tracker) base(gen uint64) *hashes {
+	if gen == 0 {
+		return nil
+	}
+	if t.pending != nil && t.pending.gen == gen {
+		t.committed = t.pending
+	}
+	if t.pre != nil && t.pre.gen == gen {
+		// The freeze of a live migration: the target holds that round.
+		t.committed, t.pre = t.pre, nil
+	}
+	if t.committed != nil && t.committed.gen == gen {
+		return t.committed
+	}
+	return nil
+}
+
+// Save copies dev's memory (what changed since req.Base, or all of it)
+// into a new memfd and returns it with its description. On error nothing
+// was released.
+func (t *Tracker) Save(ctx context.Context, dev backend.DeviceMemory, req SaveRequest) (*os.File, Saved, error) {
+	regs, err := dev.MemRegions(ctx)
+	if err != nil {
+		return nil, Saved{}, fmt.Errorf("list device memory: %w", err)
+	}
+	l := &Layout{Version: LayoutVersion, Gen: random64(), Block: t.Block}
+	next := &hashes{gen: l.Gen, m: make(map[key][]uint64, len(regs))}
+	for _, r := range regs {
+		l.Regions = append(l.Regions, Region{MemRegion: r, Off: l.Size})
+		l.Size += int64(r.Size)
+		n := BlocksOf(r.Size, t.Block)
+		l.Blocks += n
+		hs := make([]uint64, n)
+		if err := dev.HashBlocks(ctx, r, t.Block, t.seed, hs); err != nil {
+			return nil, Saved{}, fmt.Errorf("hash device memory region %#x: %w", r.ID, err)
+		}
+		next.m[keyOf(r)] = hs
+	}
+	l.Sent = make([]byte, (l.Blocks+7)/8)
+	base := t.base(req.Base)
+	if base != nil {
+		l.Base = base.gen
+	}
+	l.Changed = make([]byte, len(l.Sent))
+	spans := l.Spans()
+	for i, s := range spans {
+		r := l.Regions[s.Region]
+		now := next.m[keyOf(r.MemRegion)][s.Index]
+		changed := base == nil
+		if !changed {
+			old, ok := base.m[keyOf(r.MemRegion)]
+			changed = !ok || old[s.Index] != now
+		}
+		if changed {
+			l.Changed[i/8] |= 1 << (i % 8)
+		}
+		if changed || req.All {
+			l.setSent(i)
+		}
+	}
+	lj, err := json.Marshal(l)
+	if err != nil {
+		return nil, Saved{}, err
+	}
+	sv := Saved{LayoutOff: (l.Size + 4095) &^ 4095, LayoutLen: int64(len(lj)), Gen: l.Gen, Bytes: l.Size}
+	fd, err := unix.MemfdCreate("gpuctl-devmem", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, Saved{}, fmt.Errorf("memfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "devmem")
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+		}
+	}()
+	if err := f.Truncate(sv.LayoutOff + sv.LayoutLen); err != nil {
+		return nil, Saved{}, fmt.Errorf("size the memfd: %w", err)
+	}
+	if l.Size > 0 {
+		data, err := unix.Mmap(fd, 0, int(l.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			return nil, Saved{}, fmt.Errorf("map the memfd: %w", err)
+		}
+		err = parallel(len(spans), func(i int) error {
+			if !l.IsSent(i) {
+				return nil
+			}
+			s := spans[i]
+			return dev.ReadMem(ctx, l.Regions[s.Region].MemRegion, s.RegOff, data[s.FileOff:s.FileOff+int64(s.Len)])
+		})
+		_ = unix.Munmap(data)
+		if err != nil {
+			return nil, Saved{}, fmt.Errorf("copy device memory: %w", err)
+		}
+	}
+	if _, err := f.WriteAt(lj, sv.LayoutOff); err != nil {
+		return nil, Saved{}, fmt.Errorf("write the layout: %w", err)
+	}
+	for i, s := range spans {
+		if l.IsChanged(i) {
+			sv.SentBytes += int64(s.Len)
+		}
+	}
+	if req.Release {
+		if err := dev.ReleaseMem(ctx); err != nil {
+			// Partly released memory is lost memory: put it all back.
+			if rerr := t.reloadFrom(ctx, dev, f, l, true); rerr != nil {
+				return nil, Saved{}, fmt.Errorf("release device memory: %w; and putting it back: %v", err, rerr)
+			}
+			return nil, Saved{}, fmt.Errorf("release device memory: %w", err)
+		}
+	}
+	t.pending = next
+	ok = true
+	return f, sv, nil
+}
+
+// Reload backs dev's regions with memory again and copies their contents
+// from f, a memfd laid out as Save writes it (by a save of this worker,
+// or by gpud from an image) with the layout's JSON at layoutOff. Every
+// block must be in the data; the regions must be the worker's own.
+func (t *Tracker) Reload(ctx context.Context, dev backend.DeviceMemory, f *os.File, layoutOff, layoutLen int64) error {
+	if layoutLen <= 0 || layoutLen > 256<<20 {
+		return fmt.Errorf("device memory layout of %d bytes", layoutLen)
+	}
+	lj := make([]byte, layoutLen)
+	if _, err := f.ReadAt(lj, layoutOff); err != nil {
+		return fmt.Errorf("read the device memory layout: %w", err)
+	}
+	l, err := ParseLayout(lj)
+	if err != nil {
+		return err
+	}
+	regs, err := dev.MemRegions(ctx)
+	if err != nil {
+		return err
+	}
+	if len(regs) != len(l.Regions) {
+		return fmt.Errorf("the saved device memory has %d regions, the session %d", len(l.Regions), len(regs))
+	}
+	for i, r := range regs {
+		if keyOf(r) != keyOf(l.Regions[i].MemRegion) {
+			return fmt.Errorf("saved device memory region %d is %d/%#x of %d bytes, the session's %d/%#x of %d bytes",
+				i, l.Regions[i].Kind, l.Regions[i].ID, l.Regions[i].Size, r.Kind, r.ID, r.Size)
+		}
+	}
+	for i := range l.Blocks {
+		if !l.IsSent(i) {
+			return fmt.Errorf("saved device memory lacks block %d", i)
+		}
+	}
+	if err := dev.RestoreMem(ctx); err != nil {
+		return fmt.Errorf("back device memory again: %w", err)
+	}
+	return t.reloadFrom(ctx, dev, f, l, false)
+}
+
+// reloadFrom copies every block of l from f into dev.
+func (t *Tracker) reloadFrom(ctx context.Context, dev backend.DeviceMemory, f *os.File, l *Layout, restore bool) error {
+	if restore {
+		if err := dev.RestoreMem(ctx); err != nil {
+			return err
+		}
+	}
+	if l.Size == 0 {
+		return nil
+	}
+	data, err := unix.Mmap(int(f.Fd()), 0, int(l.Size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("map the device memory file: %w", err)
+	}
+	defer unix.Munmap(data)
+	spans := l.Spans()
+	return parallel(len(spans), func(i int) error {
+		s := spans[i]
+		b := data[s.FileOff : s.FileOff+int64(s.Len)]
+		if isZero(b) {
+			return nil // released memory reads as zeros already
+		}
+		return dev.WriteMem(ctx, l.Regions[s.Region].MemRegion, s.RegOff, b)
+	})
+}
+
+// isZero reports whether b is all zero bytes.
+func isZero(b []byte) bool {
+	for len(b) >= 8 {
+		if binary.LittleEndian.Uint64(b) != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// parallel runs fn(0..n-1) on every core and returns the first error.
+func parallel(n int, fn func(i int) error) error {
+	workers := min(runtime.GOMAXPROCS(0), n)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		ferr error
+		next int
+	)
+	for range workers {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				if ferr != nil || next >= n {
+					mu.Unlock()
+					return
+				}
+				i := next
+				next++
+				mu.Unlock()
+				if err := fn(i); err != nil {
+					mu.Lock()
+					if ferr == nil {
+						ferr = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return ferr
+}

@@ -1,0 +1,344 @@
+// Package precopy is the first phase of a live migration: the session's
+// device memory goes to the target while the session runs, in rounds.
+// Round 1 sends every block; each later round sends the blocks whose hash
+// changed since the round before. The rounds stop when what changed is
+// small, stops shrinking, or the round limit is reached; the migration
+// then freezes the session, and the checkpoint copies only the blocks
+// that changed since the last round (checkpoint.Request.MemBase). A
+// session that rewrites its memory faster than the rounds can send it
+// therefore ends in an ordinary stop-and-copy, and still moves whole.
+//
+// Each round's blocks go into this host's store as pending chunks (held
+// from gc until the migration ends), and the ones the target lacks are
+// streamed to it ahead of the image (PUT /v1/chunks), where they wait as
+// pending chunks too: the image pushed after the freeze then carries only
+// the last changes and the process image, and the target restores from
+// its own disk, not from the network.
+package precopy
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/gpuctl/gpuctl/api"
+	"github.com/gpuctl/gpuctl/devmem"
+	"github.com/gpuctl/gpuctl/devmem/devstore"
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/failpoint"
+	"github.com/gpuctl/gpuctl/images"
+	"github.com/gpuctl/gpuctl/store"
+)
+
+// Worker is a running session's worker as the rounds drive it.
+type Worker interface {
+	PrecopyMem(ctx context.Context, req devmem.PrecopyRequest) (*os.File, devmem.Saved, error)
+}
+
+// Target is the target gpud's chunk routes (*control.Client).
+type Target interface {
+	Addr() string
+	MissingChunks(ctx context.Context, ds []api.Digest) ([]api.Digest, error)
+	PutChunks(ctx context.Context, r io.Reader) (*api.PutChunksReply, error)
+}
+
+// Policy bounds the rounds.
+type Policy struct {
+	// MaxRounds is the most rounds before the freeze; 0 means 8.
+	MaxRounds int
+	// SmallBytes: a round that finds no more than this changed ends the
+	// rounds; 0 means 32 MiB.
+	SmallBytes int64
+	// Shrink: a later round must find less than Shrink times what the
+	// round before it found changed, or the rounds end (memory is being
+	// rewritten as fast as it is sent); 0 means 0.9.
+	Shrink float64
+}
+
+func (p Policy) fill() Policy {
+	if p.MaxRounds <= 0 {
+		p.MaxRounds = 8
+	}
+	if p.SmallBytes <= 0 {
+		p.SmallBytes = 32 << 20
+	}
+	if p.Shrink <= 0 {
+		p.Shrink = 0.9
+	}
+	return p
+}
+
+// Copier runs one migration's pre-copy from this host. Close must follow.
+type Copier struct {
+	Store   *store.Store
+	Target  Target
+	Session string
+	Policy  Policy
+	Log     *slog.Logger
+
+	gen     uint64                  // the last round
+	table   *devstore.Table         // the last round, every block with its chunk
+	staged  map[rkey][]images.Chunk // by region: the chunk the target holds for each block
+	digests []store.Digest          // chunks this pre-copy put into the store
+	holds   []func()
+}
+
+type rkey struct {
+	kind     uint8
+	id, size uint64
+}
+
+// Base is what the target holds after the rounds, for the freeze's save
+// to be compared with; nil before the first round completes.
+func (c *Copier) Base() *devstore.Table { return c.table }
+
+// Run does the rounds and reports each.
+func (c *Copier) Run(ctx context.Context, w Worker) ([]api.PrecopyRound, error) {
+	p := c.Policy.fill()
+	subj := errs.Session(c.Session)
+	var rounds []api.PrecopyRound
+	for n := 1; ; n++ {
+		r, err := c.round(ctx, w)
+		if err != nil {
+			return rounds, errs.Wrap(err, errs.KindOf(err), subj, "pre-copy round %d", n)
+		}
+		rounds = append(rounds, r)
+		c.log().Debug("pre-copy round", "session", c.Session, "round", n, "blocks", r.Blocks, "bytes", r.Bytes, "sent_bytes", r.SentBytes, "ms", r.DurationMS)
+		switch {
+		case r.Bytes <= p.SmallBytes:
+		case n >= p.MaxRounds:
+		case n >= 2 && float64(r.Bytes) >= p.Shrink*float64(rounds[n-2].Bytes):
+		default:
+			continue
+		}
+		return rounds, nil
+	}
+}
+
+// round has the worker copy what changed, stores it, and sends the target
+// what it lacks.
+func (c *Copier) round(ctx context.Context, w Worker) (api.PrecopyRound, error) {
+	t0 := time.Now()
+	var r api.PrecopyRound
+	if err := failpoint.Inject(ctx, "precopy/round"); err != nil {
+		return r, err
+	}
+	f, sv, err := w.PrecopyMem(ctx, devmem.PrecopyRequest{Base: c.gen})
+	if err != nil {
+		return r, err
+	}
+	snap, err := devstore.Open(f, sv)
+	if err != nil {
+		return r, errs.Wrap(err, errs.Internal, "", "read the copied device memory")
+	}
+	defer snap.Close()
+	l := snap.Layout
+	if l.Base != 0 && l.Base != c.gen {
+		return r, errs.New(errs.Internal, "", "the worker copied relative to round %x, not %x", l.Base, c.gen)
+	}
+	spans := l.Spans()
+	chunks := make([]images.Chunk, len(spans))
+	var send []int
+	for i, s := range spans {
+		if l.IsSent(i) {
+			send = append(send, i)
+			r.Blocks++
+			r.Bytes += int64(s.Len)
+			continue
+		}
+		rg := l.Regions[s.Region]
+		if old, ok := c.staged[rkey{rg.Kind, rg.ID, rg.Size}]; ok && l.Base != 0 {
+			chunks[i] = old[s.Index]
+		}
+		// Otherwise the worker has no hash for the block either (its
+		// region went away mid-round), so the freeze sends it: the
+		// table's entry is never read.
+		chunks[i].Size = int64(s.Len)
+	}
+	ds, err := c.put(ctx, snap, spans, send, chunks)
+	if err != nil {
+		return r, err
+	}
+	r.SentBytes, err = c.send(ctx, ds)
+	if err != nil {
+		return r, err
+	}
+	staged := make(map[rkey][]images.Chunk, len(l.Regions))
+	for i, s := range spans {
+		rg := l.Regions[s.Region]
+		k := rkey{rg.Kind, rg.ID, rg.Size}
+		if staged[k] == nil {
+			staged[k] = make([]images.Chunk, devmem.BlocksOf(rg.Size, l.Block))
+		}
+		staged[k][s.Index] = chunks[i]
+	}
+	full := *l
+	full.Base, full.Changed = 0, nil
+	full.Sent = make([]byte, len(l.Sent))
+	for i := range l.Blocks {
+		full.Sent[i/8] |= 1 << (i % 8)
+	}
+	c.gen, c.staged, c.table = l.Gen, staged, &devstore.Table{Layout: &full, Chunks: chunks}
+	r.PauseMS = sv.PauseNS / 1e6
+	r.DurationMS = time.Since(t0).Milliseconds()
+	return r, nil
+}
+
+// put stores the sent blocks as pending chunks (zero blocks as nothing)
+// on every core, fills their chunks in, and returns the new digests.
+func (c *Copier) put(ctx context.Context, snap *devstore.Snapshot, spans []devmem.BlockSpan, send []int, chunks []images.Chunk) ([]store.Digest, error) {
+	in := c.Store.NewIngest()
+	defer in.Abort()
+	const seg = 16
+	var (
+		mu   sync.Mutex
+		ferr error
+		next int
+		wg   sync.WaitGroup
+	)
+	for range min(runtime.GOMAXPROCS(0), max(1, (len(send)+seg-1)/seg)) {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				if ferr != nil || next >= len(send) {
+					mu.Unlock()
+					return
+				}
+				lo := next
+				next = min(len(send), next+seg)
+				hi := next
+				mu.Unlock()
+				var data [][]byte
+				var at []int
+				for _, i := range send[lo:hi] {
+					s := spans[i]
+					b := snap.Data[s.FileOff : s.FileOff+int64(s.Len)]
+					chunks[i] = images.Chunk{Size: int64(s.Len)}
+					if allZero(b) {
+						chunks[i].Zero = true
+						continue
+					}
+					data = append(data, b)
+					at = append(at, i)
+				}
+				if len(data) == 0 {
+					continue
+				}
+				ds, _, _, err := in.PutBatch(ctx, data)
+				mu.Lock()
+				if err != nil && ferr == nil {
+					ferr = err
+				}
+				mu.Unlock()
+				for k, d := range ds {
+					chunks[at[k]].Digest = d
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if ferr != nil {
+		return nil, errs.Wrap(ferr, errs.KindOf(ferr), "", "store the copied blocks")
+	}
+	if err := failpoint.Inject(ctx, "precopy/store"); err != nil {
+		return nil, err
+	}
+	if err := in.Commit(ctx, nil); err != nil {
+		return nil, errs.Wrap(err, errs.KindOf(err), "", "store the copied blocks")
+	}
+	seen := map[store.Digest]bool{}
+	var ds []store.Digest
+	for _, i := range send {
+		if ch := chunks[i]; !ch.Zero && !seen[ch.Digest] {
+			seen[ch.Digest] = true
+			ds = append(ds, ch.Digest)
+		}
+	}
+	c.holds = append(c.holds, c.Store.Hold(ds))
+	c.digests = append(c.digests, ds...)
+	return ds, nil
+}
+
+// send streams to the target the chunks of ds it lacks, and returns the
+// bytes that crossed.
+func (c *Copier) send(ctx context.Context, ds []store.Digest) (int64, error) {
+	if len(ds) == 0 {
+		return 0, nil
+	}
+	host := errs.Host(c.Target.Addr())
+	ads := make([]api.Digest, len(ds))
+	for i, d := range ds {
+		ads[i] = api.Digest(d)
+	}
+	missing, err := c.Target.MissingChunks(ctx, ads)
+	if err != nil {
+		return 0, errs.Wrap(err, errs.KindOf(err), host, "ask which chunks it lacks")
+	}
+	if len(missing) == 0 {
+		return 0, nil
+	}
+	want := make([]store.Digest, len(missing))
+	for i, d := range missing {
+		want[i] = store.Digest(d)
+	}
+	pr, pw := io.Pipe()
+	var n int64
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		n, err = images.WriteChunks(ctx, c.Store, want, pw)
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	_, err = c.Target.PutChunks(ctx, pr)
+	_ = pr.CloseWithError(io.ErrClosedPipe)
+	werr := <-done
+	if err != nil {
+		return n, errs.Wrap(err, errs.KindOf(err), host, "send %d chunks", len(want))
+	}
+	if werr != nil {
+		return n, errs.Wrap(werr, errs.KindOf(werr), "", "read the copied blocks back from the store")
+	}
+	return n, nil
+}
+
+// Close ends the pre-copy: the chunks it put here are released, and those
+// no image took up (a failed migration, blocks a later round replaced) are
+// left for the next gc rather than kept for the pending grace.
+func (c *Copier) Close(ctx context.Context) {
+	for _, h := range c.holds {
+		h()
+	}
+	c.holds = nil
+	if err := c.Store.Unpend(ctx, c.digests); err != nil {
+		c.log().Warn("pre-copy chunks left pending", "session", c.Session, "err", err)
+	}
+	c.digests = nil
+}
+
+func (c *Copier) log() *slog.Logger {
+	if c.Log != nil {
+		return c.Log
+	}
+	return slog.Default()
+}
+
+func allZero(b []byte) bool {
+	for len(b) >= 8 {
+		if binary.LittleEndian.Uint64(b) != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,262 @@
+package precopy_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/gpuctl/gpuctl/control"
+	"github.com/gpuctl/gpuctl/devmem"
+	"github.com/gpuctl/gpuctl/devmem/devstore"
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/failpoint"
+	"github.com/gpuctl/gpuctl/images"
+	"github.com/gpuctl/gpuctl/migrate/precopy"
+	"github.com/gpuctl/gpuctl/remoting/backend"
+	"github.com/gpuctl/gpuctl/remoting/backend/emulated"
+	"github.com/gpuctl/gpuctl/store"
+)
+
+// worker is a session's worker as the rounds see it: an emulated device
+// and its tracker, read between no requests at all.
+type worker struct {
+	dev *emulated.Device
+	tr  *devmem.Tracker
+}
+
+func (w *worker) PrecopyMem(ctx context.Context, req devmem.PrecopyRequest) (*os.File, devmem.Saved, error) {
+	return w.tr.Precopy(ctx, w.dev, func(f func()) { f() }, req)
+}
+
+// newWorker has allocations of random data (6 MiB), and one of zeros.
+func newWorker(t *testing.T) (*worker, backend.Ctx, []backend.DevPtr) {
+	t.Helper()
+	ctx := context.Background()
+	d := emulated.New(emulated.Config{MemBytes: 64 << 20})
+	t.Cleanup(func() { d.Close() })
+	c, err := d.CtxCreate(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	var ptrs []backend.DevPtr
+	for _, n := range []uint64{4<<20 + 512, 2 << 20, 1 << 20} {
+		p, err := d.MemAlloc(ctx, c, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ptrs = append(ptrs, p)
+		if n == 1<<20 {
+			continue
+		}
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		if err := d.MemcpyHtoD(ctx, c, p, bytes.NewReader(b), n, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &worker{dev: d, tr: devmem.NewTracker()}, c, ptrs
+}
+
+func openStore(t *testing.T) *store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), t.TempDir(), store.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// target is a second host's chunk routes on its own store.
+func target(t *testing.T, st *store.Store) (*control.Client, *httptest.Server) {
+	t.Helper()
+	mux := http.NewServeMux()
+	images.Register(mux, st, images.RouteOptions{Logger: slog.New(slog.DiscardHandler)})
+	srv := httptest.NewServer(control.RequireToken("tok", mux))
+	t.Cleanup(srv.Close)
+	return control.NewClient(strings.TrimPrefix(srv.URL, "http://"), "tok"), srv
+}
+
+// digests are the stored chunks a table lists.
+func digests(tab *devstore.Table) []store.Digest {
+	var out []store.Digest
+	for _, c := range tab.Chunks {
+		if !c.Zero {
+			out = append(out, c.Digest)
+		}
+	}
+	return out
+}
+
+// TestRounds: an idle session converges in two rounds, the target then
+// holds every block, and the freeze relative to the last round copies
+// only what changed since, which the staged table completes into an image.
+func TestRounds(t *testing.T) {
+	ctx := context.Background()
+	w, c, ptrs := newWorker(t)
+	stA, stB := openStore(t), openStore(t)
+	cl, _ := target(t, stB)
+	cp := &precopy.Copier{Store: stA, Target: cl, Session: "s-000000000001", Policy: precopy.Policy{SmallBytes: 1}}
+	defer cp.Close(ctx)
+	rounds, err := cp.Run(ctx, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rounds) != 2 || rounds[0].Blocks != 8 || rounds[0].Bytes != 7<<20+512 || rounds[1].Blocks != 0 {
+		t.Fatalf("rounds of an idle session: %+v; want all 8 blocks, then none", rounds)
+	}
+	if rounds[0].SentBytes <= 0 || rounds[1].SentBytes != 0 {
+		t.Errorf("rounds sent %d then %d bytes", rounds[0].SentBytes, rounds[1].SentBytes)
+	}
+	base := cp.Base()
+	ds := digests(base)
+	if len(ds) != 7 { // 4 MiB + 512 B (5 blocks) and 2 MiB of random data; the zero block is no chunk
+		t.Fatalf("staged %d chunks, want 7", len(ds))
+	}
+	if missing, err := stB.Missing(ctx, ds); err != nil || len(missing) != 0 {
+		t.Fatalf("the target lacks %d staged chunks (%v)", len(missing), err)
+	}
+	// The client writes one byte; the freeze copies that block only, and
+	// the staged chunks make the image whole.
+	if err := w.dev.MemcpyHtoD(ctx, c, ptrs[1]+5, bytes.NewReader([]byte{9}), 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	f, sv, err := w.tr.Save(ctx, w.dev, devmem.SaveRequest{Base: base.Gen(), Release: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := devstore.Open(f, sv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Close()
+	if sv.SentBytes != 1<<20 || snap.Layout.SentCount() != 1 {
+		t.Fatalf("freeze after pre-copy copied %d blocks (%d bytes); want the one written", snap.Layout.SentCount(), sv.SentBytes)
+	}
+	files, err := devstore.Files(snap, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := images.CommitWith(ctx, stA, t.TempDir(), images.Meta{ID: "i-precopy", Session: "s-000000000001", Backend: "emulated"}, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := devstore.FromManifest(ctx, stA, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := devstore.Load(ctx, stA, tab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	if err := w.tr.Reload(ctx, w.dev, back.File, back.Saved.LayoutOff, back.Saved.LayoutLen); err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	if err := w.dev.MemcpyDtoH(ctx, c, &got, ptrs[1]+5, 1, 0); err != nil || !bytes.Equal(got.Bytes(), []byte{9}) {
+		t.Fatalf("the image restored byte %v (%v), want 9", got.Bytes(), err)
+	}
+}
+
+// TestFaults: a target that dies between rounds and a store write that
+// fails (a full disk) each fail the pre-copy with an error naming the
+// session and the round, and once it is closed gc leaves nothing of it
+// in this host's store.
+func TestFaults(t *testing.T) {
+	const id = "s-000000000002"
+	cases := []struct {
+		name  string
+		point string
+		hook  func(srv *httptest.Server) failpoint.Hook
+		want  []string
+		kind  errs.Kind
+	}{
+		{name: "target dies mid-pre-copy", point: "precopy/round", want: []string{id, "pre-copy round 2"},
+			hook: func(srv *httptest.Server) failpoint.Hook {
+				n := 0
+				return func(context.Context) error {
+					if n++; n == 2 {
+						srv.CloseClientConnections()
+						srv.Close()
+					}
+					return nil
+				}
+			}},
+		{name: "disk full", point: "precopy/store", want: []string{id, "pre-copy round 1", "no space left"}, kind: errs.ResourceExhausted,
+			hook: func(*httptest.Server) failpoint.Hook {
+				return func(context.Context) error {
+					return errs.New(errs.ResourceExhausted, "", "write pack: no space left on device")
+				}
+			}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w, c, ptrs := newWorker(t)
+			stA, stB := openStore(t), openStore(t)
+			cl, srv := target(t, stB)
+			fp := &failpoint.Set{}
+			fp.On(tc.point, tc.hook(srv))
+			ctx := failpoint.With(context.Background(), fp)
+			// The session writes between rounds, so round 2 has work.
+			w2 := &writer{worker: w, c: c, p: ptrs[0]}
+			cp := &precopy.Copier{Store: stA, Target: cl, Session: id, Policy: precopy.Policy{SmallBytes: 1}}
+			_, err := cp.Run(ctx, w2)
+			if err == nil {
+				t.Fatal("pre-copy succeeded")
+			}
+			for _, s := range tc.want {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not mention %q", err, s)
+				}
+			}
+			if tc.kind != "" && errs.KindOf(err) != tc.kind {
+				t.Errorf("error kind %s, want %s", errs.KindOf(err), tc.kind)
+			}
+			var staged []store.Digest
+			if b := cp.Base(); b != nil {
+				staged = digests(b)
+			}
+			cp.Close(context.Background())
+			if _, err := stA.GC(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if missing, _ := stA.Missing(context.Background(), staged); len(missing) != len(staged) {
+				t.Errorf("gc kept %d of the %d chunks a failed pre-copy staged", len(staged)-len(missing), len(staged))
+			}
+			for _, st := range []*store.Store{stA, stB} {
+				if err := st.Check(context.Background()); err != nil {
+					t.Errorf("store after a failed pre-copy: %v", err)
+				}
+			}
+			if fp.Hits(tc.point) == 0 {
+				t.Errorf("failpoint %s never reached", tc.point)
+			}
+		})
+	}
+}
+
+// writer changes a block of the session after each round.
+type writer struct {
+	*worker
+	c backend.Ctx
+	p backend.DevPtr
+	n byte
+}
+
+func (w *writer) PrecopyMem(ctx context.Context, req devmem.PrecopyRequest) (*os.File, devmem.Saved, error) {
+	f, sv, err := w.worker.PrecopyMem(ctx, req)
+	w.n++
+	_ = w.dev.MemcpyHtoD(context.Background(), w.c, w.p, io.LimitReader(bytes.NewReader(bytes.Repeat([]byte{w.n}, 64<<10)), 64<<10), 64<<10, 0)
+	return f, sv, err
+}

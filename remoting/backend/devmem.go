@@ -1,0 +1,55 @@
+package backend
+
+import "context"
+
+// MemRegion is one range of device memory backed by physical memory: a
+// cuMemAlloc or pool allocation, a module variable, or a physical
+// allocation of virtual memory management. Kind and ID name it for as
+// long as it lives (an address is never handed out twice while a session
+// runs), so two saves of one session can tell an unchanged region from a
+// new one.
+type MemRegion struct {
+	Kind uint8  `json:"kind"` // MemAlloc or MemPhysical
+	ID   uint64 `json:"id"`   // device address (MemAlloc) or handle (MemPhysical)
+	Size uint64 `json:"size"`
+}
+
+// MemRegion kinds.
+const (
+	MemAlloc    uint8 = 0
+	MemPhysical uint8 = 1
+)
+
+// DeviceMemory is what a backend offers so that the worker can save its
+// session's device memory itself, block by block, release the physical
+// memory before the process is dumped, and bring it back at the same
+// device addresses after a restore. Package devmem drives it; a backend
+// without it is checkpointed whole by the driver and CRIU.
+//
+// Calls come from the worker's call thread while the session is quiesced,
+// except ReadMem and HashBlocks, which may also run from other
+// goroutines, concurrently with each other, between those calls. A live
+// migration's pre-copy also calls MemRegions and ReadMem while the session
+// runs, from another goroutine but never during a request (the worker
+// holds its requests back meanwhile, dispatch.Session.Between). Work the
+// session queued earlier may still be running on the device then (the
+// cuda backend's streams), so such a read may see a block half written:
+// the worker hashes the bytes it read, not the device's, and a block torn
+// that way differs from the device at the freeze and is sent again.
+type DeviceMemory interface {
+	// MemRegions lists every region, in a stable order.
+	MemRegions(ctx context.Context) ([]MemRegion, error)
+	// ReadMem copies len(dst) bytes at offset off of region r into dst.
+	ReadMem(ctx context.Context, r MemRegion, off uint64, dst []byte) error
+	// WriteMem copies src to offset off of region r.
+	WriteMem(ctx context.Context, r MemRegion, off uint64, src []byte) error
+	// HashBlocks hashes r in blocks of block bytes (the last one may be
+	// shorter) with devmem's block hash and seed, into out (one per
+	// block). The cuda backend runs it on the device.
+	HashBlocks(ctx context.Context, r MemRegion, block uint64, seed uint64, out []uint64) error
+	// ReleaseMem drops the physical memory of every region, keeping its
+	// device addresses reserved; RestoreMem backs them again (contents
+	// undefined until written).
+	ReleaseMem(ctx context.Context) error
+	RestoreMem(ctx context.Context) error
+}

@@ -1,0 +1,86 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/gpuctl/gpuctl/devmem"
+	"github.com/gpuctl/gpuctl/remoting/backend"
+)
+
+// errNoDevMem answers a memory save on a backend that cannot save its own
+// memory; gpud then checkpoints the worker whole.
+var errNoDevMem = errors.New("this backend does not save device memory itself")
+
+func (w *worker) devMem() (backend.DeviceMemory, error) {
+	dm, ok := w.dev.(backend.DeviceMemory)
+	if !ok {
+		return nil, errNoDevMem
+	}
+	if w.mem == nil {
+		w.mem = devmem.NewTracker()
+	}
+	return dm, nil
+}
+
+// memSave runs a save on the call thread; the worker is quiesced, so
+// nothing else uses the device.
+func (w *worker) memSave(req *devmem.SaveRequest) (*os.File, *devmem.Saved, error) {
+	if w.serving != nil {
+		return nil, nil, errors.New("memsave: the worker is serving a client; quiesce it first")
+	}
+	dm, err := w.devMem()
+	if err != nil {
+		return nil, nil, err
+	}
+	if req == nil {
+		req = &devmem.SaveRequest{}
+	}
+	var (
+		f  *os.File
+		sv devmem.Saved
+	)
+	w.thread.run(func() { f, sv, err = w.mem.Save(context.Background(), dm, *req) })
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, &sv, nil
+}
+
+func (w *worker) memReload(f *os.File, at *[2]int64) error {
+	if f == nil || at == nil {
+		return errors.New("memreload: no memory file or layout offset passed")
+	}
+	if w.serving != nil {
+		return errors.New("memreload: the worker is serving a client; quiesce it first")
+	}
+	dm, err := w.devMem()
+	if err != nil {
+		return err
+	}
+	w.thread.run(func() { err = w.mem.Reload(context.Background(), dm, f, at[0], at[1]) })
+	if err != nil {
+		return fmt.Errorf("reload device memory: %w", err)
+	}
+	return nil
+}
+
+// memPrecopy runs a pre-copy round from the control goroutine while the
+// session may be serving: the tracker reads device memory between the
+// session's requests (dispatch.Session.Between), never during one.
+func (w *worker) memPrecopy(req *devmem.PrecopyRequest) (*os.File, *devmem.Saved, error) {
+	dm, err := w.devMem()
+	if err != nil {
+		return nil, nil, err
+	}
+	if req == nil {
+		req = &devmem.PrecopyRequest{}
+	}
+	f, sv, err := w.mem.Precopy(context.Background(), dm, w.sess.Between, *req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pre-copy device memory: %w", err)
+	}
+	return f, &sv, nil
+}
