@@ -19,6 +19,8 @@
 #      runs graphs, mempool, vmm, memops and stateful (in plain, pool, vmm
 #      and vmm+pool memory) natively and through gpud --backend cuda, and
 #      requires the same output;
+#      then asynchronous copies from and to page-locked memory (asynctest,
+#      the same both ways) and streambench's timings both ways;
 #   3. loads a 16 MiB module from two processes through gpud: the first
 #      uploads it, the second sends its hash only;
 #   4. counts the round trips of a PyTorch process's driver calls
