@@ -21,6 +21,10 @@ import (
 // deferredBudget bounds the bytes of deferred replies a session keeps.
 const deferredBudget = 64 << 20
 
+// keepInParallel: a write of a deferred reply at least this large keeps
+// its copy of the data on another goroutine while the socket takes it.
+const keepInParallel = 256 << 10
+
 // checkDeferred refuses FlagDeferred where it has no meaning.
 func checkDeferred(h wire.RequestHeader) error {
 	if !h.Deferred() {
