@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sync"
 
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/cu"
@@ -72,20 +71,6 @@ func (b *bulkOut) Write(p []byte) (int, error) {
 		if _, err := b.x.bw.Write(h[:]); err != nil {
 			return 0, err
 		}
-	}
-	if b.keep != nil && len(p) >= keepInParallel {
-		// Keep the data while the socket takes it, on another core:
-		// the copy then costs the deferred copy no time.
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b.keep.add(p)
-		}()
-		m, err := b.x.bw.Write(p)
-		wg.Wait()
-		b.written += uint64(m)
-		return m, err
 	}
 	m, err := b.x.bw.Write(p)
 	b.written += uint64(m)

@@ -15,15 +15,19 @@ import (
 // included, and replays them. The client reads replies continuously while
 // deferred copies are outstanding, so what a cut connection can lose is
 // about what the sockets hold; the budget bounds the worker's memory (and
-// what a checkpoint of it carries). A copy larger than the budget, or one
-// evicted before it was resent, is read again.
+// what a checkpoint of it carries). A copy larger than deferredKeepMax,
+// or one evicted before it was resent, is read again.
 
-// deferredBudget bounds the bytes of deferred replies a session keeps.
-const deferredBudget = 64 << 20
-
-// keepInParallel: a write of a deferred reply at least this large keeps
-// its copy of the data on another goroutine while the socket takes it.
-const keepInParallel = 256 << 10
+// deferredBudget bounds the bytes of deferred replies a session keeps;
+// deferredKeepMax is the largest copy kept. Keeping costs a memory copy
+// of the data on every deferred copy, not only on the rare resend, and a
+// large copy pays it where the transport is the bottleneck (on loopback
+// it slowed a 32 MiB pass by a third), so large copies are read again
+// instead, as synchronous ones always are.
+const (
+	deferredBudget  = 16 << 20
+	deferredKeepMax = 4 << 20
+)
 
 // checkDeferred refuses FlagDeferred where it has no meaning.
 func checkDeferred(h wire.RequestHeader) error {
@@ -55,7 +59,7 @@ type deferredCache struct {
 // data as they are written. It returns nil when the reply is too large to
 // keep.
 func (c *deferredCache) start(seq uint64, hdr []byte, n uint64) *deferredEntry {
-	if n > deferredBudget-uint64(len(hdr)) {
+	if n > deferredKeepMax {
 		return nil
 	}
 	size := len(hdr) + int(n)
