@@ -28,6 +28,7 @@ func TestRoutesAreTheContract(t *testing.T) {
 		RouteMissingChunks: "POST /v1/chunks/missing",
 		RoutePutChunks:     "PUT /v1/chunks",
 		RouteMetrics:       "GET /metrics",
+		RouteDropStaged:    "DELETE /v1/chunks/staged/{id}",
 	}
 	for got, want := range contract {
 		if got != want {
@@ -104,6 +105,7 @@ func TestPathsReachTheirRoutes(t *testing.T) {
 	}{
 		{RouteSession, SessionPath}, {RouteCheckpoint, SessionCheckpointPath}, {RouteMigrate, SessionMigratePath},
 		{RouteImage, ImagePath}, {RouteRemoveImage, ImagePath}, {RouteRestore, ImageRestorePath}, {RouteExport, ImageExportPath},
+		{RouteDropStaged, StagedChunksSessionPath},
 	}
 	for _, b := range builders {
 		method, _, _ := strings.Cut(b.route, " ")

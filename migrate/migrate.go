@@ -269,6 +269,7 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 			if rr.Session != id {
 				return errs.New(errs.Internal, host, "restored session %q, expected %q", rr.Session, id)
 			}
+			res.TargetSteps = rr.Steps
 			if rr.Listen != "" {
 				listen = rr.Listen
 			}
@@ -280,6 +281,10 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 	}
 	timings, err := checkpoint.Run(ctx, s.log(), "migrate", errs.Session(id), steps)
 	if err != nil {
+		if pc != nil {
+			// No restore there takes what the rounds staged.
+			pc.Unstage(context.WithoutCancel(ctx))
+		}
 		res.Steps = checkpoint.StepTimings(timings)
 		return nil, err
 	}

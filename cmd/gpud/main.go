@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpuctl/gpuctl/migrate/stage"
 	"github.com/gpuctl/gpuctl/remoting/modcache"
 	"github.com/gpuctl/gpuctl/remoting/server"
 	"github.com/gpuctl/gpuctl/remoting/worker"
@@ -64,6 +65,9 @@ type config struct {
 	// records where it can (kTLS).
 	tlsCert, tlsKey, tlsCA string
 	kernelTLS              bool
+	// stageMaxBytes bounds the device memory staged in memory for the
+	// restores of sessions migrating here (package migrate/stage).
+	stageMaxBytes int64
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -88,6 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.tlsKey, "tls-key", "", "the PEM private key `FILE` of --tls-cert")
 	fs.StringVar(&c.tlsCA, "tls-ca", "", "PEM CA bundle `FILE` to verify peers' API certificates with; when set, migrations reach targets over HTTPS")
 	fs.BoolVar(&c.kernelTLS, "kernel-tls", true, "with --tls-cert, let the kernel encrypt --listen's traffic (kTLS) where it has TLS offload; false keeps it in gpud's workers")
+	fs.Int64Var(&c.stageMaxBytes, "stage-max-bytes", stage.DefaultMax(), "bound of the pre-copied device memory kept in memory for the restores of sessions migrating here, in bytes (default: a quarter of the host's memory); 0 stages nothing")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: gpud --listen HOST:PORT --api HOST:PORT --state-dir DIR [--backend auto|emulated|cuda] [--token-file FILE] [--tenants FILE] [--name NAME] [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]")
@@ -106,6 +111,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if (c.tlsCert == "") != (c.tlsKey == "") {
 		return c, errors.New("--tls-cert and --tls-key go together: pass both, or neither for plaintext")
+	}
+	if c.stageMaxBytes < 0 {
+		return c, errors.New("--stage-max-bytes must be 0 (off) or a positive size")
 	}
 	if c.moduleCacheBytes < 0 {
 		return c, errors.New("--module-cache-bytes must be 0 (off) or a positive size")

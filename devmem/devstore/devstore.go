@@ -12,6 +12,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -270,43 +271,76 @@ func Complete(ctx context.Context, st *store.Store, s *Snapshot, base *Table) er
 // Load reads a table's blocks out of the store into a new memfd, on every
 // core, for a worker to reload.
 func Load(ctx context.Context, st *store.Store, t *Table) (*Snapshot, error) {
+	s, _, err := LoadStaged(ctx, st, t, nil)
+	return s, err
+}
+
+// LoadStaged is Load that takes each chunk staged returns (its content,
+// already checked: a migration target's staging) from memory and reads
+// only the others out of the store; it reports how many blocks came from
+// the staging. A nil staged reads everything from the store.
+func LoadStaged(ctx context.Context, st *store.Store, t *Table, staged func(store.Digest) []byte) (*Snapshot, int, error) {
 	fd, err := unix.MemfdCreate("gpuctl-devmem", unix.MFD_CLOEXEC)
 	if err != nil {
-		return nil, fmt.Errorf("memfd: %w", err)
+		return nil, 0, fmt.Errorf("memfd: %w", err)
 	}
 	f := os.NewFile(uintptr(fd), "devmem")
 	lj, err := json.Marshal(t.Layout)
 	if err != nil {
 		f.Close()
-		return nil, err
+		return nil, 0, err
 	}
 	sv := devmem.Saved{LayoutOff: (t.Layout.Size + 4095) &^ 4095, LayoutLen: int64(len(lj)), Gen: t.Layout.Gen, Bytes: t.Layout.Size}
 	if err := f.Truncate(sv.LayoutOff + sv.LayoutLen); err != nil {
 		f.Close()
-		return nil, err
+		return nil, 0, err
 	}
 	if _, err := f.WriteAt(lj, sv.LayoutOff); err != nil {
 		f.Close()
-		return nil, err
+		return nil, 0, err
 	}
 	s, err := Open(f, sv)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
+	}
+	if len(s.Data) > 0 {
+		// Back the whole file at once: a page fault per 4 KiB of a
+		// gigabyte costs more than the copy (best effort: older kernels
+		// fault them in as before).
+		_ = unix.Madvise(s.Data, unix.MADV_POPULATE_WRITE)
 	}
 	spans := t.Layout.Spans()
-	err = fill(ctx, st, len(spans), func(i int) (images.Chunk, []byte) {
+	var hits atomic.Int64
+	err = fillFrom(ctx, st, len(spans), func(i int) (images.Chunk, []byte) {
 		return t.Chunks[i], s.Data[spans[i].FileOff : spans[i].FileOff+int64(spans[i].Len)]
+	}, func(d store.Digest, dst []byte) bool {
+		if staged == nil {
+			return false
+		}
+		b := staged(d)
+		if len(b) != len(dst) {
+			return false
+		}
+		copy(dst, b)
+		hits.Add(1)
+		return true
 	})
 	if err != nil {
 		s.Close()
-		return nil, err
+		return nil, 0, err
 	}
-	return s, nil
+	return s, int(hits.Load()), nil
 }
 
 // fill reads n chunks into their destinations on every core; zero
 // chunks are left as the memfd's holes.
 func fill(ctx context.Context, st *store.Store, n int, at func(i int) (images.Chunk, []byte)) error {
+	return fillFrom(ctx, st, n, at, nil)
+}
+
+// fillFrom is fill that first offers each chunk to staged, which copies
+// it into its destination and says so when it holds it.
+func fillFrom(ctx context.Context, st *store.Store, n int, at func(i int) (images.Chunk, []byte), staged func(store.Digest, []byte) bool) error {
 	workers := min(runtime.GOMAXPROCS(0), max(n, 1))
 	const batch = 8
 	var (
@@ -332,7 +366,7 @@ func fill(ctx context.Context, st *store.Store, n int, at func(i int) (images.Ch
 				ds, dsts = ds[:0], dsts[:0]
 				for i := lo; i < hi; i++ {
 					c, dst := at(i)
-					if c.Zero {
+					if c.Zero || staged != nil && staged(c.Digest, dst) {
 						continue
 					}
 					ds = append(ds, c.Digest)

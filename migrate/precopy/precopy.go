@@ -47,6 +47,14 @@ type Target interface {
 	PutChunks(ctx context.Context, r io.Reader) (*api.PutChunksReply, error)
 }
 
+// StagingTarget is a Target that keeps the chunks it receives in memory
+// for the session's restore (package migrate/stage), and lets go of them
+// when the migration fails.
+type StagingTarget interface {
+	PutChunksStaged(ctx context.Context, session string, r io.Reader) (*api.PutChunksReply, error)
+	DropStaged(ctx context.Context, session string) error
+}
+
 // Policy bounds the rounds.
 type Policy struct {
 	// MaxRounds is the most rounds before the freeze; 0 means 8.
@@ -86,6 +94,7 @@ type Copier struct {
 	staged  map[rkey][]images.Chunk // by region: the chunk the target holds for each block
 	digests []store.Digest          // chunks this pre-copy put into the store
 	holds   []func()
+	staging bool // the target was asked to stage chunks
 }
 
 type rkey struct {
@@ -295,7 +304,12 @@ func (c *Copier) send(ctx context.Context, ds []store.Digest) (int64, error) {
 		pw.CloseWithError(err)
 		done <- err
 	}()
-	_, err = c.Target.PutChunks(ctx, pr)
+	if st, ok := c.Target.(StagingTarget); ok {
+		_, err = st.PutChunksStaged(ctx, c.Session, pr)
+		c.staging = true
+	} else {
+		_, err = c.Target.PutChunks(ctx, pr)
+	}
 	_ = pr.CloseWithError(io.ErrClosedPipe)
 	werr := <-done
 	if err != nil {
@@ -319,6 +333,22 @@ func (c *Copier) Close(ctx context.Context) {
 		c.log().Warn("pre-copy chunks left pending", "session", c.Session, "err", err)
 	}
 	c.digests = nil
+}
+
+// Unstage tells the target to let go of what it staged for the session:
+// the migration failed, and no restore there will take it. It is best
+// effort; the target drops staging nothing feeds on its own.
+func (c *Copier) Unstage(ctx context.Context) {
+	st, ok := c.Target.(StagingTarget)
+	if !ok || !c.staging {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := st.DropStaged(ctx, c.Session); err != nil {
+		c.log().Warn("the target's staged device memory was not dropped; it drops it when idle", "session", c.Session, "target", c.Target.Addr(), "err", err)
+	}
+	c.staging = false
 }
 
 func (c *Copier) log() *slog.Logger {
