@@ -75,6 +75,7 @@ const (
 	RouteMissingChunks = methodPost + " " + MissingChunksPath
 	RoutePutChunks     = methodPut + " " + ChunksPath
 	RouteDropStaged    = methodDelete + " " + StagedChunksPath + idSegment
+	RouteStageTable    = methodPut + " " + StagedChunksPath + idSegment
 	RouteMetrics       = methodGet + " " + MetricsPath
 )
 
@@ -83,7 +84,7 @@ const (
 func Routes() []string {
 	return []string{RouteHost, RouteSessions, RouteSession, RouteCheckpoint, RouteMigrate, RouteImages, RouteImage,
 		RouteRemoveImage, RouteRestore, RouteExport, RouteImport, RouteVerify, RouteGC, RouteMissingChunks, RoutePutChunks, RouteMetrics,
-		RouteDropStaged}
+		RouteDropStaged, RouteStageTable}
 }
 
 // SessionPath is the path of GET /v1/sessions/{id}.
@@ -104,7 +105,8 @@ func ImageRestorePath(image string) string { return ImagePath(image) + "/restore
 // ImageExportPath is the path of GET /v1/images/{id}/export.
 func ImageExportPath(image string) string { return ImagePath(image) + "/export" }
 
-// StagedChunksSessionPath is the path of DELETE /v1/chunks/staged/{id}.
+// StagedChunksSessionPath is the path of PUT and DELETE
+// /v1/chunks/staged/{id}.
 func StagedChunksSessionPath(session string) string { return StagedChunksPath + "/" + segment(session) }
 
 // segment escapes an id as one path segment. Escaping keeps '/', '?' and

@@ -29,6 +29,7 @@ func TestRoutesAreTheContract(t *testing.T) {
 		RoutePutChunks:     "PUT /v1/chunks",
 		RouteMetrics:       "GET /metrics",
 		RouteDropStaged:    "DELETE /v1/chunks/staged/{id}",
+		RouteStageTable:    "PUT /v1/chunks/staged/{id}",
 	}
 	for got, want := range contract {
 		if got != want {
@@ -105,7 +106,7 @@ func TestPathsReachTheirRoutes(t *testing.T) {
 	}{
 		{RouteSession, SessionPath}, {RouteCheckpoint, SessionCheckpointPath}, {RouteMigrate, SessionMigratePath},
 		{RouteImage, ImagePath}, {RouteRemoveImage, ImagePath}, {RouteRestore, ImageRestorePath}, {RouteExport, ImageExportPath},
-		{RouteDropStaged, StagedChunksSessionPath},
+		{RouteDropStaged, StagedChunksSessionPath}, {RouteStageTable, StagedChunksSessionPath},
 	}
 	for _, b := range builders {
 		method, _, _ := strings.Cut(b.route, " ")

@@ -202,6 +202,8 @@ func Action(route string) string {
 		return "chunks.put"
 	case api.RouteDropStaged:
 		return "chunks.unstage"
+	case api.RouteStageTable:
+		return "chunks.stage"
 	case api.RouteMetrics:
 		return "metrics.get"
 	}

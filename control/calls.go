@@ -304,3 +304,13 @@ func (c *Client) DropStaged(ctx context.Context, session string) error {
 	}
 	return c.do(ctx, http.MethodDelete, api.StagedChunksSessionPath(session), nil, nil)
 }
+
+// StageTable is PUT /v1/chunks/staged/{id}: a pre-copy round's table
+// (the layout of session's device memory and each block's chunk), which
+// the target lays its staging out by before the round's chunks arrive.
+func (c *Client) StageTable(ctx context.Context, session string, table any) error {
+	if err := need("session", session); err != nil {
+		return err
+	}
+	return c.do(ctx, http.MethodPut, api.StagedChunksSessionPath(session), table, nil)
+}

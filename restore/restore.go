@@ -77,10 +77,18 @@ type Restorer struct {
 	// images whose device memory is in the CRIU dump.
 	Mem *devstore.Keeper
 	// Staged, when set, hands over what a migration staged in memory for
-	// session's restore (package migrate/stage): get returns a chunk's
-	// content or nil, release gives the memory back. Device memory is
+	// session's restore (package migrate/stage), or nil. Device memory is
 	// then read from there, and only what is not staged from the store.
-	Staged func(session string) (get func(store.Digest) []byte, release func())
+	Staged func(session string) Staging
+}
+
+// Staging is device memory a migration staged for a restore.
+type Staging interface {
+	// Load returns table t's device memory for the worker to reload,
+	// reading from st what is not staged, and how many blocks were.
+	Load(ctx context.Context, st *store.Store, t *devstore.Table) (*devstore.Snapshot, int, error)
+	// Release gives the staged memory back; it follows Load.
+	Release()
 }
 
 // ExceptStore is a Store that can leave files out of a checkout: saved
@@ -159,8 +167,8 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 			}
 			meta = m.Meta
 			if r.Mem == nil && r.Staged != nil {
-				if _, release := r.Staged(meta.Session); release != nil {
-					release()
+				if sg := r.Staged(meta.Session); sg != nil {
+					sg.Release()
 				}
 			}
 			if r.Mem != nil {
@@ -170,17 +178,20 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 				if memTable != nil {
 					// Read while CRIU restores the process: the reload
 					// step then waits on memory, not on the store.
-					var get func(store.Digest) []byte
-					release := func() {}
+					var sg Staging
 					if r.Staged != nil {
-						get, release = r.Staged(meta.Session)
+						sg = r.Staged(meta.Session)
 					}
 					memLoad = make(chan error, 1)
 					go func() {
-						defer release()
 						t0 := time.Now()
 						var err error
-						memSnap, memHits, err = devstore.LoadStaged(ctx, r.Mem.Store, memTable, get)
+						if sg != nil {
+							memSnap, memHits, err = sg.Load(ctx, r.Mem.Store, memTable)
+							sg.Release()
+						} else {
+							memSnap, err = devstore.Load(ctx, r.Mem.Store, memTable)
+						}
 						memTook = time.Since(t0)
 						memLoad <- err
 					}()

@@ -61,15 +61,17 @@ func (d *daemon) routers() ([]router, error) {
 	}
 	// A migration's target keeps the device memory the rounds pre-copy
 	// in memory for the restore (bounded; the store has it too).
-	staged := &stage.Stager{Max: d.cfg.stageMaxBytes, Log: d.log}
+	staged := &stage.Stager{Store: d.store, Max: d.cfg.stageMaxBytes, Log: d.log}
 	rst := &restore.Service{
 		Restorer: &restore.Restorer{
 			WorkDir: work, CRIU: crOpts, Store: imgs, Resumer: resumer, Reattach: d.manager,
 			Backend: d.workerOp.Backend, Log: d.log, Mem: mem,
 			Admit: func(m images.Meta) error { return d.manager.Admit(m.Session, m.Epoch) },
-			Staged: func(session string) (func(store.Digest) []byte, func()) {
-				g := staged.Take(session)
-				return g.Get, g.Release
+			Staged: func(session string) restore.Staging {
+				if g := staged.Take(session); g != nil {
+					return g
+				}
+				return nil
 			},
 		},
 		Sessions: d.manager,

@@ -280,34 +280,9 @@ func Load(ctx context.Context, st *store.Store, t *Table) (*Snapshot, error) {
 // only the others out of the store; it reports how many blocks came from
 // the staging. A nil staged reads everything from the store.
 func LoadStaged(ctx context.Context, st *store.Store, t *Table, staged func(store.Digest) []byte) (*Snapshot, int, error) {
-	fd, err := unix.MemfdCreate("gpuctl-devmem", unix.MFD_CLOEXEC)
-	if err != nil {
-		return nil, 0, fmt.Errorf("memfd: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), "devmem")
-	lj, err := json.Marshal(t.Layout)
-	if err != nil {
-		f.Close()
-		return nil, 0, err
-	}
-	sv := devmem.Saved{LayoutOff: (t.Layout.Size + 4095) &^ 4095, LayoutLen: int64(len(lj)), Gen: t.Layout.Gen, Bytes: t.Layout.Size}
-	if err := f.Truncate(sv.LayoutOff + sv.LayoutLen); err != nil {
-		f.Close()
-		return nil, 0, err
-	}
-	if _, err := f.WriteAt(lj, sv.LayoutOff); err != nil {
-		f.Close()
-		return nil, 0, err
-	}
-	s, err := Open(f, sv)
+	s, err := Create(t.Layout)
 	if err != nil {
 		return nil, 0, err
-	}
-	if len(s.Data) > 0 {
-		// Back the whole file at once: a page fault per 4 KiB of a
-		// gigabyte costs more than the copy (best effort: older kernels
-		// fault them in as before).
-		_ = unix.Madvise(s.Data, unix.MADV_POPULATE_WRITE)
 	}
 	spans := t.Layout.Spans()
 	var hits atomic.Int64
@@ -330,6 +305,98 @@ func LoadStaged(ctx context.Context, st *store.Store, t *Table, staged func(stor
 		return nil, 0, err
 	}
 	return s, int(hits.Load()), nil
+}
+
+// Create makes an empty memfd laid out as l (its data all zeros, its
+// pages backed at once), mapped, for gpud to fill and a worker to reload.
+func Create(l *devmem.Layout) (*Snapshot, error) {
+	fd, err := unix.MemfdCreate("gpuctl-devmem", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "devmem")
+	lj, err := json.Marshal(l)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	sv := devmem.Saved{LayoutOff: (l.Size + 4095) &^ 4095, LayoutLen: int64(len(lj)), Gen: l.Gen, Bytes: l.Size}
+	if err := f.Truncate(sv.LayoutOff + sv.LayoutLen); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := f.WriteAt(lj, sv.LayoutOff); err != nil {
+		f.Close()
+		return nil, err
+	}
+	s, err := Open(f, sv)
+	if err != nil {
+		return nil, err
+	}
+	if len(s.Data) > 0 {
+		// Back the whole file at once: a page fault per 4 KiB of a
+		// gigabyte costs more than the copy (best effort: older kernels
+		// fault them in as before).
+		_ = unix.Madvise(s.Data, unix.MADV_POPULATE_WRITE)
+	}
+	return s, nil
+}
+
+// SetLayout rewrites the layout s's file describes, for data laid out
+// the same way (the same regions): a staged file handed to a worker
+// under an image's layout.
+func (s *Snapshot) SetLayout(l *devmem.Layout) error {
+	if l.Size != s.Layout.Size || len(l.Regions) != len(s.Layout.Regions) {
+		return fmt.Errorf("saved device memory: a layout of %d bytes in %d regions for data of %d in %d", l.Size, len(l.Regions), s.Layout.Size, len(s.Layout.Regions))
+	}
+	lj, err := json.Marshal(l)
+	if err != nil {
+		return err
+	}
+	off := (l.Size + 4095) &^ 4095
+	if err := s.File.Truncate(off); err != nil {
+		return err
+	}
+	if _, err := s.File.WriteAt(lj, off); err != nil {
+		return err
+	}
+	s.Layout = l
+	s.Saved = devmem.Saved{LayoutOff: off, LayoutLen: int64(len(lj)), Gen: l.Gen, Bytes: l.Size}
+	return nil
+}
+
+// SameBlocks reports whether a and b lay the same regions out the same
+// way, block for block.
+func SameBlocks(a, b *devmem.Layout) bool {
+	if a == nil || b == nil || a.Block != b.Block || a.Size != b.Size || a.Blocks != b.Blocks || len(a.Regions) != len(b.Regions) {
+		return false
+	}
+	for i := range a.Regions {
+		if a.Regions[i] != b.Regions[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Fill reads the chunks of t's blocks that need says are needed out of
+// the store into s on every core (zero chunks are written as zeros).
+func Fill(ctx context.Context, st *store.Store, s *Snapshot, t *Table, need func(i int) bool) error {
+	spans := t.Layout.Spans()
+	var idx []int
+	for i := range spans {
+		if need(i) {
+			idx = append(idx, i)
+		}
+	}
+	return fill(ctx, st, len(idx), func(k int) (images.Chunk, []byte) {
+		i := idx[k]
+		dst := s.Data[spans[i].FileOff : spans[i].FileOff+int64(spans[i].Len)]
+		if t.Chunks[i].Zero {
+			clear(dst)
+		}
+		return t.Chunks[i], dst
+	})
 }
 
 // fill reads n chunks into their destinations on every core; zero

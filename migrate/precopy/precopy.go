@@ -32,6 +32,7 @@ import (
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/failpoint"
 	"github.com/gpuctl/gpuctl/images"
+	"github.com/gpuctl/gpuctl/migrate/stage"
 	"github.com/gpuctl/gpuctl/store"
 )
 
@@ -51,6 +52,7 @@ type Target interface {
 // for the session's restore (package migrate/stage), and lets go of them
 // when the migration fails.
 type StagingTarget interface {
+	StageTable(ctx context.Context, session string, table any) error
 	PutChunksStaged(ctx context.Context, session string, r io.Reader) (*api.PutChunksReply, error)
 	DropStaged(ctx context.Context, session string) error
 }
@@ -173,6 +175,22 @@ func (c *Copier) round(ctx context.Context, w Worker) (api.PrecopyRound, error) 
 	if err != nil {
 		return r, err
 	}
+	full := *l
+	full.Base, full.Changed = 0, nil
+	full.Sent = make([]byte, len(l.Sent))
+	for i := range l.Blocks {
+		full.Sent[i/8] |= 1 << (i % 8)
+	}
+	if st, ok := c.Target.(StagingTarget); ok {
+		// The target lays its staging out by the round's table before
+		// the chunks come, so that each lands where it belongs.
+		c.staging = true
+		if err := st.StageTable(ctx, c.Session, stage.TableBody{Layout: &full, Chunks: chunks}); err != nil {
+			// Staging only spares the restore reading the store: a
+			// target that cannot stage still takes the chunks.
+			c.log().Debug("the target did not stage the round's table", "session", c.Session, "target", c.Target.Addr(), "err", err)
+		}
+	}
 	r.SentBytes, err = c.send(ctx, ds)
 	if err != nil {
 		return r, err
@@ -185,12 +203,6 @@ func (c *Copier) round(ctx context.Context, w Worker) (api.PrecopyRound, error) 
 			staged[k] = make([]images.Chunk, devmem.BlocksOf(rg.Size, l.Block))
 		}
 		staged[k][s.Index] = chunks[i]
-	}
-	full := *l
-	full.Base, full.Changed = 0, nil
-	full.Sent = make([]byte, len(l.Sent))
-	for i := range l.Blocks {
-		full.Sent[i/8] |= 1 << (i % 8)
 	}
 	c.gen, c.staged, c.table = l.Gen, staged, &devstore.Table{Layout: &full, Chunks: chunks}
 	r.PauseMS = sv.PauseNS / 1e6

@@ -88,7 +88,7 @@ func target(t *testing.T, st *store.Store) (*control.Client, *httptest.Server) {
 func stagingTarget(t *testing.T, st *store.Store) (*control.Client, *httptest.Server, *stage.Stager) {
 	t.Helper()
 	mux := http.NewServeMux()
-	sg := &stage.Stager{Max: 1 << 30}
+	sg := &stage.Stager{Store: st, Max: 1 << 30}
 	images.Register(mux, st, images.RouteOptions{Logger: slog.New(slog.DiscardHandler), Stage: sg.Keep})
 	sg.Register(mux)
 	srv := httptest.NewServer(control.RequireToken("tok", mux))
@@ -167,17 +167,17 @@ func TestRounds(t *testing.T) {
 	// The target staged every chunk the rounds sent; its restore takes
 	// all but the block written after them from memory.
 	g := sg.Take("s-000000000001")
-	if n, b, _ := g.Stats(); n != 7 || b != 6<<20+512 {
-		t.Fatalf("the target staged %d chunks of %d bytes; want 7 of %d", n, b, 6<<20+512)
+	if blocks, n, b, _ := g.Stats(); blocks != 8 || n != 0 || b != 7<<20+512 {
+		t.Fatalf("the target staged %d blocks and %d chunks, %d bytes; want 8, 0, %d", blocks, n, b, 7<<20+512)
 	}
-	back, hits, err := devstore.LoadStaged(ctx, stA, tab, g.Get)
+	back, hits, err := g.Load(ctx, stA, tab)
 	g.Release()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer back.Close()
-	if hits != 6 {
-		t.Errorf("%d blocks came from the staging, want 6 (7 staged, one changed since)", hits)
+	if hits != 7 {
+		t.Errorf("%d blocks came from the staging, want 7 (8 staged, one changed since)", hits)
 	}
 	if sg.Used() != 0 {
 		t.Errorf("%d bytes still staged after the restore released them", sg.Used())
@@ -203,8 +203,8 @@ func TestUnstage(t *testing.T) {
 	if _, err := cp.Run(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	if sg.Used() != 6<<20+512 {
-		t.Fatalf("the target staged %d bytes, want %d", sg.Used(), 6<<20+512)
+	if sg.Used() != 7<<20+512 {
+		t.Fatalf("the target staged %d bytes, want %d", sg.Used(), 7<<20+512)
 	}
 	cp.Unstage(ctx)
 	if sg.Used() != 0 || sg.Take("s-000000000003") != nil {
