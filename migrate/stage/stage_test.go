@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"slices"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
