@@ -242,9 +242,21 @@ func (t *Tracker) reloadFrom(ctx context.Context, dev backend.DeviceMemory, f *o
 	if l.Size == 0 {
 		return nil
 	}
-	// MAP_POPULATE maps the file's pages in one go rather than one fault
-	// per 4 KiB read.
-	data, err := unix.Mmap(int(f.Fd()), 0, int(l.Size), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE)
+	// A backend whose device memory is host memory maps the file's pages
+	// in instead, where a region starts on a page of the file.
+	mapped := make([]bool, len(l.Regions))
+	copied := false
+	mm, canMap := dev.(backend.MemMapper)
+	for i, r := range l.Regions {
+		if canMap && r.Kind == backend.MemAlloc && r.Off%int64(os.Getpagesize()) == 0 && r.Size > 0 {
+			mapped[i] = mm.MapMem(ctx, r.MemRegion, f, r.Off) == nil
+		}
+		copied = copied || !mapped[i]
+	}
+	if !copied {
+		return nil
+	}
+	data, err := unix.Mmap(int(f.Fd()), 0, int(l.Size), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		return fmt.Errorf("map the device memory file: %w", err)
 	}
@@ -252,6 +264,9 @@ func (t *Tracker) reloadFrom(ctx context.Context, dev backend.DeviceMemory, f *o
 	spans := l.Spans()
 	return parallel(len(spans), func(i int) error {
 		s := spans[i]
+		if mapped[s.Region] {
+			return nil
+		}
 		b := data[s.FileOff : s.FileOff+int64(s.Len)]
 		if isZero(b) {
 			return nil // released memory reads as zeros already
