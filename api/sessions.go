@@ -99,6 +99,9 @@ type MigrateReply struct {
 	Rounds []PrecopyRound `json:"rounds,omitempty"`
 	// TargetSteps are the target's restore steps (RestoreReply.Steps).
 	TargetSteps []StepTiming `json:"target_steps,omitempty"`
+	// FreezeSteps are the steps of the freeze's checkpoint (quiesce,
+	// save, dump, store, ...).
+	FreezeSteps []StepTiming `json:"freeze_steps,omitempty"`
 }
 
 // PrecopyRound is one pass of a live migration's pre-copy.

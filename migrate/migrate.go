@@ -218,6 +218,7 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 					return err
 				}
 				res.Image, res.Bytes = fr.Image, fr.Bytes
+				res.FreezeSteps = checkpoint.StepTimings(fr.Steps)
 				return nil
 			},
 			Undo: func(ctx context.Context) error {
