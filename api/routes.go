@@ -64,6 +64,8 @@ const (
 	RouteSession       = methodGet + " " + SessionsPath + idSegment
 	RouteCheckpoint    = methodPost + " " + SessionsPath + idSegment + "/checkpoint"
 	RouteMigrate       = methodPost + " " + SessionsPath + idSegment + "/migrate"
+	RoutePreempt       = methodPost + " " + SessionsPath + idSegment + "/preempt"
+	RouteResume        = methodPost + " " + SessionsPath + idSegment + "/resume"
 	RouteImages        = methodGet + " " + ImagesPath
 	RouteImage         = methodGet + " " + ImagesPath + idSegment
 	RouteRemoveImage   = methodDelete + " " + ImagesPath + idSegment
@@ -84,7 +86,7 @@ const (
 func Routes() []string {
 	return []string{RouteHost, RouteSessions, RouteSession, RouteCheckpoint, RouteMigrate, RouteImages, RouteImage,
 		RouteRemoveImage, RouteRestore, RouteExport, RouteImport, RouteVerify, RouteGC, RouteMissingChunks, RoutePutChunks, RouteMetrics,
-		RouteDropStaged, RouteStageTable}
+		RoutePreempt, RouteResume, RouteDropStaged, RouteStageTable}
 }
 
 // SessionPath is the path of GET /v1/sessions/{id}.
@@ -95,6 +97,12 @@ func SessionCheckpointPath(session string) string { return SessionPath(session) 
 
 // SessionMigratePath is the path of POST /v1/sessions/{id}/migrate.
 func SessionMigratePath(session string) string { return SessionPath(session) + "/migrate" }
+
+// SessionPreemptPath is the path of POST /v1/sessions/{id}/preempt.
+func SessionPreemptPath(session string) string { return SessionPath(session) + "/preempt" }
+
+// SessionResumePath is the path of POST /v1/sessions/{id}/resume.
+func SessionResumePath(session string) string { return SessionPath(session) + "/resume" }
 
 // ImagePath is the path of GET and DELETE /v1/images/{id}.
 func ImagePath(image string) string { return ImagesPath + "/" + segment(image) }

@@ -28,6 +28,8 @@ func TestRoutesAreTheContract(t *testing.T) {
 		RouteMissingChunks: "POST /v1/chunks/missing",
 		RoutePutChunks:     "PUT /v1/chunks",
 		RouteMetrics:       "GET /metrics",
+		RoutePreempt:       "POST /v1/sessions/{id}/preempt",
+		RouteResume:        "POST /v1/sessions/{id}/resume",
 		RouteDropStaged:    "DELETE /v1/chunks/staged/{id}",
 		RouteStageTable:    "PUT /v1/chunks/staged/{id}",
 	}

@@ -23,6 +23,14 @@ type Session struct {
 	// checkpoint that leaves the session running, restore and migration,
 	// and only the worker handed the current one may serve.
 	Epoch uint64 `json:"epoch,omitempty"`
+	// Priority decides which sessions give way under device-memory
+	// pressure: higher wins, 0 by default.
+	Priority int32 `json:"priority"`
+	// Labels are the session's KEY=VALUE pairs (gpuctl run --label);
+	// an empty object when it has none.
+	Labels Labels `json:"labels"`
+	// Image is the image a preempted session waits in.
+	Image string `json:"image,omitempty"`
 }
 
 // CheckpointRequest is the body of POST /v1/sessions/{id}/checkpoint; an
@@ -111,4 +119,42 @@ type PrecopyRound struct {
 	SentBytes  int64 `json:"sent_bytes"`  // what crossed the network (compressed, and only what the target lacked)
 	DurationMS int64 `json:"duration_ms"` // the round, the client's pause to copy included
 	PauseMS    int64 `json:"pause_ms"`    // the client's pause while the changed blocks were copied to host memory
+}
+
+// PreemptRequest is the body of POST /v1/sessions/{id}/preempt.
+type PreemptRequest struct {
+	// DeadlineMS bounds the checkpoint: one that cannot finish in time is
+	// rolled back and the session keeps running. 0: no deadline.
+	DeadlineMS int64 `json:"deadline_ms,omitempty"`
+}
+
+// PreemptReply is the reply to POST /v1/sessions/{id}/preempt: the
+// session now waits in Image (state preempted).
+type PreemptReply struct {
+	Session string `json:"session"`
+	Image   string `json:"image"`
+	Bytes   int64  `json:"bytes"` // the image's logical size
+	// StallMS is how long the checkpoint held the client (quiesce to
+	// release); the client then waits until the session is resumed.
+	StallMS int64 `json:"stall_ms"`
+	// MemBytes is the device memory the preemption gave back.
+	MemBytes uint64 `json:"mem_bytes"`
+}
+
+// ResumeRequest is the body of POST /v1/sessions/{id}/resume.
+type ResumeRequest struct {
+	// On is the --api HOST:PORT of the gpud to resume on; empty: here.
+	On string `json:"on,omitempty"`
+}
+
+// ResumeReply is the reply to POST /v1/sessions/{id}/resume.
+type ResumeReply struct {
+	Session string `json:"session"`
+	// Host is the --api address of the gpud the session runs on now.
+	Host string `json:"host"`
+	// Listen is where its client reconnects (the "moved to" address when
+	// it was resumed on another host).
+	Listen     string `json:"listen,omitempty"`
+	Image      string `json:"image"`
+	DurationMS int64  `json:"duration_ms"`
 }

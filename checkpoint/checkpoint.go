@@ -127,6 +127,9 @@ type Request struct {
 	// Tenant owns the session, and so the image (images.Meta.Tenant);
 	// empty for the administrator.
 	Tenant string
+	// Priority and Labels are the session's, kept in the image.
+	Priority int32
+	Labels   map[string]string
 	// Reattached, when set, is told of the new handle when a rollback
 	// reattached the worker; the old one is then dead.
 	Reattached func(Worker)
@@ -455,6 +458,7 @@ func (p *Pipeline) meta(ctx context.Context, req Request, nonce string) (images.
 	m := images.Meta{
 		Session: req.Session, Parent: req.Parent, Host: p.Host, Backend: p.Backend, Driver: p.Driver, GPUs: p.GPUs,
 		CRIU: v.String(), Kernel: utsString(uts.Release[:]), AttachNonce: nonce, Tenant: req.Tenant,
+		Priority: req.Priority, Labels: req.Labels,
 	}
 	if fw, ok := req.Worker.(Fencer); ok {
 		m.Epoch = fw.Epoch()

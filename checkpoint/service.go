@@ -47,6 +47,12 @@ type Sessions interface {
 	Owner(id string) string
 }
 
+// attributes is a session table that knows sessions' priorities and
+// labels, which their images keep (images.Meta).
+type attributes interface {
+	Attributes(id string) (int32, api.Labels)
+}
+
 // Service checkpoints sessions on request; gpud builds one and registers
 // its routes.
 type Service struct {
@@ -190,14 +196,18 @@ func (s *Service) freezeWith(ctx context.Context, id string, early bool, o Freez
 	}
 	cur := w
 	resumed := false
-	fr, err := s.Pipeline.Checkpoint(ctx, Request{Session: id, Worker: w, Parent: parent, Tenant: s.Sessions.Owner(id),
+	req := Request{Session: id, Worker: w, Parent: parent, Tenant: s.Sessions.Owner(id),
 		Reattached: func(nw Worker) { cur = nw }, ResumeEarly: early, MemBase: o.MemBase,
 		Resumed: func(nw Worker) {
 			cur, resumed = nw, true
 			if err := s.Sessions.Resumed(id, nw); err != nil {
 				s.log().Error("session record not updated after an early resume", "session", id, "err", err)
 			}
-		}})
+		}}
+	if a, ok := s.Sessions.(attributes); ok {
+		req.Priority, req.Labels = a.Attributes(id)
+	}
+	fr, err := s.Pipeline.Checkpoint(ctx, req)
 	if resumed {
 		// The session runs again whatever the store step did.
 		return fr, err

@@ -180,6 +180,10 @@ func Action(route string) string {
 		return "session.checkpoint"
 	case api.RouteMigrate:
 		return "session.migrate"
+	case api.RoutePreempt:
+		return "session.preempt"
+	case api.RouteResume:
+		return "session.resume"
 	case api.RouteImages:
 		return "images.list"
 	case api.RouteImage:

@@ -93,6 +93,32 @@ func (c *Client) Migrate(ctx context.Context, id string, req api.MigrateRequest)
 	return &res, nil
 }
 
+// Preempt is POST /v1/sessions/{id}/preempt: the session is checkpointed
+// and its device memory given back; it waits in its image (preempted).
+func (c *Client) Preempt(ctx context.Context, id string, req api.PreemptRequest) (*api.PreemptReply, error) {
+	if err := need("session", id); err != nil {
+		return nil, err
+	}
+	var res api.PreemptReply
+	if err := c.do(ctx, http.MethodPost, api.SessionPreemptPath(id), req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Resume is POST /v1/sessions/{id}/resume: a preempted session runs again,
+// on this host or on req.On.
+func (c *Client) Resume(ctx context.Context, id string, req api.ResumeRequest) (*api.ResumeReply, error) {
+	if err := need("session", id); err != nil {
+		return nil, err
+	}
+	var res api.ResumeReply
+	if err := c.do(ctx, http.MethodPost, api.SessionResumePath(id), req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
 // Images is GET /v1/images, oldest first; never nil.
 func (c *Client) Images(ctx context.Context) ([]api.Image, error) {
 	var list []api.Image

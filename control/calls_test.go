@@ -61,6 +61,12 @@ func fakeHost(t *testing.T) (*Client, func() []hit) {
 			return api.MissingChunksReply{Missing: req.Digests[1:]}
 		},
 		api.RoutePutChunks: func(_ string, b []byte) any { return api.PutChunksReply{Chunks: 1, StoredBytes: int64(len(b))} },
+		api.RoutePreempt:   func(id string, _ []byte) any { return api.PreemptReply{Session: id, Image: "img-p"} },
+		api.RouteResume: func(id string, b []byte) any {
+			var req api.ResumeRequest
+			_ = json.Unmarshal(b, &req)
+			return api.ResumeReply{Session: id, Host: req.On}
+		},
 	}
 	mux := http.NewServeMux()
 	for route, fn := range reply {
@@ -143,6 +149,14 @@ func TestCallsReachTheirRoutes(t *testing.T) {
 			r, err := cl.Migrate(ctx, "s-1", api.MigrateRequest{To: "b:7071"})
 			return ptr(r, func(r *api.MigrateReply) string { return r.Session + " " + r.To }), err
 		}, "s-1 b:7071", api.RouteMigrate, "s-1", `{"to":"b:7071"}`},
+		{"preempt", func() (string, error) {
+			r, err := cl.Preempt(ctx, "s-1", api.PreemptRequest{DeadlineMS: 1500})
+			return ptr(r, func(r *api.PreemptReply) string { return r.Session + " " + r.Image }), err
+		}, "s-1 img-p", api.RoutePreempt, "s-1", `{"deadline_ms":1500}`},
+		{"resume", func() (string, error) {
+			r, err := cl.Resume(ctx, "s-1", api.ResumeRequest{On: "b:7071"})
+			return ptr(r, func(r *api.ResumeReply) string { return r.Session + " " + r.Host }), err
+		}, "s-1 b:7071", api.RouteResume, "s-1", `{"on":"b:7071"}`},
 		{"restore", func() (string, error) {
 			r, err := cl.Restore(ctx, odd)
 			return ptr(r, func(r *api.RestoreReply) string { return r.Image }), err

@@ -64,9 +64,12 @@ type Meta struct {
 	// image (docs/checkpoint.md, "Fencing"). 0: not recorded.
 	Epoch uint64 `json:"epoch,omitempty"`
 
-	// Labels decorate an image; nothing gpuctl needs to restore it lives
-	// here.
+	// Labels decorate an image: the session's labels (api.Labels), which
+	// a restore gives back to the session; nothing gpuctl needs to
+	// restore it lives here.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Priority is the session's priority, which a restore gives back.
+	Priority int32 `json:"priority,omitempty"`
 
 	// Tenant owns the image, and the session restored from it (gpud
 	// --tenants); empty for the administrator. An export, an import and

@@ -23,6 +23,12 @@ type Adopter interface {
 	Adopt(ctx context.Context, id string, w checkpoint.Worker, image, owner string) error
 }
 
+// attributeSetter is a session table that records sessions' priorities
+// and labels, which images carry (images.Meta).
+type attributeSetter interface {
+	SetAttributes(id string, prio int32, labels api.Labels) error
+}
+
 // Service restores images on request; gpud builds one and registers its
 // route.
 type Service struct {
@@ -62,6 +68,11 @@ func (s *Service) Restore(ctx context.Context, image string) (*api.RestoreReply,
 			s.log().Error("restored worker left running", "pid", res.PID, "err", kerr)
 		}
 		return nil, errs.Wrap(err, errs.KindOf(err), errs.Image(image), "register restored session %s", res.Session)
+	}
+	if a, ok := s.Sessions.(attributeSetter); ok && (res.Meta.Priority != 0 || len(res.Meta.Labels) > 0) {
+		if err := a.SetAttributes(res.Session, res.Meta.Priority, res.Meta.Labels); err != nil {
+			s.log().Warn("restored session's priority and labels not recorded", "session", res.Session, "err", err)
+		}
 	}
 	s.log().Info("session restored", "session", res.Session, "image", image, "pid", res.PID, "took_ms", res.DurationMS)
 	return &api.RestoreReply{Session: res.Session, Image: image, PID: res.PID, Listen: s.Listen, DurationMS: res.DurationMS, Steps: checkpoint.StepTimings(res.Steps)}, nil

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/remoting/cu"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
@@ -48,6 +49,11 @@ type Config struct {
 	// while its session is busy or quiesced; zero means
 	// wire.DefaultKeepalive.
 	Keepalive time.Duration
+	// DeviceBytes is the device memory the host's sessions share. When
+	// set, every session is metered (QuotaSocket must be set too) and an
+	// allocation past it asks the Preempter (SetPreempter) for room, or
+	// fails with CUDA_ERROR_OUT_OF_MEMORY. Zero: not accounted.
+	DeviceBytes uint64
 	// Reaper reaps adopted (restored) workers; may be nil.
 	Reaper  *worker.Reaper
 	Metrics *Metrics
@@ -65,6 +71,9 @@ type Manager struct {
 	starting map[string]int // sessions being created, by tenant
 	closed   bool
 	wg       sync.WaitGroup // watchers
+
+	// preempter makes room on the device; nil: nothing is preempted.
+	preempter Preempter
 }
 
 // Session is one live session. Its fields are guarded by the Manager's
@@ -102,6 +111,16 @@ type Session struct {
 	// midFrame: the worker quiesced without stopping conn at a frame
 	// boundary, so conn can be neither written to nor served on again.
 	midFrame bool
+	// activeAt is when the session was last seen executing calls (a
+	// listing's figures moved): preemption takes the least recently
+	// active of one priority first.
+	activeAt time.Time
+	// waiting is set while the session's worker waits for gpud to make
+	// room for an allocation: it is not preempted meanwhile.
+	waiting bool
+	// want is what a waiting session asked to hold; the ledger counts it
+	// as taken until the answer.
+	want uint64
 }
 
 // NewManager returns a manager. Records left by an earlier gpud run are
@@ -124,6 +143,11 @@ func NewManager(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	for _, r := range recs {
+		if r.State == Preempted {
+			// It waits in its image for the preempter to resume it.
+			m.sessions[r.ID] = &Session{rec: r}
+			continue
+		}
 		if r.State == Stopped {
 			// It lives in an image: keep answering its client until its
 			// retention ends.
@@ -175,6 +199,13 @@ func (m *Manager) setState(s *Session, to State) error {
 	switch to {
 	case Detached:
 		m.armTimer(s, m.cfg.Grace)
+	case Preempted:
+		if s.conn != nil {
+			m.armTimer(s, m.cfg.Grace) // hold the client, then let it retry
+		} else if s.timer != nil {
+			s.timer.Stop()
+			s.timer = nil
+		}
 	case Stopped:
 		s.rec.StoppedAt = time.Now().UTC()
 		if s.conn != nil {
@@ -236,6 +267,12 @@ func (m *Manager) expire(id string, gen *struct{ _ byte }) {
 		m.mu.Unlock()
 		m.forget(id, "stopped session's retention ended")
 		return
+	case Preempted:
+		// Its client is answered "preempted" and waits; the session
+		// stays until it is resumed.
+		m.log.Info("preempted session still in its image; letting its client go to retry", "session", id)
+		m.closeConn(s)
+		s.timer = nil
 	}
 	m.mu.Unlock()
 }
@@ -278,6 +315,9 @@ func (m *Manager) forget(id, why string) {
 		s.timer.Stop()
 	}
 	delete(m.sessions, id)
+	if s.held > 0 {
+		m.freed()
+	}
 	m.cfg.Metrics.addDone(totals{calls: s.stats.Executed, in: s.stats.BytesIn, out: s.stats.BytesOut})
 	if err := m.rec.delete(id); err != nil {
 		m.log.Error("delete session record", "session", id, "err", err)
@@ -447,6 +487,11 @@ func (m *Manager) workerExited(id string, h *worker.Handle) {
 // it asked for: keepalives).
 func (m *Manager) Create(ctx context.Context, conn *net.TCPConn, rec *tlsrec.State, hello *wire.Hello) (string, error) {
 	owner := tenant.FromContext(ctx).Tenant
+	attrs := wire.AttrsFromContext(ctx)
+	labels, err := api.ParseLabels(attrs.Labels)
+	if err != nil {
+		return "", errs.Wrap(err, errs.InvalidArgument, "", "GPUCTL_LABELS")
+	}
 	id, secret, err := newID()
 	if err != nil {
 		return "", errs.Wrap(err, errs.Internal, "", "session id")
@@ -489,12 +534,14 @@ func (m *Manager) Create(ctx context.Context, conn *net.TCPConn, rec *tlsrec.Sta
 			ID: id, SecretHash: hashSecret(secret), State: Running,
 			Client: conn.RemoteAddr().String(), Created: time.Now().UTC(),
 			Backend: opts.Backend, Device: opts.Device, WorkerPID: h.PID(), Tenant: owner, Epoch: 1,
+			Priority: attrs.Priority, Labels: labels,
 		},
 		worker:    h,
 		conn:      conn,
 		overTLS:   rec != nil,
 		keepalive: m.keepaliveOf(hello),
 	}
+	s.activeAt = time.Now()
 	m.mu.Lock()
 	m.sessions[id] = s
 	m.doneStarting(owner)
@@ -541,6 +588,9 @@ func (m *Manager) Resume(ctx context.Context, conn *net.TCPConn, rec *tlsrec.Sta
 			return &MovedError{Addr: moved}
 		}
 		return errs.New(errs.Unavailable, errs.Session(id), "session is in an image until it is restored; retry")
+	case Preempted:
+		m.mu.Unlock()
+		return &PreemptedError{ID: id}
 	default:
 		m.mu.Unlock()
 		return errs.New(errs.Unavailable, errs.Session(id), "session is %s; retry shortly", s.rec.State)
@@ -598,6 +648,9 @@ type Info struct {
 	Backend   string
 	WorkerPID int    // 0 when no worker serves the session here
 	Tenant    string // the owner; empty for the administrator
+	Priority  int32
+	Labels    api.Labels
+	Image     string // the image a preempted session waits in
 	// AllocBytes is what the client's allocations hold, as the worker
 	// last reported it: what a tenant's memory limit counts.
 	AllocBytes uint64
@@ -632,6 +685,9 @@ func (m *Manager) refreshStats(ctx context.Context) {
 			}
 			m.mu.Lock()
 			if s, ok := m.sessions[it.id]; ok && s.worker == it.h {
+				if st.Executed != s.stats.Executed {
+					s.activeAt = time.Now()
+				}
 				s.stats = st
 			}
 			m.mu.Unlock()
@@ -677,7 +733,8 @@ func (s *Session) info(host string) Info {
 	return Info{
 		ID: s.rec.ID, State: s.rec.State, Host: host, Client: s.rec.Client, Created: s.rec.Created,
 		MemBytes: s.stats.MemInUse, Device: s.rec.Device, Backend: s.rec.Backend, WorkerPID: s.rec.WorkerPID,
-		Tenant: s.rec.Tenant, AllocBytes: s.stats.AllocBytes, Epoch: s.rec.Epoch,
+		Tenant: s.rec.Tenant, AllocBytes: s.stats.AllocBytes, Epoch: s.rec.Epoch, Priority: s.rec.Priority, Labels: s.rec.Labels,
+		Image: s.preemptedImage(),
 	}
 }
 
@@ -723,7 +780,7 @@ func (m *Manager) Shutdown(ctx context.Context) {
 	m.closed = true
 	var ids []string
 	for id, s := range m.sessions {
-		if s.rec.State == Stopped {
+		if s.rec.State == Stopped || s.rec.State == Preempted {
 			m.closeConn(s)
 			if s.timer != nil {
 				s.timer.Stop()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/devmem"
 	"github.com/gpuctl/gpuctl/errs"
@@ -305,7 +306,10 @@ func (m *Manager) Released(id string) error {
 	s.worker = nil
 	s.rec.WorkerPID = 0
 	s.stats.MemInUse = 0
-	s.held = 0
+	if s.held > 0 {
+		s.held = 0
+		m.freed()
+	}
 	return m.setState(s, Stopped)
 }
 
@@ -436,8 +440,11 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 		heldRec *tlsrec.State
 		ka      time.Duration
 	)
+	var prio int32
+	var labels api.Labels
 	if old, dup := m.sessions[id]; dup {
-		if old.rec.State != Stopped {
+		prio, labels = old.rec.Priority, old.rec.Labels
+		if old.rec.State != Stopped && old.rec.State != Preempted {
 			m.mu.Unlock()
 			return errs.New(errs.AlreadyExists, errs.Session(id), "session is already live on this host")
 		}
@@ -467,7 +474,7 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 		rec: Record{
 			ID: id, SecretHash: bytes.Clone(st.SecretSHA256), State: state, Created: time.Now().UTC(),
 			Backend: m.cfg.Worker.Backend, Device: m.cfg.Worker.Device, WorkerPID: sw.h.PID(), Image: image,
-			Tenant: owner, Epoch: next,
+			Tenant: owner, Epoch: next, Priority: prio, Labels: labels,
 		},
 		worker:    sw.h,
 		conn:      held,
@@ -477,6 +484,7 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 		stats:     st,
 		held:      st.AllocBytes,
 	}
+	s.activeAt = time.Now()
 	sw.h.SetQuota(m.quotaFor(limits))
 	if held != nil {
 		s.rec.Client = held.RemoteAddr().String()

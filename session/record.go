@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/errs"
 )
 
@@ -35,6 +36,19 @@ type Record struct {
 	// failed migration resuming here), when an image is restored, and
 	// when the session moves to another host.
 	Epoch uint64 `json:"epoch,omitempty"`
+	// Priority and Labels are what the client gave its session (see
+	// api.Labels); they come back from its images on a restore.
+	Priority int32      `json:"priority,omitempty"`
+	Labels   api.Labels `json:"labels,omitempty"`
+	// PreemptedBytes is the device memory a preempted session held: what
+	// must be free before it is resumed.
+	PreemptedBytes uint64 `json:"preempted_bytes,omitempty"`
+	// PreemptedAt orders preempted sessions of one priority.
+	PreemptedAt time.Time `json:"preempted_at,omitzero"`
+	// PreemptedBy says who preempted it: "memory" (gpud, for a session of
+	// higher priority; gpud resumes it) or "request" (gpuctl preempt; it
+	// waits for gpuctl resume).
+	PreemptedBy string `json:"preempted_by,omitempty"`
 }
 
 // Records is where session records persist: one opaque value per session

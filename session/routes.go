@@ -44,6 +44,11 @@ func (m *Manager) Register(mux *http.ServeMux) {
 
 // reply is the listing as the control API reports it.
 func (i Info) reply() api.Session {
-	return api.Session{ID: i.ID, State: string(i.State), Host: i.Host, Client: i.Client, Created: i.Created,
-		MemBytes: i.MemBytes, Device: i.Device, Backend: i.Backend, WorkerPID: i.WorkerPID, Tenant: i.Tenant, Epoch: i.Epoch}
+	out := api.Session{ID: i.ID, State: string(i.State), Host: i.Host, Client: i.Client, Created: i.Created,
+		MemBytes: i.MemBytes, Device: i.Device, Backend: i.Backend, WorkerPID: i.WorkerPID, Tenant: i.Tenant, Epoch: i.Epoch,
+		Priority: i.Priority, Labels: i.Labels, Image: i.Image}
+	if out.Labels == nil {
+		out.Labels = api.Labels{}
+	}
+	return out
 }

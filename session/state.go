@@ -17,10 +17,14 @@ const (
 	Migrating     State = "migrating"
 	Detached      State = "detached"
 	Stopped       State = "stopped"
+	// Preempted: the worker was released to give its device memory to a
+	// session of higher priority (or on request); the session waits in
+	// its image until gpud resumes it.
+	Preempted State = "preempted"
 )
 
 // States lists every state, for tests and metrics.
-var States = []State{Running, Quiescing, Checkpointing, Migrating, Detached, Stopped}
+var States = []State{Running, Quiescing, Checkpointing, Migrating, Detached, Stopped, Preempted}
 
 // transitions is the session state machine: transitions[from][to] is
 // true when a session may move from one state to the other. Anything not
@@ -35,14 +39,17 @@ var transitions = map[State]map[State]bool{
 	// Quiesced: dump it, or give up and resume.
 	Quiescing: {Checkpointing: true, Running: true, Detached: true, Stopped: true},
 	// Dumped: resume in place (leave-running), hand it to another host, or
-	// release the worker.
-	Checkpointing: {Running: true, Detached: true, Migrating: true, Stopped: true},
+	// release the worker, or release it as preempted.
+	Checkpointing: {Running: true, Detached: true, Migrating: true, Stopped: true, Preempted: true},
 	// The target restored it (stopped here) or the migration failed and
 	// the session resumes here.
 	Migrating: {Stopped: true, Running: true, Detached: true},
 	// A stopped session comes back only by a restore, which creates it
 	// afresh in the running or detached state.
 	Stopped: {},
+	// A preempted session comes back by a restore here (which creates it
+	// afresh), or is stopped here once it was resumed on another host.
+	Preempted: {Stopped: true},
 }
 
 // CanTransition reports whether from -> to is allowed.

@@ -12,6 +12,7 @@ func TestTransitionTable(t *testing.T) {
 		{Detached, Running}: true, {Detached, Stopped}: true, {Detached, Quiescing}: true,
 		{Quiescing, Checkpointing}: true, {Quiescing, Running}: true, {Quiescing, Detached}: true, {Quiescing, Stopped}: true,
 		{Checkpointing, Running}: true, {Checkpointing, Detached}: true, {Checkpointing, Migrating}: true, {Checkpointing, Stopped}: true,
+		{Checkpointing, Preempted}: true, {Preempted, Stopped}: true,
 		{Migrating, Stopped}: true, {Migrating, Running}: true, {Migrating, Detached}: true,
 	}
 	// Every pair, valid or not, including self-transitions.

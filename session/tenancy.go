@@ -29,7 +29,7 @@ func errNoSession(id string) error {
 
 // live reports whether s has a worker here, or is getting one back: what
 // counts against max_sessions.
-func (s *Session) live() bool { return s.rec.State != Stopped }
+func (s *Session) live() bool { return s.rec.State != Stopped && s.rec.State != Preempted }
 
 // limits returns owner's limits; the administrator has none. The caller
 // holds m.mu.
@@ -103,7 +103,7 @@ func (m *Manager) heldBy(owner, except string) uint64 {
 // quotaFor is the quota service a session with these limits is metered
 // against, or "" when its memory is not limited.
 func (m *Manager) quotaFor(l tenant.Limits) string {
-	if l.MaxMemBytes == 0 {
+	if l.MaxMemBytes == 0 && m.cfg.DeviceBytes == 0 {
 		return ""
 	}
 	return m.cfg.QuotaSocket
@@ -137,8 +137,15 @@ func (m *Manager) Hold(pid int, bytes uint64) worker.QuotaGrant {
 		return worker.QuotaGrant{Limit: l.MaxMemBytes, Held: others + s.held,
 			Reason: fmt.Sprintf("tenant %q would hold %d of its %d bytes", s.rec.Tenant, others+bytes, l.MaxMemBytes)}
 	}
+	if why := m.holdDevice(id, s, bytes); why != "" {
+		m.log.Info("device memory full", "session", id, "asked", bytes, "held", s.held, "why", why)
+		return worker.QuotaGrant{Held: m.deviceHeld(""), Reason: why}
+	}
+	if bytes < s.held {
+		defer m.freed()
+	}
 	s.held = bytes
-	return worker.QuotaGrant{OK: true, Limit: l.MaxMemBytes, Held: others + bytes}
+	return worker.QuotaGrant{OK: true, Limit: l.MaxMemBytes, Held: m.heldBy(s.rec.Tenant, id) + bytes}
 }
 
 // Authorize answers whether the caller in ctx may act on session id: nil

@@ -61,6 +61,8 @@ func newApp(e *env) *cli.App {
 			checkpointCommand(e),
 			restoreCommand(e),
 			migrateCommand(e),
+			preemptCommand(e),
+			resumeCommand(e),
 			imagesCommand(e),
 			hostCommand(e),
 			doctorCommand(e),

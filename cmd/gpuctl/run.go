@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
 )
@@ -27,12 +29,16 @@ func runCommand(e *env) *cli.Command {
 			"max_sessions (past it, gpud refuses the session with one line) and its allocations\n" +
 			"against max_mem_bytes (past it, they fail with CUDA_ERROR_OUT_OF_MEMORY).\n" +
 			"With --tls-ca (or GPUCTL_TLS_CA) CMD speaks TLS to a gpud that serves --listen over TLS.\n" +
+			"--priority and --label (GPUCTL_PRIORITY, GPUCTL_LABELS) give the session its priority (higher\n" +
+			"wins when gpud preempts sessions for device memory) and labels (gpuctl preempt --selector).\n" +
 			"gpuctl exits with CMD's status.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "server", Usage: "gpud --listen address `HOST:PORT`", EnvVars: []string{"GPUCTL_SERVER"}},
 			&cli.StringFlag{Name: "token-file", Usage: "`FILE` holding the host's token or a tenant's (or set GPUCTL_TOKEN)"},
 			&cli.StringFlag{Name: "tls-ca", Usage: "speak TLS to --server, verifying gpud's certificate against the CA bundle in `FILE` (PEM)"},
 			&cli.StringFlag{Name: "tls-server-name", Usage: "with --tls-ca, the `NAME` gpud's certificate must hold instead of the host part of --server"},
+			&cli.StringFlag{Name: "priority", Usage: "the session's priority, an integer `N` (default 0; higher wins)", EnvVars: []string{"GPUCTL_PRIORITY"}},
+			&cli.StringSliceFlag{Name: "label", Usage: "a `KEY=VALUE` label of the session (repeatable; added to GPUCTL_LABELS)"},
 		},
 		Action: func(c *cli.Context) error {
 			// run's own flags, else the global ones (which also read
@@ -46,7 +52,8 @@ func runCommand(e *env) *cli.Command {
 				return ""
 			}
 			return runProgram(c.Context, e, runArgs{server: c.String("server"), tokenFile: inherited("token-file"),
-				tlsCA: inherited("tls-ca"), tlsServerName: inherited("tls-server-name"), argv: c.Args().Slice()})
+				tlsCA: inherited("tls-ca"), tlsServerName: inherited("tls-server-name"), argv: c.Args().Slice(),
+				priority: c.String("priority"), labels: c.StringSlice("label")})
 		},
 	}
 }
@@ -59,6 +66,10 @@ type runArgs struct {
 	// GPUCTL_TLS_SERVER_NAME.
 	tlsCA, tlsServerName string
 	argv                 []string
+	// priority and labels become GPUCTL_PRIORITY and GPUCTL_LABELS; the
+	// labels join those already in GPUCTL_LABELS.
+	priority string
+	labels   []string
 }
 
 // runProgram starts the program with the interposer and waits for it. Its
@@ -115,7 +126,12 @@ func runProgram(ctx context.Context, e *env, a runArgs) error {
 // settings set. The token travels as a file name when there is one, so it
 // never shows in the process table.
 func runEnv(base []string, lib string, a runArgs) ([]string, error) {
-	drop := map[string]bool{"LD_LIBRARY_PATH": true, "GPUCTL_SERVER": true, "GPUCTL_TLS_CA": true, "GPUCTL_TLS_SERVER_NAME": true}
+	drop := map[string]bool{"LD_LIBRARY_PATH": true, "GPUCTL_SERVER": true, "GPUCTL_TLS_CA": true, "GPUCTL_TLS_SERVER_NAME": true,
+		"GPUCTL_PRIORITY": true, "GPUCTL_LABELS": true}
+	attrs, err := sessionAttrs(base, a)
+	if err != nil {
+		return nil, err
+	}
 	var ldPath string
 	var env []string
 	for _, kv := range base {
@@ -134,6 +150,7 @@ func runEnv(base []string, lib string, a runArgs) ([]string, error) {
 		lib += ":" + ldPath
 	}
 	env = append(env, "LD_LIBRARY_PATH="+lib, "GPUCTL_SERVER="+a.server)
+	env = append(env, attrs...)
 	if a.tokenFile != "" {
 		abs, err := filepath.Abs(a.tokenFile)
 		if err != nil {
@@ -165,6 +182,35 @@ func runEnv(base []string, lib string, a runArgs) ([]string, error) {
 		return nil, usageError("--tls-server-name needs --tls-ca (or GPUCTL_TLS_CA): the CA that signed gpud's certificate")
 	}
 	return env, nil
+}
+
+// sessionAttrs checks the session's priority and labels and returns them
+// as the program's GPUCTL_PRIORITY and GPUCTL_LABELS, so that a bad one
+// is one line here rather than a refused session later.
+func sessionAttrs(base []string, a runArgs) ([]string, error) {
+	var out []string
+	if a.priority != "" {
+		p, err := api.ParsePriority(a.priority)
+		if err != nil {
+			return nil, errs.Wrap(err, errs.InvalidArgument, "", "--priority")
+		}
+		out = append(out, fmt.Sprintf("GPUCTL_PRIORITY=%d", p))
+	}
+	var text []string
+	for _, kv := range base {
+		if v, ok := strings.CutPrefix(kv, "GPUCTL_LABELS="); ok && strings.TrimSpace(v) != "" {
+			text = append(text, v)
+		}
+	}
+	text = append(text, a.labels...)
+	l, err := api.ParseLabels(strings.Join(text, ","))
+	if err != nil {
+		return nil, errs.Wrap(err, errs.InvalidArgument, "", "--label")
+	}
+	if len(l) > 0 {
+		out = append(out, "GPUCTL_LABELS="+l.String())
+	}
+	return out, nil
 }
 
 func hasAny(env []string, keys ...string) bool {

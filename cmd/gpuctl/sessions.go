@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
 )
 
@@ -17,9 +18,9 @@ func sessionsCommand(e *env) *cli.Command {
 		Usage: "list the sessions on a host",
 		Description: "Lists the host's sessions: id, state (running, detached, quiescing, checkpointing,\n" +
 			"migrating, stopped), client address, age, device memory in use and device, and the\n" +
-			"tenant that owns each on a host with tenants. With a tenant's token, only that\n" +
-			"tenant's sessions are listed.",
-		Flags: []cli.Flag{jsonFlag},
+			"tenant that owns each on a host with tenants, priority and labels. With a tenant's\n" +
+			"token, only that tenant's sessions are listed. --selector lists those whose labels match.",
+		Flags: []cli.Flag{jsonFlag, selectorFlag},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usageError("gpuctl sessions takes no arguments")
@@ -28,15 +29,24 @@ func sessionsCommand(e *env) *cli.Command {
 			if err != nil {
 				return err
 			}
-			return runSessions(c.Context, e, cl, c.Bool("json"))
+			var sel api.Selector
+			if c.String("selector") != "" {
+				if sel, err = api.ParseSelector(c.String("selector")); err != nil {
+					return err
+				}
+			}
+			return runSessions(c.Context, e, cl, c.Bool("json"), sel)
 		},
 	}
 }
 
-func runSessions(ctx context.Context, e *env, cl *control.Client, asJSON bool) error {
+func runSessions(ctx context.Context, e *env, cl *control.Client, asJSON bool, sel api.Selector) error {
 	list, err := cl.Sessions(ctx) // never nil: an empty list prints as []
 	if err != nil {
 		return err
+	}
+	if sel != nil {
+		list = selectSessions(list, sel)
 	}
 	if asJSON {
 		return e.printJSON(list)
@@ -51,7 +61,7 @@ func runSessions(ctx context.Context, e *env, cl *control.Client, asJSON bool) e
 		tenants = tenants || s.Tenant != ""
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	header := "ID\tSTATE\tCLIENT\tAGE\tMEMORY\tDEVICE"
+	header := "ID\tSTATE\tCLIENT\tAGE\tMEMORY\tDEVICE\tPRIORITY\tLABELS"
 	if tenants {
 		header += "\tTENANT"
 	}
@@ -62,8 +72,8 @@ func runSessions(ctx context.Context, e *env, cl *control.Client, asJSON bool) e
 		if client == "" {
 			client = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s %s", s.ID, s.State, client, age(now.Sub(s.Created)),
-			humanBytes(s.MemBytes), s.Backend, s.Device)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s %s\t%d\t%s", s.ID, s.State, client, age(now.Sub(s.Created)),
+			humanBytes(s.MemBytes), s.Backend, s.Device, s.Priority, api.FormatLabels(s.Labels))
 		if tenants {
 			fmt.Fprintf(tw, "\t%s", orDash(s.Tenant))
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/migrate"
+	"github.com/gpuctl/gpuctl/preempt"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/modcache"
 	"github.com/gpuctl/gpuctl/remoting/server"
@@ -55,7 +56,8 @@ type daemon struct {
 	// tenants tells who a token stands for: the host token is the
 	// administrator's; --tenants adds the tenants'.
 	tenants *tenant.Set
-	quota   *worker.QuotaServer // nil without tenants
+	quota   *worker.QuotaServer // nil without tenants or preemption
+	preempt *preempt.Service
 }
 
 // findCRIU locates the criu binary (criubin.Locate: the flag,
@@ -111,8 +113,10 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 		if d.tenants, err = tenant.Load(cfg.tenants, d.token); err != nil {
 			return err
 		}
-		// Workers of tenants with a memory limit ask this before they
-		// hold more.
+	}
+	if cfg.tenants != "" || cfg.preempt {
+		// Workers of tenants with a memory limit, and with preemption
+		// every worker, ask this before they hold more.
 		if d.quota, err = worker.ListenQuota(); err != nil {
 			return err
 		}
@@ -174,7 +178,7 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 	d.metrics = session.NewMetrics(d.registry)
 	scfg := session.Config{
 		Host: cfg.name, Grace: cfg.grace, Worker: d.workerOp, Records: d.store,
-		Reaper: d.reaper, Metrics: d.metrics, Log: log, Tenants: d.tenants,
+		Reaper: d.reaper, Metrics: d.metrics, Log: log, Tenants: d.tenants, DeviceBytes: d.deviceBytes(),
 	}
 	if d.quota != nil {
 		scfg.QuotaSocket = d.quota.Name()
@@ -204,6 +208,11 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 	}
 	if d.routes, err = d.routers(); err != nil {
 		return err
+	}
+	pctx, stopPreempt := context.WithCancel(context.Background())
+	defer stopPreempt()
+	if cfg.preempt {
+		go d.preempt.Run(pctx, 2*time.Second)
 	}
 
 	clientLn, err := net.Listen("tcp", cfg.listen)

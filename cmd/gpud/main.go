@@ -65,6 +65,12 @@ type config struct {
 	// records where it can (kTLS).
 	tlsCert, tlsKey, tlsCA string
 	kernelTLS              bool
+	// preempt: gpud preempts sessions of lower priority when the device
+	// is full (on by default).
+	preempt bool
+	// preemptMem, when set, is the device memory sessions share, in
+	// place of the GPU's size (headroom for the driver's own use).
+	preemptMem uint64
 	// stageMaxBytes bounds the device memory staged in memory for the
 	// restores of sessions migrating here (package migrate/stage).
 	stageMaxBytes int64
@@ -92,6 +98,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.tlsKey, "tls-key", "", "the PEM private key `FILE` of --tls-cert")
 	fs.StringVar(&c.tlsCA, "tls-ca", "", "PEM CA bundle `FILE` to verify peers' API certificates with; when set, migrations reach targets over HTTPS")
 	fs.BoolVar(&c.kernelTLS, "kernel-tls", true, "with --tls-cert, let the kernel encrypt --listen's traffic (kTLS) where it has TLS offload; false keeps it in gpud's workers")
+	fs.BoolVar(&c.preempt, "preempt", true, "when an allocation does not fit on the device, preempt sessions of lower priority (checkpoint and release them, resuming them when they fit again); false: the allocation fails")
+	fs.Uint64Var(&c.preemptMem, "preempt-mem", 0, "with --preempt, the device memory in bytes that sessions share before gpud preempts (default: the GPU's size, or --emulated-mem)")
 	fs.Int64Var(&c.stageMaxBytes, "stage-max-bytes", stage.DefaultMax(), "bound of the pre-copied device memory kept in memory for the restores of sessions migrating here, in bytes (default: a quarter of the host's memory); 0 stages nothing")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.Usage = func() {

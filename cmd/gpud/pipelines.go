@@ -78,7 +78,7 @@ func (d *daemon) routers() ([]router, error) {
 		Listen:   advertised(d.cfg.listen, ""),
 		Log:      d.log,
 	}
-	return append([]router{d.manager, ckpt, rst, staged}, d.transferRouters(ckpt, rst, imgs, staged)...), nil
+	return append([]router{d.manager, ckpt, rst, d.preemptRouter(ckpt, rst, imgs), staged}, d.transferRouters(ckpt, rst, imgs, staged)...), nil
 }
 
 // imageStore is the host's store as the checkpoint pipeline

@@ -30,6 +30,8 @@ type HostOptions struct {
 	// runs against this host (e.g. "GPUCTL_TLS_CA=" for a plaintext host
 	// in a test whose environment names a CA).
 	GpuctlEnv []string
+	// StateDir is gpud's --state-dir; empty: a fresh one (see Restart).
+	StateDir string
 }
 
 // Host is a namespace running gpud.
@@ -47,6 +49,19 @@ type Host struct {
 	// The ports gpud listens on in the namespace.
 	listenPort, apiPort string
 	gpuctlEnv           []string
+	opts                HostOptions
+}
+
+// Restart stops h's gpud with SIGTERM (it must exit 0) and starts a new
+// one in its place: the same namespace, ports, flags and state dir.
+func (c *Cluster) Restart(h *Host) *Host {
+	c.t.Helper()
+	if err := h.Stop(20 * time.Second); err != nil {
+		c.t.Fatalf("gpud on %s did not shut down cleanly before its restart: %v", h.Name, err)
+	}
+	opts := h.opts
+	opts.StateDir = h.StateDir
+	return c.startHost(h.Node, h.Name, h.listenPort, h.apiPort, opts)
 }
 
 // Listen is the address clients connect to (gpud --listen).
@@ -91,7 +106,10 @@ func (c *Cluster) startHost(n *Node, name, listenPort, apiPort string, opts Host
 	c.gpuds[n.NS]++
 	c.mu.Unlock()
 	h := &Host{Node: n, StateDir: filepath.Join(c.t.TempDir(), name), TokenFile: opts.TokenFile,
-		listenPort: listenPort, apiPort: apiPort, gpuctlEnv: opts.GpuctlEnv}
+		listenPort: listenPort, apiPort: apiPort, gpuctlEnv: opts.GpuctlEnv, opts: opts}
+	if opts.StateDir != "" {
+		h.StateDir = opts.StateDir
+	}
 	h.args = []string{"--listen", h.Listen(), "--api", h.API(), "--state-dir", h.StateDir, "--name", name, "--backend", "emulated"}
 	if opts.TokenFile != "" {
 		h.args = append(h.args, "--token-file", opts.TokenFile)

@@ -60,6 +60,10 @@ type Sessions interface {
 // moved is the error a session that migrated away answers a resume with.
 type moved interface{ MovedTo() string }
 
+// preempted is the error a session that waits in its image for device
+// memory answers a resume with; its client waits (wire.StatusPreempted).
+type preempted interface{ Preempted() bool }
+
 // Authenticator tells who a client's token stands for: the host's
 // administrator or a tenant. *tenant.Set is gpud's.
 type Authenticator interface {
@@ -273,7 +277,7 @@ func (l *Listener) handshake(ctx context.Context, c *net.TCPConn, timeout time.D
 		s := rec.State()
 		st = &s
 	}
-	sctx, cancel := context.WithTimeout(tenant.NewContext(ctx, who), sessionStartTimeout)
+	sctx, cancel := context.WithTimeout(wire.NewAttrsContext(tenant.NewContext(ctx, who), hello.Attrs), sessionStartTimeout)
 	defer cancel()
 	if !hello.Resume() {
 		id, err := l.Sessions.Create(sctx, c, st, hello)
@@ -281,7 +285,7 @@ func (l *Listener) handshake(ctx context.Context, c *net.TCPConn, timeout time.D
 			l.audit(ctx, who.String(), action, "", peer, string(errs.KindOf(err)))
 			msg := "gpud could not start a session: " + err.Error()
 			switch errs.KindOf(err) {
-			case errs.ResourceExhausted, errs.FailedPrecondition:
+			case errs.ResourceExhausted, errs.FailedPrecondition, errs.InvalidArgument:
 				// A limit or the configuration, not a failure: the
 				// message says it all, and the client prints it.
 				met.WithLabelValues("refused").Inc()
@@ -303,11 +307,16 @@ func (l *Listener) handshake(ctx context.Context, c *net.TCPConn, timeout time.D
 		return
 	}
 	err = l.Sessions.Resume(sctx, c, st, hello)
-	var mv moved
+	var (
+		mv moved
+		pr preempted
+	)
 	result := "ok"
 	switch {
 	case errors.As(err, &mv):
 		result = "moved"
+	case errors.As(err, &pr):
+		result = "preempted"
 	case err != nil:
 		result = string(errs.KindOf(err))
 	}
@@ -323,6 +332,11 @@ func (l *Listener) handshake(ctx context.Context, c *net.TCPConn, timeout time.D
 		met.WithLabelValues("moved").Inc()
 		log.Info("sent a returning client to its session's new host", "session", hello.SessionID, "to", mv.MovedTo())
 		_ = wire.WriteWelcome(conn, &wire.Welcome{Status: wire.StatusMoved, Message: mv.MovedTo()})
+	case errors.As(err, &pr):
+		met.WithLabelValues("preempted").Inc()
+		log.Debug("a preempted session's client is waiting", "session", hello.SessionID)
+		_ = c.SetDeadline(time.Now().Add(timeout))
+		_ = wire.WriteWelcome(conn, &wire.Welcome{Status: wire.StatusPreempted, Message: "waiting for device memory"})
 	case errs.IsNotFound(err):
 		met.WithLabelValues("unknown_session").Inc()
 		log.Info("refused a resume of an unknown session (or wrong secret)", "session", hello.SessionID)

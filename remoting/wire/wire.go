@@ -11,6 +11,7 @@
 package wire
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -36,6 +37,9 @@ const (
 	MaxSessionIDLen = 64
 	MaxSecretLen    = 128
 	MaxMessageLen   = 1024
+	// MaxAttrsLen bounds the Hello's attributes: the priority and the
+	// labels text (at most api.MaxLabelsBytes).
+	MaxAttrsLen = 4 + 2048
 )
 
 // Frame size limits. The server announces its maximum argument-block size
@@ -84,6 +88,36 @@ type Hello struct {
 	// LastSeq is the highest request sequence number the client has sent
 	// (0 for a new session). It lets the server log how much is in flight.
 	LastSeq uint64
+	// Attrs are the new session's priority and labels (GPUCTL_PRIORITY,
+	// GPUCTL_LABELS); a resume carries none, its session has them.
+	Attrs Attrs
+}
+
+// Attrs are what a client says about its new session. On the wire they
+// follow the secret, AttrsLen bytes (the Hello's u16 at offset 14, zero
+// when there are none): the priority as an int32, then the labels as
+// "k=v,k2=v2" text, which the session table checks.
+type Attrs struct {
+	Priority int32
+	Labels   string
+}
+
+func (a Attrs) empty() bool { return a.Priority == 0 && a.Labels == "" }
+
+// attrsCtxKey carries a Hello's attributes from the listener to the
+// session table, next to the principal (package tenant) that the
+// handshake's token named.
+type attrsCtxKey struct{}
+
+// NewAttrsContext returns ctx carrying a.
+func NewAttrsContext(ctx context.Context, a Attrs) context.Context {
+	return context.WithValue(ctx, attrsCtxKey{}, a)
+}
+
+// AttrsFromContext returns the attributes ctx carries (zero if none).
+func AttrsFromContext(ctx context.Context) Attrs {
+	a, _ := ctx.Value(attrsCtxKey{}).(Attrs)
+	return a
 }
 
 // Resume reports whether the client asks to re-attach to a session.
@@ -124,21 +158,28 @@ func decodeHello(b []byte, r io.Reader) (*Hello, error) {
 		return nil, protoErr("hello: session id of %d bytes exceeds %d", sl, MaxSessionIDLen)
 	case cl > MaxSecretLen:
 		return nil, protoErr("hello: secret of %d bytes exceeds %d", cl, MaxSecretLen)
-	case le.Uint16(b[14:]) != 0:
-		return nil, protoErr("hello: reserved field is not zero")
+	case int(le.Uint16(b[14:])) > MaxAttrsLen:
+		return nil, protoErr("hello: attributes of %d bytes exceed %d", le.Uint16(b[14:]), MaxAttrsLen)
+	case le.Uint16(b[14:]) != 0 && le.Uint16(b[14:]) < 4:
+		return nil, protoErr("hello: attributes of %d bytes are shorter than the priority", le.Uint16(b[14:]))
 	}
+	al := int(le.Uint16(b[14:]))
 	if h.Version != Version {
 		// The variable part may have another layout in another version:
 		// return what we know so the caller can answer with a Welcome.
 		return h, fmt.Errorf("%w: hello: client speaks protocol version %d, this server speaks %d", ErrVersion, h.Version, Version)
 	}
-	rest := make([]byte, tl+sl+cl)
+	rest := make([]byte, tl+sl+cl+al)
 	if _, err := io.ReadFull(r, rest); err != nil {
 		return nil, fmt.Errorf("read hello: %w", err)
 	}
 	h.Token = string(rest[:tl])
 	h.SessionID = string(rest[tl : tl+sl])
-	h.Secret = string(rest[tl+sl:])
+	h.Secret = string(rest[tl+sl : tl+sl+cl])
+	if al > 0 {
+		a := rest[tl+sl+cl:]
+		h.Attrs = Attrs{Priority: int32(le.Uint32(a)), Labels: string(a[4:])}
+	}
 	if h.Resume() && (h.SessionID == "" || h.Secret == "") {
 		return nil, protoErr("hello: resume without session id and secret")
 	}
@@ -151,10 +192,15 @@ var ErrVersion = errors.New("protocol version mismatch")
 
 // WriteHello writes h (the client side; used by tests and tools).
 func WriteHello(w io.Writer, h *Hello) error {
-	if len(h.Token) > MaxTokenLen || len(h.SessionID) > MaxSessionIDLen || len(h.Secret) > MaxSecretLen {
+	var attrs []byte
+	if !h.Attrs.empty() {
+		attrs = le.AppendUint32(nil, uint32(h.Attrs.Priority))
+		attrs = append(attrs, h.Attrs.Labels...)
+	}
+	if len(h.Token) > MaxTokenLen || len(h.SessionID) > MaxSessionIDLen || len(h.Secret) > MaxSecretLen || len(attrs) > MaxAttrsLen {
 		return fmt.Errorf("write hello: field too long")
 	}
-	b := make([]byte, HelloSize, HelloSize+len(h.Token)+len(h.SessionID)+len(h.Secret))
+	b := make([]byte, HelloSize, HelloSize+len(h.Token)+len(h.SessionID)+len(h.Secret)+len(attrs))
 	copy(b, HelloMagic[:])
 	v := h.Version
 	if v == 0 {
@@ -165,10 +211,12 @@ func WriteHello(w io.Writer, h *Hello) error {
 	le.PutUint16(b[8:], uint16(len(h.Token)))
 	le.PutUint16(b[10:], uint16(len(h.SessionID)))
 	le.PutUint16(b[12:], uint16(len(h.Secret)))
+	le.PutUint16(b[14:], uint16(len(attrs)))
 	le.PutUint64(b[16:], h.LastSeq)
 	b = append(b, h.Token...)
 	b = append(b, h.SessionID...)
 	b = append(b, h.Secret...)
+	b = append(b, attrs...)
 	_, err := w.Write(b)
 	return err
 }
@@ -187,6 +235,11 @@ const (
 	// serves TLS; it is the one Welcome sent unencrypted on such a
 	// listener, so that the client can say what to change.
 	StatusTLSRequired Status = 6
+	// StatusPreempted answers the resume of a session that was preempted
+	// (its device memory given to a session of higher priority) and waits
+	// in its image: the client keeps trying, without the reconnect
+	// timeout, until gpud resumes the session here or sends it elsewhere.
+	StatusPreempted Status = 7
 )
 
 func (s Status) String() string {
@@ -205,6 +258,8 @@ func (s Status) String() string {
 		return "moved"
 	case StatusTLSRequired:
 		return "tls required"
+	case StatusPreempted:
+		return "preempted"
 	}
 	return fmt.Sprintf("status(%d)", uint16(s))
 }

@@ -23,6 +23,8 @@ func TestHelloRoundTrip(t *testing.T) {
 		{Token: "t"},
 		{Token: strings.Repeat("x", MaxTokenLen), LastSeq: 1 << 40},
 		{Flags: HelloResume, Token: "tok", SessionID: "s-0123456789ab", Secret: "00112233445566778899aabbccddeeff", LastSeq: 77},
+		{Token: "tok", Attrs: Attrs{Priority: -5, Labels: "job=42,user=ann"}},
+		{Token: "tok", Attrs: Attrs{Priority: 1 << 30}},
 	}
 	for _, want := range tests {
 		got, err := ReadHello(bytes.NewReader(helloBytes(t, &want)))
@@ -50,7 +52,9 @@ func TestReadHelloRejects(t *testing.T) {
 		{"token too long", mutate(func(b []byte) []byte { binary.LittleEndian.PutUint16(b[8:], MaxTokenLen+1); return b }), true, false},
 		{"session id too long", mutate(func(b []byte) []byte { binary.LittleEndian.PutUint16(b[10:], MaxSessionIDLen+1); return b }), true, false},
 		{"secret too long", mutate(func(b []byte) []byte { binary.LittleEndian.PutUint16(b[12:], MaxSecretLen+1); return b }), true, false},
-		{"reserved set", mutate(func(b []byte) []byte { b[14] = 1; return b }), true, false},
+		{"attributes shorter than a priority", mutate(func(b []byte) []byte { b[14] = 1; return b }), true, false},
+		{"attributes too long", mutate(func(b []byte) []byte { binary.LittleEndian.PutUint16(b[14:], MaxAttrsLen+1); return b }), true, false},
+		{"truncated attributes", mutate(func(b []byte) []byte { b[14] = 8; return b }), false, false},
 		{"other version", mutate(func(b []byte) []byte { b[4] = 9; return b }), false, true},
 		{"truncated token", good[:len(good)-1], false, false},
 		{"resume without id", helloBytes(t, &Hello{Flags: HelloResume, Token: "t"}), true, false},

@@ -188,6 +188,12 @@ func (m *meter) ask(total, want uint64) error {
 		m.log.Warn("allocation refused: the quota service did not answer", "bytes", want-total, "err", err)
 		return cu.Errorf(cu.ErrorOutOfMemory, "device memory quota: %v", err)
 	}
+	if !g.OK && g.Limit == 0 {
+		// No tenant limit refused it: the device is full, and gpud
+		// could not preempt sessions of lower priority to make room.
+		m.log.Info("allocation refused: device memory is full", "bytes", want-total, "session_bytes", total, "why", g.Reason)
+		return cu.Errorf(cu.ErrorOutOfMemory, "device memory: %s", g.Reason)
+	}
 	if !g.OK {
 		m.log.Info("allocation refused by the tenant's device memory limit", "bytes", want-total, "session_bytes", total,
 			"tenant_bytes", g.Held, "limit", g.Limit, "why", g.Reason)

@@ -64,8 +64,11 @@ type Ledger interface {
 // quotaPacket bounds one quota message, both ways.
 const quotaPacket = 4 << 10
 
-// quotaTimeout bounds one question: gpud answers from memory.
-const quotaTimeout = 10 * time.Second
+// quotaTimeout bounds one question. gpud answers from memory, unless
+// the device is full and it first preempts sessions of lower priority
+// (checkpoints that take seconds, minutes for tens of GiB on a GPU); it
+// bounds that wait itself (session.makeRoomTimeout).
+const quotaTimeout = 6 * time.Minute
 
 // QuotaAddr is the abstract unix socket of a quota service.
 func QuotaAddr(name string) *net.UnixAddr {

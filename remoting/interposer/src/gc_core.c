@@ -89,6 +89,10 @@ static struct {
 	char token[GC_MAX_TOKEN + 1];
 	char sid[GC_MAX_SESSION_ID + 1];
 	char secret[GC_MAX_SECRET + 1];
+	/* The new session's attributes (GPUCTL_PRIORITY, GPUCTL_LABELS), as
+	 * the Hello carries them; attrs_len 0 when neither is set. */
+	uint8_t attrs[GC_MAX_ATTRS];
+	size_t attrs_len;
 	_Atomic uint32_t max_frame; /* the server's, from the latest Welcome */
 	double reconnect_timeout;
 	/* reply_timeout: GPUCTL_REPLY_TIMEOUT, the silence a waiting reader
@@ -338,13 +342,15 @@ struct welcome {
 static int handshake(int fd, int resume, uint64_t last_seq, struct welcome *w)
 {
 	size_t tl = strlen(g.token), sl = resume ? strlen(g.sid) : 0, cl = resume ? strlen(g.secret) : 0;
-	uint8_t b[GC_HELLO_SIZE + GC_MAX_TOKEN + GC_MAX_SESSION_ID + GC_MAX_SECRET];
+	size_t al = resume ? 0 : g.attrs_len; /* a resumed session has its attributes */
+	uint8_t b[GC_HELLO_SIZE + GC_MAX_TOKEN + GC_MAX_SESSION_ID + GC_MAX_SECRET + GC_MAX_ATTRS];
 	struct gc_hello_hdr hh = {
 		.version = GC_PROTO_VERSION,
 		.flags = (resume ? GC_HELLO_RESUME : 0) | GC_HELLO_KEEPALIVE,
 		.token_len = (uint16_t)tl,
 		.session_id_len = (uint16_t)sl,
 		.secret_len = (uint16_t)cl,
+		.attrs_len = (uint16_t)al,
 		.last_seq = last_seq,
 	};
 	memcpy(hh.magic, GC_HELLO_MAGIC, 4);
@@ -352,9 +358,10 @@ static int handshake(int fd, int resume, uint64_t last_seq, struct welcome *w)
 	memcpy(b + GC_HELLO_SIZE, g.token, tl);
 	memcpy(b + GC_HELLO_SIZE + tl, g.sid, sl);
 	memcpy(b + GC_HELLO_SIZE + tl + sl, g.secret, cl);
+	memcpy(b + GC_HELLO_SIZE + tl + sl + cl, g.attrs, al);
 	struct timeval tv = { 10, 0 };
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-	if (write_full(fd, b, GC_HELLO_SIZE + tl + sl + cl) < 0)
+	if (write_full(fd, b, GC_HELLO_SIZE + tl + sl + cl + al) < 0)
 		return -1;
 	struct gc_welcome_hdr wh;
 	if (read_full(fd, &wh, sizeof wh) < 0)
@@ -809,7 +816,7 @@ static void reconnect_locked(const char *why, const char *moved)
 		gc_log("lost the connection to %s (%s); reconnecting", g.server, why);
 	}
 	double deadline = now_s() + g.reconnect_timeout, backoff = 0.01;
-	int moves = 0;
+	int moves = 0, told_preempted = 0;
 	for (;;) {
 		struct welcome w;
 		char terr[GC_MAX_MESSAGE + 512];
@@ -868,6 +875,14 @@ static void reconnect_locked(const char *why, const char *moved)
 				snprintf(g.server, sizeof g.server, "%s", w.msg);
 				close(fd);
 				continue;
+			} else if (w.status == GC_STATUS_PREEMPTED) {
+				/* The session waits in its image for room on the
+				 * device: however long that takes, the program
+				 * stalls and then goes on. */
+				if (!told_preempted++)
+					gc_log("session preempted by %s%s%s; waiting for it to be resumed", g.server,
+					       w.msg[0] ? ": " : "", w.msg);
+				deadline = now_s() + g.reconnect_timeout + 1.0;
 			} else if (w.status == GC_STATUS_TLS_REQUIRED) {
 				char m[GC_MAX_MESSAGE + 192];
 				snprintf(m, sizeof m, TLS_REQUIRED_FMT, g.server);
@@ -1091,6 +1106,35 @@ static void debug_crash_handlers(void)
 	}
 }
 
+/* read_attrs fills the Hello's attributes from GPUCTL_PRIORITY (an int32)
+ * and GPUCTL_LABELS ("k=v,k2=v2", which gpud checks). */
+static int read_attrs(void)
+{
+	const char *ps = getenv("GPUCTL_PRIORITY"), *ls = getenv("GPUCTL_LABELS");
+	long long prio = 0;
+	if (ps != NULL && *ps != 0) {
+		char *end;
+		errno = 0;
+		prio = strtoll(ps, &end, 10);
+		if (end == ps || *end != 0 || errno != 0 || prio < INT32_MIN || prio > INT32_MAX) {
+			gc_log("GPUCTL_PRIORITY=%s: want an integer between %d and %d", ps, INT32_MIN, INT32_MAX);
+			return -1;
+		}
+	}
+	size_t ll = ls != NULL ? strlen(ls) : 0;
+	if (ll > GC_MAX_ATTRS - 4) {
+		gc_log("GPUCTL_LABELS is %zu bytes long; at most %d", ll, GC_MAX_ATTRS - 4);
+		return -1;
+	}
+	if (prio == 0 && ll == 0)
+		return 0;
+	int32_t p = (int32_t)prio;
+	memcpy(g.attrs, &p, 4);
+	memcpy(g.attrs + 4, ls, ll);
+	g.attrs_len = 4 + ll;
+	return 0;
+}
+
 static void init_once(void)
 {
 	if (getenv("GPUCTL_DEBUG") != NULL)
@@ -1115,6 +1159,10 @@ static void init_once(void)
 			g.reconnect_timeout = v;
 		else
 			gc_log("ignoring GPUCTL_RECONNECT_TIMEOUT=%s: not a number of seconds", rt);
+	}
+	if (read_attrs() < 0) {
+		g.init_res = CUDA_ERROR_INVALID_VALUE;
+		return;
 	}
 	if (gc_tls_setup() < 0) {
 		g.init_res = CUDA_ERROR_NO_DEVICE;

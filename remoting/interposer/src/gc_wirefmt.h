@@ -54,7 +54,7 @@ struct gc_hello_hdr {
 	uint16_t token_len;
 	uint16_t session_id_len;
 	uint16_t secret_len;
-	uint16_t reserved;
+	uint16_t attrs_len; /* priority (int32) and labels text, after the secret */
 	uint64_t last_seq;
 };
 

@@ -141,11 +141,12 @@ func cOpsHeader() []byte {
 	fmt.Fprintf(&w, "#define GC_FLAG_ASYNC %d\n#define GC_FLAG_ACK_REQUEST %d\n", wire.FlagAsync, wire.FlagAckRequest)
 	fmt.Fprintf(&w, "#define GC_KIND_REPLY %d\n#define GC_KIND_ACK %d\n#define GC_KIND_MOVED %d\n#define GC_KIND_CLOSING %d\n#define GC_KIND_KEEPALIVE %d\n",
 		wire.KindReply, wire.KindAck, wire.KindMoved, wire.KindClosing, wire.KindKeepalive)
-	for _, st := range []wire.Status{wire.StatusOK, wire.StatusBadToken, wire.StatusUnknownSession, wire.StatusVersionMismatch, wire.StatusRefused, wire.StatusMoved, wire.StatusTLSRequired} {
+	for _, st := range []wire.Status{wire.StatusOK, wire.StatusBadToken, wire.StatusUnknownSession, wire.StatusVersionMismatch, wire.StatusRefused, wire.StatusMoved, wire.StatusTLSRequired, wire.StatusPreempted} {
 		fmt.Fprintf(&w, "#define GC_STATUS_%s %d\n", strings.ToUpper(strings.ReplaceAll(st.String(), " ", "_")), st)
 	}
 	fmt.Fprintf(&w, "#define GC_MAX_TOKEN %d\n#define GC_MAX_SESSION_ID %d\n#define GC_MAX_SECRET %d\n#define GC_MAX_MESSAGE %d\n",
 		wire.MaxTokenLen, wire.MaxSessionIDLen, wire.MaxSecretLen, wire.MaxMessageLen)
+	fmt.Fprintf(&w, "#define GC_MAX_ATTRS %d\n", wire.MaxAttrsLen)
 	fmt.Fprintf(&w, "#define GC_MIN_MAX_FRAME %d\n#define GC_MAX_IMAGE %d\n\n", wire.MinMaxFrame, wire.MaxImage)
 
 	w.WriteString("/* Wire op codes. */\nenum gc_op {\n")
