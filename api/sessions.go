@@ -61,6 +61,10 @@ type CheckpointReply struct {
 	// much of it was copied (the blocks changed since its last image).
 	MemBytes     int64 `json:"mem_bytes,omitempty"`
 	MemSentBytes int64 `json:"mem_sent_bytes,omitempty"`
+	// MemCopiedBytes is what the save copied from the device: less than
+	// MemBytes when gpud kept the session's last save in host memory and
+	// only the changed blocks had to come across.
+	MemCopiedBytes int64 `json:"mem_copied_bytes,omitempty"`
 }
 
 // StepTiming is how long one step of a checkpoint, restore or migration

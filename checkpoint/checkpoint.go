@@ -34,6 +34,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -119,6 +120,16 @@ type MemWorker interface {
 	ReloadMem(ctx context.Context, f *os.File, layoutOff, layoutLen int64) error
 }
 
+// MemSizer is a Worker that says how much device memory its session
+// holds, so that gpud can make the memfd its save goes into before the
+// session pauses (devstore.Scratch).
+type MemSizer interface {
+	MemBytes(ctx context.Context) (int64, error)
+}
+
+// scratchMin is the least device memory worth a memfd made ahead.
+const scratchMin = 64 << 20
+
 // Request names the session to checkpoint.
 type Request struct {
 	Session string
@@ -159,6 +170,8 @@ type Result struct {
 	StallMS      int64 `json:"stall_ms"`
 	MemBytes     int64 `json:"mem_bytes,omitempty"`
 	MemSentBytes int64 `json:"mem_sent_bytes,omitempty"`
+	// MemCopiedBytes is what the save copied from the device.
+	MemCopiedBytes int64 `json:"mem_copied_bytes,omitempty"`
 	// Early is set when the session was resumed before the store step.
 	Early bool `json:"-"`
 }
@@ -176,6 +189,8 @@ type Frozen struct {
 	snap     *devstore.Snapshot
 	base     *devstore.Table
 	keepSnap bool // the early resume: the store step reads snap after it
+	// resumed is where Resume's time went, step by step.
+	resumed []Timing
 }
 
 // Checkpoint runs quiesce, suspend, detach, dump and store. On success the
@@ -221,26 +236,46 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 	opts.LeaveRunning = true
 	opts.LogDir = work
 	var (
-		snap  *devstore.Snapshot
-		base  *devstore.Table
-		tq    time.Time
-		early bool
+		snap   *devstore.Snapshot
+		base   *devstore.Table
+		tq     time.Time
+		early  bool
+		into   *os.File // the memfd made ready for the save
+		mirror uint64   // the save into holds, if any
 	)
-	steps := []Step{
-		{Name: "quiesce",
+	defer func() {
+		if into != nil {
+			into.Close() // the worker's answer carries its own descriptor
+		}
+	}()
+	_, saving := cur.(MemWorker)
+	saving = saving && p.Mem != nil
+	var steps []Step
+	if saving {
+		// Before the pause: what the save will write into.
+		steps = append(steps, Step{Name: "prepare",
+			Do: func(ctx context.Context) error {
+				base, into, mirror = p.prepareMem(ctx, cur, req)
+				return nil
+			}})
+	}
+	steps = append(steps,
+		Step{Name: "quiesce",
 			Do: func(ctx context.Context) error {
 				tq = time.Now()
 				return cur.Quiesce(ctx)
 			},
 			Undo: func(ctx context.Context) error { return cur.Resume(ctx) }},
-	}
-	_, saving := cur.(MemWorker)
-	saving = saving && p.Mem != nil
+	)
 	if saving {
 		steps = append(steps, Step{Name: "save",
 			Do: func(ctx context.Context) error {
 				var err error
-				snap, base, err = p.saveMem(ctx, cur.(MemWorker), req)
+				snap, err = p.saveMem(ctx, cur.(MemWorker), req, base, into, mirror)
+				if into != nil {
+					into.Close()
+					into = nil
+				}
 				return err
 			},
 			Undo: func(ctx context.Context) error {
@@ -288,9 +323,19 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 		}
 		fr.snap, fr.base, fr.keepSnap = snap, base, true
 		w, err := fr.Resume(ctx)
-		fr.snap = nil // the store below still reads it; it closes with ok
-		defer snap.Close()
+		fr.snap = nil // the store below still reads it
+		keep := false
+		defer func() {
+			if keep {
+				// Complete now (the resume filled in what the save
+				// did not copy): the next save copies only changes.
+				p.Mem.KeepMirror(req.Session, snap)
+			} else {
+				snap.Close()
+			}
+		}()
 		stall = time.Since(tq)
+		timings = append(memTimings(timings, snap), fr.resumed...)
 		if w != nil && req.Resumed != nil {
 			req.Resumed(w)
 		}
@@ -303,6 +348,7 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 		if err != nil {
 			return nil, errs.Wrap(err, errs.KindOf(err), subject, "the session runs on, but its image was not stored")
 		}
+		keep = true
 		fr.Steps = timings
 	} else {
 		steps = append(steps, store)
@@ -311,7 +357,7 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 			snap.Close()
 			return nil, err
 		}
-		fr.snap, fr.base, fr.Steps = snap, base, timings
+		fr.snap, fr.base, fr.Steps = snap, base, memTimings(timings, snap)
 		stall = time.Since(tq)
 	}
 	ok = true
@@ -322,31 +368,100 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 		StallMS: stall.Milliseconds(), Early: early,
 	}
 	if snap != nil {
-		fr.MemBytes, fr.MemSentBytes = snap.Saved.Bytes, snap.Saved.SentBytes
+		fr.MemBytes, fr.MemSentBytes, fr.MemCopiedBytes = snap.Saved.Bytes, snap.Saved.SentBytes, snap.Saved.CopiedBytes
 	}
 	return fr, nil
 }
 
-// saveMem has the worker copy its device memory (what changed since the
-// session's last complete save) into a memfd and release it.
-func (p *Pipeline) saveMem(ctx context.Context, w MemWorker, req Request) (*devstore.Snapshot, *devstore.Table, error) {
-	base := req.MemBase
+// prepareMem finds, while the session still runs, the save's base (the
+// session's last complete save) and the memfd the save goes into: the
+// session's mirror of that base when gpud kept one (only the changed
+// blocks are copied then), or a new memfd of the session's size with its
+// pages faulted in, so that the copy does not fault page by page while
+// the client waits. Neither is required: without them the worker makes
+// its own memfd.
+func (p *Pipeline) prepareMem(ctx context.Context, w Worker, req Request) (base *devstore.Table, into *os.File, mirror uint64) {
+	base = req.MemBase // a migration's last pre-copy round
 	if base == nil {
 		base = p.Mem.Base(ctx, req.Session, req.Parent)
 	}
-	f, sv, err := w.SaveMem(ctx, devmem.SaveRequest{Base: base.Gen(), All: req.ResumeEarly, Release: true})
+	if m := p.Mem.TakeMirror(req.Session); m != nil {
+		if base != nil && m.Layout.Gen == base.Gen() {
+			f := m.File
+			m.File = nil
+			m.Close()
+			return base, f, base.Gen()
+		}
+		m.Close()
+	}
+	if req.MemBase != nil {
+		return base, nil, 0 // pre-copied: the save copies the last changes only
+	}
+	sz, ok := w.(MemSizer)
+	if !ok {
+		return base, nil, 0
+	}
+	n, err := sz.MemBytes(ctx)
+	if err != nil || n < scratchMin {
+		return base, nil, 0
+	}
+	f, err := devstore.Scratch((n + 2<<20 - 1) &^ (2<<20 - 1))
 	if err != nil {
-		return nil, nil, err
+		p.log().Warn("no memfd made ahead for the save; the worker makes its own", "session", req.Session, "bytes", n, "err", err)
+		return base, nil, 0
+	}
+	return base, f, 0
+}
+
+func (p *Pipeline) log() *slog.Logger {
+	if p.Log != nil {
+		return p.Log
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// saveMem has the worker copy its device memory (what changed since
+// base, the session's last complete save) into a memfd (into, when
+// prepareMem made one) and release it.
+func (p *Pipeline) saveMem(ctx context.Context, w MemWorker, req Request, base *devstore.Table, into *os.File, mirror uint64) (*devstore.Snapshot, error) {
+	f, sv, err := w.SaveMem(ctx, devmem.SaveRequest{Base: base.Gen(), All: req.ResumeEarly, Release: true, Into: into, Mirror: mirror})
+	if err != nil {
+		return nil, err
+	}
+	if sv.PinError != "" {
+		p.log().Warn("the worker could not pin all of the save's host memory; those parts were copied through its buffers", "session", req.Session,
+			"pinned_bytes", sv.PinnedBytes, "copied_bytes", sv.CopiedBytes, "err", sv.PinError)
 	}
 	snap, err := devstore.Open(f, sv)
 	if err != nil {
-		return nil, nil, errs.Wrap(err, errs.Internal, errs.Session(req.Session), "read the saved device memory")
+		return nil, errs.Wrap(err, errs.Internal, errs.Session(req.Session), "read the saved device memory")
 	}
 	if snap.Layout.Base != 0 && snap.Layout.Base != base.Gen() {
 		snap.Close()
-		return nil, nil, errs.New(errs.Internal, errs.Session(req.Session), "the worker saved relative to %x, not %x", snap.Layout.Base, base.Gen())
+		return nil, errs.New(errs.Internal, errs.Session(req.Session), "the worker saved relative to %x, not %x", snap.Layout.Base, base.Gen())
 	}
-	return snap, base, nil
+	return snap, nil
+}
+
+// memTimings adds, after the save step, where its time went in the
+// worker.
+func memTimings(ts []Timing, snap *devstore.Snapshot) []Timing {
+	if snap == nil {
+		return ts
+	}
+	sv := snap.Saved
+	sub := []Timing{
+		{Step: "save.hash", Duration: time.Duration(sv.HashNS)},
+		{Step: "save.prepare", Duration: time.Duration(sv.PrepareNS)},
+		{Step: "save.copy", Duration: time.Duration(sv.CopyNS)},
+		{Step: "save.release", Duration: time.Duration(sv.ReleaseNS)},
+	}
+	for i, t := range ts {
+		if t.Step == "save" {
+			return slices.Concat(ts[:i+1], sub, ts[i+1:])
+		}
+	}
+	return ts
 }
 
 // reloadMem puts saved device memory back into a worker: the blocks the
@@ -392,6 +507,12 @@ func (f *Frozen) Resume(ctx context.Context) (Worker, error) {
 		return nil, errs.New(errs.FailedPrecondition, errs.Session(f.Session), "checkpoint already resumed or released")
 	}
 	f.settled = true
+	t0 := time.Now()
+	lap := func(step string) {
+		now := time.Now()
+		f.resumed = append(f.resumed, Timing{Step: step, Duration: now.Sub(t0)})
+		t0 = now
+	}
 	w, err := f.p.Reattach.Reattach(ctx, f.PID, f.Nonce)
 	if err != nil {
 		return nil, errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "resume after checkpoint %s: reattach worker %d", f.Image, f.PID)
@@ -403,10 +524,12 @@ func (f *Frozen) Resume(ctx context.Context) (Worker, error) {
 			return nil, errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "resume after checkpoint %s", f.Image)
 		}
 	}
+	lap("resume.reattach")
 	if f.p.Suspender != nil {
 		if err := f.p.Suspender.Resume(ctx, f.PID); err != nil {
 			return w, errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "resume after checkpoint %s: backend resume", f.Image)
 		}
+		lap("resume.driver")
 	}
 	if f.snap != nil {
 		err := f.p.reloadMem(ctx, w, f.snap, f.base)
@@ -417,10 +540,12 @@ func (f *Frozen) Resume(ctx context.Context) (Worker, error) {
 		if err != nil {
 			return w, errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "resume after checkpoint %s: reload device memory", f.Image)
 		}
+		lap("resume.reload")
 	}
 	if err := w.Resume(ctx); err != nil {
 		return w, errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "resume after checkpoint %s: worker resume", f.Image)
 	}
+	lap("resume.worker")
 	return w, nil
 }
 

@@ -140,7 +140,7 @@ func (s *Service) Checkpoint(ctx context.Context, id string, req api.CheckpointR
 func (r *Result) reply() *api.CheckpointReply {
 	return &api.CheckpointReply{Image: r.Image, Session: r.Session, Bytes: r.Bytes, StoredBytes: r.StoredBytes,
 		DurationMS: r.DurationMS, Steps: StepTimings(r.Steps), Nonce: r.Nonce,
-		StallMS: r.StallMS, MemBytes: r.MemBytes, MemSentBytes: r.MemSentBytes}
+		StallMS: r.StallMS, MemBytes: r.MemBytes, MemSentBytes: r.MemSentBytes, MemCopiedBytes: r.MemCopiedBytes}
 }
 
 // Freeze claims the session, runs the pipeline and records the session as

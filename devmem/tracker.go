@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -26,6 +28,16 @@ type SaveRequest struct {
 	All bool `json:"all,omitempty"`
 	// Release drops the physical memory once it is copied.
 	Release bool `json:"release,omitempty"`
+	// Into, when set, is the memfd to save into instead of a new one:
+	// one gpud sized and faulted in before the session paused, or, with
+	// Mirror, the memfd of an earlier save. It travels with the request
+	// as a descriptor.
+	Into *os.File `json:"-"`
+	// Mirror is the save whose data Into holds, every block of it, laid
+	// out as that save laid it out; 0 when Into holds nothing. When it is
+	// the save Base names and the regions are the same, only the changed
+	// blocks are copied and the data is still complete.
+	Mirror uint64 `json:"mirror,omitempty"`
 }
 
 // Saved is where a save's memfd holds what: the data (Layout.Size bytes)
@@ -36,6 +48,20 @@ type Saved struct {
 	Gen       uint64 `json:"gen"`
 	SentBytes int64  `json:"sent_bytes"` // bytes of the blocks that changed since the base
 	Bytes     int64  `json:"bytes"`
+	// Where a save's time went: hashing the blocks, preparing the memfd
+	// (faulting its pages in and pinning them), copying, releasing the
+	// device memory.
+	HashNS    int64 `json:"hash_ns,omitempty"`
+	PrepareNS int64 `json:"prepare_ns,omitempty"`
+	CopyNS    int64 `json:"copy_ns,omitempty"`
+	ReleaseNS int64 `json:"release_ns,omitempty"`
+	// CopiedBytes is what was copied from the device (less than Bytes
+	// when the memfd held the unchanged blocks already), PinnedBytes how
+	// much of the memfd was pinned for direct copies; PinError says why
+	// some could not be.
+	CopiedBytes int64  `json:"copied_bytes,omitempty"`
+	PinnedBytes int64  `json:"pinned_bytes,omitempty"`
+	PinError    string `json:"pin_error,omitempty"`
 	// PauseNS is how long a pre-copy round held the session's requests
 	// back (Tracker.Precopy).
 	PauseNS int64 `json:"pause_ns,omitempty"`
@@ -43,8 +69,9 @@ type Saved struct {
 
 // hashes are one save's block hashes, by region.
 type hashes struct {
-	gen uint64
-	m   map[key][]uint64
+	gen  uint64
+	m    map[key][]uint64
+	regs []key // in layout order
 }
 
 // Tracker is a worker's memory of what it saved. It lives in the worker's
@@ -92,9 +119,10 @@ func (t *Tracker) base(gen uint64) *hashes {
 }
 
 // Save copies dev's memory (what changed since req.Base, or all of it)
-// into a new memfd and returns it with its description. On error nothing
-// was released.
+// into a memfd (req.Into, or a new one) and returns it with its
+// description. On error nothing was released.
 func (t *Tracker) Save(ctx context.Context, dev backend.DeviceMemory, req SaveRequest) (*os.File, Saved, error) {
+	t0 := time.Now()
 	regs, err := dev.MemRegions(ctx)
 	if err != nil {
 		return nil, Saved{}, fmt.Errorf("list device memory: %w", err)
@@ -111,12 +139,17 @@ func (t *Tracker) Save(ctx context.Context, dev backend.DeviceMemory, req SaveRe
 			return nil, Saved{}, fmt.Errorf("hash device memory region %#x: %w", r.ID, err)
 		}
 		next.m[keyOf(r)] = hs
+		next.regs = append(next.regs, keyOf(r))
 	}
+	hashed := time.Now()
 	l.Sent = make([]byte, (l.Blocks+7)/8)
 	base := t.base(req.Base)
 	if base != nil {
 		l.Base = base.gen
 	}
+	// The memfd holds the base's data already: the unchanged blocks are
+	// in place, so every block is present after copying the changed ones.
+	mirror := req.Into != nil && base != nil && req.Mirror == base.gen && slices.Equal(base.regs, next.regs)
 	l.Changed = make([]byte, len(l.Sent))
 	spans := l.Spans()
 	for i, s := range spans {
@@ -130,7 +163,7 @@ func (t *Tracker) Save(ctx context.Context, dev backend.DeviceMemory, req SaveRe
 		if changed {
 			l.Changed[i/8] |= 1 << (i % 8)
 		}
-		if changed || req.All {
+		if changed || req.All || mirror {
 			l.setSent(i)
 		}
 	}
@@ -138,33 +171,59 @@ func (t *Tracker) Save(ctx context.Context, dev backend.DeviceMemory, req SaveRe
 	if err != nil {
 		return nil, Saved{}, err
 	}
-	sv := Saved{LayoutOff: (l.Size + 4095) &^ 4095, LayoutLen: int64(len(lj)), Gen: l.Gen, Bytes: l.Size}
-	fd, err := unix.MemfdCreate("gpuctl-devmem", unix.MFD_CLOEXEC)
-	if err != nil {
-		return nil, Saved{}, fmt.Errorf("memfd: %w", err)
+	sv := Saved{LayoutOff: (l.Size + 4095) &^ 4095, LayoutLen: int64(len(lj)), Gen: l.Gen, Bytes: l.Size,
+		HashNS: hashed.Sub(t0).Nanoseconds()}
+	f := req.Into
+	if req.Mirror != 0 && !mirror {
+		// An earlier save's data that does not fit this one: its stale
+		// blocks must not pass for this save's, so start afresh.
+		f = nil
 	}
-	f := os.NewFile(uintptr(fd), "devmem")
+	fresh := f == nil
+	if fresh {
+		fd, err := unix.MemfdCreate("gpuctl-devmem", unix.MFD_CLOEXEC)
+		if err != nil {
+			return nil, Saved{}, fmt.Errorf("memfd: %w", err)
+		}
+		f = os.NewFile(uintptr(fd), "devmem")
+	}
 	ok := false
 	defer func() {
-		if !ok {
+		if !ok && fresh {
 			f.Close()
 		}
 	}()
 	if err := f.Truncate(sv.LayoutOff + sv.LayoutLen); err != nil {
 		return nil, Saved{}, fmt.Errorf("size the memfd: %w", err)
 	}
+	copied := time.Now()
 	if l.Size > 0 {
-		data, err := unix.Mmap(fd, 0, int(l.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		data, err := unix.Mmap(int(f.Fd()), 0, int(l.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 		if err != nil {
 			return nil, Saved{}, fmt.Errorf("map the memfd: %w", err)
 		}
-		err = parallel(len(spans), func(i int) error {
-			if !l.IsSent(i) {
-				return nil
+		ps := pieces(spans, func(i int) bool {
+			if mirror {
+				return l.IsChanged(i)
 			}
-			s := spans[i]
-			return dev.ReadMem(ctx, l.Regions[s.Region].MemRegion, s.RegOff, data[s.FileOff:s.FileOff+int64(s.Len)])
+			return l.IsSent(i)
 		})
+		sv.CopiedBytes = piecesBytes(ps)
+		pr := &prepared{}
+		if sv.CopiedBytes >= directMin {
+			pr = prepare(ctx, dev, data, ps, true)
+		}
+		copied = time.Now()
+		sv.PrepareNS = copied.Sub(hashed).Nanoseconds()
+		sv.PinnedBytes = pr.pinned
+		if pr.err != nil {
+			sv.PinError = pr.err.Error()
+		}
+		err = parallel(len(ps), func(i int) error {
+			p := ps[i]
+			return dev.ReadMem(ctx, l.Regions[p.region].MemRegion, p.regOff, data[p.fileOff:p.fileOff+int64(p.n)])
+		})
+		pr.release()
 		_ = unix.Munmap(data)
 		if err != nil {
 			return nil, Saved{}, fmt.Errorf("copy device memory: %w", err)
@@ -178,6 +237,8 @@ func (t *Tracker) Save(ctx context.Context, dev backend.DeviceMemory, req SaveRe
 			sv.SentBytes += int64(s.Len)
 		}
 	}
+	released := time.Now()
+	sv.CopyNS = released.Sub(copied).Nanoseconds()
 	if req.Release {
 		if err := dev.ReleaseMem(ctx); err != nil {
 			// Partly released memory is lost memory: put it all back.
@@ -186,6 +247,7 @@ func (t *Tracker) Save(ctx context.Context, dev backend.DeviceMemory, req SaveRe
 			}
 			return nil, Saved{}, fmt.Errorf("release device memory: %w", err)
 		}
+		sv.ReleaseNS = time.Since(released).Nanoseconds()
 	}
 	t.pending = next
 	ok = true
@@ -256,22 +318,31 @@ func (t *Tracker) reloadFrom(ctx context.Context, dev backend.DeviceMemory, f *o
 	if !copied {
 		return nil
 	}
-	data, err := unix.Mmap(int(f.Fd()), 0, int(l.Size), unix.PROT_READ, unix.MAP_SHARED)
+	// Writable, so that the backend may pin it (pinning wants write
+	// access); nothing here writes to it.
+	data, err := unix.Mmap(int(f.Fd()), 0, int(l.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return fmt.Errorf("map the device memory file: %w", err)
 	}
 	defer unix.Munmap(data)
 	spans := l.Spans()
-	return parallel(len(spans), func(i int) error {
+	// Blocks of zeros need no copy: backed-again memory is zeroed.
+	zero := make([]bool, len(spans))
+	_ = parallel(len(spans), func(i int) error {
 		s := spans[i]
-		if mapped[s.Region] {
-			return nil
-		}
-		b := data[s.FileOff : s.FileOff+int64(s.Len)]
-		if isZero(b) {
-			return nil // released memory reads as zeros already
-		}
-		return dev.WriteMem(ctx, l.Regions[s.Region].MemRegion, s.RegOff, b)
+		// A mapped region's blocks are in place already.
+		zero[i] = mapped[s.Region] || isZero(data[s.FileOff:s.FileOff+int64(s.Len)])
+		return nil
+	})
+	ps := pieces(spans, func(i int) bool { return !zero[i] })
+	pr := &prepared{}
+	if piecesBytes(ps) >= directMin {
+		pr = prepare(ctx, dev, data, ps, false)
+	}
+	defer pr.release()
+	return parallel(len(ps), func(i int) error {
+		p := ps[i]
+		return dev.WriteMem(ctx, l.Regions[p.region].MemRegion, p.regOff, data[p.fileOff:p.fileOff+int64(p.n)])
 	})
 }
 

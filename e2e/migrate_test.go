@@ -49,6 +49,7 @@ type checkpointResult struct {
 	DurationMS  int64  `json:"duration_ms"`
 	MemBytes    int64  `json:"mem_bytes"`
 	MemSent     int64  `json:"mem_sent_bytes"`
+	MemCopied   int64  `json:"mem_copied_bytes"`
 }
 
 type sessionInfo struct {
@@ -351,6 +352,11 @@ func TestIdleCheckpointsDedup(t *testing.T) {
 	}
 	if c2.StallMS <= 0 || c2.StallMS > c2.DurationMS {
 		t.Errorf("second checkpoint: stall %d ms, duration %d ms", c2.StallMS, c2.DurationMS)
+	}
+	// gpud kept the first save in host memory: the second copied only
+	// the changed blocks into it, not the session's whole memory.
+	if c1.MemCopied < 64<<20 || c2.MemCopied*100 > c2.MemBytes {
+		t.Errorf("the checkpoints copied %d and then %d of %d bytes of device memory (want all, then <= 1%%)", c1.MemCopied, c2.MemCopied, c2.MemBytes)
 	}
 	t.Logf("first: %d bytes, %d stored, stall %d ms of %d; second: %d bytes, %d stored, stall %d ms of %d, %d of %d bytes of device memory changed",
 		c1.Bytes, c1.StoredBytes, c1.StallMS, c1.DurationMS, c2.Bytes, c2.StoredBytes, c2.StallMS, c2.DurationMS, c2.MemSent, c2.MemBytes)

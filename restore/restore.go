@@ -237,7 +237,12 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 		}
 		err := <-memLoad
 		memLoad = nil
-		defer memSnap.Close()
+		kept := false
+		defer func() {
+			if !kept {
+				memSnap.Close()
+			}
+		}()
 		if err != nil {
 			return errs.Wrap(err, errs.KindOf(err), subject, "read the saved device memory")
 		}
@@ -249,6 +254,10 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 			return err
 		}
 		r.Mem.Remember(meta.Session, memTable)
+		// The worker runs from a complete copy of that save: the next
+		// checkpoint copies only what changes from here.
+		r.Mem.KeepMirror(meta.Session, memSnap)
+		kept = true
 		return nil
 	}})
 	timings, err := checkpoint.Run(ctx, r.Log, "restore", subject, steps)

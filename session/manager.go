@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"fmt"
 	"github.com/gpuctl/gpuctl/ids"
 	"io"
 	"log/slog"
@@ -814,13 +815,22 @@ func (m *Manager) Shutdown(ctx context.Context) {
 // every restore and migration opens; the driver caches a failed cuInit for
 // the life of a process, so only a new worker can succeed.
 func startWorker(ctx context.Context, opts worker.Options) (*worker.Handle, error) {
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	const patience = 15 * time.Second
+	t0 := time.Now()
+	for n := 0; ; n++ {
 		h, err := worker.Start(ctx, opts)
-		if err == nil || !strings.Contains(err.Error(), cu.ErrorOperatingSystem.Name()) || time.Now().After(deadline) {
+		if err == nil || !strings.Contains(err.Error(), cu.ErrorOperatingSystem.Name()) {
+			if err == nil && n > 0 {
+				opts.Log.Info("the driver took a new worker again", "session", opts.SessionID, "waited_ms", time.Since(t0).Milliseconds())
+			}
 			return h, err
 		}
-		opts.Log.Info("driver refused a new worker for now; trying again", "session", opts.SessionID, "err", err)
+		if time.Since(t0) > patience {
+			return h, fmt.Errorf("the NVIDIA driver refused new CUDA processes for %s (another process on this host may be CRIU-restored but not yet restored on the GPU, or killed during a driver checkpoint step); try again later: %w", patience, err)
+		}
+		if n == 0 {
+			opts.Log.Warn("the NVIDIA driver refuses new CUDA processes for now; trying again for a while", "session", opts.SessionID, "for", patience, "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			return nil, err

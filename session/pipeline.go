@@ -98,6 +98,13 @@ func (w *sessionWorker) ReloadMem(ctx context.Context, f *os.File, off, n int64)
 	return w.h.ReloadMem(ctx, f, off, n)
 }
 
+// MemBytes makes the worker a checkpoint.MemSizer: the device memory its
+// session holds, as the worker counts it.
+func (w *sessionWorker) MemBytes(ctx context.Context) (int64, error) {
+	st, err := w.h.Stats(ctx)
+	return int64(st.MemInUse), err
+}
+
 // PrecopyMem runs a pre-copy round on the running worker (a live
 // migration, package precopy).
 func (w *sessionWorker) PrecopyMem(ctx context.Context, req devmem.PrecopyRequest) (*os.File, devmem.Saved, error) {
@@ -325,7 +332,8 @@ func (m *Manager) LastImage(_ context.Context, id string) (string, error) {
 }
 
 // Admit says whether an image of session id taken at epoch may be
-// restored here: not while the session runs here, and not when the
+// restored here: not while the session runs here (a stopped or
+// preempted session waits in its image), and not when the
 // session has reached a later epoch here since the image was taken (a
 // newer copy ran; this one would run the session twice or rewind it).
 // Both are refused before anything is restored, and again by Adopt.
@@ -336,7 +344,7 @@ func (m *Manager) Admit(id string, epoch uint64) error {
 	if !ok {
 		return nil
 	}
-	if s.rec.State != Stopped {
+	if s.rec.State != Stopped && s.rec.State != Preempted {
 		return errs.New(errs.AlreadyExists, errs.Session(id), "session is already live on this host")
 	}
 	if epoch < s.rec.Epoch {

@@ -153,7 +153,7 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 		return errs.Wrap(err, errs.Internal, "", "locate gpud's binary for its workers")
 	}
 	d.workerOp = worker.Options{Backend: name, Device: cfg.device, EmulatedMemBytes: cfg.emulatedMem, Seed: cfg.name, Exe: exe, Log: log,
-		Spawner: worker.NewSpawner()}
+		Spawner: worker.NewSpawner(), CUDAPlainMemory: cfg.cudaPlainMem}
 	if cfg.moduleCacheBytes > 0 {
 		d.workerOp.ModuleCacheDir, d.workerOp.ModuleCacheBytes = filepath.Join(cfg.stateDir, "modules"), cfg.moduleCacheBytes
 		mc, err := modcache.Open(d.workerOp.ModuleCacheDir, cfg.moduleCacheBytes, log)

@@ -42,13 +42,11 @@ func (d *daemon) routers() ([]router, error) {
 			return nil, err
 		}
 	}
-	// Workers whose backend saves its own device memory (package devmem)
-	// checkpoint it block by block into the store; the cuda backend's
-	// memory still goes through the driver's checkpoint.
-	var mem *devstore.Keeper
-	if d.workerOp.Backend == worker.BackendEmulated {
-		mem = &devstore.Keeper{Store: d.store}
-	}
+	// Workers save their own device memory (package devmem) block by
+	// block into the store: all of it on the emulated backend; on cuda
+	// what cuMemAlloc gave out, the driver's checkpoint saving the rest
+	// (all of it with --cuda-plain-memory, where the worker lists none).
+	mem := &devstore.Keeper{Store: d.store}
 	ckpt := &checkpoint.Service{
 		Pipeline: &checkpoint.Pipeline{
 			WorkDir: work, CRIU: crOpts, Suspender: suspender, Store: imgs, Reattach: d.manager,

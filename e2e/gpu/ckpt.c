@@ -1,7 +1,11 @@
 // gpuckpt: runs the driver's checkpoint API on another process, one step
 // at a time, for the suite's manual baseline and for diagnosis:
 //
-//   gpuckpt PID STEP...      STEP: state lock checkpoint restore unlock
+//   gpuckpt PID STEP...      STEP: state lock checkpoint restore unlock ctx
+//
+// ctx ignores PID: it retains GPU 0's primary context and allocates in it,
+// which tells whether a new process can use the GPU (the driver refuses
+// cuInit for a while after some checkpoint steps of other processes).
 //
 // restore maps GPUs when GPUCKPT_MAP is set, as "OLD:NEW,OLD:NEW" CUDA
 // ordinals of this process (every GPU the target process saw must appear:
@@ -55,7 +59,7 @@ static CUresult restore(int pid)
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: gpuckpt PID state|lock|checkpoint|restore|unlock...\n");
+		fprintf(stderr, "usage: gpuckpt PID state|lock|checkpoint|restore|unlock|ctx...\n");
 		return 2;
 	}
 	int pid = atoi(argv[1]);
@@ -82,6 +86,17 @@ int main(int argc, char **argv)
 			r = cuCheckpointProcessCheckpoint(pid, &a);
 		} else if (!strcmp(step, "restore")) {
 			r = restore(pid);
+		} else if (!strcmp(step, "ctx")) {
+			CUdevice d;
+			CUcontext c;
+			CUdeviceptr p;
+			if ((r = cuDeviceGet(&d, 0)) == CUDA_SUCCESS &&
+			    (r = cuDevicePrimaryCtxRetain(&c, d)) == CUDA_SUCCESS) {
+				if ((r = cuCtxSetCurrent(c)) == CUDA_SUCCESS &&
+				    (r = cuMemAlloc(&p, 1 << 20)) == CUDA_SUCCESS)
+					r = cuMemFree(p);
+				cuDevicePrimaryCtxRelease(d);
+			}
 		} else if (!strcmp(step, "unlock")) {
 			CUcheckpointUnlockArgs a;
 			memset(&a, 0, sizeof a);

@@ -1,11 +1,13 @@
 // holder: keeps MIB of incompressible data on the GPU and checks all of it
 // on the GPU every PERIOD_MS, appending one line per check to LOG:
 //
-//   holder MIB LOG KERNELS.ptx [PERIOD_MS]
+//   holder MIB LOG KERNELS.ptx [PERIOD_MS [idle]]
 //
 // Lines: "start ...", "ready ...", then "iter N ok t=MS" or "iter N BAD=K".
 // A checkpoint, restore or migration must leave every later line "ok" with
 // N still counting up; the gap in t across it is the client's stall.
+// "idle" only checks: the data never changes after the fill, as in a
+// session that holds memory and waits.
 #include "common.h"
 
 #include <stdint.h>
@@ -15,7 +17,7 @@
 int main(int argc, char **argv)
 {
 	if (argc < 4) {
-		fprintf(stderr, "usage: holder MIB LOG KERNELS.ptx [PERIOD_MS]\n");
+		fprintf(stderr, "usage: holder MIB LOG KERNELS.ptx [PERIOD_MS [idle]]\n");
 		return 2;
 	}
 	uint64_t mib = strtoull(argv[1], NULL, 10), n = mib << 18; // 4-byte elements
@@ -26,6 +28,7 @@ int main(int argc, char **argv)
 	}
 	setvbuf(log, NULL, _IOLBF, 0);
 	int period = argc > 4 ? atoi(argv[4]) : 50;
+	int idle = argc > 5 && strcmp(argv[5], "idle") == 0;
 	uint32_t seed = 0x5eed0000u ^ (uint32_t)mib;
 
 	CUdevice dev;
@@ -51,9 +54,11 @@ int main(int argc, char **argv)
 
 	for (uint32_t it = 1;; it++) {
 		void *ba[] = {&a, &n};
-		void *ca[] = {&a, &n, &seed, &it, &bad};
+		uint32_t want = idle ? 0 : it;
+		void *ca[] = {&a, &n, &seed, &want, &bad};
 		unsigned long long h = ~0ull;
-		CK(cuLaunchKernel(bump, grid, 1, 1, block, 1, 1, 0, NULL, ba, NULL));
+		if (!idle)
+			CK(cuLaunchKernel(bump, grid, 1, 1, block, 1, 1, 0, NULL, ba, NULL));
 		CK(cuMemsetD8(bad, 0, 8));
 		CK(cuLaunchKernel(check, grid, 1, 1, block, 1, 1, 0, NULL, ca, NULL));
 		CK(cuMemcpyDtoH(&h, bad, 8));

@@ -57,6 +57,21 @@ type DeviceMemory interface {
 	RestoreMem(ctx context.Context) error
 }
 
+// HostPinner is a DeviceMemory that copies straight between the device
+// and host memory it pinned, with no bounce buffer: a ReadMem or WriteMem
+// whose host bytes lie within one pinned range is one direct copy.
+// Package devmem pins its memory file in parts of PinPart bytes from the
+// file's start, each with its own call, from several goroutines at once,
+// and cuts its copies at those boundaries.
+type HostPinner interface {
+	// PinHost pins b until unpin is called; b must stay mapped until
+	// then.
+	PinHost(ctx context.Context, b []byte) (unpin func(), err error)
+}
+
+// PinPart is the size of the parts devmem pins (see HostPinner).
+const PinPart = 256 << 20
+
 // MemMapper is a DeviceMemory whose device memory is host memory (the
 // emulated device): a reload can map a saved file's pages at a region
 // instead of copying them in, which for gigabytes saves the copy and the

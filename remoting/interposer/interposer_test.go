@@ -306,14 +306,15 @@ func TestClientThreadSanitizer(t *testing.T) {
 	}
 	exe := filepath.Join(buildTSan(t), "ctest")
 	for _, overTLS := range []bool{false, true} {
-		for _, args := range [][]string{{"threads", "6", "40"}, {"flood", "30000"}, {"replay", "1000"}} {
+		for _, args := range [][]string{{"threads", "6", "40"}, {"flood", "30000"}, {"replay", "1000"}, {"bulk", "2", "2"}} {
 			t.Run(fmt.Sprintf("%s/tls=%v", args[0], overTLS), func(t *testing.T) {
 				srv := startServer(t)
 				var env []string
 				if overTLS {
 					ca := tlstest.NewCA(t, "tsan")
 					srv = tlsServer(t, ca, "127.0.0.1")
-					env = append(env, "GPUCTL_TLS_CA="+ca.CertFile)
+					// Bulk copies seal and open on two library threads.
+					env = append(env, "GPUCTL_TLS_CA="+ca.CertFile, "GPUCTL_TLS_THREADS=2")
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()

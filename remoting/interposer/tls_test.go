@@ -77,6 +77,12 @@ func TestClientTLS(t *testing.T) {
 		{"TLS client, plaintext server", plain.Addr(), "nodevice", []string{"GPUCTL_TLS_CA=" + caFile}, "serves --listen without TLS"},
 		{"CA file missing", srv.Addr(), "nodevice", []string{"GPUCTL_TLS_CA=/nonexistent/ca.pem"}, "no CA certificate could be loaded"},
 		{"CA file not PEM", srv.Addr(), "nodevice", []string{"GPUCTL_TLS_CA=" + notPEM}, "no CA certificate could be loaded"},
+		// Bulk copies: records sealed and opened by the library's threads
+		// (as many as it picks, and three), and by the calling thread.
+		{"bulk copies", srv.Addr(), "bulk", []string{"GPUCTL_TLS_CA=" + caFile}, "PASS bulk"},
+		{"bulk copies on three threads", srv.Addr(), "bulk", []string{"GPUCTL_TLS_CA=" + caFile, "GPUCTL_TLS_THREADS=3"}, "PASS bulk"},
+		{"bulk copies without threads", srv.Addr(), "bulk", []string{"GPUCTL_TLS_CA=" + caFile, "GPUCTL_TLS_THREADS=0"}, "PASS bulk"},
+		{"bad thread count", srv.Addr(), "nodevice", []string{"GPUCTL_TLS_CA=" + caFile, "GPUCTL_TLS_THREADS=many"}, "GPUCTL_TLS_THREADS=many: want a number from 0 to 8"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := clientCmd(ctx, t, tc.addr, "secret-token", tc.mode)
@@ -89,9 +95,19 @@ func TestClientTLS(t *testing.T) {
 				t.Fatalf("ctest %s: %v\n%s%s", tc.mode, err, stdout.String(), stderr.String())
 			}
 			lines := gpuctlLines(stderr.String())
-			if tc.mode == "basic" {
+			if tc.mode != "nodevice" {
 				if !strings.Contains(stderr.String(), "TLS TLS_AES_") {
 					t.Errorf("the client did not report TLS:\n%s", stderr.String())
+				}
+				// A record out of order or sealed wrong would fail
+				// authentication and the client would reconnect and replay.
+				if strings.Contains(stderr.String(), "reconnect") {
+					t.Errorf("the client reconnected:\n%s", stderr.String())
+				}
+				env := strings.Join(tc.env, " ")
+				started := strings.Contains(stderr.String(), "3 of 3 threads started")
+				if strings.Contains(env, "THREADS=3") != started || strings.Contains(env, "THREADS=0") && strings.Contains(stderr.String(), "threads started") {
+					t.Errorf("with %s the library's record threads started: %v\n%s", env, started, stderr.String())
 				}
 				return
 			}
@@ -116,6 +132,7 @@ func TestClientTLSReplayAndMoves(t *testing.T) {
 		{[]string{"replay", "5000"}, 15 * time.Millisecond, false},
 		{[]string{"threads", "8", "150"}, 25 * time.Millisecond, false},
 		{[]string{"flood", "100000"}, 25 * time.Millisecond, false},
+		{[]string{"bulk", "3", "6"}, 40 * time.Millisecond, false},
 		{[]string{"replay", "20000"}, 20 * time.Millisecond, true},
 	} {
 		t.Run(fmt.Sprintf("%s/move=%v", tc.args[0], tc.move), func(t *testing.T) {

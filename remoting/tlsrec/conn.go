@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -38,11 +39,21 @@ type Conn struct {
 	pending []byte // opened plaintext not yet read
 	exact   bool   // read the socket one record at a time, never past its end
 	rerr    error  // why reading ended for good
+	// For bulk reads (parallel.go): the socket for reads that never wait,
+	// the buffer the next records are read into while these are opened,
+	// and each opening goroutine's share.
+	rc      syscall.RawConn
+	spare   []byte
+	spans   []span
+	groups  [maxWorkers]group
+	scratch [maxWorkers][]byte
+	parRecs uint64 // records opened in parallel, for tests
 
-	wmu  sync.Mutex
-	out  half
-	wbuf []byte
-	werr error
+	wmu      sync.Mutex
+	out      half
+	wbuf     []byte
+	werr     error
+	sealBufs [2][]byte // bulk writes: one batch is written while the next is sealed
 }
 
 // half is one direction's keys and sequence number.
@@ -52,13 +63,21 @@ type half struct {
 	secret []byte
 	seq    uint64
 	kernel bool
+	// par holds one AEAD per goroutine that seals or opens records of a
+	// bulk transfer, made from secret when first needed.
+	par []cipher.AEAD
 }
 
-func (h *half) nonce(n *[12]byte) {
-	*n = h.iv
+func (h *half) nonce(n *[12]byte) { *n = seqNonce(&h.iv, h.seq) }
+
+// seqNonce is the per-record nonce: the IV with the sequence number
+// XORed into its last 8 bytes (RFC 8446, section 5.3).
+func seqNonce(iv *[12]byte, seq uint64) [12]byte {
+	n := *iv
 	for i := 0; i < 8; i++ {
-		n[4+i] ^= byte(h.seq >> (56 - 8*i))
+		n[4+i] ^= byte(seq >> (56 - 8*i))
 	}
+	return n
 }
 
 // rekey installs a new traffic secret.
@@ -67,7 +86,7 @@ func (h *half) rekey(s *suite, secret []byte) error {
 	if err != nil {
 		return err
 	}
-	h.aead, h.iv, h.secret, h.seq = aead, iv, secret, 0
+	h.aead, h.iv, h.secret, h.seq, h.par = aead, iv, secret, 0, nil
 	return nil
 }
 
@@ -96,6 +115,11 @@ func New(nc net.Conn, st State) (*Conn, error) {
 		return nil, errors.New("tls: partial record bytes for a direction the kernel receives")
 	}
 	c := &Conn{nc: nc, suite: s}
+	if sc, ok := nc.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			c.rc = rc
+		}
+	}
 	for _, d := range []struct {
 		h   *half
 		dir Direction
@@ -153,6 +177,14 @@ func (c *Conn) Read(p []byte) (int, error) {
 		}
 		if c.in.kernel {
 			return c.nc.Read(p)
+		}
+		if len(p) >= parMinRead && !c.exact {
+			if nw := workers(); nw > 1 {
+				n, err := c.readParallel(p, nw)
+				if n > 0 || err != nil {
+					return n, err
+				}
+			}
 		}
 		if err := c.fill(); err != nil {
 			return 0, err
@@ -360,6 +392,12 @@ func (c *Conn) Write(p []byte) (int, error) {
 	if c.out.kernel {
 		return c.nc.Write(p)
 	}
+	if len(p) >= parMinWrite {
+		recs := uint64(len(p)+maxPlaintext-1) / maxPlaintext
+		if nw := workers(); nw > 1 && c.out.seq < math.MaxUint64-recs {
+			return c.writeParallel(p, nw)
+		}
+	}
 	done := 0
 	for done < len(p) {
 		buf := c.sendBuf()
@@ -391,15 +429,21 @@ func (c *Conn) sendBuf() []byte {
 
 // seal appends one record of content type typ holding data.
 func (c *Conn) seal(buf []byte, typ byte, data []byte) []byte {
+	buf = sealRecord(buf, c.out.aead, &c.out.iv, c.out.seq, typ, data)
+	c.out.seq++
+	return buf
+}
+
+// sealRecord appends to buf the record of sequence number seq, of content
+// type typ, holding data.
+func sealRecord(buf []byte, aead cipher.AEAD, iv *[12]byte, seq uint64, typ byte, data []byte) []byte {
 	off := len(buf)
 	n := len(data) + 1 + tagLen
 	buf = append(buf, typeApplicationData, 3, 3, byte(n>>8), byte(n))
 	buf = append(buf, data...)
 	buf = append(buf, typ)
-	var nonce [12]byte
-	c.out.nonce(&nonce)
-	c.out.seq++
-	return c.out.aead.Seal(buf[:off+headerLen], nonce[:], buf[off+headerLen:], buf[off:off+headerLen])
+	nonce := seqNonce(iv, seq)
+	return aead.Seal(buf[:off+headerLen], nonce[:], buf[off+headerLen:], buf[off:off+headerLen])
 }
 
 // Alert descriptions (RFC 8446, section 6).
@@ -546,9 +590,16 @@ func (c *Conn) Forget() {
 	defer c.wmu.Unlock()
 	for _, h := range []*half{&c.in, &c.out} {
 		clear(h.secret)
-		h.secret, h.aead = nil, nil
+		h.secret, h.aead, h.par = nil, nil, nil
 	}
 	clear(c.raw[:cap(c.raw)])
+	clear(c.spare[:cap(c.spare)])
+	for _, b := range c.scratch {
+		clear(b[:cap(b)])
+	}
+	for _, b := range c.sealBufs {
+		clear(b)
+	}
 	clear(c.pending)
 	c.pending = nil
 	c.rerr, c.werr = net.ErrClosed, net.ErrClosed

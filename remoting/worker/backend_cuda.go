@@ -13,7 +13,7 @@ import (
 var cudaDriver = driver{
 	available: cuda.Available,
 	open: func(o Options, log *slog.Logger) (backend.Device, error) {
-		return cuda.New(cuda.Options{Device: o.Device, Log: log})
+		return cuda.New(cuda.Options{Device: o.Device, Log: log, PlainMemory: o.CUDAPlainMemory})
 	},
 	host: func(Options) (backend.HostInfo, error) { return cuda.Discover() },
 }

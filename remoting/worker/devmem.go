@@ -26,8 +26,9 @@ func (w *worker) devMem() (backend.DeviceMemory, error) {
 }
 
 // memSave runs a save on the call thread; the worker is quiesced, so
-// nothing else uses the device.
-func (w *worker) memSave(req *devmem.SaveRequest) (*os.File, *devmem.Saved, error) {
+// nothing else uses the device. into is the memfd gpud passed to save
+// into, if any.
+func (w *worker) memSave(req *devmem.SaveRequest, into *os.File) (*os.File, *devmem.Saved, error) {
 	if w.serving != nil {
 		return nil, nil, errors.New("memsave: the worker is serving a client; quiesce it first")
 	}
@@ -38,6 +39,7 @@ func (w *worker) memSave(req *devmem.SaveRequest) (*os.File, *devmem.Saved, erro
 	if req == nil {
 		req = &devmem.SaveRequest{}
 	}
+	req.Into = into
 	var (
 		f  *os.File
 		sv devmem.Saved

@@ -50,6 +50,9 @@ type Options struct {
 	// that host's cache.
 	ModuleCacheDir   string
 	ModuleCacheBytes int64
+	// CUDAPlainMemory has a cuda worker serve cuMemAlloc from the
+	// driver's allocator (cuda.Options.PlainMemory).
+	CUDAPlainMemory bool
 }
 
 // Event is an unsolicited report from a worker.
@@ -110,6 +113,9 @@ func Start(ctx context.Context, opts Options) (*Handle, error) {
 	}
 	if opts.Seed != "" {
 		args = append(args, "--seed", opts.Seed)
+	}
+	if opts.CUDAPlainMemory {
+		args = append(args, "--cuda-plain-memory")
 	}
 	cmd := Command(exe, nil, args...)
 	cmd.ExtraFiles = []*os.File{theirs}
@@ -579,9 +585,14 @@ func (h *Handle) logRecord(r *LogRecord) {
 
 // SaveMem asks the worker to save its device memory (package devmem) and
 // returns the memfd holding it. The worker must be quiesced. A worker
-// whose backend cannot save its memory answers with an error.
+// whose backend cannot save its memory answers with an error. req.Into,
+// when set, goes along as a descriptor; the caller keeps its own.
 func (h *Handle) SaveMem(ctx context.Context, req devmem.SaveRequest) (*os.File, devmem.Saved, error) {
-	r, err := h.call(ctx, request{Op: opMemSave, MemSave: &req}, -1)
+	fd := -1
+	if req.Into != nil {
+		fd = int(req.Into.Fd())
+	}
+	r, err := h.call(ctx, request{Op: opMemSave, MemSave: &req}, fd)
 	if err != nil {
 		if r.file != nil {
 			r.file.Close()

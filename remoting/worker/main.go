@@ -45,6 +45,7 @@ func Main(args []string) int {
 	fs.StringVar(&o.SessionID, "session", "", "session id")
 	fs.Uint64Var(&o.EmulatedMemBytes, "emulated-mem", 0, "emulated device size in bytes")
 	fs.StringVar(&o.Seed, "seed", "", "emulated device UUID seed")
+	fs.BoolVar(&o.CUDAPlainMemory, "cuda-plain-memory", false, "cuda: cuMemAlloc from the driver's allocator")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -259,7 +260,7 @@ func (w *worker) run() int {
 			r.Stats = w.stats()
 		case opMemSave:
 			var mf *os.File
-			mf, r.Mem, err = w.memSave(req.MemSave)
+			mf, r.Mem, err = w.memSave(req.MemSave, f)
 			if err == nil {
 				err = w.send(r, int(mf.Fd()))
 				mf.Close()

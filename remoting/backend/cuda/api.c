@@ -95,6 +95,8 @@ gc_api *gc_load(const char *path, char *err, size_t errlen)
 	REQ(cuMemGetInfo, "cuMemGetInfo_v2", NULL);
 	REQ(cuMemHostAlloc, "cuMemHostAlloc", NULL);
 	REQ(cuMemFreeHost, "cuMemFreeHost", NULL);
+	OPT(cuMemHostRegister, "cuMemHostRegister_v2", "cuMemHostRegister");
+	OPT(cuMemHostUnregister, "cuMemHostUnregister", NULL);
 	REQ(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", NULL);
 	REQ(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", NULL);
 	REQ(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", NULL);
@@ -258,6 +260,20 @@ CUresult gc_host_free(const gc_api *a, CUcontext c, void *p)
 {
 	USE(c);
 	return a->cuMemFreeHost(p);
+}
+CUresult gc_host_register(const gc_api *a, CUcontext c, void *p, size_t n)
+{
+	if (a->cuMemHostRegister == NULL || a->cuMemHostUnregister == NULL)
+		return NOT_SUPPORTED;
+	USE(c);
+	return a->cuMemHostRegister(p, n, 1 /* CU_MEMHOSTREGISTER_PORTABLE */);
+}
+CUresult gc_host_unregister(const gc_api *a, CUcontext c, void *p)
+{
+	if (a->cuMemHostUnregister == NULL)
+		return NOT_SUPPORTED;
+	USE(c);
+	return a->cuMemHostUnregister(p);
 }
 
 // gc_htod and gc_dtoh queue one chunk of a staged copy and record done

@@ -90,6 +90,8 @@ typedef struct {
 	CUresult (*cuMemGetInfo)(size_t *, size_t *);
 	CUresult (*cuMemHostAlloc)(void **, size_t, unsigned int);
 	CUresult (*cuMemFreeHost)(void *);
+	CUresult (*cuMemHostRegister)(void *, size_t, unsigned int);   // optional
+	CUresult (*cuMemHostUnregister)(void *);                       // optional
 	CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
 	CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
 	CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
@@ -167,6 +169,11 @@ CUresult gc_mem_free(const gc_api *a, CUcontext c, CUdeviceptr p);
 CUresult gc_mem_info(const gc_api *a, CUcontext c, size_t *free_, size_t *total);
 CUresult gc_host_alloc(const gc_api *a, CUcontext c, size_t n, void **p);
 CUresult gc_host_free(const gc_api *a, CUcontext c, void *p);
+// gc_host_register pins n bytes of host memory at p for every context
+// (CU_MEMHOSTREGISTER_PORTABLE), so that copies to and from it are direct;
+// gc_host_unregister undoes it.
+CUresult gc_host_register(const gc_api *a, CUcontext c, void *p, size_t n);
+CUresult gc_host_unregister(const gc_api *a, CUcontext c, void *p);
 CUresult gc_htod(const gc_api *a, CUcontext c, CUdeviceptr dst, const void *src, size_t n,
 		 CUstream s, CUevent done);
 CUresult gc_dtoh(const gc_api *a, CUcontext c, void *dst, CUdeviceptr src, size_t n,

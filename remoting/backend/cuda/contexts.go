@@ -7,6 +7,7 @@ import (
 	"context"
 
 	"github.com/gpuctl/gpuctl/remoting/backend"
+	"github.com/gpuctl/gpuctl/remoting/backend/cuda/suballoc"
 	"github.com/gpuctl/gpuctl/remoting/cu"
 )
 
@@ -21,6 +22,9 @@ type cuCtx struct {
 	modules map[backend.Module]*module
 	mem     spans
 	stage   *staging // pinned buffers for host copies; nil until first used
+
+	heap  *suballoc.Heap // cuMemAlloc's chunks (vmm.go); nil until first used
+	tools *memTools      // the means of saving them (devmem.go)
 }
 
 func newCtx(raw C.CUcontext, primary bool) *cuCtx {
@@ -152,6 +156,7 @@ func (d *Device) dropCtx(h backend.Ctx, c *cuCtx) {
 		return
 	}
 	d.freeStaging(c)
+	d.dropHeap(c)
 	for fh, f := range d.funcs {
 		if f.ctx == h {
 			delete(d.funcs, fh)

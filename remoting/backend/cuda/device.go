@@ -26,6 +26,10 @@ type Options struct {
 	Device string
 	// Log receives diagnostics; nil discards them.
 	Log *slog.Logger
+	// PlainMemory serves cuMemAlloc from the driver's allocator instead
+	// of chunks the worker maps itself (vmm.go): the driver's checkpoint
+	// then copies all device memory, and the worker saves none itself.
+	PlainMemory bool
 }
 
 // Device drives one real GPU through the driver. It implements
@@ -48,6 +52,7 @@ type Device struct {
 	primaryRefs int
 	funcs       map[backend.Function]*function
 	ext         *extState // pools and virtual memory; nil until first used
+	vmm         *vmmState // chunks for cuMemAlloc; nil with Options.PlainMemory
 	closed      bool
 }
 
@@ -105,7 +110,12 @@ func New(opts Options) (*Device, error) {
 		return nil, err
 	}
 	log.Debug("cuda device selected", "ordinal", ordinal, "uuid", FormatUUID(u), "gpus", len(enumerated))
+	var vmm *vmmState
+	if !opts.PlainMemory {
+		vmm = &vmmState{chunks: map[uint64]*vmmChunk{}}
+	}
 	return &Device{
+		vmm:        vmm,
 		drv:        drv,
 		log:        log,
 		dev:        dev,

@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"fmt"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/gpuctl/gpuctl/errs"
@@ -22,6 +23,17 @@ const DefaultLibrary = "libcuda.so.1"
 type driver struct {
 	api  *C.gc_api
 	path string
+	// sticky is the first error that leaves a context unusable (a kernel
+	// fault) any call reported; see stickyCodes.
+	sticky atomic.Pointer[cu.Error]
+}
+
+// stickyCodes are the results after which the driver answers every call
+// with the same error, for the rest of the process.
+var stickyCodes = map[cu.Result]bool{
+	cu.ErrorIllegalAddress: true, cu.ErrorLaunchTimeout: true, cu.ErrorHardwareStackError: true,
+	cu.ErrorIllegalInstruction: true, cu.ErrorMisalignedAddress: true, cu.ErrorInvalidAddressSpace: true,
+	cu.ErrorInvalidPC: true, cu.ErrorLaunchFailed: true, cu.ErrorAssert: true,
 }
 
 // libDirs are where NVIDIA's libraries live when the loader's search path
@@ -91,10 +103,14 @@ func (d *driver) check(r C.CUresult, call string) error {
 		return nil
 	}
 	code := cu.Result(r)
+	e := &cu.Error{Code: code, Detail: call}
 	if s := C.GoString(C.gc_error_string(d.api, r)); s != "" {
-		return &cu.Error{Code: code, Detail: call + ": " + s}
+		e.Detail = call + ": " + s
 	}
-	return &cu.Error{Code: code, Detail: call}
+	if stickyCodes[code] {
+		d.sticky.CompareAndSwap(nil, e)
+	}
+	return e
 }
 
 // version returns cuDriverGetVersion's value, e.g. 13000 for CUDA 13.0.

@@ -116,6 +116,24 @@ func (d *Device) MemAlloc(_ context.Context, h backend.Ctx, size uint64) (backen
 	if err != nil {
 		return 0, err
 	}
+	hp, err := d.heap(c)
+	if err != nil {
+		return 0, err
+	}
+	if hp != nil {
+		// A place in a chunk the heap already has never reaches the
+		// driver, which would report a context faulted by an earlier
+		// kernel (a sticky error) on any call: ask it directly.
+		if err := d.ctxHealthy(c); err != nil {
+			return 0, err
+		}
+		p, err := d.vmmAlloc(hp, size)
+		if err != nil {
+			return 0, err
+		}
+		c.mem.add(span{base: p, size: size})
+		return backend.DevPtr(p), nil
+	}
 	var p C.CUdeviceptr
 	if err := d.drv.check(C.gc_mem_alloc(d.drv.api, c.raw, C.size_t(size), &p), "cuMemAlloc"); err != nil {
 		return 0, err
@@ -141,6 +159,13 @@ func (d *Device) MemFree(_ context.Context, h backend.Ctx, p backend.DevPtr) err
 	}
 	if x.module != 0 {
 		return cu.Errorf(cu.ErrorInvalidValue, "%#x is a module variable; it is freed when its module is unloaded", uint64(p))
+	}
+	if mine, err := d.vmmFree(c, uint64(p)); mine {
+		if err != nil {
+			return err
+		}
+		c.mem.remove(uint64(p))
+		return nil
 	}
 	if err := d.drv.check(C.gc_mem_free(d.drv.api, c.raw, C.CUdeviceptr(p)), "cuMemFree"); err != nil {
 		return err

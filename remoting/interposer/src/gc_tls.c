@@ -13,6 +13,8 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -98,6 +100,7 @@ static struct {
 	int (*EVP_DecryptUpdate)(EVP_CIPHER_CTX *, unsigned char *, int *, const unsigned char *, int);
 	int (*EVP_DecryptFinal_ex)(EVP_CIPHER_CTX *, unsigned char *, int *);
 	int (*EVP_CIPHER_CTX_ctrl)(EVP_CIPHER_CTX *, int, int, void *);
+	int (*EVP_CIPHER_CTX_copy)(EVP_CIPHER_CTX *, const EVP_CIPHER_CTX *);
 	const EVP_MD *(*EVP_sha256)(void);
 	const EVP_MD *(*EVP_sha384)(void);
 	unsigned char *(*HMAC)(const EVP_MD *, const void *, int, const unsigned char *, size_t, unsigned char *, unsigned int *);
@@ -142,7 +145,7 @@ static int load_openssl(char *why, size_t whylen)
 		S(crypto, EVP_CIPHER_CTX_new), S(crypto, EVP_aes_128_gcm), S(crypto, EVP_aes_256_gcm),
 		S(crypto, EVP_EncryptInit_ex), S(crypto, EVP_EncryptUpdate), S(crypto, EVP_EncryptFinal_ex),
 		S(crypto, EVP_DecryptInit_ex), S(crypto, EVP_DecryptUpdate), S(crypto, EVP_DecryptFinal_ex),
-		S(crypto, EVP_CIPHER_CTX_ctrl), S(crypto, EVP_sha256), S(crypto, EVP_sha384), S(crypto, HMAC),
+		S(crypto, EVP_CIPHER_CTX_ctrl), S(crypto, EVP_CIPHER_CTX_copy), S(crypto, EVP_sha256), S(crypto, EVP_sha384), S(crypto, HMAC),
 		S(crypto, OPENSSL_cleanse),
 #undef S
 	};
@@ -163,7 +166,13 @@ static int load_openssl(char *why, size_t whylen)
 #define TAG 16
 #define MAX_CIPHER (MAX_PLAIN + 256)
 #define TX_CAP (16 * (HDR + MAX_PLAIN + 1 + TAG))
-#define RX_CAP (4 * (HDR + MAX_CIPHER))
+/* Bulk transfers (see "parallel records" below) seal and open JOB_RECS
+ * records per job; a job's records, sealed or read, fill one slot. */
+#define JOB_RECS 16
+#define SLOT_CAP (JOB_RECS * (HDR + MAX_CIPHER))
+/* The receive buffer holds what a bulk read took from the socket and did
+ * not open: up to a slot. */
+#define RX_CAP SLOT_CAP
 
 /* Kernel TLS (linux/tls.h), declared here so that no kernel header is
  * needed to build. */
@@ -179,9 +188,11 @@ struct gc_ktls_info {
 
 struct dir {
 	EVP_CIPHER_CTX *ctx;
+	EVP_CIPHER_CTX *tmpl; /* keyed and never used: what pool threads copy */
 	uint8_t iv[12];
 	uint64_t seq;
 	int kernel;
+	uint64_t gen; /* keys' generation: a pool thread copies ctx when it changes */
 };
 
 static struct {
@@ -202,6 +213,8 @@ static struct {
 	uint8_t csecret[48], ssecret[48];
 	size_t csecret_len, ssecret_len;
 } t;
+
+static int pool_config(void);
 
 int gc_tls_enabled(void) { return t.on; }
 int gc_tls_user_tx(void) { return t.on && !t.tx.kernel; }
@@ -253,6 +266,8 @@ int gc_tls_setup(void)
 	snprintf(t.name, sizeof t.name, "%s", name ? name : "");
 	const char *k = getenv("GPUCTL_KTLS");
 	t.ktls = !(k != NULL && (strcmp(k, "0") == 0 || strcmp(k, "off") == 0 || strcmp(k, "false") == 0));
+	if (pool_config() < 0)
+		return -1;
 	t.ctx = o.SSL_CTX_new(o.TLS_client_method());
 	if (t.ctx == NULL) {
 		gc_log("TLS: cannot make an OpenSSL context");
@@ -278,7 +293,9 @@ int gc_tls_setup(void)
 	t.plain = malloc(MAX_CIPHER);
 	t.tx.ctx = o.EVP_CIPHER_CTX_new();
 	t.rx.ctx = o.EVP_CIPHER_CTX_new();
-	if (!t.txbuf || !t.rxbuf || !t.plain || !t.tx.ctx || !t.rx.ctx) {
+	t.tx.tmpl = o.EVP_CIPHER_CTX_new();
+	t.rx.tmpl = o.EVP_CIPHER_CTX_new();
+	if (!t.txbuf || !t.rxbuf || !t.plain || !t.tx.ctx || !t.rx.ctx || !t.tx.tmpl || !t.rx.tmpl) {
 		gc_log("TLS: out of memory");
 		return -1;
 	}
@@ -321,8 +338,10 @@ static int set_dir(struct dir *d, int fd, int kdir, const uint8_t *secret, size_
 	uint8_t key[32];
 	if (expand_label(md, secret, slen, "key", key, klen) < 0 || expand_label(md, secret, slen, "iv", d->iv, 12) < 0)
 		return -1;
+	static uint64_t gens;
 	d->seq = 0;
 	d->kernel = 0;
+	d->gen = ++gens;
 	if (try_kernel) {
 		struct gc_ktls_info ki;
 		memset(&ki, 0, sizeof ki);
@@ -344,8 +363,12 @@ static int set_dir(struct dir *d, int fd, int kdir, const uint8_t *secret, size_
 		o.OPENSSL_cleanse(&ki, sizeof ki);
 	}
 	const EVP_CIPHER *c = aes256 ? o.EVP_aes_256_gcm() : o.EVP_aes_128_gcm();
-	int ok = d->kernel || (kdir == GC_TLS_TX ? o.EVP_EncryptInit_ex(d->ctx, c, NULL, key, NULL)
-						  : o.EVP_DecryptInit_ex(d->ctx, c, NULL, key, NULL)) == 1;
+	int ok = 1;
+	for (int i = 0; i < 2 && !d->kernel; i++) {
+		EVP_CIPHER_CTX *x = i ? d->tmpl : d->ctx;
+		ok = ok && (kdir == GC_TLS_TX ? o.EVP_EncryptInit_ex(x, c, NULL, key, NULL)
+					      : o.EVP_DecryptInit_ex(x, c, NULL, key, NULL)) == 1;
+	}
 	o.OPENSSL_cleanse(key, sizeof key);
 	return ok ? 0 : -1;
 }
@@ -514,13 +537,14 @@ int gc_tls_connect(int fd, const char *addr, char *err, size_t errlen)
 	return rc;
 }
 
+
 /* ---- records ---------------------------------------------------------- */
 
-static void nonce(const struct dir *d, uint8_t n[12])
+static void make_nonce(const uint8_t iv[12], uint64_t seq, uint8_t n[12])
 {
-	memcpy(n, d->iv, 12);
+	memcpy(n, iv, 12);
 	for (int i = 0; i < 8; i++)
-		n[4 + i] ^= (uint8_t)(d->seq >> (56 - 8 * i));
+		n[4 + i] ^= (uint8_t)(seq >> (56 - 8 * i));
 }
 
 static int send_all(int fd, const uint8_t *p, size_t n)
@@ -537,64 +561,564 @@ static int send_all(int fd, const uint8_t *p, size_t n)
 	return 0;
 }
 
+/* A position in an iovec. */
+struct cur {
+	const struct iovec *iov;
+	int n, i;
+	size_t off; /* into iov[i] */
+};
+
+static void cur_skip_done(struct cur *c)
+{
+	while (c->i < c->n && c->off == c->iov[c->i].iov_len) {
+		c->i++;
+		c->off = 0;
+	}
+}
+
+static void cur_advance(struct cur *c, size_t k)
+{
+	while (k > 0) {
+		size_t r = c->iov[c->i].iov_len - c->off;
+		if (r > k) {
+			c->off += k;
+			return;
+		}
+		k -= r;
+		c->i++;
+		c->off = 0;
+	}
+}
+
+/* seal_one writes at rec the record of sequence number seq holding the
+ * next want bytes (at most MAX_PLAIN) at c, which it advances. The data is
+ * read from the caller's buffers once, while encrypting. Returns the
+ * record's length, or -1. */
+static long seal_one(EVP_CIPHER_CTX *ctx, const uint8_t iv[12], uint64_t seq, uint8_t *rec, struct cur *c, size_t want)
+{
+	uint8_t *out = rec + HDR, nc[12];
+	size_t clen = want + 1 + TAG;
+	int ol = 0;
+	rec[0] = 23;
+	rec[1] = 3;
+	rec[2] = 3;
+	rec[3] = (uint8_t)(clen >> 8);
+	rec[4] = (uint8_t)clen;
+	make_nonce(iv, seq, nc);
+	/* The header is the additional data. */
+	if (o.EVP_EncryptInit_ex(ctx, NULL, NULL, NULL, nc) != 1 || o.EVP_EncryptUpdate(ctx, NULL, &ol, rec, HDR) != 1)
+		return -1;
+	for (size_t len = 0; len < want;) {
+		cur_skip_done(c);
+		size_t k = c->iov[c->i].iov_len - c->off;
+		if (k > want - len)
+			k = want - len;
+		if (o.EVP_EncryptUpdate(ctx, out, &ol, (const uint8_t *)c->iov[c->i].iov_base + c->off, (int)k) != 1)
+			return -1;
+		out += ol;
+		len += k;
+		c->off += k;
+	}
+	static const uint8_t appdata = 23;
+	if (o.EVP_EncryptUpdate(ctx, out, &ol, &appdata, 1) != 1)
+		return -1;
+	out += ol;
+	if (o.EVP_EncryptFinal_ex(ctx, out, &ol) != 1)
+		return -1;
+	out += ol;
+	if (o.EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, TAG, out) != 1)
+		return -1;
+	return (long)(HDR + clen);
+}
+
+/* open_one opens the whole record at rec (application data by its header,
+ * at least TAG+1 bytes long) into dst, which has room for its ciphertext
+ * less the tag and one byte: the last byte, the content type unless the
+ * record is padded, is decrypted apart, so that a record opened where its
+ * data goes writes nothing past that data. Returns the data's length with
+ * the content type in *type; -1: the record failed authentication; -2: it
+ * has no content type. */
+static long open_one(EVP_CIPHER_CTX *ctx, const uint8_t iv[12], uint64_t seq, const uint8_t *rec, uint8_t *dst, uint8_t *type)
+{
+	const uint8_t *ct = rec + HDR;
+	size_t inner = ((size_t)rec[3] << 8 | rec[4]) - TAG;
+	uint8_t nc[12], last = 0, fin[16];
+	int ol = 0;
+	make_nonce(iv, seq, nc);
+	if (o.EVP_DecryptInit_ex(ctx, NULL, NULL, NULL, nc) != 1 || o.EVP_DecryptUpdate(ctx, NULL, &ol, rec, HDR) != 1 ||
+	    (inner > 1 && o.EVP_DecryptUpdate(ctx, dst, &ol, ct, (int)(inner - 1)) != 1) ||
+	    o.EVP_DecryptUpdate(ctx, &last, &ol, ct + inner - 1, 1) != 1 ||
+	    o.EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, TAG, (void *)(ct + inner)) != 1 ||
+	    o.EVP_DecryptFinal_ex(ctx, fin, &ol) != 1)
+		return -1;
+	long i = (long)inner - 1;
+	if (last != 0) {
+		*type = last;
+		return i;
+	}
+	for (i--; i >= 0 && dst[i] == 0; i--)
+		; /* padding */
+	if (i < 0)
+		return -2;
+	*type = dst[i];
+	return i;
+}
+
+/* settle says what an opened record means: 0 for application data; else
+ * -1, with the reason logged (a close_notify needs none). head is the
+ * record's first data bytes. */
+static int settle(long k, uint8_t type, const uint8_t *head)
+{
+	if (k == -1)
+		gc_log("a TLS record from gpud failed authentication; reconnecting");
+	else if (k < 0)
+		gc_log("gpud sent a TLS record without a content type; reconnecting");
+	else if (type == 23)
+		return 0;
+	else if (type == 21 && k == 2 && head[1] == 0)
+		; /* close_notify */
+	else if (type == 21 && k == 2)
+		gc_log("gpud sent TLS alert %u; reconnecting", head[1]);
+	else
+		gc_log("gpud sent a TLS record of content type %u, which this library does not take; reconnecting", type);
+	return -1;
+}
+
+/* ---- parallel records --------------------------------------------------
+ *
+ * A TLS 1.3 record depends only on the keys and its sequence number, so a
+ * bulk transfer's records are sealed (or opened) by a few threads at once,
+ * JOB_RECS records per job, while the calling thread does the socket I/O:
+ * the sender writes job k's records, in order, while the threads seal the
+ * jobs after it; the reader reads the next records while the threads open
+ * the ones before, each straight into its place in the destination. The
+ * place assumes the records before it are application data without
+ * padding, as gpud sends; a padded record moves the data after it down
+ * when its job is collected, anything else ends the connection as on the
+ * serial path. An owner that comes to collect a job no thread has started
+ * (the machine is busy) runs it itself, so the threads never cost more
+ * than a hand-off. Transfers under PAR_MIN, every call and launch among
+ * them, never touch the threads. */
+
+#define PAR_MIN (8 * MAX_PLAIN)
+#define MAX_THREADS 8
+#define MAX_SLOTS (MAX_THREADS + 2)
+#define QCAP (2 * MAX_SLOTS)
+
+struct job {
+	int open; /* 1: open records; 0: seal them */
+	uint64_t gen, seq;
+	uint8_t iv[12];
+	uint8_t *buf; /* seal: where the records go; open: the first record */
+	struct cur c; /* seal: the data */
+	size_t len;   /* seal: bytes of data */
+	size_t nrec;  /* open: records */
+	uint8_t *dst; /* open: where their data goes */
+	size_t out;   /* bytes of records sealed, of data opened */
+	long err;     /* seal: -1; open: open_one's, or -3 for a record not application data */
+	uint8_t type, head[2];
+	_Atomic int state; /* JOB_* */
+};
+
+/* A job is queued for whichever takes it first: a pool thread, or its
+ * owner when it comes to wait for it (so that a job no thread got to,
+ * on a busy machine, costs no more than on the serial path). */
+enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_SETUP };
+
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t work, done;
+	struct job *q[QCAP];
+	unsigned qh, qt;
+	int want;            /* threads: GPUCTL_TLS_THREADS, or from the CPUs */
+	_Atomic int started; /* threads running; -1: none could start */
+	unsigned nslots;
+	uint8_t *txs[MAX_SLOTS]; /* tx_mu */
+	struct job txjobs[MAX_SLOTS];
+	uint8_t *rxs[MAX_SLOTS]; /* the reader's; rxs[0] is t.rxbuf between reads */
+	struct job rxjobs[MAX_SLOTS];
+} pool = {
+	.mu = PTHREAD_MUTEX_INITIALIZER,
+	.work = PTHREAD_COND_INITIALIZER,
+	.done = PTHREAD_COND_INITIALIZER,
+};
+
+static int pool_config(void)
+{
+	const char *v = getenv("GPUCTL_TLS_THREADS");
+	if (v != NULL && *v != 0) {
+		char *end;
+		long k = strtol(v, &end, 10);
+		if (*end != 0 || k < 0 || k > MAX_THREADS) {
+			gc_log("GPUCTL_TLS_THREADS=%s: want a number from 0 to %d (threads that seal and open the records of "
+			       "bulk copies; 0: none)",
+			       v, MAX_THREADS);
+			return -1;
+		}
+		pool.want = (int)k;
+		return 0;
+	}
+	/* Past a few threads the socket copy, not the crypto, limits. */
+	cpu_set_t set;
+	int ncpu = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+	pool.want = ncpu - 1 < 4 ? ncpu - 1 : 4;
+	if (pool.want < 0)
+		pool.want = 0;
+	return 0;
+}
+
+static void run_seal(struct job *j, EVP_CIPHER_CTX *ctx)
+{
+	struct cur c = j->c;
+	uint8_t *w = j->buf;
+	uint64_t seq = j->seq;
+	for (size_t left = j->len; left > 0;) {
+		size_t want = left < MAX_PLAIN ? left : MAX_PLAIN;
+		long r = seal_one(ctx, j->iv, seq++, w, &c, want);
+		if (r < 0) {
+			j->err = -1;
+			return;
+		}
+		w += r;
+		left -= want;
+	}
+	j->out = (size_t)(w - j->buf);
+}
+
+static void run_open(struct job *j, EVP_CIPHER_CTX *ctx)
+{
+	const uint8_t *r = j->buf;
+	uint8_t *dst = j->dst;
+	for (size_t i = 0; i < j->nrec; i++) {
+		uint8_t type = 0;
+		long k = open_one(ctx, j->iv, j->seq + i, r, dst, &type);
+		if (k < 0 || type != 23) {
+			j->err = k < 0 ? k : -3;
+			j->type = type;
+			j->head[0] = k > 0 ? dst[0] : 0;
+			j->head[1] = k > 1 ? dst[1] : 0;
+			j->out = (size_t)k; /* the failing record's length, for settle */
+			return;
+		}
+		dst += k;
+		r += HDR + ((size_t)r[3] << 8 | r[4]);
+	}
+	j->out = (size_t)(dst - j->dst);
+}
+
+static void *pool_main(void *arg)
+{
+	(void)arg;
+	/* Each thread keeps its own copy of each direction's context, taken
+	 * when the keys change (a new connection). */
+	EVP_CIPHER_CTX *ctx[2] = { o.EVP_CIPHER_CTX_new(), o.EVP_CIPHER_CTX_new() };
+	uint64_t gen[2] = { 0, 0 };
+	for (;;) {
+		pthread_mutex_lock(&pool.mu);
+		while (pool.qh == pool.qt)
+			pthread_cond_wait(&pool.work, &pool.mu);
+		struct job *j = pool.q[pool.qh++ % QCAP];
+		pthread_mutex_unlock(&pool.mu);
+		int q = JOB_QUEUED;
+		if (!atomic_compare_exchange_strong(&j->state, &q, JOB_RUNNING))
+			continue; /* its owner took it (or an older entry of it was run) */
+		EVP_CIPHER_CTX *c = ctx[j->open];
+		if (c != NULL && gen[j->open] != j->gen) {
+			if (o.EVP_CIPHER_CTX_copy(c, (j->open ? &t.rx : &t.tx)->tmpl) == 1)
+				gen[j->open] = j->gen;
+			else
+				c = NULL;
+		}
+		if (c == NULL)
+			j->err = -1;
+		else if (j->open)
+			run_open(j, c);
+		else
+			run_seal(j, c);
+		pthread_mutex_lock(&pool.mu);
+		atomic_store(&j->state, JOB_DONE);
+		pthread_cond_broadcast(&pool.done);
+		pthread_mutex_unlock(&pool.mu);
+	}
+	return NULL;
+}
+
+static void pool_after_fork(void)
+{
+	/* The threads stay in the parent. */
+	pthread_mutex_init(&pool.mu, NULL);
+	pthread_cond_init(&pool.work, NULL);
+	pthread_cond_init(&pool.done, NULL);
+	pool.qh = pool.qt = 0;
+	atomic_store(&pool.started, 0);
+}
+
+/* pool_ready starts the threads the first time a bulk transfer wants
+ * them. 1: they run; 0: seal and open on the calling thread. */
+static int pool_ready(void)
+{
+	int st = atomic_load(&pool.started);
+	if (st != 0 || pool.want == 0)
+		return st > 0;
+	pthread_mutex_lock(&pool.mu);
+	if (atomic_load(&pool.started) == 0) {
+		/* The threads take no signal meant for the application. */
+		sigset_t all, old;
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		int n = 0;
+		for (int i = 0; i < pool.want; i++) {
+			pthread_t th;
+			pthread_attr_t a;
+			pthread_attr_init(&a);
+			pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+			if (pthread_create(&th, &a, pool_main, NULL) == 0)
+				n++;
+			pthread_attr_destroy(&a);
+		}
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		static int forks;
+		if (n > 0 && !forks++)
+			pthread_atfork(NULL, NULL, pool_after_fork);
+		pool.nslots = (unsigned)n + 2;
+		atomic_store(&pool.started, n > 0 ? n : -1);
+		if (getenv("GPUCTL_DEBUG") != NULL)
+			gc_log("TLS: %d of %d threads started to seal and open the records of bulk copies", n, pool.want);
+	}
+	pthread_mutex_unlock(&pool.mu);
+	return atomic_load(&pool.started) > 0;
+}
+
+/* setup makes j the owner's to fill in: no thread takes it until
+ * submit, even from a stale queue entry. */
+static struct job *setup(struct job *j, int open, const struct dir *d, uint64_t seq)
+{
+	atomic_store(&j->state, JOB_SETUP);
+	j->open = open;
+	j->gen = d->gen;
+	j->seq = seq;
+	memcpy(j->iv, d->iv, 12);
+	j->out = 0;
+	j->err = 0;
+	return j;
+}
+
+static void submit(struct job *j)
+{
+	pthread_mutex_lock(&pool.mu);
+	atomic_store(&j->state, JOB_QUEUED);
+	if (pool.qt - pool.qh == QCAP)
+		pool.qh++; /* the oldest entry is stale, or its owner will run it */
+	pool.q[pool.qt++ % QCAP] = j;
+	pthread_cond_signal(&pool.work);
+	pthread_mutex_unlock(&pool.mu);
+}
+
+/* wait_job: the job's owner collects it, running it itself with its
+ * direction's own context if no thread has started it. */
+static void wait_job(struct job *j, EVP_CIPHER_CTX *own)
+{
+	int q = JOB_QUEUED;
+	if (atomic_compare_exchange_strong(&j->state, &q, JOB_RUNNING)) {
+		if (j->open)
+			run_open(j, own);
+		else
+			run_seal(j, own);
+		atomic_store(&j->state, JOB_DONE);
+		return;
+	}
+	pthread_mutex_lock(&pool.mu);
+	while (atomic_load(&j->state) != JOB_DONE)
+		pthread_cond_wait(&pool.done, &pool.mu);
+	pthread_mutex_unlock(&pool.mu);
+}
+
+static int alloc_slots(uint8_t **slots, unsigned from)
+{
+	for (unsigned i = from; i < pool.nslots; i++)
+		if (slots[i] == NULL && (slots[i] = malloc(SLOT_CAP)) == NULL)
+			return -1;
+	return 0;
+}
+
+/* par_send seals the iovec's total bytes on the threads and writes them
+ * job by job, in order. 0, -1, or 1: no memory for it (seal serially). */
+static int par_send(int fd, const struct iovec *iov, int n, size_t total)
+{
+	if (alloc_slots(pool.txs, 0) < 0)
+		return 1;
+	unsigned ns = pool.nslots, issued = 0, sent = 0;
+	struct cur c = { iov, n, 0, 0 };
+	uint64_t seq = t.tx.seq;
+	size_t left = total;
+	int rc = 0;
+	for (;;) {
+		while (rc == 0 && left > 0 && issued - sent < ns) {
+			struct job *j = setup(&pool.txjobs[issued % ns], 0, &t.tx, seq);
+			size_t len = left < JOB_RECS * MAX_PLAIN ? left : JOB_RECS * MAX_PLAIN;
+			j->buf = pool.txs[issued % ns];
+			j->c = c;
+			j->len = len;
+			cur_advance(&c, len);
+			seq += (len + MAX_PLAIN - 1) / MAX_PLAIN;
+			left -= len;
+			submit(j);
+			issued++;
+		}
+		if (sent == issued)
+			break;
+		struct job *j = &pool.txjobs[sent % ns];
+		wait_job(j, t.tx.ctx);
+		if (rc == 0 && (j->err != 0 || send_all(fd, j->buf, j->out) < 0))
+			rc = -1; /* the jobs out still use the caller's data: collect them */
+		sent++;
+	}
+	t.tx.seq = seq;
+	return rc;
+}
+
+/* par_recv reads records into the receive slots and opens them on the
+ * threads straight into p, while it reads the next ones; it takes whole
+ * records whose data fits p and stops before one that does not. It reads
+ * only while p still needs more than the records it has, so it never
+ * waits for bytes gpud does not owe. Returns the bytes delivered to p (0:
+ * take the serial path), -1, or -2 when the socket's receive timeout ran
+ * out, as fill's. The reader's. */
+static long par_recv(int fd, uint8_t *p, size_t n)
+{
+	pool.rxs[0] = t.rxbuf;
+	if (alloc_slots(pool.rxs, 1) < 0)
+		return 0;
+	unsigned ns = pool.nslots, issued = 0, done = 0, cur = 0;
+	uint8_t *s = t.rxbuf;
+	size_t a = t.rpos, e = t.rlen; /* s[a:e] read, not yet given to a job */
+	size_t next = 0, got = 0;      /* the next job's data goes at p+next; p[:got] is delivered */
+	uint64_t seq = t.rx.seq;
+	int rc = 0;
+	for (;;) {
+		/* The whole records at s[a:] that fit. */
+		size_t at = a, opt = 0, nrec = 0;
+		int more = 1; /* p takes more than these: more are owed */
+		while (nrec < JOB_RECS) {
+			if (e - at < HDR) {
+				more = next + opt < n;
+				break;
+			}
+			const uint8_t *h = s + at;
+			size_t clen = (size_t)h[3] << 8 | h[4];
+			if (h[0] != 23 || clen > MAX_CIPHER || clen < TAG + 1 || clen - TAG - 1 > n - next - opt) {
+				more = 0; /* for the serial path */
+				break;
+			}
+			if (e - at < HDR + clen)
+				break;
+			opt += clen - TAG - 1;
+			at += HDR + clen;
+			nrec++;
+		}
+		if (nrec < JOB_RECS && more && !(a == 0 && e == SLOT_CAP)) {
+			if (e == SLOT_CAP) {
+				memmove(s, s + a, e - a);
+				e -= a;
+				at -= a;
+				a = 0;
+			}
+			ssize_t m = recv(fd, s + e, SLOT_CAP - e, 0);
+			if (m < 0 && errno == EINTR)
+				continue;
+			if (m <= 0) {
+				rc = m < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? -2 : -1; /* -2: the silence bound */
+				break;
+			}
+			e += (size_t)m;
+			continue;
+		}
+		if (nrec == 0)
+			break;
+		/* The slot after this one takes what follows these records:
+		 * free it if a job still holds it. */
+		while (rc == 0 && issued - done >= ns - 1) {
+			struct job *j = &pool.rxjobs[done % ns];
+			wait_job(j, t.rx.ctx);
+			if (j->err != 0) {
+				settle(j->err == -3 ? (long)j->out : j->err, j->type, j->head);
+				rc = -1;
+			} else {
+				if (j->dst != p + got)
+					memmove(p + got, j->dst, j->out); /* a padded record came before */
+				got += j->out;
+			}
+			done++;
+		}
+		if (rc != 0)
+			break;
+		struct job *j = setup(&pool.rxjobs[issued % ns], 1, &t.rx, seq);
+		j->buf = s + a;
+		j->nrec = nrec;
+		j->dst = p + next;
+		submit(j);
+		issued++;
+		seq += nrec;
+		next += opt;
+		unsigned nx = (cur + 1) % ns;
+		memcpy(pool.rxs[nx], s + at, e - at);
+		e -= at;
+		a = 0;
+		s = pool.rxs[nx];
+		cur = nx;
+		if (!more)
+			break;
+	}
+	for (; done < issued; done++) {
+		struct job *j = &pool.rxjobs[done % ns];
+		wait_job(j, t.rx.ctx);
+		if (rc != 0)
+			continue;
+		if (j->err != 0) {
+			settle(j->err == -3 ? (long)j->out : j->err, j->type, j->head);
+			rc = -1;
+		} else {
+			if (j->dst != p + got)
+				memmove(p + got, j->dst, j->out);
+			got += j->out;
+		}
+	}
+	/* What was read and not opened stays for the next read, in the slot
+	 * that becomes the receive buffer. */
+	uint8_t *keep = pool.rxs[cur];
+	pool.rxs[cur] = pool.rxs[0];
+	pool.rxs[0] = keep;
+	t.rxbuf = keep;
+	t.rpos = a;
+	t.rlen = e;
+	t.rx.seq = seq;
+	return rc < 0 ? rc : (long)got;
+}
+
+/* ---- sending and receiving -------------------------------------------- */
+
 int gc_tls_send(int fd, const struct iovec *iov, int n)
 {
-	int i = 0;
-	size_t off = 0; /* into iov[i] */
-	while (i < n && iov[i].iov_len == 0)
-		i++;
-	while (i < n) {
+	size_t total = 0;
+	for (int i = 0; i < n; i++)
+		total += iov[i].iov_len;
+	if (total >= PAR_MIN && pool_ready()) {
+		int r = par_send(fd, iov, n, total);
+		if (r <= 0)
+			return r;
+	}
+	struct cur c = { iov, n, 0, 0 };
+	while (total > 0) {
 		size_t used = 0;
 		/* Records into txbuf while one more full record fits. */
-		while (i < n && TX_CAP - used >= HDR + MAX_PLAIN + 1 + TAG) {
-			uint8_t *rec = t.txbuf + used, *out = rec + HDR;
-			size_t len = 0;
-			uint8_t nc[12];
-			int ol = 0;
-			nonce(&t.tx, nc);
-			/* The header is the additional data; its length is known
-			 * once the record's content is: count first. */
-			size_t want = 0;
-			for (int j = i; j < n && want < MAX_PLAIN; j++)
-				want += (j == i ? iov[j].iov_len - off : iov[j].iov_len);
-			if (want > MAX_PLAIN)
-				want = MAX_PLAIN;
-			size_t clen = want + 1 + TAG;
-			rec[0] = 23;
-			rec[1] = 3;
-			rec[2] = 3;
-			rec[3] = (uint8_t)(clen >> 8);
-			rec[4] = (uint8_t)clen;
-			if (o.EVP_EncryptInit_ex(t.tx.ctx, NULL, NULL, NULL, nc) != 1 ||
-			    o.EVP_EncryptUpdate(t.tx.ctx, NULL, &ol, rec, HDR) != 1)
-				return -1;
-			while (len < want) {
-				size_t k = iov[i].iov_len - off;
-				if (k > want - len)
-					k = want - len;
-				if (o.EVP_EncryptUpdate(t.tx.ctx, out, &ol, (const uint8_t *)iov[i].iov_base + off, (int)k) != 1)
-					return -1;
-				out += ol;
-				len += k;
-				off += k;
-				if (off == iov[i].iov_len) {
-					i++;
-					off = 0;
-					while (i < n && iov[i].iov_len == 0)
-						i++;
-				}
-			}
-			static const uint8_t appdata = 23;
-			if (o.EVP_EncryptUpdate(t.tx.ctx, out, &ol, &appdata, 1) != 1)
-				return -1;
-			out += ol;
-			if (o.EVP_EncryptFinal_ex(t.tx.ctx, out, &ol) != 1)
-				return -1;
-			out += ol;
-			if (o.EVP_CIPHER_CTX_ctrl(t.tx.ctx, EVP_CTRL_GCM_GET_TAG, TAG, out) != 1)
+		while (total > 0 && TX_CAP - used >= HDR + MAX_PLAIN + 1 + TAG) {
+			size_t want = total < MAX_PLAIN ? total : MAX_PLAIN;
+			long r = seal_one(t.tx.ctx, t.tx.iv, t.tx.seq, t.txbuf + used, &c, want);
+			if (r < 0)
 				return -1;
 			t.tx.seq++;
-			used += HDR + clen;
+			used += (size_t)r;
+			total -= want;
 		}
 		if (send_all(fd, t.txbuf, used) < 0)
 			return -1;
@@ -634,42 +1158,24 @@ static int fill(int fd)
 	}
 }
 
-/* open_record opens the buffered record into dst (room for its whole
- * inner plaintext) and returns the application data's length, or -1. */
+/* open_record opens the buffered record into dst (room for its inner
+ * plaintext less one byte) and returns the application data's length, or
+ * -1. */
 static long open_record(uint8_t *dst)
 {
-	const uint8_t *hdr = t.rxbuf + t.rpos, *ct = hdr + HDR;
+	const uint8_t *hdr = t.rxbuf + t.rpos;
 	size_t clen = (size_t)hdr[3] << 8 | hdr[4];
 	if (hdr[0] != 23 || clen < TAG + 1) {
 		gc_log("gpud sent a TLS record this library does not take (type %u, %zu bytes); reconnecting", hdr[0], clen);
 		return -1;
 	}
-	uint8_t nc[12];
-	int ol = 0, fl = 0;
-	nonce(&t.rx, nc);
-	if (o.EVP_DecryptInit_ex(t.rx.ctx, NULL, NULL, NULL, nc) != 1 || o.EVP_DecryptUpdate(t.rx.ctx, NULL, &ol, hdr, HDR) != 1 ||
-	    o.EVP_DecryptUpdate(t.rx.ctx, dst, &ol, ct, (int)(clen - TAG)) != 1 ||
-	    o.EVP_CIPHER_CTX_ctrl(t.rx.ctx, EVP_CTRL_GCM_SET_TAG, TAG, (void *)(ct + clen - TAG)) != 1 ||
-	    o.EVP_DecryptFinal_ex(t.rx.ctx, dst + ol, &fl) != 1) {
-		gc_log("a TLS record from gpud failed authentication; reconnecting");
+	uint8_t type = 0;
+	long k = open_one(t.rx.ctx, t.rx.iv, t.rx.seq, hdr, dst, &type);
+	if (settle(k, type, dst) < 0)
 		return -1;
-	}
 	t.rx.seq++;
 	t.rpos += HDR + clen;
-	long i = (long)(clen - TAG) - 1;
-	while (i >= 0 && dst[i] == 0)
-		i--; /* padding */
-	if (i < 0)
-		return -1;
-	if (dst[i] == 23)
-		return i;
-	if (dst[i] == 21 && i == 2 && dst[1] == 0)
-		return -1; /* close_notify */
-	if (dst[i] == 21 && i == 2)
-		gc_log("gpud sent TLS alert %u; reconnecting", dst[1]);
-	else
-		gc_log("gpud sent a TLS record of content type %u, which this library does not take; reconnecting", dst[i]);
-	return -1;
+	return k;
 }
 
 int gc_tls_recv(int fd, void *p, size_t n)
@@ -684,11 +1190,20 @@ int gc_tls_recv(int fd, void *p, size_t n)
 			n -= k;
 			continue;
 		}
+		if (n >= PAR_MIN && pool_ready()) {
+			long k = par_recv(fd, b, n);
+			if (k < 0)
+				return (int)k;
+			b += k;
+			n -= (size_t)k;
+			if (n == 0)
+				break;
+		}
 		int rc = fill(fd);
 		if (rc < 0)
 			return rc;
 		size_t inner = (((size_t)t.rxbuf[t.rpos + 3] << 8) | t.rxbuf[t.rpos + 4]) - TAG;
-		if (n >= inner) {
+		if (inner >= 1 && n >= inner - 1) {
 			/* Straight into the caller's buffer: a bulk reply is
 			 * opened where it is to land. */
 			long k = open_record(b);

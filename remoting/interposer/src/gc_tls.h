@@ -9,15 +9,19 @@
  *
  * Threads: gc_tls_connect runs with the connection not in use (at cuInit,
  * or by the reconnecting reader holding tx_mu); gc_tls_send runs under
- * tx_mu; gc_tls_recv by the reader. The two directions share nothing. */
+ * tx_mu; gc_tls_recv by the reader. The two directions share nothing but
+ * the threads that seal and open the records of bulk transfers (128 KiB or
+ * more; GPUCTL_TLS_THREADS of them, started at the first), whose jobs each
+ * direction's owner hands out and collects in order while it does the
+ * socket I/O. */
 #ifndef GPUCTL_GC_TLS_H
 #define GPUCTL_GC_TLS_H
 
 #include <stddef.h>
 #include <sys/uio.h>
 
-/* gc_tls_setup reads GPUCTL_TLS_CA, GPUCTL_TLS_SERVER_NAME and GPUCTL_KTLS
- * and, with a CA, loads OpenSSL and the CA. 0: ready (or TLS off); -1: the
+/* gc_tls_setup reads GPUCTL_TLS_CA, GPUCTL_TLS_SERVER_NAME, GPUCTL_KTLS
+ * and GPUCTL_TLS_THREADS and, with a CA, loads OpenSSL and the CA. 0: ready (or TLS off); -1: the
  * reason was logged. */
 int gc_tls_setup(void);
 

@@ -1,8 +1,9 @@
 /* Client-level test of libcuda.so.1 against a gpuctl server: built with
  * gcc against build/include/cuda.h only, as an application would be.
- * Usage: ctest basic | replay N | flood N | threads T N | dead | badtoken | nodevice */
+ * Usage: ctest basic | replay N | flood N | threads T N | bulk T N | dead | badtoken | nodevice */
 #include <cuda.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -482,6 +483,86 @@ static void test_threads(int nthreads, int iters)
 	OK(cuCtxSynchronize());
 }
 
+/* bulk: copies of every size around the record and batch boundaries of
+ * the TLS record layer, then T threads copying N rounds of a few MiB each
+ * way at once, so that both directions' bulk records are in flight
+ * together; every byte is checked, into and out of odd offsets. */
+static int bulk_bad;
+
+static void fill_pattern(unsigned char *p, size_t n, unsigned seed)
+{
+	uint32_t x = seed * 2654435761u + 1;
+	for (size_t i = 0; i < n; i++) {
+		x = x * 1664525u + 1013904223u;
+		p[i] = (unsigned char)(x >> 24);
+	}
+}
+
+static int bulk_round(size_t n, unsigned seed)
+{
+	unsigned char *h = malloc(n + 3), *g = malloc(n + 3);
+	CUdeviceptr d;
+	int bad = 0;
+	if (h == NULL || g == NULL || cuMemAlloc(&d, n) != CUDA_SUCCESS) {
+		free(h);
+		free(g);
+		return 1;
+	}
+	fill_pattern(h + 1, n, seed);
+	memset(g, 0x5a, n + 3);
+	if (cuMemcpyHtoD(d, h + 1, n) != CUDA_SUCCESS || cuMemcpyDtoH(g + 3, d, n) != CUDA_SUCCESS) {
+		fprintf(stderr, "bulk copy of %zu bytes failed\n", n);
+		bad = 1;
+	} else if (memcmp(g + 3, h + 1, n) != 0 || g[0] != 0x5a || g[1] != 0x5a || g[2] != 0x5a) {
+		size_t i = 0;
+		while (i < n && g[3 + i] == h[1 + i])
+			i++;
+		fprintf(stderr, "bulk copy of %zu bytes came back different at byte %zu\n", n, i);
+		bad = 1;
+	}
+	cuMemFree(d);
+	free(h);
+	free(g);
+	return bad;
+}
+
+static void *bulk_worker(void *arg)
+{
+	int id = (int)(intptr_t)arg;
+	if (cuCtxSetCurrent(shared_ctx) != CUDA_SUCCESS) {
+		__atomic_add_fetch(&bulk_bad, 1, __ATOMIC_RELAXED);
+		return NULL;
+	}
+	for (int it = 0; it < thread_iters; it++) {
+		size_t n = ((size_t)(1 + (id + it) % 4) << 20) + (size_t)(id * 7919 + it * 131) % 65536;
+		if (bulk_round(n, (unsigned)(id * 1000 + it))) {
+			__atomic_add_fetch(&bulk_bad, 1, __ATOMIC_RELAXED);
+			break;
+		}
+	}
+	return NULL;
+}
+
+static void test_bulk(int nthreads, int iters)
+{
+	shared_ctx = setup();
+	static const size_t sizes[] = { 1, 100, 16383, 16384, 16385, 131071, 131072, 131073, 16 * 16384 - 1, 16 * 16384,
+					16 * 16384 + 1, 1 << 20, (5 << 20) + 3, 17 * 16384 * 6 + 9 };
+	for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+		if (bulk_round(sizes[i], (unsigned)i))
+			failures++;
+	thread_iters = iters;
+	pthread_t t[16];
+	if (nthreads > 16)
+		nthreads = 16;
+	for (int i = 0; i < nthreads; i++)
+		pthread_create(&t[i], NULL, bulk_worker, (void *)(intptr_t)i);
+	for (int i = 0; i < nthreads; i++)
+		pthread_join(t[i], NULL);
+	failures += bulk_bad;
+	OK(cuCtxSynchronize());
+}
+
 /* dead: the server goes away; calls must fail, not hang. */
 static void test_dead(void)
 {
@@ -511,6 +592,8 @@ int main(int argc, char **argv)
 		test_flood(argc > 2 ? atoi(argv[2]) : 100000);
 	else if (strcmp(mode, "threads") == 0)
 		test_threads(argc > 2 ? atoi(argv[2]) : 8, argc > 3 ? atoi(argv[3]) : 200);
+	else if (strcmp(mode, "bulk") == 0)
+		test_bulk(argc > 2 ? atoi(argv[2]) : 3, argc > 3 ? atoi(argv[3]) : 4);
 	else if (strcmp(mode, "dead") == 0)
 		test_dead();
 	else if (strcmp(mode, "badtoken") == 0)

@@ -1,0 +1,373 @@
+#!/usr/bin/env bash
+# Checkpoints at PCIe speed on a GPU host: gpuctl against doing it by hand,
+# on the same program and sizes, in one run of about 8 minutes.
+#
+#   e2e/gpu/ckpt-bench.sh        (or: make gpu-ckpt-bench)
+#
+# Needs what e2e/gpu/run.sh needs (driver >= 570, nvcc, gcc, root; build/
+# with gpud, gpuctl, lib/ and include/; .deps/criu), and runs, when make
+# gpu-tools left build/bin/cuda-conformance.test, the cuda backend's own
+# tests of worker-mapped memory first (allocations, the GPU hash kernel
+# against the host's, save/release/reload, and the backend conformance
+# suite, whose allocations now come from worker-mapped memory).
+#
+# For each size (SIZES, MiB; default 1, 4 and 8 GiB, then BIG = 32 GiB
+# while the budget allows) a client holds that much incompressible data and
+# checks all of it on the GPU every 50 ms without changing it (an idle
+# session). Through gpuctl:
+#   1. checkpoint --leave-running: stall_ms (the client's pause) and
+#      duration_ms (until the image is committed);
+#   2. the same again: the second checkpoint of an idle session, its stall
+#      and the new bytes it stored;
+#   3. a checkpoint, then a restore from it, timed; the client reconnects
+#      and its checks must find every byte as it was (bit-exact);
+#   4. a live migration to a second gpud on the same GPU (in its own
+#      network namespace, as run.sh does): downtime_ms.
+# By hand, on a native client of the same size: the driver's lock and
+# checkpoint plus criu dump; criu restore plus the driver's restore and
+# unlock (e2e/gpu/ckpt.c). And the machine's fsync'd sequential write speed
+# on the filesystem holding the store. Then one table of ratios against the
+# targets.
+#
+# Variables: OUT (default /tmp/gpuctl-ckpt-bench), WORK, SIZES, BIG (0: no
+# big size), BUDGET (seconds, default 450), NVCC, CUDA_INC, CRIU, KEEP=1.
+# Exit status 0 only if every correctness check passed (targets missed are
+# reported in the table, not failed).
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+HERE=$ROOT/e2e/gpu
+OUT=${OUT:-/tmp/gpuctl-ckpt-bench}
+mkdir -p "$OUT"
+WORK=${WORK:-$(mktemp -d /tmp/gpuctl-ckpt-bench.XXXXXX)}
+mkdir -p "$WORK"
+SIZES=${SIZES:-"1024 4096 8192"}
+BIG=${BIG:-32768}
+BUDGET=${BUDGET:-450}
+NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
+CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
+CRIU=${CRIU:-$ROOT/.deps/criu/criu}
+GPUD=$ROOT/build/bin/gpud
+GPUCTL=$ROOT/build/bin/gpuctl
+TOKEN=$WORK/token
+A_LISTEN=127.0.0.1:17420 A_API=127.0.0.1:17421
+B_LISTEN=127.0.0.1:17430 B_API=127.0.0.1:17431
+B_NS=gpuctl-ckb-b B_EXEC=()
+T_START=$(date +%s)
+
+exec > >(tee -p "$OUT/bench.log") 2>&1
+TEE=$!
+
+source "$HERE/lib.sh"
+
+last_iter() { grep -o '^iter [0-9]*' "$1" 2>/dev/null | tail -n 1 | cut -d' ' -f2; }
+wait_iter() { # wait_iter LOG N SECONDS: until the client checked past N
+	local deadline=$(($(date +%s) + $3)) it
+	while (($(date +%s) < deadline)); do
+		it=$(last_iter "$1")
+		[[ -n $it ]] && ((it > $2)) && return 0
+		sleep 0.1
+	done
+	return 1
+}
+# max_gap LOG FROM: the longest time between checks after check FROM (ms).
+max_gap() {
+	awk -v from="$2" '/^iter/ { split($NF, t, "="); if ($2 >= from && prev != "") { g = t[2] - prev; if (g > m) m = g } if ($2 >= from) prev = t[2] } END { printf "%.0f", m }' "$1"
+}
+bad_checks() { grep -c BAD "$1" 2>/dev/null || true; }
+# start_client LOG MIB remote|native: the idle holder; HP is its pid.
+start_client() {
+	rm -f "$1"
+	if [[ $3 == remote ]]; then
+		setsid "$GPUCTL" run --server "$A_LISTEN" --token-file "$TOKEN" -- "$WORK/remote/holder" "$2" "$1" "$WORK/kernels.ptx" 50 idle \
+			</dev/null >"$1.out" 2>&1 &
+	else
+		"${NATIVE[@]}" setsid "$WORK/native/holder" "$2" "$1" "$WORK/kernels.ptx" 50 idle </dev/null >"$1.out" 2>&1 &
+	fi
+	HP=$!
+	PIDS+=("$HP")
+}
+secs() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", (b-a)/1000}'; }
+# step_ms FILE NAME: one pipeline step's duration from a JSON answer.
+step_ms() { tr -d '\n ' <"$1" | grep -o "\"step\":\"$2\",\"duration_ns\":[0-9]*" | head -n 1 | grep -o '[0-9]*$' | awk '{ printf "%.0f", $1 / 1e6 }'; }
+
+# ---------------------------------------------------------------- setup
+step "environment"
+suite_env
+step "build"
+mkdir -p "$WORK/native" "$WORK/remote"
+"$NVCC" -O3 -ptx -arch=sm_"$CAP" -o "$WORK/kernels.ptx" "$HERE/kernels.cu" || { echo "nvcc failed"; exit 1; }
+gcc -O2 -std=gnu11 -I"$HERE" -I"$CUDA_INC" -o "$WORK/native/holder" "$HERE/holder.c" -L"$STUBS" -lcuda -lm -lpthread &&
+	gcc -O2 -std=gnu11 -I"$HERE" -I"$ROOT/build/include" -o "$WORK/remote/holder" "$HERE/holder.c" \
+		-L"$ROOT/build/lib" -Wl,-rpath,"$ROOT/build/lib" -lcuda -lm -lpthread &&
+	gcc -O2 -I"$CUDA_INC" -o "$WORK/native/gpuckpt" "$HERE/ckpt.c" -L"$STUBS" -lcuda || { echo "building the helpers failed"; exit 1; }
+
+step "cuda backend: worker-mapped memory, the GPU hash kernel, save and reload"
+T=$ROOT/build/bin/cuda-conformance.test
+if [[ -x $T ]]; then
+	# A kernel fault poisons the whole process on the real driver, so the
+	# sticky-fault case runs on its own, after the others.
+	if "${NATIVE[@]}" timeout 180 "$T" -test.run '^(TestVMMAllocations|TestPlainMemory|TestHashKernel|TestDeviceMemoryRoundTrip|TestConformance)$' \
+		-test.skip '^TestConformance/StickyFault$' -test.v >"$OUT/devmem-tests.log" 2>&1 &&
+		"${NATIVE[@]}" timeout 60 "$T" -test.run '^TestConformance$/^StickyFault$' -test.v >>"$OUT/devmem-tests.log" 2>&1 &&
+		! grep -q -- '--- SKIP' "$OUT/devmem-tests.log"; then
+		pass "cuda backend tests: $(grep -c -- '^--- PASS' "$OUT/devmem-tests.log") pass (allocations, hash kernel == host hash, release and reload bit-exact, the conformance suite on mapped memory)"
+	else
+		fail "cuda backend tests (see $OUT/devmem-tests.log): $(grep -E -- '--- (FAIL|SKIP)|devmem_test.go' "$OUT/devmem-tests.log" | head -n 4 | tr '\n' ' ')"
+	fi
+else
+	skip "cuda backend tests: no build/bin/cuda-conformance.test (make gpu-tools)"
+fi
+
+step "the machine's fsync'd sequential write speed (where the store is)"
+# 4 GiB written and fsync'd, as the store writes its packs (zeros: on a
+# compressing filesystem this overstates the disk, which the line says).
+t0=$(ms_now)
+dd if=/dev/zero of="$WORK/disk.test" bs=16M count=256 conv=fsync status=none
+t1=$(ms_now)
+R[disk_gbs]=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", 4*1073741824/1e9/((b-a)/1000)}')
+rm -f "$WORK/disk.test"
+echo "  ${R[disk_gbs]} GB/s ($(df -T "$WORK" | awk 'NR==2 { print $1 ", " $2 ", mounted on " $NF }'))"
+
+step "gpuds"
+start_gpud a "$A_LISTEN" "$A_API" 0 || { fail "gpud a did not start"; exit 1; }
+MIG=0
+b_netns && start_gpud b "$B_LISTEN" "$B_API" 0 && MIG=1 || fail "gpud b did not start: no migrations"
+
+# ------------------------------------------------------------ gpuctl runs
+gpuctl_run() {
+	local mib=$1 log=$WORK/client.$mib.log before sid it hp img t0 t1
+	before=$(sessions "$A_API")
+	start_client "$log" "$mib" remote
+	hp=$HP
+	if ! wait_log "$log" '^iter 3 ok' 120 "$hp" || ! sid=$(new_session "$A_API" "$before" 10); then
+		fail "$mib MiB: the client did not start through gpud: $(tail -n 3 "$log.out")"
+		stop_group "$hp"
+		return
+	fi
+	for n in 1 2; do
+		it=$(last_iter "$log")
+		if ! ctl "$A_API" checkpoint "$sid" --leave-running --json >"$OUT/ckpt$n.$mib.json" 2>"$OUT/ckpt$n.$mib.err"; then
+			fail "$mib MiB: checkpoint $n --leave-running: $(cat "$OUT/ckpt$n.$mib.err")"
+			stop_group "$hp"
+			return
+		fi
+		R[stall${n}_ms_$mib]=$(jget "$OUT/ckpt$n.$mib.json" stall_ms)
+		R[durable${n}_ms_$mib]=$(jget "$OUT/ckpt$n.$mib.json" duration_ms)
+		R[mem${n}_$mib]=$(jget "$OUT/ckpt$n.$mib.json" mem_bytes)
+		# Empty in the answer means none (the fields are omitted at 0).
+		R[sent${n}_$mib]=$(jget "$OUT/ckpt$n.$mib.json" mem_sent_bytes)
+		R[copied${n}_$mib]=$(jget "$OUT/ckpt$n.$mib.json" mem_copied_bytes)
+		[[ -n ${R[mem${n}_$mib]} ]] && R[sent${n}_$mib]=${R[sent${n}_$mib]:-0} R[copied${n}_$mib]=${R[copied${n}_$mib]:-0}
+		R[steps${n}_$mib]=$(steps "$OUT/ckpt$n.$mib.json")
+		R[bytes${n}_$mib]=$(jget "$OUT/ckpt$n.$mib.json" bytes)
+		R[stored${n}_$mib]=$(jget "$OUT/ckpt$n.$mib.json" stored_bytes)
+		R[store${n}_ms_$mib]=$(step_ms "$OUT/ckpt$n.$mib.json" store)
+		echo "  checkpoint $n: stall ${R[stall${n}_ms_$mib]} ms, durable ${R[durable${n}_ms_$mib]} ms; steps: $(steps "$OUT/ckpt$n.$mib.json")"
+		if wait_iter "$log" $((it + 3)) 60 && [[ $(bad_checks "$log") == 0 ]]; then
+			R[gap${n}_ms_$mib]=$(max_gap "$log" "$it")
+			pass "$mib MiB: checkpoint $n --leave-running; the client went on with its data intact (longest gap ${R[gap${n}_ms_$mib]} ms)"
+		else
+			fail "$mib MiB: after checkpoint $n --leave-running the client did not go on cleanly: $(tail -n 2 "$log")"
+		fi
+	done
+	# Stop-and-copy, then restore: the client's checks cover every byte.
+	it=$(last_iter "$log")
+	if ! ctl "$A_API" checkpoint "$sid" --json >"$OUT/ckpt3.$mib.json" 2>"$OUT/ckpt3.$mib.err"; then
+		fail "$mib MiB: checkpoint: $(cat "$OUT/ckpt3.$mib.err")"
+		stop_group "$hp"
+		return
+	fi
+	img=$(jget "$OUT/ckpt3.$mib.json" image)
+	sync
+	t0=$(ms_now)
+	if ! ctl "$A_API" restore "$img" --json >"$OUT/restore.$mib.json" 2>"$OUT/restore.$mib.err"; then
+		fail "$mib MiB: restore $img: $(cat "$OUT/restore.$mib.err")"
+		stop_group "$hp"
+		return
+	fi
+	t1=$(ms_now)
+	R[restore_s_$mib]=$(secs "$t0" "$t1")
+	R[rsteps_$mib]=$(steps "$OUT/restore.$mib.json")
+	echo "  restore steps: ${R[rsteps_$mib]}"
+	if wait_iter "$log" $((it + 3)) 60 && [[ $(bad_checks "$log") == 0 ]]; then
+		pass "$mib MiB: restored in ${R[restore_s_$mib]} s, every byte as it was (checked on the GPU)"
+	else
+		fail "$mib MiB: after the restore the client did not go on cleanly: $(tail -n 2 "$log")"
+		stop_group "$hp"
+		return
+	fi
+	if ((MIG)); then
+		it=$(last_iter "$log")
+		t0=$(ms_now)
+		if ctl "$A_API" migrate "$sid" --to "$B_API" --json >"$OUT/migrate.$mib.json" 2>"$OUT/migrate.$mib.err"; then
+			t1=$(ms_now)
+			R[mig_down_ms_$mib]=$(jget "$OUT/migrate.$mib.json" downtime_ms)
+			R[mig_s_$mib]=$(secs "$t0" "$t1")
+			R[mig_rounds_$mib]=$(tr -d '\n ' <"$OUT/migrate.$mib.json" | grep -o '"rounds":\[[^]]*\]' | grep -o '"blocks"' | wc -l)
+			echo "  migration: downtime ${R[mig_down_ms_$mib]} ms, ${R[mig_s_$mib]} s in all, ${R[mig_rounds_$mib]} pre-copy rounds; steps: $(steps "$OUT/migrate.$mib.json")"
+			if wait_iter "$log" $((it + 3)) 60 && [[ $(bad_checks "$log") == 0 ]]; then
+				R[mig_gap_ms_$mib]=$(max_gap "$log" "$it")
+				pass "$mib MiB: migrated to gpud b; the client went on with its data intact (longest gap ${R[mig_gap_ms_$mib]} ms)"
+			else
+				fail "$mib MiB: after the migration the client did not go on cleanly: $(tail -n 2 "$log")"
+			fi
+		else
+			fail "$mib MiB: migrate: $(cat "$OUT/migrate.$mib.err")"
+		fi
+	fi
+	stop_group "$hp"
+}
+
+# wait_gpu SECONDS: until a new process can use the GPU again. After the
+# by-hand steps the driver refuses cuInit (CUDA_ERROR_OPERATING_SYSTEM) to
+# new processes for a while (13 s once on the H200), which the next client
+# through gpud would otherwise run into.
+wait_gpu() {
+	local t0 deadline waited
+	t0=$(ms_now)
+	deadline=$(($(date +%s) + $1))
+	while (($(date +%s) < deadline)); do
+		if "${NATIVE[@]}" "$WORK/native/gpuckpt" 0 ctx >"$WORK/gpu-probe.log" 2>&1; then
+			waited=$(($(ms_now) - t0))
+			((waited > 500)) && echo "  the GPU took new processes again after $(secs 0 "$waited") s"
+			return 0
+		fi
+		sleep 0.25
+	done
+	fail "the GPU refused new processes for $1 s: $(tail -n 1 "$WORK/gpu-probe.log")"
+	return 1
+}
+# gone PID SECONDS: until PID has exited (a zombie counts as gone).
+gone() {
+	local deadline=$(($(date +%s) + $2))
+	while (($(date +%s) < deadline)); do
+		[[ -r /proc/$1/stat ]] || return 0
+		[[ $(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) == Z ]] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# ---------------------------------------------------------- by hand
+manual_run() {
+	local mib=$1 log=$WORK/native.$mib.log img=$WORK/img.$mib pid it rc t0 t1
+	start_client "$log" "$mib" native
+	if ! wait_log "$log" '^iter 3 ok' 120 "$HP"; then
+		fail "$mib MiB: the native client did not start: $(tail -n 3 "$log.out")"
+		return
+	fi
+	pid=$(sed -n 's/^start pid=\([0-9]*\).*/\1/p' "$log" | head -n 1)
+	rm -rf "$img"
+	mkdir -p "$img"
+	it=$(last_iter "$log")
+	t0=$(ms_now)
+	"${NATIVE[@]}" "$WORK/native/gpuckpt" "$pid" lock checkpoint >"$OUT/manual.$mib.log" 2>&1 &&
+		"$CRIU" dump -t "$pid" -D "$img" -o dump.log >>"$OUT/manual.$mib.log" 2>&1
+	rc=$?
+	t1=$(ms_now)
+	sync -f "$img"
+	R[man_ckpt_s_$mib]=$(secs "$t0" "$t1")
+	# Durable by hand: the dump and its writeback.
+	R[man_durable_s_$mib]=$(secs "$t0" "$(ms_now)")
+	if ((rc != 0)); then
+		fail "$mib MiB by hand: checkpoint failed: $(grep -h Error "$img/dump.log" | head -n 3) $(tail -n 2 "$OUT/manual.$mib.log")"
+		kill -9 "$pid" 2>/dev/null
+		gone "$pid" 30
+		wait_gpu 60
+		return
+	fi
+	t0=$(ms_now)
+	"$CRIU" restore -D "$img" -d -o restore.log >>"$OUT/manual.$mib.log" 2>&1 &&
+		"${NATIVE[@]}" "$WORK/native/gpuckpt" "$pid" restore unlock >>"$OUT/manual.$mib.log" 2>&1
+	rc=$?
+	t1=$(ms_now)
+	R[man_restore_s_$mib]=$(secs "$t0" "$t1")
+	if ((rc == 0)) && wait_iter "$log" $((it + 3)) 60 && [[ $(bad_checks "$log") == 0 ]]; then
+		pass "$mib MiB by hand: checkpoint ${R[man_ckpt_s_$mib]} s, restore ${R[man_restore_s_$mib]} s; data checked after"
+	else
+		fail "$mib MiB by hand: restore: $(grep -h Error "$img/restore.log" | head -n 3) $(tail -n 3 "$OUT/manual.$mib.log")"
+	fi
+	kill -9 "$pid" 2>/dev/null
+	gone "$pid" 30
+	rm -rf "$img"
+	wait_gpu 60
+}
+
+RUN=()
+for mib in $SIZES; do
+	# gpuctl and by hand each move the data about six times over; 2 GB/s
+	# for the by-hand driver copy dominates.
+	time_for $((20 + mib / 100)) "$(size "$mib")" || continue
+	step "$(size "$mib"): through gpuctl"
+	gpuctl_run "$mib"
+	step "$(size "$mib"): by hand"
+	manual_run "$mib"
+	RUN+=("$mib")
+done
+if ((BIG > 0)) && time_for $((20 + BIG / 100)) "$(size "$BIG")"; then
+	step "$(size "$BIG"): through gpuctl"
+	gpuctl_run "$BIG"
+	step "$(size "$BIG"): by hand"
+	manual_run "$BIG"
+	RUN+=("$BIG")
+fi
+
+# ------------------------------------------------------------------ table
+step "results"
+ms_s() { awk -v v="${1:-}" 'BEGIN{ if (v=="") print ""; else printf "%.2f", v/1000 }'; }
+pct() { awk -v a="${1:-}" -v b="${2:-}" 'BEGIN{ if (a=="" || b=="" || b+0==0) print ""; else printf "%.2f%%", 100*a/b }'; }
+gbs_of() { awk -v b="${1:-}" -v ms="${2:-}" 'BEGIN{ if (b=="" || ms=="" || ms+0==0) print ""; else printf "%.2f", b/1e9/(ms/1000) }'; }
+# verdict VALUE OP LIMIT: met / MISSED / n/a
+verdict() { awk -v v="${1:-}" -v op="$2" -v l="$3" 'BEGIN{ if (v=="") { print "n/a"; exit } v+=0; ok = (op=="<=" ? v<=l : v>=l); print (ok ? "met" : "MISSED") }'; }
+row() { printf '| %-42s | %10s | %10s | %8s | %-16s | %-6s |\n' "$1" "$(fmt "$2")" "$(fmt "$3")" "$(fmt "$4")" "$5" "$6"; }
+{
+	echo "Checkpoint at PCIe speed, $(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-gpu=name --format=csv,noheader -i 0), driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0); fsync'd write ${R[disk_gbs]} GB/s"
+	printf '| %-42s | %10s | %10s | %8s | %-16s | %-6s |\n' "measure" "gpuctl" "by hand" "ratio" "target" ""
+	printf '|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..44})" "$(printf -- '-%.0s' {1..12})" "$(printf -- '-%.0s' {1..12})" "$(printf -- '-%.0s' {1..10})" "$(printf -- '-%.0s' {1..18})" "$(printf -- '-%.0s' {1..8})"
+	for mib in "${RUN[@]}"; do
+		g=$(size "$mib")
+		man=${R[man_ckpt_s_$mib]:-}
+		st=$(ms_s "${R[stall1_ms_$mib]:-}")
+		r=$(div "$st" "$man")
+		row "$g checkpoint stall (s)" "$st" "$man" "$r" "<= 0.10 by hand" "$(verdict "$r" "<=" 0.10)"
+		du=$(ms_s "${R[durable1_ms_$mib]:-}")
+		r=$(div "$du" "${R[man_durable_s_$mib]:-}")
+		row "$g checkpoint durable (s)" "$du" "${R[man_durable_s_$mib]:-}" "$r" "<= 1.00 by hand" "$(verdict "$r" "<=" 1.00)"
+		sg=$(gbs_of "${R[stored1_$mib]:-}" "${R[store1_ms_$mib]:-}")
+		r=$(div "$sg" "${R[disk_gbs]}")
+		row "$g store write (GB/s) vs fsync'd dd" "$sg" "${R[disk_gbs]}" "$r" ">= 0.70 of disk" "$(verdict "$r" ">=" 0.70)"
+		man=${R[man_restore_s_$mib]:-}
+		r=$(div "${R[restore_s_$mib]:-}" "$man")
+		row "$g restore (s)" "${R[restore_s_$mib]:-}" "$man" "$r" "<= 0.20 by hand" "$(verdict "$r" "<=" 0.20)"
+		st=$(ms_s "${R[stall2_ms_$mib]:-}")
+		row "$g 2nd checkpoint, idle: stall (s)" "$st" "" "" "<= 0.30 s" "$(verdict "$st" "<=" 0.30)"
+		nb=$(awk -v s="${R[sent2_$mib]:-}" -v m="${R[mem2_$mib]:-}" 'BEGIN{ if (s=="" || m=="" || m+0==0) print ""; else printf "%.4f", s/m }')
+		row "$g 2nd checkpoint: changed memory" "$(pct "${R[sent2_$mib]:-}" "${R[mem2_$mib]:-}")" "" "" "<= 1% of memory" "$(verdict "$nb" "<=" 0.01)"
+		nb=$(awk -v s="${R[copied2_$mib]:-}" -v m="${R[mem2_$mib]:-}" 'BEGIN{ if (s=="" || m=="" || m+0==0) print ""; else printf "%.4f", s/m }')
+		row "$g 2nd checkpoint: copied from the GPU" "$(pct "${R[copied2_$mib]:-}" "${R[mem2_$mib]:-}")" "" "" "<= 1% of memory" "$(verdict "$nb" "<=" 0.01)"
+		nb=$(awk -v s="${R[stored2_$mib]:-}" -v m="${R[bytes2_$mib]:-}" 'BEGIN{ if (s=="" || m=="" || m+0==0) print ""; else printf "%.4f", s/m }')
+		row "$g 2nd checkpoint: new bytes stored" "$(pct "${R[stored2_$mib]:-}" "${R[bytes2_$mib]:-}")" "" "" "<= 1% of image" "$(verdict "$nb" "<=" 0.01)"
+		if [[ -n ${R[mig_down_ms_$mib]:-} ]]; then
+			bl=$(awk -v a="${R[man_ckpt_s_$mib]:-}" -v b="${R[man_restore_s_$mib]:-}" 'BEGIN{ if (a!="" && b!="") printf "%.2f", a+b }')
+			d=$(ms_s "${R[mig_down_ms_$mib]}")
+			row "$g migration downtime (s), ${R[mig_rounds_$mib]:-0} rounds" "$d" "$bl" "$(div "$d" "$bl")" "<= 1 s" "$(verdict "$d" "<=" 1.0)"
+		fi
+	done
+	echo
+	echo "steps (ms): prepare runs before the pause; the stall is quiesce through resume.worker"
+	for mib in "${RUN[@]}"; do
+		g=$(size "$mib")
+		[[ -n ${R[steps1_$mib]:-} ]] && echo "  $g checkpoint 1: ${R[steps1_$mib]}"
+		[[ -n ${R[steps2_$mib]:-} ]] && echo "  $g checkpoint 2: ${R[steps2_$mib]}"
+		[[ -n ${R[rsteps_$mib]:-} ]] && echo "  $g restore: ${R[rsteps_$mib]}"
+		[[ -f $OUT/migrate.$mib.json ]] && echo "  $g migration: $(steps "$OUT/migrate.$mib.json")"
+		[[ -f $OUT/manual.$mib.log ]] && echo "  $g by hand: $(tr '\n' ' ' <"$OUT/manual.$mib.log")"
+	done
+	echo
+	echo "ratio: gpuctl / by hand (by hand: driver lock+checkpoint + criu dump, durable with its sync; criu restore + driver restore+unlock; migration: both)."
+	echo "stall: the checkpoint reply's stall_ms (the client's pause); durable: its duration_ms; store write: new bytes stored / the store step."
+	for f in "${FAILED[@]}"; do echo "failed: ${f:0:300}"; done
+	echo "checks: $PASSES passed, $FAILS failed; total $(($(date +%s) - T_START)) s; logs in $OUT"
+} | tee "$OUT/table.md"
+((FAILS == 0))
