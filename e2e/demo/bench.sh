@@ -69,7 +69,7 @@ for mib in ${BENCH_SIZES:-16 256 1024}; do
 	wait "$app" 2>/dev/null || true
 	# Stall against durability, and migration downtime against that
 	# stop-and-copy checkpoint.
-	stalls+=("$mib|$(jnum stall_ms <<<"$c1")|$(jnum stall_ms <<<"$c2")|$(jnum duration_ms <<<"$c2")|$(jnum mem_sent_bytes <<<"$c2")|$(jnum duration_ms <<<"$sc")|$(jnum downtime_ms <<<"$mg")")
+	stalls+=("$mib|$(jnum stall_ms <<<"$c1")|$(jnum stall_ms <<<"$c2")|$(jnum duration_ms <<<"$c2")|$({ jnum mem_sent_bytes <<<"$c2"; echo 0; } | head -1)|$(jnum duration_ms <<<"$sc")|$(jnum downtime_ms <<<"$mg")")
 done
 
 # A session that rewrites its memory all the time (every word of its
