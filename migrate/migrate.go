@@ -213,7 +213,13 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 				if pc != nil {
 					base = pc.Base()
 				}
-				fr, err = s.Checkpoint.FreezeWith(ctx, id, checkpoint.FreezeOptions{Claimed: true, MemBase: base})
+				opts := checkpoint.FreezeOptions{Claimed: true, MemBase: base}
+				if base != nil {
+					// The blocks changed since the last round go to the
+					// target while CRIU dumps the worker.
+					opts.Saved = func(snap *devstore.Snapshot) { pc.Last(ctx, snap) }
+				}
+				fr, err = s.Checkpoint.FreezeWith(ctx, id, opts)
 				if err != nil {
 					return err
 				}
@@ -235,6 +241,9 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 			}},
 		{Name: "migrating", Do: func(ctx context.Context) error { return sess.Migrating(id) }},
 		{Name: "push", Do: func(ctx context.Context) error {
+			if pc != nil {
+				res.SentBytes += pc.WaitLast()
+			}
 			st, err := s.Push.Push(ctx, fr.Image, target)
 			res.SentBytes += st.Bytes
 			res.SentChunks = st.Chunks

@@ -26,6 +26,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/devmem"
 	"github.com/gpuctl/gpuctl/devmem/devstore"
@@ -91,12 +93,14 @@ type Copier struct {
 	Policy  Policy
 	Log     *slog.Logger
 
-	gen     uint64                  // the last round
-	table   *devstore.Table         // the last round, every block with its chunk
-	staged  map[rkey][]images.Chunk // by region: the chunk the target holds for each block
-	digests []store.Digest          // chunks this pre-copy put into the store
-	holds   []func()
-	staging bool // the target was asked to stage chunks
+	gen      uint64                  // the last round
+	table    *devstore.Table         // the last round, every block with its chunk
+	staged   map[rkey][]images.Chunk // by region: the chunk the target holds for each block
+	digests  []store.Digest          // chunks this pre-copy put into the store
+	holds    []func()
+	staging  bool          // the target was asked to stage chunks
+	last     chan struct{} // closed when Last's sending is done
+	lastSent int64         // what it sent
 }
 
 type rkey struct {
@@ -148,6 +152,17 @@ func (c *Copier) round(ctx context.Context, w Worker) (api.PrecopyRound, error) 
 		return r, errs.Wrap(err, errs.Internal, "", "read the copied device memory")
 	}
 	defer snap.Close()
+	r, err = c.stage(ctx, snap)
+	r.PauseMS = sv.PauseNS / 1e6
+	r.DurationMS = time.Since(t0).Milliseconds()
+	return r, err
+}
+
+// stage stores the blocks snap holds (those changed since the last
+// round), sends the target the round's table and the chunks it lacks,
+// and makes snap the last round.
+func (c *Copier) stage(ctx context.Context, snap *devstore.Snapshot) (api.PrecopyRound, error) {
+	var r api.PrecopyRound
 	l := snap.Layout
 	if l.Base != 0 && l.Base != c.gen {
 		return r, errs.New(errs.Internal, "", "the worker copied relative to round %x, not %x", l.Base, c.gen)
@@ -205,9 +220,51 @@ func (c *Copier) round(ctx context.Context, w Worker) (api.PrecopyRound, error) 
 		staged[k][s.Index] = chunks[i]
 	}
 	c.gen, c.staged, c.table = l.Gen, staged, &devstore.Table{Layout: &full, Chunks: chunks}
-	r.PauseMS = sv.PauseNS / 1e6
-	r.DurationMS = time.Since(t0).Milliseconds()
 	return r, nil
+}
+
+// Last starts sending, while the freeze goes on (CRIU dumps the worker,
+// the image is stored), what the freeze's save copied: the blocks that
+// changed since the last round, into this host's store and to the
+// target's staging, so that the push after the freeze finds the target
+// holding them and its restore finds them staged. It reads its own
+// mapping of the save's memory file: the freeze may close or roll back
+// snap meanwhile. Failing costs only time (the push sends what the
+// target lacks); WaitLast waits for it.
+func (c *Copier) Last(ctx context.Context, snap *devstore.Snapshot) {
+	if c.table == nil || snap == nil || snap.Layout.SentCount() == 0 {
+		return
+	}
+	fd, err := unix.Dup(int(snap.File.Fd()))
+	if err != nil {
+		return
+	}
+	own, err := devstore.Open(os.NewFile(uintptr(fd), "devmem"), snap.Saved)
+	if err != nil {
+		return
+	}
+	done := make(chan struct{})
+	c.last = done
+	go func() {
+		defer close(done)
+		defer own.Close()
+		r, err := c.stage(ctx, own)
+		if err != nil {
+			c.log().Debug("the freeze's changed blocks were not sent ahead; the push sends them", "session", c.Session, "err", err)
+		}
+		c.lastSent = r.SentBytes
+	}()
+}
+
+// WaitLast waits for what Last started and returns the bytes it sent.
+func (c *Copier) WaitLast() int64 {
+	if c.last != nil {
+		<-c.last
+		c.last = nil
+	}
+	n := c.lastSent
+	c.lastSent = 0
+	return n
 }
 
 // put stores the sent blocks as pending chunks (zero blocks as nothing)
@@ -337,6 +394,7 @@ func (c *Copier) send(ctx context.Context, ds []store.Digest) (int64, error) {
 // no image took up (a failed migration, blocks a later round replaced) are
 // left for the next gc rather than kept for the pending grace.
 func (c *Copier) Close(ctx context.Context) {
+	c.WaitLast()
 	for _, h := range c.holds {
 		h()
 	}
@@ -351,6 +409,7 @@ func (c *Copier) Close(ctx context.Context) {
 // the migration failed, and no restore there will take it. It is best
 // effort; the target drops staging nothing feeds on its own.
 func (c *Copier) Unstage(ctx context.Context) {
+	c.WaitLast()
 	st, ok := c.Target.(StagingTarget)
 	if !ok || !c.staging {
 		return

@@ -109,7 +109,9 @@ func digests(tab *devstore.Table) []store.Digest {
 
 // TestRounds: an idle session converges in two rounds, the target then
 // holds every block, and the freeze relative to the last round copies
-// only what changed since, which the staged table completes into an image.
+// only what changed since, which the staged table completes into an image;
+// the changed block is sent ahead during the freeze, so the target's
+// staging holds the whole image.
 func TestRounds(t *testing.T) {
 	ctx := context.Background()
 	w, c, ptrs := newWorker(t)
@@ -152,6 +154,11 @@ func TestRounds(t *testing.T) {
 	if sv.SentBytes != 1<<20 || snap.Layout.SentCount() != 1 {
 		t.Fatalf("freeze after pre-copy copied %d blocks (%d bytes); want the one written", snap.Layout.SentCount(), sv.SentBytes)
 	}
+	// The changed block goes to the target while the freeze goes on.
+	cp.Last(ctx, snap)
+	if sent := cp.WaitLast(); sent <= 0 {
+		t.Errorf("the freeze's changed block was not sent ahead (%d bytes)", sent)
+	}
 	files, err := devstore.Files(snap, base)
 	if err != nil {
 		t.Fatal(err)
@@ -170,14 +177,17 @@ func TestRounds(t *testing.T) {
 	if blocks, n, b, _ := g.Stats(); blocks != 8 || n != 0 || b != 7<<20+512 {
 		t.Fatalf("the target staged %d blocks and %d chunks, %d bytes; want 8, 0, %d", blocks, n, b, 7<<20+512)
 	}
+	if missing, err := stB.Missing(ctx, digests(tab)); err != nil || len(missing) != 0 {
+		t.Errorf("before any push the target lacks %d of the image's chunks (%v)", len(missing), err)
+	}
 	back, hits, err := g.Load(ctx, stA, tab)
 	g.Release()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer back.Close()
-	if hits != 7 {
-		t.Errorf("%d blocks came from the staging, want 7 (8 staged, one changed since)", hits)
+	if hits != 8 {
+		t.Errorf("%d blocks came from the staging, want all 8 (the changed one sent ahead)", hits)
 	}
 	if sg.Used() != 0 {
 		t.Errorf("%d bytes still staged after the restore released them", sg.Used())
