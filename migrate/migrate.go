@@ -19,6 +19,12 @@
 //	          now lives at B's --listen address; the client reconnects there
 //	release   A's frozen worker is killed
 //
+// With pre-copy (package precopy), the rounds before the freeze send the
+// session's device memory to B while it runs, and B stages it in memory
+// (package stage) laid out as the worker's memory file; the blocks the
+// freeze's save copies go to B while CRIU dumps, so B's restore reads
+// almost nothing from its store.
+//
 // Any failure up to "restore" leaves the session running on A, and the
 // error names the step and the host. Once B has adopted the session the
 // migration is committed: nothing after it is undone, because undoing
