@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -39,7 +40,9 @@ type runtimeProgram struct {
 // takes the PTX out of cudart's fatbins) against static and shared cudart,
 // and runs each through gpuctl on the emulated device. Every program
 // checks its own results and ends with "<name> ok"; none may need a call
-// that falls through to a not-supported stub.
+// that falls through to a not-supported stub. Where runtimeRecordPath
+// holds a GPU's hashes of a program's outputs, the emulated run must print
+// the same.
 func TestRuntimeAPIPrograms(t *testing.T) {
 	c := harness.New(t)
 	nvcc := nvccDir(t, c.Build.Root)
@@ -49,6 +52,7 @@ func TestRuntimeAPIPrograms(t *testing.T) {
 	}
 	bins := compileRuntime(t, nvcc, filepath.Join(c.Build.Root, "e2e/runtime/testdata"), progs)
 
+	recorded := readRuntimeRecord(t, filepath.Join(c.Build.Root, runtimeRecordPath))
 	host := c.NewHost("gpu-a", harness.HostOptions{Args: []string{"--grace", "1s"}})
 	client := c.NewNode("client")
 	for _, b := range bins {
@@ -57,6 +61,11 @@ func TestRuntimeAPIPrograms(t *testing.T) {
 			want := b.name + " ok"
 			if r.Code != 0 || !strings.Contains(r.Stdout, want) {
 				t.Fatalf("exit %d after %v, want %q\nstdout: %s\nstderr: %s", r.Code, r.Duration, want, r.Stdout, r.Stderr)
+			}
+			if rec, ok := recorded[b.name]; ok {
+				if got := hashLines(r.Stdout); !slices.Equal(got, rec) {
+					t.Errorf("outputs differ from the GPU's (%s):\nemulated: %q\nrecorded: %q", runtimeRecordPath, got, rec)
+				}
 			}
 			for _, line := range strings.Split(r.Stderr, "\n") {
 				if !strings.HasPrefix(line, "gpuctl: ") {
@@ -70,6 +79,48 @@ func TestRuntimeAPIPrograms(t *testing.T) {
 			t.Logf("%s in %v: %s", b.label, r.Duration.Round(time.Millisecond), strings.TrimSpace(r.Stdout))
 		})
 	}
+}
+
+// runtimeRecordPath holds the programs' output hashes as an H200 computed
+// them (e2e/gpu/runtime-record.sh): lines "PROGRAM hash LABEL HEX".
+const runtimeRecordPath = "e2e/testdata/runtime-h200.txt"
+
+// readRuntimeRecord reads runtimeRecordPath into each program's hash
+// lines ("hash LABEL HEX", in order); a missing file is an empty record.
+func readRuntimeRecord(t *testing.T, path string) map[string][]string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		t.Logf("no %s: outputs are checked by the programs alone", runtimeRecordPath)
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := map[string][]string{}
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		prog, rest, ok := strings.Cut(line, " ")
+		if !ok || !strings.HasPrefix(rest, "hash ") || len(strings.Fields(rest)) != 3 {
+			t.Fatalf("%s:%d: %q is not \"PROGRAM hash LABEL HEX\"", path, i+1, line)
+		}
+		rec[prog] = append(rec[prog], rest)
+	}
+	return rec
+}
+
+// hashLines is a program's "hash LABEL HEX" output lines, in order.
+func hashLines(stdout string) []string {
+	var out []string
+	for _, line := range strings.Split(stdout, "\n") {
+		if line = strings.TrimSpace(line); strings.HasPrefix(line, "hash ") {
+			out = append(out, line)
+		}
+	}
+	return out
 }
 
 type runtimeBinary struct {

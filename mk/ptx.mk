@@ -7,3 +7,13 @@ bench-ptx:
 	GPUCTL_PTX_BENCH=1 $(GO) test -count=1 -run '^TestBenchReport$$' -v ./remoting/backend/emulated/ptx/ | grep -E '^\s*\|' | sed 's/^[[:space:]]*//'
 	$(GO) test -count=1 -run '^$$' -bench 'Saxpy|Matmul|ALU' -benchtime 3x ./remoting/backend/emulated/ptx/
 	$(GO) test -count=1 -run '^$$' -bench 'LaunchEmpty' ./remoting/backend/emulated/ptx/
+
+# `make ptxgen-import RESULTS=DIR`: a recording gpu-collect.sh brought back
+# (DIR/results.tar.gz, or its .partNN pieces) becomes the corpus: its
+# h200.txt, h200.approx and h200-probes.bin.gz replace corpus/'s, the
+# replay rewrites h200.refused and h200.unexplained, and a second replay
+# (with the probes) must pass.
+.PHONY: ptxgen-import
+ptxgen-import:
+	@test -n "$(RESULTS)" || { echo "usage: make ptxgen-import RESULTS=DIR (gpu-collect.sh's OUTDIR)"; exit 2; }
+	e2e/ptxgen/import.sh "$(RESULTS)"

@@ -14,7 +14,24 @@ import (
 // Version 2 never guards an instruction of a carry chain: a guarded
 // add.cc that a lane skips leaves the condition code the next addc reads
 // undefined, and version 1 generated such chains.
-const Version = 2
+//
+// Version 3 makes every double NaN of a kernel's inputs and immediates the
+// default NaN (defaultNaN64, what invalid operations produce too): of two
+// different NaN operands, which one a double operation returns follows
+// ptxas's register allocation, and the emulator refuses such lanes, which
+// were a third of version 2's kernels.
+const Version = 3
+
+// defaultNaN64 is the NaN a double operation makes from numbers.
+const defaultNaN64 = 0xfff8000000000000
+
+// oneNaN64 is w, or the default NaN for a double NaN w from version 3 on.
+func oneNaN64(version int, w uint64) uint64 {
+	if version >= 3 && w&0x7ff0000000000000 == 0x7ff0000000000000 && w&0xfffffffffffff != 0 {
+		return defaultNaN64
+	}
+	return w
+}
 
 // MinVersion is the oldest version Generate still reproduces, so that a
 // corpus recorded with it stays usable until it is recorded again.
@@ -380,7 +397,7 @@ func (g *gen) fimm(c class) string {
 		return fmt.Sprintf("0f%08X", g.r.f32Word())
 	}
 	if g.r.chance(0.4) {
-		return fmt.Sprintf("0d%016X", pick(g.r, edgeF64))
+		return fmt.Sprintf("0d%016X", oneNaN64(g.version, pick(g.r, edgeF64)))
 	}
 	return fmt.Sprintf("0d%016X", g.r.niceF64())
 }
@@ -421,7 +438,7 @@ func GenerateWith(seed uint64, o Options) *Program {
 	threads := p.Threads()
 	p.In = make([]byte, threads*inStride)
 	for i := 0; i < len(p.In); i += 8 {
-		w := r.inputWord()
+		w := oneNaN64(v, r.inputWord())
 		for j := 0; j < 8; j++ {
 			p.In[i+j] = byte(w >> (8 * j))
 		}

@@ -26,6 +26,7 @@ template <typename T> static void run(const char *name, int n)
 	CHECK(cudaMemcpy(h, d, n * sizeof(T), cudaMemcpyDeviceToHost));
 	for (int i = 0; i < n; i++)
 		EXPECT(h[i] == (T)((n - 1 - i) * 3), "%s: x[%d] wrong", name, i);
+	HASH(name, h, n * sizeof(T));
 	CHECK(cudaFree(d));
 	delete[] h;
 }

@@ -52,6 +52,8 @@ int main()
 	CHECK(cudaMemcpy(gotBins, bins, sizeof gotBins, cudaMemcpyDeviceToHost));
 	for (int b = 0; b < 16; b++)
 		EXPECT(gotBins[b] == wantBins[b], "bin %d: %d, want %d", b, gotBins[b], wantBins[b]);
+	HASH("sum", &got, sizeof got);
+	HASH("bins", gotBins, sizeof gotBins);
 	std::printf("sum %llu\n", got);
 	std::printf("reduce ok\n");
 	return 0;

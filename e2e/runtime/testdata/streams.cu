@@ -52,6 +52,7 @@ int main()
 		float want = (float)i * (i < chunk ? 6.0f : 2.0f);
 		EXPECT(h[i] == want, "h[%d] = %f, want %f", i, h[i], want);
 	}
+	HASH("h", h, n * sizeof(float));
 	unsigned int flags = 0;
 	CHECK(cudaHostGetFlags(&flags, h));
 	for (int p = 0; p < parts; p++)

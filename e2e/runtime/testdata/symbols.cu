@@ -39,6 +39,7 @@ int main()
 		// The device may fuse the multiply-adds, the host does not.
 		EXPECT(std::fabs(y[i] - want) <= 1e-5f * std::fabs(want), "y[%d] = %f, want %f", i, y[i], want);
 	}
+	HASH("y", y, sizeof y);
 	int count = 0;
 	CHECK(cudaMemcpyFromSymbol(&count, counter, sizeof count));
 	EXPECT(count == n, "counter %d, want %d", count, n);
@@ -47,6 +48,7 @@ int main()
 	float t[8];
 	CHECK(cudaMemcpy(t, tp, sizeof t, cudaMemcpyDeviceToHost));
 	EXPECT(t[7] == 8.0f, "table[7] = %f", t[7]);
+	HASH("table", t, sizeof t);
 	size_t size = 0;
 	CHECK(cudaGetSymbolSize(&size, coeff));
 	EXPECT(size == sizeof c, "coeff size %zu", size);

@@ -25,6 +25,12 @@ int main()
 	thrust::device_vector<int> ones(n, 1), pre(n);
 	thrust::inclusive_scan(ones.begin(), ones.end(), pre.begin());
 	EXPECT(pre[n - 1] == n && pre[0] == 1, "scan ends %d..%d", (int)pre[0], (int)pre[n - 1]);
+	thrust::device_vector<int> hv = h, hpre(n);
+	thrust::inclusive_scan(hv.begin(), hv.end(), hpre.begin());
+	thrust::host_vector<int> hp = hpre;
+	HASH("sort", s.data(), n * sizeof(int));
+	HASH("reduce", &sum, sizeof sum);
+	HASH("scan", hp.data(), n * sizeof(int));
 	std::printf("min %d max %d sum %lld\n", (int)s[0], (int)s[n - 1], sum);
 	std::printf("thrust ok\n");
 	return 0;

@@ -47,6 +47,7 @@ int main()
 	CHECK(cudaFree(da));
 	CHECK(cudaFree(db));
 	CHECK(cudaFree(dc));
+	HASH("c", c, n * sizeof(float));
 	std::printf("block %d, %d blocks/SM, checksum %.1f\n", block, active, c[n - 1]);
 	std::printf("vadd ok\n");
 	return 0;

@@ -118,6 +118,15 @@ type fcomp struct {
 	cur     *instr
 	scratch int32
 	carry   int32 // the condition code's slot, -1 until used
+	// signRead names the registers read where a NaN's sign matters
+	// (signReads).
+	signRead map[string]bool
+	guarded  map[string]int      // guarded instructions writing each register
+	slctSel  map[string]bool     // registers used as slct selectors
+	defs     map[string][]*instr // the instructions writing each register (bodyDefs)
+	body     []stmt              // the function body being compiled
+	at       int                 // the index in body of the statement being compiled
+	preds    [][]int             // bodyPreds of body, made when first needed
 }
 
 type fixup struct {
@@ -646,7 +655,10 @@ func (m *Module) compileFunc(f *funcDecl) (cf *cfunc, err error) {
 		}
 		cf.paramSize = int(off)
 	}
-	for _, s := range f.body {
+	c.signRead, c.guarded, c.slctSel = signReads(f.body), guardedWrites(f.body), slctSels(f.body)
+	c.defs, c.body, c.preds = bodyDefs(f.body), f.body, nil
+	for i, s := range f.body {
+		c.at = i
 		switch s.kind {
 		case stOpen:
 			c.scopes = append(c.scopes, map[string]*sym{})

@@ -9,6 +9,7 @@ import (
 	"math/bits"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -170,6 +171,19 @@ type fault struct {
 
 func (w *warp) fail(code cu.Result, in *inst, format string, args ...any) {
 	panic(&fault{code: code, msg: fmt.Sprintf(format, args...), in: in})
+}
+
+// refuseNaN fails a double operation whose operands are NaNs that differ
+// (see nan64): which one an H200 returns depends on ptxas's register
+// allocation, so no answer would be reliably the device's.
+func (w *warp) refuseNaN(in *inst, ops ...uint64) {
+	var nans []string
+	for _, o := range ops {
+		if isNaN64(o) {
+			nans = append(nans, fmt.Sprintf("%#x", o))
+		}
+	}
+	w.fail(cu.ErrorNotSupported, in, "NaN operands %s: which NaN the device returns depends on ptxas's register allocation, which the emulator cannot follow", strings.Join(nans, ", "))
 }
 
 // global returns n bytes of global memory at addr.

@@ -111,6 +111,14 @@ func (c *fcomp) build(in *instr, x *inst) {
 				x.fn = bin(halfBinary(in.op, t, in.mods))
 				return
 			}
+			if t == tF64 {
+				f := float64Binary(in.op, in.mods)
+				if f == nil {
+					unsupported("%s on .%s", in.op, t)
+				}
+				x.fn = binNaN(f)
+				return
+			}
 			f := floatBinary(in.op, t, in.mods)
 			if f == nil {
 				unsupported("%s on .%s", in.op, t)
@@ -125,6 +133,12 @@ func (c *fcomp) build(in *instr, x *inst) {
 		f := intBinary(in.op, t, in.mods)
 		if f == nil {
 			unsupported("%s on .%s", in.op, t)
+		}
+		if t == tS32 && hasMod(in.mods, "sat") && (in.op == "add" || in.op == "sub") && c.satAcrossWrap(in) {
+			wrap := intBinary(in.op, t, nil)
+			x.fn = binRefuse(f, func(p, q uint64) bool { return f(p, q) != wrap(p, q) },
+				"operands %#x and %#x saturate: ptxas cancels the operand this one shares with the add or sub that computed the other, as if no saturation could happen; the emulator cannot follow that rewrite")
+			return
 		}
 		if code, ok := fastInt(in.op, t, in.mods); ok {
 			x.fn, x.aux = opFastInt, code
@@ -184,6 +198,15 @@ func (c *fcomp) build(in *instr, x *inst) {
 		if g := guardedSignOp(in, t); g != nil {
 			f = g
 		}
+		if lo := intSignMin(in.op, t); lo != 0 && (t == tS16 || c.slctSel[a[0].name]) {
+			x.fn = unRefuse(f, func(v uint64) bool { return v&t.mask() == lo },
+				"operand %#x, the type's most negative value: ptxas computes 16-bit neg and abs in 32 bits and assumes abs is not negative, so the readers of the result see +2^(n-1) or a non-negative value; the emulator cannot follow which")
+			return
+		}
+		if nan := foldedSignNaN(in.op, t); nan != nil && c.signSensitiveDst(in, a[0]) {
+			x.fn = unRefuse(f, nan, "NaN operand %#x: its result is read where ptxas may fold the sign change into the reader, which then sees the operand's NaN with the sign changed instead of the canonical NaN; the emulator cannot follow ptxas's choice")
+			return
+		}
 		x.fn = un(f)
 	case "and", "or", "xor":
 		c.nargs(in, 3)
@@ -200,6 +223,11 @@ func (c *fcomp) build(in *instr, x *inst) {
 		t := c.lastType(in)
 		x.d = c.dst(a[0])
 		x.a, x.b = c.val(a[1], t), c.val(a[2], tU32)
+		if t.size() == 2 && c.cnotFed(a[2]) {
+			f := intBinary(in.op, t, nil)
+			x.fn = binRefuse(f, func(_, q uint64) bool { return q&0xffffffff == 1 }, "operands %#x and %#x: the shift is "+cnotWhy[len("operand %#x "):])
+			return
+		}
 		if in.op == "shl" && t.size() == 8 {
 			x.fn = opShl64
 			return
@@ -218,8 +246,11 @@ func (c *fcomp) build(in *instr, x *inst) {
 		// With a constant position past bit 31 and a non-zero constant
 		// length, an H200 returns all ones from bfe.s32 whatever the
 		// value (the compiler folds it so; see e2e/ptxgen's probes).
-		if t == tS32 && a[2].kind == oImm && a[3].kind == oImm && a[2].ival&0xff >= 32 && a[3].ival&0xff != 0 {
-			x.fn = ter(func(_, _, _ uint64) uint64 { return 0xffffffff })
+		// A register holding a constant (constOf) folds as the constant.
+		if pos, ok := c.constOf(a[2]); ok && t == tS32 {
+			if ln, ok := c.constOf(a[3]); ok && pos&0xff >= 32 && ln&0xff != 0 {
+				x.fn = ter(func(_, _, _ uint64) uint64 { return 0xffffffff })
+			}
 		}
 	case "bfi":
 		c.nargs(in, 5)
@@ -227,10 +258,14 @@ func (c *fcomp) build(in *instr, x *inst) {
 		x.d = c.dst(a[0])
 		x.a, x.b, x.c, x.e = c.val(a[1], t), c.val(a[2], t), c.val(a[3], tU32), c.val(a[4], tU32)
 		x.fn = quad(bfi(t))
-		// A constant length of 33 to 63 inserts only length-32 bits on an
-		// H200 (the compiler's folding; see e2e/ptxgen's probes).
-		if t.size() == 4 && a[3].kind == oImm && a[4].kind == oImm && a[4].ival&0xff > 32 && a[4].ival&0xff < 64 {
-			x.e = c.constSlot(a[4].ival & 31)
+		pos, okP := c.constOf(a[3])
+		ln, okL := c.constOf(a[4])
+		if t.size() == 4 && okP && okL {
+			if ln, ok := bfiConstLen(pos, ln); ok {
+				x.e = c.constSlot(ln)
+			} else {
+				unsupported("bfi.b32 with the constant position %d and length %d (what the device computes for them is not established)", pos, ln)
+			}
 		}
 	case "prmt":
 		c.nargs(in, 4)
@@ -494,10 +529,9 @@ func (c *fcomp) mad(in *instr, x *inst) {
 			x.fn = ter(halfFma(t, in.mods))
 			return
 		}
-		if t == tF64 && a[1].kind == oReg && a[2].kind == oReg && x.a > x.b {
-			// see floatPeephole: the product's operands are ordered by
-			// register
-			x.a, x.b = x.b, x.a
+		if t == tF64 {
+			x.fn = terNaN(fma64Fn(in.mods))
+			return
 		}
 		if t == tF32 && roundMode(in.mods) == rmRN && !hasMod(in.mods, "ftz") && !hasMod(in.mods, "sat") {
 			x.fn = opFmaF32
@@ -742,6 +776,12 @@ func (c *fcomp) cvt(in *instr, x *inst) {
 	x.d = c.dst(a[0])
 	x.a = c.val(a[1], st)
 	f := cvtFn(dt, st, in.mods)
+	if v, ok := c.constOf(a[1]); ok && dt == tF64 && st == tF16 && v&0x7c00 == 0x7c00 && v&0x3ff != 0 {
+		// ptxas folds the conversion of a constant NaN through single
+		// precision's canonical NaN (seeds 914, 2934, 4089 of the
+		// version-3 corpus).
+		f = func(uint64) uint64 { return 0x7fffffffe0000000 }
+	}
 	if hasMod(in.mods, "relu") && (dt == tF16 || dt == tBF16) {
 		g := f
 		f = func(v uint64) uint64 {
@@ -760,6 +800,10 @@ func (c *fcomp) cvt(in *instr, x *inst) {
 			g, w := f, dt.bits()
 			f = func(v uint64) uint64 { return sext(g(v), w) & dm }
 		}
+	}
+	if (st == tF16 || st == tBF16) && c.cnotFed(a[1]) {
+		x.fn = unRefuse(f, func(v uint64) bool { return v&0xffff == 1 }, cnotWhy)
+		return
 	}
 	x.fn = un(f)
 }
@@ -907,6 +951,10 @@ func (c *fcomp) st(in *instr, x *inst) {
 	}
 	slot, off, ps := c.address(in.args[0], sp)
 	x.a, x.off = slot, off
+	if c.byteStoreOfHalf(t, src) {
+		x.fn = refuseAlways("an 8-bit store of a register a half-precision instruction writes: ptxas stores the value converted, not the register's low byte, and the emulator cannot follow that")
+		return
+	}
 	if ps != nil || sp == spParam {
 		if ps == nil {
 			unsupported("parameter access through a register address")
@@ -1177,6 +1225,175 @@ func guardedSignOp(in *instr, t ptype) func(uint64) uint64 {
 	return nil
 }
 
+// intSignMin is, for neg.s16, abs.s16, abs.s32 and abs.s64, the operand
+// the emulator refuses: the type's most negative value. ptxas keeps 16-bit
+// integers in 32-bit registers, and -(-32768) stays +32768 there, which
+// the readers then see (cvt.s32.s16 seed 2486, mad.wide.s16 3008,
+// mad.hi.s16 2301 of the version-2 corpus); and it assumes abs is not
+// negative, so a slct on abs.s32 of INT_MIN takes the non-negative side
+// (seed 518; the 32- and 64-bit case is refused only where the result is
+// a slct selector or a signed div or rem operand, slctSel: stored, it is
+// INT_MIN on the device, as the
+// hand-written corpus's select_pred shows). It is 0 for other
+// instructions.
+func intSignMin(op string, t ptype) uint64 {
+	switch {
+	case op == "neg" && t == tS16, op == "abs" && (t == tS16 || t == tS32 || t == tS64):
+		return 1 << (t.bits() - 1)
+	}
+	return 0
+}
+
+// foldedSignNaN is, for neg and abs of the single and half float types,
+// the test for an operand whose result the emulator cannot establish
+// where the result is read by a sign-sensitive instruction (signReads):
+// a NaN. ptxas makes these instructions operand modifiers of their
+// readers where it can, and a reader then sees the operand's NaN with its
+// sign changed (payload kept) where a materialised neg or abs gives the
+// canonical NaN. The version-2 corpus has both for the same shapes:
+// neg.f32 read by neg.f32 (seed 1211), neg.f16 by cvt.f64.f16 (689,
+// 1526, 3555, 4089), by selp (852, 1106, 2449, 2968), slct (169, 1403,
+// 1667, 3594), cvt.f64.f32 (2479, 2679, 2689, 3638), and a register a
+// guarded instruction whose guard is false keeps (2792, 3314, 3608). It
+// is nil for other instructions; doubles keep the NaN either way.
+func foldedSignNaN(op string, t ptype) func(uint64) bool {
+	if op != "neg" && op != "abs" {
+		return nil
+	}
+	switch t {
+	case tF32:
+		return isNaN32
+	case tF16, tF16x2, tBF16, tBF16x2:
+		h, lanes := halfFormatOf(t)
+		return func(a uint64) bool {
+			for i := 0; i < lanes; i++ {
+				if h.isNaN(uint16(a >> (16 * i))) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	return nil
+}
+
+// signReads names the registers of a function body that some instruction
+// reads as a float where ptxas can make a neg or abs an operand modifier
+// and a NaN's sign and payload reach the result (signSensitive). Stores, integer and
+// bit instructions, the float arithmetic that returns the canonical NaN
+// for any NaN operand, comparisons, testp and conversions to integers read
+// a materialised neg or abs, which the corpus shows to be the canonical
+// NaN. The analysis goes by register name over the whole body, which can
+// only name more registers than the paths a kernel takes read.
+func signReads(body []stmt) map[string]bool {
+	regs := map[string]bool{}
+	var mark func(o operand)
+	mark = func(o operand) {
+		switch o.kind {
+		case oReg:
+			regs[o.name] = true
+		case oVec, oList:
+			for _, e := range o.elems {
+				mark(e)
+			}
+		}
+	}
+	for _, s := range body {
+		if s.kind != stInstr {
+			continue
+		}
+		for _, o := range signSensitive(s.in) {
+			mark(o)
+		}
+	}
+	return regs
+}
+
+// slctSels names the registers a function body uses where ptxas relies on
+// abs being non-negative: slct selectors, and the operands of signed div
+// and rem (rem.s32 of abs.s32 of INT_MIN is an unsigned remainder on an
+// H200, seed 2851 of the version-3 corpus).
+func slctSels(body []stmt) map[string]bool {
+	regs := map[string]bool{}
+	for _, s := range body {
+		if s.kind == stInstr && s.in.op == "slct" && len(s.in.args) > 3 && s.in.args[3].kind == oReg {
+			regs[s.in.args[3].name] = true
+		}
+		if s.kind == stInstr && (s.in.op == "div" || s.in.op == "rem") && len(s.in.args) == 3 {
+			if ts := typesOf(s.in.mods); len(ts) > 0 && ts[len(ts)-1].signed() {
+				for _, o := range s.in.args[1:] {
+					if o.kind == oReg {
+						regs[o.name] = true
+					}
+				}
+			}
+		}
+	}
+	return regs
+}
+
+// guardedWrites counts, per register, the guarded instructions of a
+// function body that write it.
+func guardedWrites(body []stmt) map[string]int {
+	n := map[string]int{}
+	for _, s := range body {
+		if s.kind == stInstr && s.in.guard != "" && len(s.in.args) > 0 && s.in.args[0].kind == oReg {
+			n[s.in.args[0].name]++
+		}
+	}
+	return n
+}
+
+// signSensitiveDst says whether the result d of a neg or abs in reaches a
+// reader where a NaN's sign matters: a sign-sensitive read (signReads),
+// or another guarded instruction writing d, whose lanes with a false
+// guard keep what this one wrote.
+func (c *fcomp) signSensitiveDst(in *instr, d operand) bool {
+	if c.signRead[d.name] {
+		return true
+	}
+	n := c.guarded[d.name]
+	if in.guard != "" {
+		n--
+	}
+	return n > 0
+}
+
+// signSensitive is the operands an instruction reads as a float in a way
+// that can pass a NaN's sign and payload on (see signReads).
+func signSensitive(in *instr) []operand {
+	if in.op == "call" {
+		return in.args
+	}
+	ts := typesOf(in.mods)
+	if len(in.args) < 2 || len(ts) == 0 {
+		return nil
+	}
+	fl := func(t ptype) bool { return t.float() || t == tF16x2 || t == tBF16x2 }
+	switch in.op {
+	case "st", "setp", "set", "testp", "add", "sub", "mul", "fma", "mad", "div", "sqrt", "rsqrt", "rcp", "ex2", "lg2", "sin", "cos", "tanh":
+		return nil
+	case "cvt":
+		if len(ts) == 2 && fl(ts[0]) && fl(ts[1]) {
+			return in.args[1:2]
+		}
+		return nil
+	case "slct":
+		var out []operand
+		if fl(ts[0]) && len(in.args) > 2 {
+			out = append(out, in.args[1:3]...)
+		}
+		if fl(ts[len(ts)-1]) && len(in.args) > 3 {
+			out = append(out, in.args[3])
+		}
+		return out
+	}
+	if fl(ts[len(ts)-1]) {
+		return in.args[1:]
+	}
+	return nil
+}
+
 // guardedSetF32 runs a guarded set with a .f32 result as an H200 does
 // after ptxas (measured by the generated corpus, e2e/ptxgen): ptxas
 // computes the comparison as an integer 0 or -1 under the guard and
@@ -1210,38 +1427,18 @@ func guardedSetF32(set func(p, q, r uint64) uint64) execFn {
 //
 //   - min and max of a register with itself are the register, NaN payload
 //     and all, in f16, f32 and f64 (not with .ftz or .NaN);
-//   - a double add, sub, mul, min or max of two registers takes the NaN
-//     of the later-declared register when both are NaNs (the hardware
-//     keeps its second operand's, and ptxas orders the operands by
-//     register);
 //   - a double sub of a constant is an add of the negated constant, which
 //     shows in the sign of a NaN constant.
 func (c *fcomp) floatPeephole(in *instr, x *inst, t ptype) bool {
 	a := in.args
 	switch {
 	case (in.op == "min" || in.op == "max") && (t == tF16 || t == tF32 || t == tF64) && !hasMod(in.mods, "ftz") && !hasMod(in.mods, "NaN") &&
-		a[1].kind == oReg && a[2].kind == oReg && a[1].name == a[2].name:
+		c.sameReg(a[1], a[2]):
 		x.fn = opMov
-		return true
-	case t == tF64 && (in.op == "add" || in.op == "mul" || in.op == "min" || in.op == "max") &&
-		a[1].kind == oReg && a[2].kind == oReg && x.a > x.b:
-		x.a, x.b = x.b, x.a
-	case t == tF64 && in.op == "sub" && a[1].kind == oReg && a[2].kind == oReg && x.a > x.b:
-		f := floatBinary("sub", t, in.mods)
-		x.fn = bin(func(p, q uint64) uint64 {
-			if isNaN64(p) {
-				return p | 1<<51
-			}
-			return f(p, q)
-		})
 		return true
 	case t == tF64 && in.op == "sub" && (a[2].kind == oImm || a[2].kind == oFImm):
 		x.b = c.constSlot(immBits(a[2], t) ^ 1<<63)
-		f := floatBinary("add", t, in.mods)
-		if f == nil {
-			return false
-		}
-		x.fn = bin(f)
+		x.fn = binNaN(float64Binary("add", in.mods))
 		return true
 	}
 	return false

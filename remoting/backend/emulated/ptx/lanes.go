@@ -3,6 +3,8 @@ package ptx
 import (
 	"math"
 	"math/bits"
+
+	"github.com/gpuctl/gpuctl/remoting/cu"
 )
 
 // Lane-loop builders. Each returns an execFn that applies a scalar
@@ -15,6 +17,24 @@ func un(f func(a uint64) uint64) execFn {
 		d, a := int(in.d)*warpSize, int(in.a)*warpSize
 		for ; m != 0; m &= m - 1 {
 			l := bits.TrailingZeros32(m)
+			r[d+l] = f(r[a+l])
+		}
+	}
+}
+
+// unRefuse is un for an instruction whose result the emulator cannot
+// establish for some operands (refuse): such a lane fails the launch with
+// CUDA_ERROR_NOT_SUPPORTED, naming the instruction and (why, formatted
+// with the operand) the reason.
+func unRefuse(f func(a uint64) uint64, refuse func(a uint64) bool, why string) execFn {
+	return func(w *warp, fr *frame, in *inst, m uint32) {
+		r := fr.regs
+		d, a := int(in.d)*warpSize, int(in.a)*warpSize
+		for ; m != 0; m &= m - 1 {
+			l := bits.TrailingZeros32(m)
+			if refuse(r[a+l]) {
+				w.fail(cu.ErrorNotSupported, in, why, r[a+l])
+			}
 			r[d+l] = f(r[a+l])
 		}
 	}
@@ -38,6 +58,39 @@ func ter(f func(a, b, c uint64) uint64) execFn {
 		for ; m != 0; m &= m - 1 {
 			l := bits.TrailingZeros32(m)
 			r[d+l] = f(r[a+l], r[b+l], r[c+l])
+		}
+	}
+}
+
+// binNaN and terNaN are bin and ter for the double operations whose
+// result is unknown for some NaN operands (nan64): such a lane refuses the
+// instruction, naming it and the operands, rather than guess.
+func binNaN(f func(a, b uint64) (uint64, bool)) execFn {
+	return func(w *warp, fr *frame, in *inst, m uint32) {
+		r := fr.regs
+		d, a, b := int(in.d)*warpSize, int(in.a)*warpSize, int(in.b)*warpSize
+		for ; m != 0; m &= m - 1 {
+			l := bits.TrailingZeros32(m)
+			v, ok := f(r[a+l], r[b+l])
+			if !ok {
+				w.refuseNaN(in, r[a+l], r[b+l])
+			}
+			r[d+l] = v
+		}
+	}
+}
+
+func terNaN(f func(a, b, c uint64) (uint64, bool)) execFn {
+	return func(w *warp, fr *frame, in *inst, m uint32) {
+		r := fr.regs
+		d, a, b, c := int(in.d)*warpSize, int(in.a)*warpSize, int(in.b)*warpSize, int(in.c)*warpSize
+		for ; m != 0; m &= m - 1 {
+			l := bits.TrailingZeros32(m)
+			v, ok := f(r[a+l], r[b+l], r[c+l])
+			if !ok {
+				w.refuseNaN(in, r[a+l], r[b+l], r[c+l])
+			}
+			r[d+l] = v
 		}
 	}
 }

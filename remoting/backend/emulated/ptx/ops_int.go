@@ -274,6 +274,28 @@ func bfi(t ptype) func(f, b, pos, ln uint64) uint64 {
 	}
 }
 
+// bfiConstLen is the length an H200 inserts for a bfi.b32 whose position
+// and length are both constants, which ptxas folds into other
+// instructions. The version-2 corpus (every such bfi that differs from the
+// ISA's reading, seeds 64 422 525 829 898 903 1073 1139 1392 1463 1530
+// 1640 1750 1792 1824 1926 2010 2012 2035 2039 2122 2142 2513 2761 2918
+// 3096 3390 3466 3501 3641 3866 4009 4027) and the probe
+// bitfields-immediate follow it: a position of 32 or more, or one that is
+// a multiple of 8 (a byte-aligned field), reads as the ISA says; any other
+// position with a length of 32 or more inserts only the length's low five
+// bits' worth (32 and 64 insert nothing, 65 one bit). ok is false for
+// such a position with a length of 70 or more, which nothing recorded.
+func bfiConstLen(pos, ln uint64) (uint64, bool) {
+	pos, ln = pos&0xff, ln&0xff
+	switch {
+	case ln < 32 || pos >= 32 || pos%8 == 0:
+		return ln, true // the ISA's reading
+	case ln >= 70:
+		return 0, false
+	}
+	return ln & 31, true
+}
+
 func prmt(mode string) func(a, b, c uint64) uint64 {
 	return func(a, b, c uint64) uint64 {
 		src := uint64(uint32(b))<<32 | uint64(uint32(a))
