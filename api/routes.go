@@ -20,6 +20,9 @@ const (
 	GCPath            = ImagesPath + "/gc"
 	ChunksPath        = prefix + "/chunks"
 	MissingChunksPath = ChunksPath + "/missing"
+	// StagedChunksPath is where a migration target keeps the chunks a
+	// source staged for a session's restore (DELETE drops them).
+	StagedChunksPath = ChunksPath + "/staged"
 	// MetricsPath is Prometheus's scrape target; it is outside the
 	// version and needs no token.
 	MetricsPath = "/metrics"
@@ -35,6 +38,9 @@ const (
 	// ProgressParam is the query parameter that asks for streamed
 	// progress, with the value "1".
 	ProgressParam = "progress"
+	// StageParam, on PUT /v1/chunks, names the session whose restore the
+	// chunks are staged for: the target keeps their content in memory.
+	StageParam = "stage"
 
 	idSegment = "/{" + IDWildcard + "}"
 )
@@ -70,6 +76,8 @@ const (
 	RouteGC            = methodPost + " " + GCPath
 	RouteMissingChunks = methodPost + " " + MissingChunksPath
 	RoutePutChunks     = methodPut + " " + ChunksPath
+	RouteDropStaged    = methodDelete + " " + StagedChunksPath + idSegment
+	RouteStageTable    = methodPut + " " + StagedChunksPath + idSegment
 	RouteMetrics       = methodGet + " " + MetricsPath
 	// RouteImageChunks answers which chunks an image is made of, so that
 	// a placement can ask other hosts how much of it they hold.
@@ -81,7 +89,7 @@ const (
 func Routes() []string {
 	return []string{RouteHost, RouteSessions, RouteSession, RouteCheckpoint, RouteMigrate, RouteImages, RouteImage,
 		RouteRemoveImage, RouteRestore, RouteExport, RouteImport, RouteVerify, RouteGC, RouteMissingChunks, RoutePutChunks, RouteMetrics,
-		RoutePreempt, RouteResume, RouteImageChunks}
+		RoutePreempt, RouteResume, RouteDropStaged, RouteStageTable, RouteImageChunks}
 }
 
 // SessionPath is the path of GET /v1/sessions/{id}.
@@ -110,6 +118,10 @@ func ImageChunksPath(image string) string { return ImagePath(image) + "/chunks" 
 
 // ImageExportPath is the path of GET /v1/images/{id}/export.
 func ImageExportPath(image string) string { return ImagePath(image) + "/export" }
+
+// StagedChunksSessionPath is the path of PUT and DELETE
+// /v1/chunks/staged/{id}.
+func StagedChunksSessionPath(session string) string { return StagedChunksPath + "/" + segment(session) }
 
 // segment escapes an id as one path segment. Escaping keeps '/', '?' and
 // '%' inside the segment; "." and ".." are escaped too, since a server

@@ -30,6 +30,8 @@ func TestRoutesAreTheContract(t *testing.T) {
 		RouteMetrics:       "GET /metrics",
 		RoutePreempt:       "POST /v1/sessions/{id}/preempt",
 		RouteResume:        "POST /v1/sessions/{id}/resume",
+		RouteDropStaged:    "DELETE /v1/chunks/staged/{id}",
+		RouteStageTable:    "PUT /v1/chunks/staged/{id}",
 		RouteImageChunks:   "GET /v1/images/{id}/chunks",
 	}
 	for got, want := range contract {
@@ -107,6 +109,7 @@ func TestPathsReachTheirRoutes(t *testing.T) {
 	}{
 		{RouteSession, SessionPath}, {RouteCheckpoint, SessionCheckpointPath}, {RouteMigrate, SessionMigratePath},
 		{RouteImage, ImagePath}, {RouteRemoveImage, ImagePath}, {RouteRestore, ImageRestorePath}, {RouteExport, ImageExportPath},
+		{RouteDropStaged, StagedChunksSessionPath}, {RouteStageTable, StagedChunksSessionPath},
 		{RouteImageChunks, ImageChunksPath},
 	}
 	for _, b := range builders {

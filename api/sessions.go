@@ -84,6 +84,9 @@ type RestoreReply struct {
 	// session's client is to reconnect.
 	Listen     string `json:"listen"`
 	DurationMS int64  `json:"duration_ms"`
+	// Steps are the restore's steps, and "memread": reading the saved
+	// device memory, which runs beside criu.
+	Steps []StepTiming `json:"steps,omitempty"`
 }
 
 // MigrateRequest is the body of POST /v1/sessions/{id}/migrate.
@@ -106,6 +109,11 @@ type MigrateReply struct {
 	// Rounds are the pre-copy rounds: device memory sent while the
 	// session ran, before the freeze.
 	Rounds []PrecopyRound `json:"rounds,omitempty"`
+	// TargetSteps are the target's restore steps (RestoreReply.Steps).
+	TargetSteps []StepTiming `json:"target_steps,omitempty"`
+	// FreezeSteps are the steps of the freeze's checkpoint (quiesce,
+	// save, dump, store, ...).
+	FreezeSteps []StepTiming `json:"freeze_steps,omitempty"`
 }
 
 // PrecopyRound is one pass of a live migration's pre-copy.

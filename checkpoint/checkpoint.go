@@ -154,6 +154,10 @@ type Request struct {
 	// compared with instead of the session's last image: a live
 	// migration's last pre-copy round, whose blocks the store holds.
 	MemBase *devstore.Table
+	// Saved, when set, is shown the save as soon as the worker made it,
+	// while the dump and the store go on (a migration sends the changed
+	// blocks ahead); it must not keep snap, which the pipeline closes.
+	Saved func(snap *devstore.Snapshot)
 }
 
 // Result describes a stored checkpoint.
@@ -275,6 +279,9 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 				if into != nil {
 					into.Close()
 					into = nil
+				}
+				if err == nil && req.Saved != nil {
+					req.Saved(snap)
 				}
 				return err
 			},

@@ -157,6 +157,8 @@ type FreezeOptions struct {
 	Claimed bool
 	// MemBase is Request.MemBase.
 	MemBase *devstore.Table
+	// Saved is Request.Saved.
+	Saved func(snap *devstore.Snapshot)
 }
 
 // FreezeWith is Freeze with options.
@@ -197,7 +199,7 @@ func (s *Service) freezeWith(ctx context.Context, id string, early bool, o Freez
 	cur := w
 	resumed := false
 	req := Request{Session: id, Worker: w, Parent: parent, Tenant: s.Sessions.Owner(id),
-		Reattached: func(nw Worker) { cur = nw }, ResumeEarly: early, MemBase: o.MemBase,
+		Reattached: func(nw Worker) { cur = nw }, ResumeEarly: early, MemBase: o.MemBase, Saved: o.Saved,
 		Resumed: func(nw Worker) {
 			cur, resumed = nw, true
 			if err := s.Sessions.Resumed(id, nw); err != nil {

@@ -158,7 +158,7 @@ func subjectOf(r *http.Request) string {
 	switch {
 	case id == "":
 		return ""
-	case strings.Contains(r.Pattern, api.SessionsPath+"/"):
+	case strings.Contains(r.Pattern, api.SessionsPath+"/"), strings.Contains(r.Pattern, api.StagedChunksPath+"/"):
 		return "session " + id
 	default:
 		return "image " + id
@@ -204,6 +204,10 @@ func Action(route string) string {
 		return "chunks.missing"
 	case api.RoutePutChunks:
 		return "chunks.put"
+	case api.RouteDropStaged:
+		return "chunks.unstage"
+	case api.RouteStageTable:
+		return "chunks.stage"
 	case api.RouteMetrics:
 		return "metrics.get"
 	case api.RouteImageChunks:

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 
 	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/errs"
@@ -313,4 +314,42 @@ func (p *progressReader) Read(b []byte) (int, error) {
 		p.progress(p.done, p.total)
 	}
 	return n, err
+}
+
+// PutChunksStaged is PutChunks whose chunks the target also keeps in
+// memory for session's restore (PUT /v1/chunks?stage=SESSION).
+func (c *Client) PutChunksStaged(ctx context.Context, session string, r io.Reader) (*api.PutChunksReply, error) {
+	if err := need("session", session); err != nil {
+		return nil, err
+	}
+	path := api.ChunksPath + "?" + api.StageParam + "=" + url.QueryEscape(session)
+	resp, err := c.stream(ctx, http.MethodPut, path, r, "application/octet-stream")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var res api.PutChunksReply
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+		return nil, errs.Wrap(err, errs.Internal, errs.Host(c.addr), "decode chunk upload reply")
+	}
+	return &res, nil
+}
+
+// DropStaged is DELETE /v1/chunks/staged/{id}: the target lets go of what
+// it staged for session's restore.
+func (c *Client) DropStaged(ctx context.Context, session string) error {
+	if err := need("session", session); err != nil {
+		return err
+	}
+	return c.do(ctx, http.MethodDelete, api.StagedChunksSessionPath(session), nil, nil)
+}
+
+// StageTable is PUT /v1/chunks/staged/{id}: a pre-copy round's table
+// (the layout of session's device memory and each block's chunk), which
+// the target lays its staging out by before the round's chunks arrive.
+func (c *Client) StageTable(ctx context.Context, session string, table any) error {
+	if err := need("session", session); err != nil {
+		return err
+	}
+	return c.do(ctx, http.MethodPut, api.StagedChunksSessionPath(session), table, nil)
 }

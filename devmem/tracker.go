@@ -304,6 +304,20 @@ func (t *Tracker) reloadFrom(ctx context.Context, dev backend.DeviceMemory, f *o
 	if l.Size == 0 {
 		return nil
 	}
+	// A backend whose device memory is host memory maps the file's pages
+	// in instead, where a region starts on a page of the file.
+	mapped := make([]bool, len(l.Regions))
+	copied := false
+	mm, canMap := dev.(backend.MemMapper)
+	for i, r := range l.Regions {
+		if canMap && r.Kind == backend.MemAlloc && r.Off%int64(os.Getpagesize()) == 0 && r.Size > 0 {
+			mapped[i] = mm.MapMem(ctx, r.MemRegion, f, r.Off) == nil
+		}
+		copied = copied || !mapped[i]
+	}
+	if !copied {
+		return nil
+	}
 	// Writable, so that the backend may pin it (pinning wants write
 	// access); nothing here writes to it.
 	data, err := unix.Mmap(int(f.Fd()), 0, int(l.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
@@ -316,7 +330,8 @@ func (t *Tracker) reloadFrom(ctx context.Context, dev backend.DeviceMemory, f *o
 	zero := make([]bool, len(spans))
 	_ = parallel(len(spans), func(i int) error {
 		s := spans[i]
-		zero[i] = isZero(data[s.FileOff : s.FileOff+int64(s.Len)])
+		// A mapped region's blocks are in place already.
+		zero[i] = mapped[s.Region] || isZero(data[s.FileOff:s.FileOff+int64(s.Len)])
 		return nil
 	})
 	ps := pieces(spans, func(i int) bool { return !zero[i] })

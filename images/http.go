@@ -21,6 +21,10 @@ type RouteOptions struct {
 	// Known reports whether this host has a tenant of that name; an
 	// import of an image of an unknown tenant is refused. Nil knows none.
 	Known func(tenant string) bool
+	// Stage, when set, gives PUT /v1/chunks?stage=SESSION the function
+	// that keeps each received chunk's content for that session's
+	// restore (package migrate/stage); nil keeps nothing.
+	Stage func(session string) func(store.Digest, []byte)
 }
 
 // detail is the reply to GET /v1/images/{id}: the manifest without the
@@ -226,7 +230,11 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 		return nil
 	})
 	h(api.RoutePutChunks, func(w http.ResponseWriter, r *http.Request) error {
-		n, stored, err := PutChunks(r.Context(), st, r.Body)
+		var keep func(store.Digest, []byte)
+		if sess := r.URL.Query().Get(api.StageParam); sess != "" && opts.Stage != nil {
+			keep = opts.Stage(sess)
+		}
+		n, stored, err := PutChunksKeep(r.Context(), st, r.Body, keep)
 		if err != nil {
 			return err
 		}

@@ -99,7 +99,7 @@ func importImage(ctx context.Context, st *store.Store, r io.Reader, opts ImportO
 	refs, sizes := m.Refs()
 	in := st.NewIngest()
 	defer in.Abort()
-	got, err := receiveChunks(ctx, st, in, rr, sizes)
+	got, err := receiveChunks(ctx, st, in, rr, sizes, nil)
 	if err != nil {
 		return m, stats, err
 	}
@@ -147,7 +147,7 @@ func acceptOwner(ctx context.Context, m *Manifest, known func(string) bool) erro
 // receiveChunks reads chunk records up to and including the trailer,
 // checking each against want (digest to size; nil accepts any digest) and
 // storing it through in, in parallel. It returns the digests received.
-func receiveChunks(ctx context.Context, st *store.Store, in *store.Ingest, rr *recordReader, want map[store.Digest]int64) (map[store.Digest]bool, error) {
+func receiveChunks(ctx context.Context, st *store.Store, in *store.Ingest, rr *recordReader, want map[store.Digest]int64, keep func(store.Digest, []byte)) (map[store.Digest]bool, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	frames := make(chan store.Frame, 2*st.Workers())
@@ -177,6 +177,10 @@ func receiveChunks(ctx context.Context, st *store.Store, in *store.Ingest, rr *r
 				}
 				if _, err := in.PutFrames(ctx, fs); err != nil {
 					cancel(err)
+					continue
+				}
+				if keep != nil {
+					keepFrames(st, fs, keep)
 				}
 			}
 		})
@@ -196,6 +200,20 @@ func receiveChunks(ctx context.Context, st *store.Store, in *store.Ingest, rr *r
 		rr.prog(-1)
 	}
 	return got, nil
+}
+
+// keepFrames hands keep the content of frames the store accepted: a raw
+// frame is its content, a compressed one is decoded again.
+func keepFrames(st *store.Store, fs []store.Frame, keep func(store.Digest, []byte)) {
+	for _, f := range fs {
+		if !f.Zstd {
+			keep(f.Digest, f.Payload)
+			continue
+		}
+		if raw, err := st.DecodeFrame(f); err == nil {
+			keep(f.Digest, raw)
+		}
+	}
 }
 
 func readChunkRecords(ctx context.Context, rr *recordReader, want map[store.Digest]int64, frames chan<- store.Frame) (map[store.Digest]bool, error) {
@@ -279,6 +297,13 @@ func readChunkRecords(ctx context.Context, rr *recordReader, want map[store.Dige
 // Chunks cross between hosts, under the host token: a tenant may not put
 // chunks into the store, where they could stand in for others' images.
 func PutChunks(ctx context.Context, st *store.Store, r io.Reader) (int, int64, error) {
+	return PutChunksKeep(ctx, st, r, nil)
+}
+
+// PutChunksKeep is PutChunks that also hands keep each chunk's content
+// once the store has checked it: a migration target stages pre-copied
+// device memory that way (package migrate/stage).
+func PutChunksKeep(ctx context.Context, st *store.Store, r io.Reader, keep func(store.Digest, []byte)) (int, int64, error) {
 	if err := tenant.RequireAdmin(ctx, "the chunk transfer between hosts"); err != nil {
 		return 0, 0, err
 	}
@@ -296,7 +321,7 @@ func PutChunks(ctx context.Context, st *store.Store, r io.Reader) (int, int64, e
 	if err := rr.header(kindChunks); err != nil {
 		return fail(err)
 	}
-	got, err := receiveChunks(ctx, st, in, rr, nil)
+	got, err := receiveChunks(ctx, st, in, rr, nil, keep)
 	if err != nil {
 		return fail(err)
 	}

@@ -23,6 +23,12 @@
 //	          now lives at B's --listen address; the client reconnects there
 //	release   A's frozen worker is killed
 //
+// With pre-copy (package precopy), the rounds before the freeze send the
+// session's device memory to B while it runs, and B stages it in memory
+// (package stage) laid out as the worker's memory file; the blocks the
+// freeze's save copies go to B while CRIU dumps, so B's restore reads
+// almost nothing from its store.
+//
 // Any failure up to "restore" leaves the session running on A, and the
 // error names the step and the host. Once B has adopted the session the
 // migration is committed: nothing after it is undone, because undoing
@@ -239,11 +245,18 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 				if pc != nil {
 					base = pc.Base()
 				}
-				fr, err = s.Checkpoint.FreezeWith(ctx, id, checkpoint.FreezeOptions{Claimed: true, MemBase: base})
+				opts := checkpoint.FreezeOptions{Claimed: true, MemBase: base}
+				if base != nil {
+					// The blocks changed since the last round go to the
+					// target while CRIU dumps the worker.
+					opts.Saved = func(snap *devstore.Snapshot) { pc.Last(ctx, snap) }
+				}
+				fr, err = s.Checkpoint.FreezeWith(ctx, id, opts)
 				if err != nil {
 					return err
 				}
 				res.Image, res.Bytes = fr.Image, fr.Bytes
+				res.FreezeSteps = checkpoint.StepTimings(fr.Steps)
 				return nil
 			},
 			Undo: func(ctx context.Context) error {
@@ -263,6 +276,9 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 			}},
 		{Name: "migrating", Do: func(ctx context.Context) error { return sess.Migrating(id) }},
 		{Name: "push", Do: func(ctx context.Context) error {
+			if pc != nil {
+				res.SentBytes += pc.WaitLast()
+			}
 			st, err := s.Push.Push(ctx, fr.Image, target)
 			res.SentBytes += st.Bytes
 			res.SentChunks = st.Chunks
@@ -319,6 +335,7 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 			if rr.Session != id {
 				return errs.New(errs.Internal, host, "restored session %q, expected %q", rr.Session, id)
 			}
+			res.TargetSteps = rr.Steps
 			if rr.Listen != "" {
 				listen = rr.Listen
 			}
@@ -330,6 +347,10 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 	}
 	timings, err := checkpoint.Run(ctx, s.log(), "migrate", errs.Session(id), steps)
 	if err != nil {
+		if pc != nil {
+			// No restore there takes what the rounds staged.
+			pc.Unstage(context.WithoutCancel(ctx))
+		}
 		res.Steps = checkpoint.StepTimings(timings)
 		return nil, err
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/remoting/backend"
+	"github.com/gpuctl/gpuctl/store"
 )
 
 // Store reads images out of the host's store.
@@ -75,6 +76,19 @@ type Restorer struct {
 	// the store for the restored worker to reload; nil restores only
 	// images whose device memory is in the CRIU dump.
 	Mem *devstore.Keeper
+	// Staged, when set, hands over what a migration staged in memory for
+	// session's restore (package migrate/stage), or nil. Device memory is
+	// then read from there, and only what is not staged from the store.
+	Staged func(session string) Staging
+}
+
+// Staging is device memory a migration staged for a restore.
+type Staging interface {
+	// Load returns table t's device memory for the worker to reload,
+	// reading from st what is not staged, and how many blocks were.
+	Load(ctx context.Context, st *store.Store, t *devstore.Table) (*devstore.Snapshot, int, error)
+	// Release gives the staged memory back; it follows Load.
+	Release()
 }
 
 // ExceptStore is a Store that can leave files out of a checkout: saved
@@ -125,6 +139,8 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 		memTable *devstore.Table
 		memSnap  *devstore.Snapshot
 		memLoad  chan error
+		memTook  time.Duration // reading device memory, beside criu
+		memHits  int           // blocks that came from the staging
 	)
 	defer func() {
 		if memLoad != nil {
@@ -150,6 +166,11 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 				return err
 			}
 			meta = m.Meta
+			if r.Mem == nil && r.Staged != nil {
+				if sg := r.Staged(meta.Session); sg != nil {
+					sg.Release()
+				}
+			}
 			if r.Mem != nil {
 				if memTable, err = devstore.FromManifest(ctx, r.Mem.Store, m); err != nil {
 					return err
@@ -157,10 +178,21 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 				if memTable != nil {
 					// Read while CRIU restores the process: the reload
 					// step then waits on memory, not on the store.
+					var sg Staging
+					if r.Staged != nil {
+						sg = r.Staged(meta.Session)
+					}
 					memLoad = make(chan error, 1)
 					go func() {
+						t0 := time.Now()
 						var err error
-						memSnap, err = devstore.Load(ctx, r.Mem.Store, memTable)
+						if sg != nil {
+							memSnap, memHits, err = sg.Load(ctx, r.Mem.Store, memTable)
+							sg.Release()
+						} else {
+							memSnap, err = devstore.Load(ctx, r.Mem.Store, memTable)
+						}
+						memTook = time.Since(t0)
 						memLoad <- err
 					}()
 				}
@@ -232,11 +264,24 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if memTook > 0 {
+		// Not a step: it ran beside criu, and reload waited for what was
+		// left of it.
+		timings = append(timings, checkpoint.Timing{Step: "memread", Duration: memTook})
+		r.log().Debug("device memory read for reload", "image", image, "took", memTook, "staged_blocks", memHits, "blocks", len(memTable.Chunks))
+	}
 	ok = true
 	return &Result{
 		Session: meta.Session, Image: image, PID: pid, Meta: meta, Worker: w,
 		DurationMS: time.Since(t0).Milliseconds(), Steps: timings,
 	}, nil
+}
+
+func (r *Restorer) log() *slog.Logger {
+	if r.Log != nil {
+		return r.Log
+	}
+	return slog.Default()
 }
 
 // kill ends a restored worker and reaps it: CRIU restored it as our

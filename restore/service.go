@@ -75,7 +75,7 @@ func (s *Service) Restore(ctx context.Context, image string) (*api.RestoreReply,
 		}
 	}
 	s.log().Info("session restored", "session", res.Session, "image", image, "pid", res.PID, "took_ms", res.DurationMS)
-	return &api.RestoreReply{Session: res.Session, Image: image, PID: res.PID, Listen: s.Listen, DurationMS: res.DurationMS}, nil
+	return &api.RestoreReply{Session: res.Session, Image: image, PID: res.PID, Listen: s.Listen, DurationMS: res.DurationMS, Steps: checkpoint.StepTimings(res.Steps)}, nil
 }
 
 func (s *Service) log() *slog.Logger {

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpuctl/gpuctl/migrate/stage"
 	"github.com/gpuctl/gpuctl/remoting/modcache"
 	"github.com/gpuctl/gpuctl/remoting/server"
 	"github.com/gpuctl/gpuctl/remoting/worker"
@@ -81,6 +82,9 @@ type config struct {
 	// preemptMem, when set, is the device memory sessions share, in
 	// place of the GPU's size (headroom for the driver's own use).
 	preemptMem uint64
+	// stageMaxBytes bounds the device memory staged in memory for the
+	// restores of sessions migrating here (package migrate/stage).
+	stageMaxBytes int64
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -110,6 +114,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.replicas, "replicas", 0, "with --registry, push each new image to `K` compatible peers in the background (0: keep images here only)")
 	fs.BoolVar(&c.preempt, "preempt", true, "when an allocation does not fit on the device, preempt sessions of lower priority (checkpoint and release them, resuming them when they fit again); false: the allocation fails")
 	fs.Uint64Var(&c.preemptMem, "preempt-mem", 0, "with --preempt, the device memory in bytes that sessions share before gpud preempts (default: the GPU's size, or --emulated-mem)")
+	fs.Int64Var(&c.stageMaxBytes, "stage-max-bytes", stage.DefaultMax(), "bound of the pre-copied device memory kept in memory for the restores of sessions migrating here, in bytes (default: a quarter of the host's memory); 0 stages nothing")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: gpud --listen HOST:PORT --api HOST:PORT --state-dir DIR [--backend auto|emulated|cuda] [--token-file FILE] [--tenants FILE] [--name NAME] [--tls-cert FILE --tls-key FILE] [--tls-ca FILE] [--registry URLS [--replicas K]]\n       gpud registry --data-dir DIR --listen HOST:PORT")
@@ -128,6 +133,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if (c.tlsCert == "") != (c.tlsKey == "") {
 		return c, errors.New("--tls-cert and --tls-key go together: pass both, or neither for plaintext")
+	}
+	if c.stageMaxBytes < 0 {
+		return c, errors.New("--stage-max-bytes must be 0 (off) or a positive size")
 	}
 	if c.moduleCacheBytes < 0 {
 		return c, errors.New("--module-cache-bytes must be 0 (off) or a positive size")

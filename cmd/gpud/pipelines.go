@@ -10,6 +10,7 @@ import (
 	"github.com/gpuctl/gpuctl/checkpoint/criu"
 	"github.com/gpuctl/gpuctl/devmem/devstore"
 	"github.com/gpuctl/gpuctl/images"
+	"github.com/gpuctl/gpuctl/migrate/stage"
 	"github.com/gpuctl/gpuctl/remoting/backend/cuda"
 	"github.com/gpuctl/gpuctl/remoting/worker"
 	"github.com/gpuctl/gpuctl/restore"
@@ -56,17 +57,26 @@ func (d *daemon) routers() ([]router, error) {
 		Log:      d.log,
 		OnStep:   func(step string, took time.Duration) { d.metrics.ObserveStep(step, took); d.stepDone(step) },
 	}
+	// A migration's target keeps the device memory the rounds pre-copy
+	// in memory for the restore (bounded; the store has it too).
+	staged := &stage.Stager{Store: d.store, Max: d.cfg.stageMaxBytes, Log: d.log}
 	rst := &restore.Service{
 		Restorer: &restore.Restorer{
 			WorkDir: work, CRIU: crOpts, Store: imgs, Resumer: resumer, Reattach: d.manager,
 			Backend: d.workerOp.Backend, Log: d.log, Mem: mem,
 			Admit: d.admitImage,
+			Staged: func(session string) restore.Staging {
+				if g := staged.Take(session); g != nil {
+					return g
+				}
+				return nil
+			},
 		},
 		Sessions: d.manager,
 		Listen:   advertised(d.cfg.listen, ""),
 		Log:      d.log,
 	}
-	return append([]router{d.manager, ckpt, rst, d.preemptRouter(ckpt, rst, imgs)}, d.transferRouters(ckpt, rst, imgs)...), nil
+	return append([]router{d.manager, ckpt, rst, d.preemptRouter(ckpt, rst, imgs), staged}, d.transferRouters(ckpt, rst, imgs, staged)...), nil
 }
 
 // imageStore is the host's store as the checkpoint pipeline

@@ -10,6 +10,7 @@ import (
 	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/migrate"
 	"github.com/gpuctl/gpuctl/migrate/precopy"
+	"github.com/gpuctl/gpuctl/migrate/stage"
 	"github.com/gpuctl/gpuctl/restore"
 	"github.com/gpuctl/gpuctl/store"
 )
@@ -17,7 +18,7 @@ import (
 // transferRouters adds migration (POST /v1/sessions/{id}/migrate) and the
 // image store's own routes: list, inspect, delete, export, import, verify,
 // gc and the chunk transfer a migration's target receives.
-func (d *daemon) transferRouters(ckpt *checkpoint.Service, rst *restore.Service, imgs imageStore) []router {
+func (d *daemon) transferRouters(ckpt *checkpoint.Service, rst *restore.Service, imgs imageStore, staged *stage.Stager) []router {
 	mig := &migrate.Service{
 		Checkpoint: ckpt, Push: imgs, Token: d.token, TLS: d.peerTLS, Backend: d.workerOp.Backend, Log: d.log,
 		SocketNS: d.socketNS,
@@ -54,7 +55,7 @@ func (d *daemon) transferRouters(ckpt *checkpoint.Service, rst *restore.Service,
 			return pw, nil
 		}}
 	}
-	return []router{mig, imageRoutes{st: d.store, opts: images.RouteOptions{Logger: d.log, Known: d.tenants.Known}}}
+	return []router{mig, imageRoutes{st: d.store, opts: images.RouteOptions{Logger: d.log, Known: d.tenants.Known, Stage: staged.Keep}}}
 }
 
 // imageRoutes registers the image store's routes.

@@ -272,17 +272,56 @@ func Complete(ctx context.Context, st *store.Store, s *Snapshot, base *Table) er
 // Load reads a table's blocks out of the store into a new memfd, on every
 // core, for a worker to reload.
 func Load(ctx context.Context, st *store.Store, t *Table) (*Snapshot, error) {
+	s, _, err := LoadStaged(ctx, st, t, nil)
+	return s, err
+}
+
+// LoadStaged is Load that takes each chunk staged returns (its content,
+// already checked: a migration target's staging) from memory and reads
+// only the others out of the store; it reports how many blocks came from
+// the staging. A nil staged reads everything from the store.
+func LoadStaged(ctx context.Context, st *store.Store, t *Table, staged func(store.Digest) []byte) (*Snapshot, int, error) {
+	s, err := Create(t.Layout)
+	if err != nil {
+		return nil, 0, err
+	}
+	spans := t.Layout.Spans()
+	var hits atomic.Int64
+	err = fillFrom(ctx, st, len(spans), func(i int) (images.Chunk, []byte) {
+		return t.Chunks[i], s.Data[spans[i].FileOff : spans[i].FileOff+int64(spans[i].Len)]
+	}, func(d store.Digest, dst []byte) bool {
+		if staged == nil {
+			return false
+		}
+		b := staged(d)
+		if len(b) != len(dst) {
+			return false
+		}
+		copy(dst, b)
+		hits.Add(1)
+		return true
+	})
+	if err != nil {
+		s.Close()
+		return nil, 0, err
+	}
+	return s, int(hits.Load()), nil
+}
+
+// Create makes an empty memfd laid out as l (its data all zeros, its
+// pages backed at once), mapped, for gpud to fill and a worker to reload.
+func Create(l *devmem.Layout) (*Snapshot, error) {
 	fd, err := unix.MemfdCreate("gpuctl-devmem", unix.MFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("memfd: %w", err)
 	}
 	f := os.NewFile(uintptr(fd), "devmem")
-	lj, err := json.Marshal(t.Layout)
+	lj, err := json.Marshal(l)
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	sv := devmem.Saved{LayoutOff: (t.Layout.Size + 4095) &^ 4095, LayoutLen: int64(len(lj)), Gen: t.Layout.Gen, Bytes: t.Layout.Size}
+	sv := devmem.Saved{LayoutOff: (l.Size + 4095) &^ 4095, LayoutLen: int64(len(lj)), Gen: l.Gen, Bytes: l.Size}
 	if err := f.Truncate(sv.LayoutOff + sv.LayoutLen); err != nil {
 		f.Close()
 		return nil, err
@@ -295,20 +334,81 @@ func Load(ctx context.Context, st *store.Store, t *Table) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	spans := t.Layout.Spans()
-	err = fill(ctx, st, len(spans), func(i int) (images.Chunk, []byte) {
-		return t.Chunks[i], s.Data[spans[i].FileOff : spans[i].FileOff+int64(spans[i].Len)]
-	})
-	if err != nil {
-		s.Close()
-		return nil, err
+	if len(s.Data) > 0 {
+		// Back the whole file at once: a page fault per 4 KiB of a
+		// gigabyte costs more than the copy (best effort: older kernels
+		// fault them in as before).
+		_ = unix.Madvise(s.Data, unix.MADV_POPULATE_WRITE)
 	}
 	return s, nil
+}
+
+// SetLayout rewrites the layout s's file describes, for data laid out
+// the same way (the same regions): a staged file handed to a worker
+// under an image's layout.
+func (s *Snapshot) SetLayout(l *devmem.Layout) error {
+	if l.Size != s.Layout.Size || len(l.Regions) != len(s.Layout.Regions) {
+		return fmt.Errorf("saved device memory: a layout of %d bytes in %d regions for data of %d in %d", l.Size, len(l.Regions), s.Layout.Size, len(s.Layout.Regions))
+	}
+	lj, err := json.Marshal(l)
+	if err != nil {
+		return err
+	}
+	off := (l.Size + 4095) &^ 4095
+	if err := s.File.Truncate(off); err != nil {
+		return err
+	}
+	if _, err := s.File.WriteAt(lj, off); err != nil {
+		return err
+	}
+	s.Layout = l
+	s.Saved = devmem.Saved{LayoutOff: off, LayoutLen: int64(len(lj)), Gen: l.Gen, Bytes: l.Size}
+	return nil
+}
+
+// SameBlocks reports whether a and b lay the same regions out the same
+// way, block for block.
+func SameBlocks(a, b *devmem.Layout) bool {
+	if a == nil || b == nil || a.Block != b.Block || a.Size != b.Size || a.Blocks != b.Blocks || len(a.Regions) != len(b.Regions) {
+		return false
+	}
+	for i := range a.Regions {
+		if a.Regions[i] != b.Regions[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Fill reads the chunks of t's blocks that need says are needed out of
+// the store into s on every core (zero chunks are written as zeros).
+func Fill(ctx context.Context, st *store.Store, s *Snapshot, t *Table, need func(i int) bool) error {
+	spans := t.Layout.Spans()
+	var idx []int
+	for i := range spans {
+		if need(i) {
+			idx = append(idx, i)
+		}
+	}
+	return fill(ctx, st, len(idx), func(k int) (images.Chunk, []byte) {
+		i := idx[k]
+		dst := s.Data[spans[i].FileOff : spans[i].FileOff+int64(spans[i].Len)]
+		if t.Chunks[i].Zero {
+			clear(dst)
+		}
+		return t.Chunks[i], dst
+	})
 }
 
 // fill reads n chunks into their destinations on every core; zero
 // chunks are left as the memfd's holes.
 func fill(ctx context.Context, st *store.Store, n int, at func(i int) (images.Chunk, []byte)) error {
+	return fillFrom(ctx, st, n, at, nil)
+}
+
+// fillFrom is fill that first offers each chunk to staged, which copies
+// it into its destination and says so when it holds it.
+func fillFrom(ctx context.Context, st *store.Store, n int, at func(i int) (images.Chunk, []byte), staged func(store.Digest, []byte) bool) error {
 	workers := min(runtime.GOMAXPROCS(0), max(n, 1))
 	const batch = 8
 	var (
@@ -334,7 +434,7 @@ func fill(ctx context.Context, st *store.Store, n int, at func(i int) (images.Ch
 				ds, dsts = ds[:0], dsts[:0]
 				for i := lo; i < hi; i++ {
 					c, dst := at(i)
-					if c.Zero {
+					if c.Zero || staged != nil && staged(c.Digest, dst) {
 						continue
 					}
 					ds = append(ds, c.Digest)

@@ -13,6 +13,13 @@ setup_hosts
 rows=()
 stalls=()
 rounds=()
+steps=()
+# step_ms NAME: the duration of the first step called NAME in the JSON
+# on stdin (a migration's steps, then its target's), in ms.
+step_ms() {
+	tr -d ' \n' | grep -o "\"step\":\"$1\",\"duration_ns\":[0-9]*" | head -1 | grep -o '[0-9]*$' |
+		awk '{printf "%d", $1/1e6} END {if (NR == 0) print "-"}'
+}
 # rounds_of JSON: a migration's pre-copy rounds as "blocks/bytes/ms" each.
 rounds_of() {
 	tr -d ' \n' | grep -o '"rounds":\[[^]]*\]' | grep -o '{[^}]*}' |
@@ -22,8 +29,10 @@ for mib in ${BENCH_SIZES:-16 256 1024}; do
 	say "session of $mib MiB"
 	# Fill the memory, then hold it while we measure; the workload checks
 	# the buffer when it is stopped, which we do not wait for.
+	# Each session's contents are its own (SEED), so that no size finds
+	# another's chunks in a store.
 	known=$(session_ids "$api_a")
-	start_workload "$listen_a" "$work/app-$mib.log" "$mib" 0 3600000
+	start_workload "$listen_a" "$work/app-$mib.log" "$mib" 0 3600000 "$mib"
 	session=$(find_session "$api_a" "$known")
 	for i in $(seq 600); do # the fill is done when the session holds the memory
 		grep -q 'workload:' "$work/app-$mib.log" 2>/dev/null && break
@@ -39,13 +48,28 @@ for mib in ${BENCH_SIZES:-16 256 1024}; do
 	# the one step of the pipeline a by-hand `criu dump` would do.
 	dump_ms=$(tr -d '\n' <<<"$c1" | grep -o '"step": *"dump", *"duration_ns": *[0-9]*' | grep -o '[0-9]*$' | awk '{printf "%d", $1/1e6}')
 	rows+=("$mib|$dump_ms|$(jnum duration_ms <<<"$c1")|$(jnum bytes <<<"$c1")|$(jnum stored_bytes <<<"$c1")|$(jnum stored_bytes <<<"$c2")|$(jnum duration_ms <<<"$rs")|$(jnum downtime_ms <<<"$mg")|$(jnum sent_bytes <<<"$mg")")
-	# Stall against durability, and migration downtime against a
-	# stop-and-copy checkpoint of the same session (c3: no
-	# --leave-running, the client stalls for all of it).
-	stalls+=("$mib|$(jnum stall_ms <<<"$c1")|$(jnum stall_ms <<<"$c2")|$(jnum duration_ms <<<"$c2")|$(jnum mem_sent_bytes <<<"$c2")|$(jnum duration_ms <<<"$c3")|$(jnum downtime_ms <<<"$mg")")
 	rounds+=("$mib MiB idle: $(rounds_of <<<"$mg")")
+	steps+=("$mib|$(step_ms freeze <<<"$mg")|$(step_ms save <<<"$mg")|$(step_ms push <<<"$mg")|$(step_ms restore <<<"$mg")|$(step_ms criu <<<"$mg")|$(step_ms memread <<<"$mg")|$(step_ms reload <<<"$mg")|$(jnum downtime_ms <<<"$mg")")
 	kill "$app" 2>/dev/null || true
 	wait "$app" 2>/dev/null || true
+	# The stop-and-copy baseline: a full checkpoint without
+	# --leave-running (the client stalls for all of it) of a session of
+	# the same size and kind whose blocks no store holds yet; a
+	# checkpoint of the migrated session itself would store only what
+	# changed since its last image.
+	known=$(session_ids "$api_a")
+	start_workload "$listen_a" "$work/app-$mib-sc.log" "$mib" 0 3600000 "$((mib + 7919))"
+	twin=$(find_session "$api_a" "$known")
+	for i in $(seq 600); do
+		grep -q 'workload:' "$work/app-$mib-sc.log" 2>/dev/null && break
+		sleep 0.1
+	done
+	sc=$(ctl --host "$api_a" checkpoint "$twin" --json) || die "stop-and-copy checkpoint of $mib MiB failed"
+	kill "$app" 2>/dev/null || true
+	wait "$app" 2>/dev/null || true
+	# Stall against durability, and migration downtime against that
+	# stop-and-copy checkpoint.
+	stalls+=("$mib|$(jnum stall_ms <<<"$c1")|$(jnum stall_ms <<<"$c2")|$(jnum duration_ms <<<"$c2")|$({ jnum mem_sent_bytes <<<"$c2"; echo 0; } | head -1)|$(jnum duration_ms <<<"$sc")|$(jnum downtime_ms <<<"$mg")")
 done
 
 # A session that rewrites its memory all the time (every word of its
@@ -54,7 +78,7 @@ done
 busy_mib=${BENCH_BUSY_MIB:-64}
 say "session of $busy_mib MiB rewriting its memory continuously"
 known=$(session_ids "$api_a")
-start_workload "$listen_a" "$work/app-busy.log" "$busy_mib" 1000000 0
+start_workload "$listen_a" "$work/app-busy.log" "$busy_mib" 1000000 0 1
 session=$(find_session "$api_a" "$known")
 for i in $(seq 600); do
 	grep -q 'workload:' "$work/app-busy.log" 2>/dev/null && break
@@ -92,8 +116,20 @@ for r in "${stalls[@]}"; do
 	printf "$fmt2" "$m MiB" "$s1" "$s2" "$d2" "$ch" "$sc" "$dt" "$ratio"
 done
 echo "stall_ms: how long the client paused in a --leave-running checkpoint; durable_ms: until the image was committed."
-echo "stop_and_copy_ms: a checkpoint without --leave-running of the same session (on B), the whole stall of a stop-and-copy move."
+echo "stop_and_copy_ms: a full checkpoint without --leave-running (the client stalls for all of it) of a session of the same size whose blocks the store lacked."
 echo "migrate_downtime_ms: from the freeze to the client attached on the target, after pre-copy rounds."
+
+fmt3='| %8s | %9s | %7s | %7s | %10s | %9s | %10s | %9s | %11s |\n'
+echo
+bold "== where a migration's downtime goes (ms; target steps on B)"
+printf "$fmt3" session freeze save push restore criu@B memread@B reload@B downtime
+printf "$fmt3" -------- --------- ------- ------- ---------- --------- ---------- --------- -----------
+for r in "${steps[@]}"; do
+	IFS='|' read -r m fz sv pu rs cr mr rl dt <<<"$r"
+	printf "$fmt3" "$m MiB" "$fz" "$sv" "$pu" "$rs" "$cr" "$mr" "$rl" "$dt"
+done
+echo "freeze: quiesce, save (hash all, copy what changed since the last round, release), dump, store; restore: B's checkout, criu, reattach, reload."
+echo "memread@B: reading device memory for the reload (the staged file, and the store for what the freeze changed), beside criu."
 
 echo
 bold "== pre-copy rounds (blocks changed, their bytes, the round's duration)"

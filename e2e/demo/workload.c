@@ -2,13 +2,14 @@
  * The demo's CUDA workload: an unmodified driver-API program whose state
  * lives in device memory, so that moving its session moves its state.
  *
- *   workload MIB STEPS SLEEP_MS
+ *   workload MIB STEPS SLEEP_MS [SEED]
  *
  * It fills MIB MiB of device memory, then runs STEPS kernel launches that
  * each rewrite every word from its previous value, printing one progress
  * line per step (with a checksum of the first page read back from the
  * device) and sleeping SLEEP_MS between steps so that a migration can
- * happen mid-run. At the end it reads the whole buffer back, recomputes
+ * happen mid-run. SEED (default 0) changes the initial contents, so that
+ * two runs share no blocks of device memory. At the end it reads the whole buffer back, recomputes
  * the same steps on the CPU and prints
  *
  *   RESULT <fnv-1a of the buffer> OK      (exit 0)
@@ -95,10 +96,11 @@ static double now(void)
 
 int main(int argc, char **argv)
 {
-	if (argc != 4) {
-		fprintf(stderr, "usage: workload MIB STEPS SLEEP_MS\n");
+	if (argc != 4 && argc != 5) {
+		fprintf(stderr, "usage: workload MIB STEPS SLEEP_MS [SEED]\n");
 		return 2;
 	}
+	uint32_t seed = argc == 5 ? (uint32_t)strtoul(argv[4], NULL, 10) : 0;
 	size_t mib = strtoul(argv[1], NULL, 10);
 	unsigned steps = strtoul(argv[2], NULL, 10);
 	unsigned sleep_ms = strtoul(argv[3], NULL, 10);
@@ -114,7 +116,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	for (size_t i = 0; i < n; i++)
-		host[i] = (uint32_t)(i * 2654435761u);
+		host[i] = (uint32_t)(i * 2654435761u) ^ (seed * 40503u);
 
 	CUdevice dev;
 	CUcontext ctx;

@@ -125,6 +125,16 @@ step "runtime-API programs, cuBLAS, Thrust"
 for s in "${SAMPLE_DIRS[@]}"; do
 	compare "$s" undecimal "$B/$s" "./$s"
 done
+# simpleStreams downloads into registered memory with cudaMemcpyAsync, 400
+# times in its streamed loop: through gpuctl each is deferred (queued, its
+# data put in place when the reply arrives), none waits for a round trip.
+if [[ " ${SAMPLE_DIRS[*]} " == *" simpleStreams "* ]]; then
+	(cd "$B/simpleStreams" && GPUCTL_STATS=$OUT/simpleStreams.stats.json remote ./simpleStreams) >"$OUT/simpleStreams.stats.out" 2>&1
+	deferred=$(tr -d '\n ' <"$OUT/simpleStreams.stats.json" 2>/dev/null | sed -n 's/.*"async":{\([^}]*\)}.*/\1/p' | grep -o '"MemcpyDtoH":[0-9]*' | cut -d: -f2)
+	waited=$(tr -d '\n ' <"$OUT/simpleStreams.stats.json" 2>/dev/null | sed -n 's/.*"round_trips":{\([^}]*\)}.*/\1/p' | grep -o '"MemcpyDtoH":[0-9]*' | cut -d: -f2)
+	[[ ${deferred:-0} -ge 400 ]] && pass "simpleStreams: ${deferred} asynchronous downloads deferred, ${waited:-0} synchronous ones waited" ||
+		fail "simpleStreams: ${deferred:-0} downloads deferred (want at least 400), ${waited:-0} waited; see $OUT/simpleStreams.stats.*"
+fi
 ((THRUST)) && compare thrust measured "$B/thrust" ./thrust
 ((CUBLAS)) && compare cublas measured "$B/cublas" ./cublas
 

@@ -19,6 +19,8 @@
 #      runs graphs, mempool, vmm, memops and stateful (in plain, pool, vmm
 #      and vmm+pool memory) natively and through gpud --backend cuda, and
 #      requires the same output;
+#      then asynchronous copies from and to page-locked memory (asynctest,
+#      the same both ways) and streambench's timings both ways;
 #   3. loads a 16 MiB module from two processes through gpud: the first
 #      uploads it, the second sends its hash only;
 #   4. counts the round trips of a PyTorch process's driver calls
@@ -120,6 +122,12 @@ for p in modbench stepreplay; do
 	gcc -O2 -I"$ROOT/build/include" -o "$WORK/remote/$p" "$ROOT/remoting/interposer/testdata/$p.c" \
 		-L"$ROOT/build/lib" -Wl,-rpath,"$ROOT/build/lib" -lcuda || fail "build $p"
 done
+for p in asynctest streambench; do
+	gcc -O2 -pthread -I"$CUDA_INC" -o "$WORK/native/$p" "$ROOT/remoting/interposer/testdata/$p.c" -L"$STUBS" -lcuda ||
+		fail "build $p (native)"
+	gcc -O2 -pthread -I"$ROOT/build/include" -o "$WORK/remote/$p" "$ROOT/remoting/interposer/testdata/$p.c" \
+		-L"$ROOT/build/lib" -Wl,-rpath,"$ROOT/build/lib" -lcuda || fail "build $p"
+done
 export GPUCTL_PTX_DIR=$WORK/ptx GPUCTL_PTX_TARGET=sm_$CAP
 
 # ------------------------------------------------------------- gpud
@@ -159,6 +167,19 @@ same memops --
 for m in plain pool vmm vmm+pool; do
 	same stateful STATEFUL_MEMORY=$m -- 16 40 0
 done
+
+# ------------------------------------------------------------- asynchronous copies
+step "asynchronous copies from and to page-locked memory"
+same asynctest -- check
+same asynctest -- threads 4 20
+# The shape of NVIDIA's simpleStreams (64 MiB up, kernels, 64 MiB down):
+# synchronous copies against asynchronous ones, natively and through gpud.
+"${NATIVE[@]}" timeout 300 "$WORK/native/streambench" 64 9 >"$OUT/streambench.native.out" 2>&1 &&
+	"$GPUCTL" run --server "$LISTEN" --token-file "$TOKEN" -- "$WORK/remote/streambench" 64 9 >"$OUT/streambench.remote.out" 2>&1 &&
+	pass "streambench natively and through gpud: $(grep -c '^| ' "$OUT/streambench.remote.out") table rows" ||
+	fail "streambench (see $OUT/streambench.*.out)"
+sed 's/^/  native: /' "$OUT/streambench.native.out"
+sed 's/^/  gpuctl: /' "$OUT/streambench.remote.out"
 
 # ------------------------------------------------------------- module cache
 step "module upload once"

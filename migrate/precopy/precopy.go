@@ -26,12 +26,15 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/devmem"
 	"github.com/gpuctl/gpuctl/devmem/devstore"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/failpoint"
 	"github.com/gpuctl/gpuctl/images"
+	"github.com/gpuctl/gpuctl/migrate/stage"
 	"github.com/gpuctl/gpuctl/store"
 )
 
@@ -45,6 +48,15 @@ type Target interface {
 	Addr() string
 	MissingChunks(ctx context.Context, ds []api.Digest) ([]api.Digest, error)
 	PutChunks(ctx context.Context, r io.Reader) (*api.PutChunksReply, error)
+}
+
+// StagingTarget is a Target that keeps the chunks it receives in memory
+// for the session's restore (package migrate/stage), and lets go of them
+// when the migration fails.
+type StagingTarget interface {
+	StageTable(ctx context.Context, session string, table any) error
+	PutChunksStaged(ctx context.Context, session string, r io.Reader) (*api.PutChunksReply, error)
+	DropStaged(ctx context.Context, session string) error
 }
 
 // Policy bounds the rounds.
@@ -81,11 +93,14 @@ type Copier struct {
 	Policy  Policy
 	Log     *slog.Logger
 
-	gen     uint64                  // the last round
-	table   *devstore.Table         // the last round, every block with its chunk
-	staged  map[rkey][]images.Chunk // by region: the chunk the target holds for each block
-	digests []store.Digest          // chunks this pre-copy put into the store
-	holds   []func()
+	gen      uint64                  // the last round
+	table    *devstore.Table         // the last round, every block with its chunk
+	staged   map[rkey][]images.Chunk // by region: the chunk the target holds for each block
+	digests  []store.Digest          // chunks this pre-copy put into the store
+	holds    []func()
+	staging  bool          // the target was asked to stage chunks
+	last     chan struct{} // closed when Last's sending is done
+	lastSent int64         // what it sent
 }
 
 type rkey struct {
@@ -137,6 +152,17 @@ func (c *Copier) round(ctx context.Context, w Worker) (api.PrecopyRound, error) 
 		return r, errs.Wrap(err, errs.Internal, "", "read the copied device memory")
 	}
 	defer snap.Close()
+	r, err = c.stage(ctx, snap)
+	r.PauseMS = sv.PauseNS / 1e6
+	r.DurationMS = time.Since(t0).Milliseconds()
+	return r, err
+}
+
+// stage stores the blocks snap holds (those changed since the last
+// round), sends the target the round's table and the chunks it lacks,
+// and makes snap the last round.
+func (c *Copier) stage(ctx context.Context, snap *devstore.Snapshot) (api.PrecopyRound, error) {
+	var r api.PrecopyRound
 	l := snap.Layout
 	if l.Base != 0 && l.Base != c.gen {
 		return r, errs.New(errs.Internal, "", "the worker copied relative to round %x, not %x", l.Base, c.gen)
@@ -164,6 +190,22 @@ func (c *Copier) round(ctx context.Context, w Worker) (api.PrecopyRound, error) 
 	if err != nil {
 		return r, err
 	}
+	full := *l
+	full.Base, full.Changed = 0, nil
+	full.Sent = make([]byte, len(l.Sent))
+	for i := range l.Blocks {
+		full.Sent[i/8] |= 1 << (i % 8)
+	}
+	if st, ok := c.Target.(StagingTarget); ok {
+		// The target lays its staging out by the round's table before
+		// the chunks come, so that each lands where it belongs.
+		c.staging = true
+		if err := st.StageTable(ctx, c.Session, stage.TableBody{Layout: &full, Chunks: chunks}); err != nil {
+			// Staging only spares the restore reading the store: a
+			// target that cannot stage still takes the chunks.
+			c.log().Debug("the target did not stage the round's table", "session", c.Session, "target", c.Target.Addr(), "err", err)
+		}
+	}
 	r.SentBytes, err = c.send(ctx, ds)
 	if err != nil {
 		return r, err
@@ -177,16 +219,52 @@ func (c *Copier) round(ctx context.Context, w Worker) (api.PrecopyRound, error) 
 		}
 		staged[k][s.Index] = chunks[i]
 	}
-	full := *l
-	full.Base, full.Changed = 0, nil
-	full.Sent = make([]byte, len(l.Sent))
-	for i := range l.Blocks {
-		full.Sent[i/8] |= 1 << (i % 8)
-	}
 	c.gen, c.staged, c.table = l.Gen, staged, &devstore.Table{Layout: &full, Chunks: chunks}
-	r.PauseMS = sv.PauseNS / 1e6
-	r.DurationMS = time.Since(t0).Milliseconds()
 	return r, nil
+}
+
+// Last starts sending, while the freeze goes on (CRIU dumps the worker,
+// the image is stored), what the freeze's save copied: the blocks that
+// changed since the last round, into this host's store and to the
+// target's staging, so that the push after the freeze finds the target
+// holding them and its restore finds them staged. It reads its own
+// mapping of the save's memory file: the freeze may close or roll back
+// snap meanwhile. Failing costs only time (the push sends what the
+// target lacks); WaitLast waits for it.
+func (c *Copier) Last(ctx context.Context, snap *devstore.Snapshot) {
+	if c.table == nil || snap == nil || snap.Layout.SentCount() == 0 {
+		return
+	}
+	fd, err := unix.Dup(int(snap.File.Fd()))
+	if err != nil {
+		return
+	}
+	own, err := devstore.Open(os.NewFile(uintptr(fd), "devmem"), snap.Saved)
+	if err != nil {
+		return
+	}
+	done := make(chan struct{})
+	c.last = done
+	go func() {
+		defer close(done)
+		defer own.Close()
+		r, err := c.stage(ctx, own)
+		if err != nil {
+			c.log().Debug("the freeze's changed blocks were not sent ahead; the push sends them", "session", c.Session, "err", err)
+		}
+		c.lastSent = r.SentBytes
+	}()
+}
+
+// WaitLast waits for what Last started and returns the bytes it sent.
+func (c *Copier) WaitLast() int64 {
+	if c.last != nil {
+		<-c.last
+		c.last = nil
+	}
+	n := c.lastSent
+	c.lastSent = 0
+	return n
 }
 
 // put stores the sent blocks as pending chunks (zero blocks as nothing)
@@ -295,7 +373,12 @@ func (c *Copier) send(ctx context.Context, ds []store.Digest) (int64, error) {
 		pw.CloseWithError(err)
 		done <- err
 	}()
-	_, err = c.Target.PutChunks(ctx, pr)
+	if st, ok := c.Target.(StagingTarget); ok {
+		_, err = st.PutChunksStaged(ctx, c.Session, pr)
+		c.staging = true
+	} else {
+		_, err = c.Target.PutChunks(ctx, pr)
+	}
 	_ = pr.CloseWithError(io.ErrClosedPipe)
 	werr := <-done
 	if err != nil {
@@ -311,6 +394,7 @@ func (c *Copier) send(ctx context.Context, ds []store.Digest) (int64, error) {
 // no image took up (a failed migration, blocks a later round replaced) are
 // left for the next gc rather than kept for the pending grace.
 func (c *Copier) Close(ctx context.Context) {
+	c.WaitLast()
 	for _, h := range c.holds {
 		h()
 	}
@@ -319,6 +403,23 @@ func (c *Copier) Close(ctx context.Context) {
 		c.log().Warn("pre-copy chunks left pending", "session", c.Session, "err", err)
 	}
 	c.digests = nil
+}
+
+// Unstage tells the target to let go of what it staged for the session:
+// the migration failed, and no restore there will take it. It is best
+// effort; the target drops staging nothing feeds on its own.
+func (c *Copier) Unstage(ctx context.Context) {
+	c.WaitLast()
+	st, ok := c.Target.(StagingTarget)
+	if !ok || !c.staging {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := st.DropStaged(ctx, c.Session); err != nil {
+		c.log().Warn("the target's staged device memory was not dropped; it drops it when idle", "session", c.Session, "target", c.Target.Addr(), "err", err)
+	}
+	c.staging = false
 }
 
 func (c *Copier) log() *slog.Logger {

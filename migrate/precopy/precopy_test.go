@@ -19,6 +19,7 @@ import (
 	"github.com/gpuctl/gpuctl/failpoint"
 	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/migrate/precopy"
+	"github.com/gpuctl/gpuctl/migrate/stage"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/backend/emulated"
 	"github.com/gpuctl/gpuctl/store"
@@ -77,14 +78,22 @@ func openStore(t *testing.T) *store.Store {
 	return st
 }
 
-// target is a second host's chunk routes on its own store.
+// target is a second host's chunk routes on its own store, staging what
+// it receives for a restore.
 func target(t *testing.T, st *store.Store) (*control.Client, *httptest.Server) {
+	cl, srv, _ := stagingTarget(t, st)
+	return cl, srv
+}
+
+func stagingTarget(t *testing.T, st *store.Store) (*control.Client, *httptest.Server, *stage.Stager) {
 	t.Helper()
 	mux := http.NewServeMux()
-	images.Register(mux, st, images.RouteOptions{Logger: slog.New(slog.DiscardHandler)})
+	sg := &stage.Stager{Store: st, Max: 1 << 30}
+	images.Register(mux, st, images.RouteOptions{Logger: slog.New(slog.DiscardHandler), Stage: sg.Keep})
+	sg.Register(mux)
 	srv := httptest.NewServer(control.RequireToken("tok", mux))
 	t.Cleanup(srv.Close)
-	return control.NewClient(strings.TrimPrefix(srv.URL, "http://"), "tok"), srv
+	return control.NewClient(strings.TrimPrefix(srv.URL, "http://"), "tok"), srv, sg
 }
 
 // digests are the stored chunks a table lists.
@@ -100,12 +109,14 @@ func digests(tab *devstore.Table) []store.Digest {
 
 // TestRounds: an idle session converges in two rounds, the target then
 // holds every block, and the freeze relative to the last round copies
-// only what changed since, which the staged table completes into an image.
+// only what changed since, which the staged table completes into an image;
+// the changed block is sent ahead during the freeze, so the target's
+// staging holds the whole image.
 func TestRounds(t *testing.T) {
 	ctx := context.Background()
 	w, c, ptrs := newWorker(t)
 	stA, stB := openStore(t), openStore(t)
-	cl, _ := target(t, stB)
+	cl, _, sg := stagingTarget(t, stB)
 	cp := &precopy.Copier{Store: stA, Target: cl, Session: "s-000000000001", Policy: precopy.Policy{SmallBytes: 1}}
 	defer cp.Close(ctx)
 	rounds, err := cp.Run(ctx, w)
@@ -143,6 +154,11 @@ func TestRounds(t *testing.T) {
 	if sv.SentBytes != 1<<20 || snap.Layout.SentCount() != 1 {
 		t.Fatalf("freeze after pre-copy copied %d blocks (%d bytes); want the one written", snap.Layout.SentCount(), sv.SentBytes)
 	}
+	// The changed block goes to the target while the freeze goes on.
+	cp.Last(ctx, snap)
+	if sent := cp.WaitLast(); sent <= 0 {
+		t.Errorf("the freeze's changed block was not sent ahead (%d bytes)", sent)
+	}
 	files, err := devstore.Files(snap, base)
 	if err != nil {
 		t.Fatal(err)
@@ -155,17 +171,54 @@ func TestRounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := devstore.Load(ctx, stA, tab)
+	// The target staged every chunk the rounds sent; its restore takes
+	// all but the block written after them from memory.
+	g := sg.Take("s-000000000001")
+	if blocks, n, b, _ := g.Stats(); blocks != 8 || n != 0 || b != 7<<20+512 {
+		t.Fatalf("the target staged %d blocks and %d chunks, %d bytes; want 8, 0, %d", blocks, n, b, 7<<20+512)
+	}
+	if missing, err := stB.Missing(ctx, digests(tab)); err != nil || len(missing) != 0 {
+		t.Errorf("before any push the target lacks %d of the image's chunks (%v)", len(missing), err)
+	}
+	back, hits, err := g.Load(ctx, stA, tab)
+	g.Release()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer back.Close()
+	if hits != 8 {
+		t.Errorf("%d blocks came from the staging, want all 8 (the changed one sent ahead)", hits)
+	}
+	if sg.Used() != 0 {
+		t.Errorf("%d bytes still staged after the restore released them", sg.Used())
+	}
 	if err := w.tr.Reload(ctx, w.dev, back.File, back.Saved.LayoutOff, back.Saved.LayoutLen); err != nil {
 		t.Fatal(err)
 	}
 	var got bytes.Buffer
 	if err := w.dev.MemcpyDtoH(ctx, c, &got, ptrs[1]+5, 1, 0); err != nil || !bytes.Equal(got.Bytes(), []byte{9}) {
 		t.Fatalf("the image restored byte %v (%v), want 9", got.Bytes(), err)
+	}
+}
+
+// TestUnstage: a migration that fails after its rounds has the target
+// drop what they staged.
+func TestUnstage(t *testing.T) {
+	ctx := context.Background()
+	w, _, _ := newWorker(t)
+	stA, stB := openStore(t), openStore(t)
+	cl, _, sg := stagingTarget(t, stB)
+	cp := &precopy.Copier{Store: stA, Target: cl, Session: "s-000000000003", Policy: precopy.Policy{SmallBytes: 1}}
+	defer cp.Close(ctx)
+	if _, err := cp.Run(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	if sg.Used() != 7<<20+512 {
+		t.Fatalf("the target staged %d bytes, want %d", sg.Used(), 7<<20+512)
+	}
+	cp.Unstage(ctx)
+	if sg.Used() != 0 || sg.Take("s-000000000003") != nil {
+		t.Errorf("the target kept %d staged bytes after the source dropped them", sg.Used())
 	}
 }
 

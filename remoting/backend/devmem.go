@@ -1,6 +1,9 @@
 package backend
 
-import "context"
+import (
+	"context"
+	"os"
+)
 
 // MemRegion is one range of device memory backed by physical memory: a
 // cuMemAlloc or pool allocation, a module variable, or a physical
@@ -68,3 +71,15 @@ type HostPinner interface {
 
 // PinPart is the size of the parts devmem pins (see HostPinner).
 const PinPart = 256 << 20
+
+// MemMapper is a DeviceMemory whose device memory is host memory (the
+// emulated device): a reload can map a saved file's pages at a region
+// instead of copying them in, which for gigabytes saves the copy and the
+// page faults of fresh memory.
+type MemMapper interface {
+	// MapMem backs region r (a MemAlloc) with the r.Size bytes of f at
+	// off, a multiple of the page size, privately: writes go to the
+	// region's own pages, never to f. The next ReleaseMem drops the
+	// mapping with the rest of the region's memory.
+	MapMem(ctx context.Context, r MemRegion, f *os.File, off int64) error
+}

@@ -52,6 +52,7 @@ type bulkOut struct {
 	n       uint64
 	written uint64
 	started bool
+	keep    *deferredEntry // where a deferred copy's reply is kept for replay
 }
 
 func (b *bulkOut) Write(p []byte) (int, error) {
@@ -64,12 +65,18 @@ func (b *bulkOut) Write(p []byte) (int, error) {
 		var h [wire.ReplyHeaderSize]byte
 		rh := wire.ReplyHeader{Kind: wire.KindReply, Seq: b.x.h.Seq, Executed: b.x.h.Seq, Bulk: b.n}
 		rh.Put(h[:])
+		if b.x.h.Deferred() {
+			b.keep = b.x.s.deferred.start(b.x.h.Seq, h[:], b.n)
+		}
 		if _, err := b.x.bw.Write(h[:]); err != nil {
 			return 0, err
 		}
 	}
 	m, err := b.x.bw.Write(p)
 	b.written += uint64(m)
+	if b.keep != nil {
+		b.keep.add(p[:m])
+	}
 	return m, err
 }
 

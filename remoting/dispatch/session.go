@@ -88,6 +88,7 @@ type Session struct {
 	readAhead []byte                // unprocessed bytes of a stopped connection
 	pending   map[backend.Ctx]error // failures of async work not yet reported
 	cache     replyCache            // replies of recent sync requests
+	deferred  deferredCache         // data of recent deferred copies
 	scratch   []byte                // reused reply encoding buffer
 	modules   atomic.Pointer[ModuleCache]
 	// cacheWrites counts module cache writes still in progress.
@@ -215,6 +216,7 @@ func (s *Session) Serve(ctx context.Context, conn net.Conn, w WelcomeInfo, resum
 			Secret:       w.Secret,
 			MaxFrame:     s.maxFrame,
 			LastExecuted: s.executed.Load(),
+			Features:     wire.FeatureDeferredReplies,
 			KeepaliveMS:  uint32(w.Keepalive.Milliseconds()),
 		}); err != nil {
 			return fmt.Errorf("write welcome: %w", err)
@@ -275,6 +277,9 @@ func (s *Session) loop(ctx context.Context, fr *frameReader, bw *bufio.Writer) e
 		}
 		if h.Async() && !h.Op.AsyncAllowed() && h.Op.Known() {
 			return s.closeWith(bw, fmt.Errorf("%w: op %s (seq %d) cannot be asynchronous", wire.ErrProtocol, h.Op, h.Seq))
+		}
+		if err := checkDeferred(h); err != nil {
+			return s.closeWith(bw, err)
 		}
 		if fr.buffered() < wire.RequestHeaderSize+int(h.Len) {
 			if err := bw.Flush(); err != nil {
@@ -350,14 +355,15 @@ func (s *Session) handle(ctx context.Context, x *call, bw *bufio.Writer) error {
 	if errors.Is(err, errFatal) {
 		return err
 	}
-	if h.Async() {
+	if h.Async() || h.Deferred() {
 		if err != nil {
 			s.log.Debug("async call failed; reported at the next sync call", "op", h.Op, "seq", h.Seq, "err", err)
 			if _, ok := s.pending[x.c]; !ok {
 				s.pending[x.c] = err
 			}
 		}
-	} else if !x.replied {
+	}
+	if !h.Async() && !x.replied {
 		if err := s.reply(bw, x, err, true); err != nil {
 			return err
 		}
@@ -374,6 +380,15 @@ func (s *Session) duplicate(ctx context.Context, x *call, bw *bufio.Writer) erro
 	h := &x.h
 	if h.Async() {
 		return nil
+	}
+	if h.Deferred() {
+		if b := s.deferred.get(h.Seq); b != nil {
+			// The copy's data as it was read the first time: device
+			// memory may have changed since, by work queued after it.
+			binaryPutU64(b[24:], s.executed.Load())
+			_, err := bw.Write(b)
+			return err
+		}
 	}
 	if b := s.cache.get(h.Seq); b != nil {
 		// Refresh the piggybacked ack.
@@ -463,7 +478,7 @@ func (s *Session) closeWith(bw *bufio.Writer, err error) error {
 // of earlier asynchronous work in c (once), as CUDA reports errors of
 // asynchronous work at the next call.
 func (s *Session) takePending(x *call, c backend.Ctx) error {
-	if x.h.Async() {
+	if x.h.Async() || x.h.Deferred() {
 		return nil
 	}
 	if err, ok := s.pending[c]; ok {

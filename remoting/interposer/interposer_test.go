@@ -65,7 +65,7 @@ func build(t *testing.T) string {
 		if buildErr = gcc(append(args, append(srcs, gen...)...)...); buildErr != nil {
 			return
 		}
-		for _, prog := range []string{"ctest", "layout", "rtest", "cachetest"} {
+		for _, prog := range []string{"ctest", "layout", "rtest", "cachetest", "asynctest"} {
 			buildErr = gcc("-O1", "-g", "-Wall", "-Werror", "-pthread", "-I"+filepath.Join(d, "include"), "-I"+filepath.Join(d, "src"),
 				"-I"+filepath.Join(d, "gen"), "-o", filepath.Join(buildDir, prog), filepath.Join(d, "testdata", prog+".c"),
 				"-L"+buildDir, "-l:libcuda.so.1", "-Wl,-rpath,"+buildDir, "-ldl")
@@ -280,9 +280,14 @@ func buildTSan(t *testing.T) string {
 		if tsanErr = gcc(append(args, append(srcs, gen...)...)...); tsanErr != nil {
 			return
 		}
-		tsanErr = gcc("-O1", "-g", "-fsanitize=thread", "-pthread", "-I"+filepath.Join(d, "include"), "-o",
-			filepath.Join(tsanDir, "ctest"), filepath.Join(d, "testdata", "ctest.c"),
-			"-L"+tsanDir, "-l:libcuda.so.1", "-Wl,-rpath,"+tsanDir)
+		for _, prog := range []string{"ctest", "asynctest"} {
+			tsanErr = gcc("-O1", "-g", "-fsanitize=thread", "-pthread", "-I"+filepath.Join(d, "include"), "-o",
+				filepath.Join(tsanDir, prog), filepath.Join(d, "testdata", prog+".c"),
+				"-L"+tsanDir, "-l:libcuda.so.1", "-Wl,-rpath,"+tsanDir)
+			if tsanErr != nil {
+				return
+			}
+		}
 	})
 	if tsanErr != nil {
 		t.Skipf("no ThreadSanitizer toolchain: %v", tsanErr)
@@ -606,7 +611,7 @@ func TestHeaderLayouts(t *testing.T) {
 	wire.WriteHello(&hello, &wire.Hello{Flags: 3, Token: "tok", SessionID: "s-1", Secret: "se", LastSeq: 0x6162636465666768})
 	var welcome bytes.Buffer
 	wire.WriteWelcome(&welcome, &wire.Welcome{Status: wire.StatusMoved, SessionID: "s-12", Secret: "abc", Message: "h:1",
-		MaxFrame: 0x71727374, KeepaliveMS: 0x75767778, LastExecuted: 0x8182838485868788})
+		MaxFrame: 0x71727374, KeepaliveMS: 0x75767778, LastExecuted: 0x8182838485868788, Features: 0x6566})
 	tests := []struct {
 		kind string
 		b    []byte
@@ -615,7 +620,7 @@ func TestHeaderLayouts(t *testing.T) {
 		{"req", req[:], "len=11223344 op=5566 flags=7788 seq=102030405060708 bulk=1112131415161718"},
 		{"rep", rep[:], "len=21222324 kind=2526 flags=2728 result=292a2b2c seq=3132333435363738 executed=4142434445464748 bulk=5152535455565758"},
 		{"hello", hello.Bytes()[:wire.HelloSize], "magic=GPUH version=1 flags=3 token=3 sid=3 secret=2 last=6162636465666768"},
-		{"welcome", welcome.Bytes()[:wire.WelcomeSize], "magic=GPUW version=1 status=5 sid=4 secret=3 msg=3 maxframe=71727374 keepalive=75767778 last=8182838485868788"},
+		{"welcome", welcome.Bytes()[:wire.WelcomeSize], "magic=GPUW version=1 status=5 sid=4 secret=3 msg=3 features=6566 maxframe=71727374 keepalive=75767778 last=8182838485868788"},
 	}
 	for _, tc := range tests {
 		out, err := exec.Command(exe, tc.kind, hex.EncodeToString(tc.b)).CombinedOutput()

@@ -163,6 +163,7 @@ var torchEntries = []Entry{
 	custom("cuGraphUpload", sym("cuGraphUpload", 11010)),
 	custom("cuGraphExecDestroy", sym("cuGraphExecDestroy", 10000)),
 	custom("cuLaunchHostFunc", sym("cuLaunchHostFunc", 10000)),
+	custom("cuStreamAddCallback", sym("cuStreamAddCallback", 5000), ptsym("cuStreamAddCallback_ptsz", 7000)),
 
 	// Memory pools and stream-ordered allocation.
 	custom("cuDeviceGetDefaultMemPool", sym("cuDeviceGetDefaultMemPool", 11020)),

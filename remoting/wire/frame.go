@@ -20,8 +20,16 @@ const (
 	// FlagAckRequest asks the server to send an Ack frame once it has
 	// executed this request, so that the client can recycle its ring.
 	FlagAckRequest uint16 = 1 << 1
+	// FlagDeferred marks a device-to-host copy the client does not wait
+	// for but whose reply it reads when it arrives (into page-locked
+	// memory). Like an asynchronous request it leaves earlier pending
+	// errors alone and a failure becomes the context's pending error; like
+	// a synchronous one it is answered, in order with every other reply.
+	// Only MemcpyDtoH and MemcpyDtoH3D take it, and only from a server
+	// whose Welcome announces FeatureDeferredReplies.
+	FlagDeferred uint16 = 1 << 2
 
-	knownRequestFlags = FlagAsync | FlagAckRequest
+	knownRequestFlags = FlagAsync | FlagAckRequest | FlagDeferred
 )
 
 // RequestHeader opens every client frame.
@@ -42,6 +50,10 @@ type RequestHeader struct {
 
 // Async reports whether the client expects no reply.
 func (h *RequestHeader) Async() bool { return h.Flags&FlagAsync != 0 }
+
+// Deferred reports whether the client reads the reply without waiting
+// for it (FlagDeferred).
+func (h *RequestHeader) Deferred() bool { return h.Flags&FlagDeferred != 0 }
 
 // Put encodes h into b[:RequestHeaderSize].
 func (h *RequestHeader) Put(b []byte) {

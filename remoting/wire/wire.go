@@ -279,10 +279,17 @@ type Welcome struct {
 	// LastExecuted is the highest request sequence number the session has
 	// executed; the client resends everything after it.
 	LastExecuted uint64
+	// Features are what the serving worker understands beyond the base
+	// protocol (Feature* bits); 0 from an older server.
+	Features uint16
 	// KeepaliveMS is the interval, in milliseconds, of the keepalives the
 	// server sends on this connection (HelloKeepalive); 0: none.
 	KeepaliveMS uint32
 }
+
+// FeatureDeferredReplies in a Welcome's Features: the server takes
+// FlagDeferred on device-to-host copies.
+const FeatureDeferredReplies uint16 = 1 << 0
 
 // WriteWelcome writes wl. A zero MaxFrame is sent as DefaultMaxFrame.
 func WriteWelcome(w io.Writer, wl *Welcome) error {
@@ -304,6 +311,7 @@ func WriteWelcome(w io.Writer, wl *Welcome) error {
 	le.PutUint16(b[8:], uint16(len(wl.SessionID)))
 	le.PutUint16(b[10:], uint16(len(wl.Secret)))
 	le.PutUint16(b[12:], uint16(len(msg)))
+	le.PutUint16(b[14:], wl.Features)
 	le.PutUint32(b[16:], mf)
 	le.PutUint32(b[20:], wl.KeepaliveMS)
 	le.PutUint64(b[24:], wl.LastExecuted)
@@ -331,6 +339,7 @@ func ReadWelcome(r io.Reader) (*Welcome, error) {
 		MaxFrame:     le.Uint32(b[16:]),
 		KeepaliveMS:  le.Uint32(b[20:]),
 		LastExecuted: le.Uint64(b[24:]),
+		Features:     le.Uint16(b[14:]),
 	}
 	sl, cl, ml := int(le.Uint16(b[8:])), int(le.Uint16(b[10:])), int(le.Uint16(b[12:]))
 	if sl > MaxSessionIDLen || cl > MaxSecretLen || ml > MaxMessageLen {

@@ -117,8 +117,14 @@ static int basic(void) {
 	memcpy(pinned, host, n);
 	CHECK(cuEventRecord(start, s));
 	CHECK(cuMemcpyHtoDAsync(b, pinned, n, s));
+	/* The upload's buffer may be reused once the stream is past the
+	 * copy, not before: an event after it says when. */
+	CUevent uploaded;
+	CHECK(cuEventCreate(&uploaded, CU_EVENT_DISABLE_TIMING));
+	CHECK(cuEventRecord(uploaded, s));
 	CHECK(cuMemsetD32Async(a, 7, n / 4, s));
 	CHECK(cuMemcpyDtoDAsync(a, b, n / 2, s));
+	CHECK(cuEventSynchronize(uploaded));
 	memset(pinned, 0, n);
 	CHECK(cuMemcpyDtoHAsync(pinned, a, n, s));
 	CHECK(cuEventRecord(stop, s));
@@ -138,6 +144,7 @@ static int basic(void) {
 	CHECK(cuStreamWaitEvent(s, stop, 0));
 	CHECK(cuEventDestroy(start));
 	CHECK(cuEventDestroy(stop));
+	CHECK(cuEventDestroy(uploaded));
 	CHECK(cuStreamDestroy(s));
 	CHECK(cuMemFreeHost(pinned));
 	CHECK(cuMemFree(a));

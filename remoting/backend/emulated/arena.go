@@ -29,6 +29,9 @@ type allocation struct {
 	// view into resv's host range, owned by the mapping, not by this
 	// allocation (see vmm.go).
 	resv *reservation
+	// mapped: data maps a reloaded memory file's pages (MapMem) rather
+	// than anonymous memory.
+	mapped bool
 }
 
 func (a *allocation) end() uint64 { return a.base + uint64(len(a.data)) }

@@ -2,9 +2,11 @@ package emulated
 
 import (
 	"context"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -116,6 +118,15 @@ func (d *Device) HashBlocks(_ context.Context, r backend.MemRegion, block, seed 
 // zeros until written again.
 func (d *Device) ReleaseMem(context.Context) error {
 	for _, a := range d.mem.allocs {
+		if a.resv == nil && a.mapped {
+			// A file's pages: MADV_DONTNEED would bring the file's
+			// contents back, not zeros, and CRIU would dump the file.
+			if err := remapAnon(a.data); err != nil {
+				return cu.Errorf(cu.ErrorUnknown, "release allocation %#x: %v", a.base, err)
+			}
+			a.mapped = false
+			continue
+		}
 		if a.resv == nil && len(a.data) > 0 {
 			if err := unix.Madvise(a.data, unix.MADV_DONTNEED); err != nil {
 				return cu.Errorf(cu.ErrorUnknown, "release allocation %#x: %v", a.base, err)
@@ -135,3 +146,36 @@ func (d *Device) ReleaseMem(context.Context) error {
 
 // RestoreMem has nothing to do: released pages come back on first touch.
 func (d *Device) RestoreMem(context.Context) error { return nil }
+
+var _ backend.MemMapper = (*Device)(nil)
+
+// MapMem maps f's pages at allocation r, copy-on-write: the device reads
+// the reloaded memory where the file holds it, and its writes stay its
+// own.
+func (d *Device) MapMem(_ context.Context, r backend.MemRegion, f *os.File, off int64) error {
+	if r.Kind != backend.MemAlloc {
+		return cu.Errorf(cu.ErrorInvalidValue, "only allocations can be mapped, not region %d/%#x", r.Kind, r.ID)
+	}
+	b, err := d.regionBytes(r)
+	if err != nil {
+		return err
+	}
+	if len(b) == 0 || off%int64(os.Getpagesize()) != 0 {
+		return cu.Errorf(cu.ErrorInvalidValue, "map region %#x at file offset %d", r.ID, off)
+	}
+	if _, err := unix.MmapPtr(int(f.Fd()), off, unsafe.Pointer(&b[0]), uintptr(len(b)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_FIXED); err != nil {
+		return cu.Errorf(cu.ErrorUnknown, "map region %#x: %v", r.ID, err)
+	}
+	d.mem.find(r.ID).mapped = true
+	return nil
+}
+
+// remapAnon puts fresh anonymous memory (zeros, no pages yet) in place of
+// whatever b maps, at the same addresses.
+func remapAnon(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	_, err := unix.MmapPtr(-1, 0, unsafe.Pointer(&b[0]), uintptr(len(b)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE|unix.MAP_FIXED)
+	return err
+}

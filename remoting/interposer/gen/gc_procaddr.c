@@ -255,6 +255,7 @@ extern void cuProfilerInitialize(void);
 extern void cuProfilerStart(void);
 extern void cuProfilerStop(void);
 extern void cuStreamAddCallback(void);
+extern void cuStreamAddCallback_ptsz(void);
 extern void cuStreamAttachMemAsync(void);
 extern void cuStreamBatchMemOp(void);
 extern void cuStreamBatchMemOp_v2(void);
@@ -720,13 +721,13 @@ const struct gc_proc gc_procs[] = {
 	{ "cuKernelGetParamInfo", 2000, 0, (void *)gc_lookup_cuKernelGetParamInfo },
 	{ "cuKernelSetAttribute", 12000, 0, (void *)cuKernelSetAttribute },
 	{ "cuKernelSetCacheConfig", 12000, 0, (void *)cuKernelSetCacheConfig },
-	{ "cuLaunchCooperativeKernel", 9000, 1, (void *)cuLaunchCooperativeKernel_ptsz },
 	{ "cuLaunchCooperativeKernel", 9000, 0, (void *)cuLaunchCooperativeKernel },
+	{ "cuLaunchCooperativeKernel", 9000, 1, (void *)cuLaunchCooperativeKernel_ptsz },
 	{ "cuLaunchHostFunc", 10000, 0, (void *)cuLaunchHostFunc },
 	{ "cuLaunchKernel", 2000, 0, (void *)cuLaunchKernel },
 	{ "cuLaunchKernel", 7000, 1, (void *)cuLaunchKernel_ptsz },
-	{ "cuLaunchKernelEx", 11060, 1, (void *)cuLaunchKernelEx_ptsz },
 	{ "cuLaunchKernelEx", 11060, 0, (void *)cuLaunchKernelEx },
+	{ "cuLaunchKernelEx", 11060, 1, (void *)cuLaunchKernelEx_ptsz },
 	{ "cuLibraryEnumerateKernels", 2000, 0, (void *)gc_lookup_cuLibraryEnumerateKernels },
 	{ "cuLibraryGetGlobal", 12000, 0, (void *)cuLibraryGetGlobal },
 	{ "cuLibraryGetKernel", 12000, 0, (void *)cuLibraryGetKernel },
@@ -875,7 +876,8 @@ const struct gc_proc gc_procs[] = {
 	{ "cuProfilerStart", 4000, 0, (void *)cuProfilerStart },
 	{ "cuProfilerStop", 4000, 0, (void *)cuProfilerStop },
 	{ "cuSignalExternalSemaphoresAsync", 2000, 0, (void *)gc_lookup_cuSignalExternalSemaphoresAsync },
-	{ "cuStreamAddCallback", 2000, 0, (void *)cuStreamAddCallback },
+	{ "cuStreamAddCallback", 5000, 0, (void *)cuStreamAddCallback },
+	{ "cuStreamAddCallback", 7000, 1, (void *)cuStreamAddCallback_ptsz },
 	{ "cuStreamAttachMemAsync", 2000, 0, (void *)cuStreamAttachMemAsync },
 	{ "cuStreamBatchMemOp", 8000, 0, (void *)cuStreamBatchMemOp },
 	{ "cuStreamBatchMemOp", 11070, 0, (void *)cuStreamBatchMemOp_v2 },
@@ -894,8 +896,8 @@ const struct gc_proc gc_procs[] = {
 	{ "cuStreamGetCtx", 9020, 0, (void *)cuStreamGetCtx },
 	{ "cuStreamGetDevice", 2000, 0, (void *)gc_lookup_cuStreamGetDevice },
 	{ "cuStreamGetFlags", 5050, 0, (void *)cuStreamGetFlags },
-	{ "cuStreamGetId", 12000, 0, (void *)cuStreamGetId },
 	{ "cuStreamGetId", 12000, 1, (void *)cuStreamGetId_ptsz },
+	{ "cuStreamGetId", 12000, 0, (void *)cuStreamGetId },
 	{ "cuStreamGetPriority", 5050, 0, (void *)cuStreamGetPriority },
 	{ "cuStreamIsCapturing", 10000, 0, (void *)cuStreamIsCapturing },
 	{ "cuStreamQuery", 2000, 0, (void *)cuStreamQuery },
@@ -934,4 +936,4 @@ const struct gc_proc gc_procs[] = {
 	{ "cuWaitExternalSemaphoresAsync", 2000, 0, (void *)gc_lookup_cuWaitExternalSemaphoresAsync },
 };
 
-const size_t gc_nprocs = 461;
+const size_t gc_nprocs = 462;

@@ -248,6 +248,7 @@
 #undef cuProfilerStart
 #undef cuProfilerStop
 #undef cuStreamAddCallback
+#undef cuStreamAddCallback_ptsz
 #undef cuStreamAttachMemAsync
 #undef cuStreamBatchMemOp
 #undef cuStreamBatchMemOp_v2

@@ -109,12 +109,6 @@ int cuModuleGetFunctionCount(void)
 	return gc_unsupported("cuModuleGetFunctionCount", &once);
 }
 
-int cuStreamAddCallback(void)
-{
-	static int once;
-	return gc_unsupported("cuStreamAddCallback", &once);
-}
-
 int cuStreamAttachMemAsync(void)
 {
 	static int once;

@@ -725,6 +725,7 @@ typedef struct CUcheckpointUnlockArgs_st {
 /* ---- stream capture and graphs --------------------------------------- */
 
 typedef void (CUDA_CB *CUhostFn)(void *userData);
+typedef void (CUDA_CB *CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
 
 typedef enum CUstreamCaptureStatus_enum {
     CU_STREAM_CAPTURE_STATUS_NONE        = 0,
@@ -1268,6 +1269,7 @@ CUresult CUDAAPI cuStreamGetId(CUstream hStream, unsigned long long *streamId);
 CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int *priority);
 CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx);
 CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData);
+CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags);
 
 /* Stream capture and graphs */
 CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode);

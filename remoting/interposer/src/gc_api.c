@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cuda.h"
+#include "gc_async.h"
 #include "gc_core.h"
 #include "gc_ext.h"
 #include "../gen/gc_ops.h"
@@ -448,7 +449,8 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 
 /* Host memory is plain memory on the client: page-locking it would buy
  * nothing, because data goes to the GPU over the network. The ranges are
- * remembered so that flag queries and unregistration behave. */
+ * remembered so that flag queries and unregistration behave, and so that
+ * asynchronous copies from and to them do not wait (gc_async.c). */
 struct hostr {
 	void *p;
 	size_t size;
@@ -487,6 +489,7 @@ static CUresult hostm_add(void *p, size_t size, unsigned int flags, int owned)
 			hostm.cap = nc;
 		}
 		hostm.r[hostm.n++] = (struct hostr){ p, size, flags, owned };
+		gc_pin_add(p, size);
 	}
 	pthread_mutex_unlock(&hostm.mu);
 	return r;
@@ -512,6 +515,15 @@ CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 
 CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize) { return cuMemHostAlloc(pp, bytesize, 0); }
 
+/* host_release: copies in flight from or into a page-locked range must be
+ * done with it before it goes (CUDA's free synchronises too). */
+static void host_release(void *p)
+{
+	if (gc_ready() == CUDA_SUCCESS)
+		gc_host_fence();
+	gc_pin_del(p);
+}
+
 CUresult CUDAAPI cuMemFreeHost(void *p)
 {
 	pthread_mutex_lock(&hostm.mu);
@@ -520,6 +532,7 @@ CUresult CUDAAPI cuMemFreeHost(void *p)
 		pthread_mutex_unlock(&hostm.mu);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
+	host_release(p);
 	hostm.r[i] = hostm.r[--hostm.n];
 	pthread_mutex_unlock(&hostm.mu);
 	free(p);
@@ -555,6 +568,7 @@ CUresult CUDAAPI cuMemHostUnregister(void *p)
 	int i = hostm_find(p);
 	CUresult r = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 	if (i >= 0 && !hostm.r[i].owned && hostm.r[i].p == p) {
+		host_release(p);
 		hostm.r[i] = hostm.r[--hostm.n];
 		r = CUDA_SUCCESS;
 	}
@@ -675,15 +689,19 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int
 		return r;
 	/* A small asynchronous copy is copied into the request ring, so the
 	 * caller may reuse its buffer at once (as with pageable memory); a
-	 * large one is sent from the caller's buffer before returning. */
+	 * large one from page-locked memory is queued with its data by
+	 * reference; any other is sent from the caller's buffer before
+	 * returning. */
 	if (async && n <= gc_async_inline_max())
 		return gc_rpc_MemcpyHtoD_async(ctx, dst, n, GC_S(s), src, n);
+	if (async && gc_async_htod(ctx, dst, src, n, GC_S(s), &r))
+		return r;
 	return gc_rpc_MemcpyHtoD(ctx, dst, n, GC_S(s), src, n);
 }
 
-/* Device-to-host copies wait for their data, also when asynchronous: the
- * data has to arrive before the caller may look at it, and CUDA allows
- * an asynchronous copy to pageable memory to be synchronous. */
+/* Device-to-host copies wait for their data, unless asynchronous into
+ * page-locked memory (gc_async.c): CUDA allows an asynchronous copy to
+ * pageable memory to be synchronous. */
 static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async)
 {
 	uint64_t ctx;
@@ -695,6 +713,8 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async
 	if (dst == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (capture_copy(CU_MEMORYTYPE_HOST, (uint64_t)(uintptr_t)dst, CU_MEMORYTYPE_DEVICE, src, n, s, async, &r))
+		return r;
+	if (async && gc_async_dtoh(ctx, dst, src, n, GC_S(s), &r))
 		return r;
 	return gc_rpc_MemcpyDtoH(ctx, src, n, GC_S(s), dst, n);
 }

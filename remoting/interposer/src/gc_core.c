@@ -58,6 +58,7 @@ enum { REC_EMPTY = 0, REC_READY = 1, REC_PAD = 2 };
 
 struct gc_waiter {
 	int done; /* under rx_mu */
+	int deferred; /* lives in its ring record; nobody waits for it */
 	CUresult res;
 	uint8_t *out;
 	size_t out_cap;
@@ -127,7 +128,16 @@ static struct {
 	CUresult dead_res;
 	_Atomic uint32_t doorbell;
 	_Atomic int flusher_sleeping;
+
+	/* Deferred requests (device-to-host copies into page-locked memory)
+	 * whose replies have not been delivered; the deferred reader thread
+	 * reads while it is not 0. features: the current server's Welcome. */
+	_Atomic uint32_t deferred_pending;
+	_Atomic uint32_t features;
+	pthread_once_t dreader_once;
+	_Atomic int dreader_running;
 } g = {
+	.dreader_once = PTHREAD_ONCE_INIT,
 	.once = PTHREAD_ONCE_INIT,
 	.tx_mu = PTHREAD_MUTEX_INITIALIZER,
 	.rx_mu = PTHREAD_MUTEX_INITIALIZER,
@@ -328,6 +338,7 @@ static int connect_server(const char *addr, char *err, size_t errlen)
 
 struct welcome {
 	uint16_t status;
+	uint16_t features;
 	uint32_t max_frame;
 	uint32_t keepalive_ms;
 	uint64_t last_executed;
@@ -371,6 +382,7 @@ static int handshake(int fd, int resume, uint64_t last_seq, struct welcome *w)
 	w->status = wh.status;
 	size_t wsl = wh.session_id_len, wcl = wh.secret_len, wml = wh.message_len;
 	w->max_frame = wh.max_frame;
+	w->features = wh.features;
 	w->keepalive_ms = wh.keepalive_ms;
 	w->last_executed = wh.last_executed;
 	if (wsl > GC_MAX_SESSION_ID || wcl > GC_MAX_SECRET || wml > GC_MAX_MESSAGE)
@@ -624,6 +636,9 @@ static void advance_tail(void)
 		p += n;
 	}
 	atomic_store_explicit(&g.tail, t, memory_order_release);
+	/* A producer waiting for ring space may be a follower of a reader
+	 * that stays (the deferred reader): tell it. */
+	pthread_cond_broadcast(&g.rx_cond);
 }
 
 static void note_executed(uint64_t e)
@@ -750,10 +765,16 @@ static int rx_one(void)
 	}
 	pthread_mutex_lock(&g.rx_mu);
 	if (w != NULL) {
+		int deferred = w->deferred;
 		w->res = wres;
 		w->out_len = out_len;
 		w->done = 1;
 		r->replied = 1;
+		/* A deferred reply's data is in place: from now on a later
+		 * reply (a stream or event query) may say so. Its failure was
+		 * kept by the server as the context's pending error. */
+		if (deferred)
+			atomic_fetch_sub(&g.deferred_pending, 1);
 		pthread_cond_broadcast(&g.rx_cond);
 		/* A replayed reply can answer a request the server executed
 		 * long ago, so the tail may move without executed changing. */
@@ -767,13 +788,26 @@ static int rx_one(void)
 	return 0;
 }
 
+/* RX_DEFERRED as rx_wait's want_tail: wait until no deferred reply is
+ * outstanding. */
+#define RX_DEFERRED UINT64_MAX
+
+static int rx_done(struct gc_waiter *w, uint64_t want_tail)
+{
+	if (w != NULL)
+		return w->done;
+	if (want_tail == RX_DEFERRED)
+		return atomic_load(&g.deferred_pending) == 0;
+	return atomic_load(&g.tail) >= want_tail;
+}
+
 /* rx_wait waits until w is answered (w != NULL) or the ring's tail
  * reaches want_tail, reading replies itself when no other thread is. */
 static void rx_wait(struct gc_waiter *w, uint64_t want_tail)
 {
 	pthread_mutex_lock(&g.rx_mu);
 	for (;;) {
-		if (w ? w->done : atomic_load(&g.tail) >= want_tail)
+		if (rx_done(w, want_tail))
 			break;
 		if (atomic_load(&g.dead)) {
 			if (w != NULL) {
@@ -787,7 +821,7 @@ static void rx_wait(struct gc_waiter *w, uint64_t want_tail)
 			continue;
 		}
 		g.rx_leader = 1;
-		while (!(w ? w->done : atomic_load(&g.tail) >= want_tail) && !atomic_load(&g.dead)) {
+		while (!rx_done(w, want_tail) && !atomic_load(&g.dead)) {
 			pthread_mutex_unlock(&g.rx_mu);
 			rx_one();
 			pthread_mutex_lock(&g.rx_mu);
@@ -912,6 +946,7 @@ static void reconnect_locked(const char *why, const char *moved)
 			if (w.status == GC_STATUS_OK) {
 				atomic_store(&g.fd, fd);
 				g.max_frame = w.max_frame;
+				atomic_store(&g.features, w.features);
 				pthread_mutex_lock(&g.rx_mu);
 				note_executed(w.last_executed);
 				pthread_mutex_unlock(&g.rx_mu);
@@ -1056,16 +1091,22 @@ uint8_t *gc_begin(struct gc_call *k, uint16_t op, uint64_t alen, uint16_t flags,
 		k->res = g.dead_res;
 		return NULL;
 	}
-	uint64_t inl = (flags & GC_FLAG_ASYNC) ? bulk_len : 0;
+	/* An asynchronous request copies its bulk into the ring, unless the
+	 * caller keeps the buffer until the server has executed it
+	 * (GC_BULK_BY_REF: page-locked memory). A deferred one keeps its
+	 * waiter in its record. */
+	uint64_t inl = (flags & GC_FLAG_ASYNC) && !(flags & GC_BULK_BY_REF) ? bulk_len : 0;
+	uint64_t wsz = (flags & GC_FLAG_DEFERRED) ? sizeof(struct gc_waiter) : 0;
+	flags &= (uint16_t)~GC_BULK_BY_REF;
 	if (alen > g.max_frame || inl > ASYNC_INLINE_MAX) {
 		gc_log("request for op %u with %llu argument bytes exceeds the server's frame limit", op,
 		       (unsigned long long)alen);
 		k->res = CUDA_ERROR_INVALID_VALUE;
 		return NULL;
 	}
-	gc_stats_note(op, flags & GC_FLAG_ASYNC);
+	gc_stats_note(op, (flags & (GC_FLAG_ASYNC | GC_FLAG_DEFERRED)) != 0);
 	uint64_t flen = GC_REQ_HDR_SIZE + alen + inl;
-	uint64_t size = (sizeof(struct gc_rec) + flen + 7) & ~(uint64_t)7;
+	uint64_t size = ((sizeof(struct gc_rec) + flen + 7) & ~(uint64_t)7) + wsz;
 	uint64_t h, pos;
 	for (;;) {
 		h = atomic_load(&g.head);
@@ -1135,6 +1176,63 @@ CUresult gc_sync(struct gc_call *k, void *out, size_t out_cap, void *bulk_dst, u
 	rx_wait(&w, 0);
 	k->out_len = w.out_len;
 	return w.res;
+}
+
+/* deferred_reader reads replies while deferred requests are outstanding,
+ * so that their data lands without any thread waiting for it (and the
+ * server never blocks on a reply nobody reads). It takes the reader role
+ * like any waiting thread and delivers other threads' replies meanwhile. */
+static void *deferred_reader(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&g.dead)) {
+		if (atomic_load(&g.deferred_pending) == 0) {
+			futex_wait(&g.deferred_pending, 0, 1000);
+			continue;
+		}
+		rx_wait(NULL, RX_DEFERRED);
+	}
+	return NULL;
+}
+
+static void start_deferred_reader(void)
+{
+	pthread_t t;
+	pthread_attr_t attr;
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	int rc = pthread_create(&t, &attr, deferred_reader, NULL);
+	pthread_attr_destroy(&attr);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc != 0)
+		gc_log("cannot start the reply reader thread: %s; device-to-host copies wait for their data", strerror(rc));
+	else
+		atomic_store(&g.dreader_running, 1);
+}
+
+int gc_deferred_ok(void)
+{
+	if (!(atomic_load_explicit(&g.features, memory_order_relaxed) & GC_FEATURE_DEFERRED_REPLIES))
+		return 0;
+	if (!atomic_load_explicit(&g.dreader_running, memory_order_acquire))
+		pthread_once(&g.dreader_once, start_deferred_reader);
+	return atomic_load_explicit(&g.dreader_running, memory_order_acquire);
+}
+
+CUresult gc_deferred(struct gc_call *k, void *bulk_dst, uint64_t bulk_len)
+{
+	struct gc_rec *r = rec_at(k->pos);
+	struct gc_waiter *w = (struct gc_waiter *)((uint8_t *)r + r->size - sizeof(struct gc_waiter));
+	*w = (struct gc_waiter){ .deferred = 1, .bulk = bulk_dst, .bulk_len = bulk_len };
+	r->w = w;
+	if (atomic_fetch_add(&g.deferred_pending, 1) == 0)
+		futex_wake(&g.deferred_pending);
+	atomic_store_explicit(&r->state, REC_READY, memory_order_release);
+	ring_doorbell();
+	return CUDA_SUCCESS;
 }
 
 uint64_t gc_async_inline_max(void) { return ASYNC_INLINE_MAX; }
@@ -1324,6 +1422,7 @@ static void init_once(void)
 	snprintf(g.sid, sizeof g.sid, "%s", w.sid);
 	snprintf(g.secret, sizeof g.secret, "%s", w.secret);
 	g.max_frame = w.max_frame;
+	atomic_store(&g.features, w.features);
 	atomic_store(&g.fd, fd);
 	pthread_t t;
 	pthread_attr_t attr;

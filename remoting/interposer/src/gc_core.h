@@ -32,6 +32,21 @@ CUresult gc_sync(struct gc_call *k, void *out, size_t out_cap, void *bulk_dst, u
  * synchronous call of its context. */
 CUresult gc_async(struct gc_call *k);
 
+/* GC_BULK_BY_REF in gc_begin's flags (never sent): an asynchronous
+ * request whose bulk is sent from the caller's buffer, which must stay
+ * valid until the server has executed the request (page-locked memory,
+ * which CUDA lets the caller reuse only once the stream reached the copy,
+ * and whose free waits for that: gc_host_fence). */
+#define GC_BULK_BY_REF 0x8000u
+/* gc_deferred queues a request begun with GC_FLAG_DEFERRED without
+ * waiting for its reply: the reader thread writes the reply's bulk into
+ * bulk_dst (exactly bulk_len) when it arrives, before it handles any
+ * later reply. bulk_dst must stay valid until then. */
+CUresult gc_deferred(struct gc_call *k, void *bulk_dst, uint64_t bulk_len);
+/* gc_deferred_ok: the server takes deferred requests and the reader
+ * thread that receives them runs (started on first use). */
+int gc_deferred_ok(void);
+
 /* gc_ready: initialised and the session usable. */
 CUresult gc_ready(void);
 /* gc_current_ctx: the calling thread's current context, or

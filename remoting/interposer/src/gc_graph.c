@@ -787,6 +787,38 @@ CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 	return CUDA_SUCCESS;
 }
 
+/* cuStreamAddCallback is the older form of cuLaunchHostFunc: the callback
+ * also gets the stream and the stream's status (an error of its earlier
+ * work), and it may not be captured. */
+CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
+{
+	if (callback == NULL || flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t ctx;
+	CUresult r = gc_current_ctx(&ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (gc_capture_active()) {
+		struct strm *st;
+		if (hook_begin(hStream, &st, &r)) {
+			if (st == NULL)
+				return r;
+			pthread_mutex_unlock(&gmu);
+			return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+		}
+	}
+	CUresult status = gc_rpc_StreamSynchronize(ctx, GC_S(hStream));
+	if (status == CUDA_ERROR_DEVICE_UNAVAILABLE || status == CUDA_ERROR_INVALID_HANDLE)
+		return status;
+	callback(hStream, status, userData);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
+{
+	return cuStreamAddCallback(hStream == NULL ? CU_STREAM_PER_THREAD : hStream, callback, userData, flags);
+}
+
 /* ---- capture calls ------------------------------------------------------------ */
 
 static CUresult begin_capture(CUstream s, CUstreamCaptureMode mode)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cuda.h"
+#include "gc_async.h"
 #include "gc_core.h"
 #include "gc_ext.h"
 #include "../gen/gc_ops.h"
@@ -113,6 +114,22 @@ CUresult gc_copy3d(uint64_t ctx, const CUDA_MEMCPY3D *p, CUstream st, int async)
 	 * caller may reuse its buffer at once); anything else is sent before
 	 * the call returns, which CUDA allows for pageable memory. */
 	uint8_t *tmp = NULL;
+	if (!dst.dev && async && packed(&dst, w, h, d)) {
+		/* Into packed page-locked memory: queued, data in place when
+		 * its reply arrives (gc_async.c). */
+		void *into = (void *)(uintptr_t)dst.addr;
+		if (packed(&src, w, h, d) ? gc_async_dtoh(ctx, into, src.addr, n, s, &r)
+					  : gc_async_dtoh3d(ctx, into, src.addr, src.pitch, src.height, w, h, d, s, &r))
+			return r;
+	}
+	if (!src.dev && async && n > gc_async_inline_max() && packed(&src, w, h, d)) {
+		/* From packed page-locked memory: queued with its data by
+		 * reference. */
+		const void *from = (const void *)(uintptr_t)src.addr;
+		if (packed(&dst, w, h, d) ? gc_async_htod(ctx, dst.addr, from, n, s, &r)
+					  : gc_async_htod3d(ctx, dst.addr, dst.pitch, dst.height, w, h, d, s, from, &r))
+			return r;
+	}
 	if (!dst.dev) {
 		uint8_t *into = packed(&dst, w, h, d) ? (uint8_t *)(uintptr_t)dst.addr : (tmp = malloc(n));
 		if (into == NULL)

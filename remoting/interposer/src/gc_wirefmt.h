@@ -65,7 +65,7 @@ struct gc_welcome_hdr {
 	uint16_t session_id_len;
 	uint16_t secret_len;
 	uint16_t message_len;
-	uint16_t reserved;
+	uint16_t features;
 	uint32_t max_frame;
 	uint32_t keepalive_ms;
 	uint64_t last_executed;

@@ -31,9 +31,9 @@ int main(int argc, char **argv)
 	} else if (strcmp(argv[1], "welcome") == 0 && n == sizeof(struct gc_welcome_hdr)) {
 		struct gc_welcome_hdr h;
 		memcpy(&h, b, sizeof h);
-		printf("magic=%.4s version=%u status=%u sid=%u secret=%u msg=%u maxframe=%x keepalive=%x last=%llx\n", h.magic,
-		       h.version, h.status, h.session_id_len, h.secret_len, h.message_len, h.max_frame, h.keepalive_ms,
-		       (unsigned long long)h.last_executed);
+		printf("magic=%.4s version=%u status=%u sid=%u secret=%u msg=%u features=%x maxframe=%x keepalive=%x last=%llx\n",
+		       h.magic, h.version, h.status, h.session_id_len, h.secret_len, h.message_len, h.features, h.max_frame,
+		       h.keepalive_ms, (unsigned long long)h.last_executed);
 	} else {
 		fprintf(stderr, "unknown kind %s or wrong size %zu\n", argv[1], n);
 		return 2;

@@ -1,0 +1,516 @@
+// Package stage is a migration target's staging of device memory, so
+// that the restore after the freeze does not read and decode the whole
+// image out of the store while the client waits.
+//
+// Each pre-copy round, the source first sends the round's table (the
+// layout of the session's device memory and the chunk of every block:
+// PUT /v1/chunks/staged/{id}), then the chunks the target lacks (PUT
+// /v1/chunks?stage=SESSION), which the target checks and decodes anyway.
+// The stager keeps a memory file laid out as the table says and writes
+// each arriving chunk straight into the blocks that hold it; blocks whose
+// chunk the target's store already had are read from the store in the
+// background. At the restore, the image's table is compared with what the
+// file holds block by block: only the blocks the freeze changed are read
+// from the store, and the file goes to the worker as it is. A chunk that
+// arrives with no table to place it (a source that sends none) is kept
+// on its own and copied in at the restore.
+//
+// Staging is a cache, never the only copy: every staged chunk is also in
+// the store (as a pending chunk), so a restore that finds nothing staged,
+// or another layout, reads the rest from the store and is just slower.
+// The bytes staged on a host are bounded (Stager.Max); what would go over
+// the bound is not staged. A session's staging goes away when its
+// restore takes it, when the source drops it (DELETE
+// /v1/chunks/staged/{id}, sent by a migration that failed), or when
+// nothing fed it for Stager.Idle; it lives in this process's memory only,
+// so it never leaves anything for gc.
+package stage
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuctl/gpuctl/api"
+	"github.com/gpuctl/gpuctl/control"
+	"github.com/gpuctl/gpuctl/devmem"
+	"github.com/gpuctl/gpuctl/devmem/devstore"
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/ids"
+	"github.com/gpuctl/gpuctl/images"
+	"github.com/gpuctl/gpuctl/store"
+	"github.com/gpuctl/gpuctl/tenant"
+)
+
+// Stager holds the staged device memory of the sessions migrating to
+// this host. The zero value is not usable; set Max.
+type Stager struct {
+	// Store is the host's store, where the chunks staged also are.
+	Store *store.Store
+	// Max bounds the bytes staged for all sessions together; a chunk
+	// or table that would go over it is left in the store only.
+	Max int64
+	// Idle drops a session's staging that nothing fed or took for this
+	// long (its source died or gave up); zero means 5 minutes.
+	Idle time.Duration
+	Log  *slog.Logger
+
+	mu     sync.Mutex
+	used   int64
+	groups map[string]*Group
+}
+
+// Group is one session's staged device memory. Once taken from the
+// Stager it belongs to its taker, who must Release it.
+type Group struct {
+	s       *Stager
+	session string
+
+	mu sync.Mutex
+	// The table's memory file: file holds, for each block, the chunk
+	// at[i] when ok[i]; where lists the blocks waiting for a chunk.
+	tab   *devstore.Table
+	file  *devstore.Snapshot
+	at    []images.Chunk
+	ok    []bool
+	where map[store.Digest][]int
+	fills sync.WaitGroup // background reads from the store
+	// chunks arrived with no block to go to, outside Go's heap.
+	chunks  map[store.Digest][]byte
+	bytes   int64 // staged bytes: chunks, and the file's size
+	skipped int   // chunks or tables left out: over the bound
+	timer   *time.Timer
+	taken   bool
+}
+
+func (s *Stager) group(session string) *Group {
+	if s == nil || ids.CheckSession(session) != nil {
+		return nil
+	}
+	s.mu.Lock()
+	if s.groups == nil {
+		s.groups = map[string]*Group{}
+	}
+	g := s.groups[session]
+	if g == nil {
+		g = &Group{s: s, session: session, chunks: map[store.Digest][]byte{}, where: map[store.Digest][]int{}}
+		g.timer = time.AfterFunc(s.idle(), func() { s.expire(g) })
+		s.groups[session] = g
+	}
+	s.mu.Unlock()
+	g.timer.Reset(s.idle())
+	return g
+}
+
+// reserve takes n bytes of the bound; false when they are not left.
+func (s *Stager) reserve(n int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.used+n > s.Max {
+		return false
+	}
+	s.used += n
+	return true
+}
+
+func (s *Stager) unreserve(n int64) {
+	s.mu.Lock()
+	s.used -= n
+	s.mu.Unlock()
+}
+
+// Table lays session's staging out as t, a pre-copy round's table, ahead
+// of the round's chunks: blocks already holding their chunk stay, blocks
+// whose chunk is staged or in st are filled (those from st in the
+// background), and the others wait for their chunk to arrive. A table of
+// other regions starts the file over; one over the bound drops it.
+func (s *Stager) Table(ctx context.Context, session string, t *devstore.Table) error {
+	st := s.Store
+	g := s.group(session)
+	if g == nil {
+		return errs.New(errs.InvalidArgument, errs.Session(session), "not a session id")
+	}
+	if err := t.Layout.Validate(); err != nil || len(t.Chunks) != t.Layout.Blocks {
+		return errs.New(errs.InvalidArgument, errs.Session(session), "staged table: %d chunks for %d blocks (%v)", len(t.Chunks), t.Layout.Blocks, err)
+	}
+	g.fills.Wait() // the previous table's reads land first
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.taken {
+		return nil
+	}
+	if g.file == nil || !devstore.SameBlocks(g.tab.Layout, t.Layout) {
+		g.dropFile()
+		if !s.reserve(t.Layout.Size) {
+			g.skipped++
+			return nil
+		}
+		f, err := devstore.Create(t.Layout)
+		if err != nil {
+			s.unreserve(t.Layout.Size)
+			return errs.Wrap(err, errs.Internal, errs.Session(session), "stage device memory")
+		}
+		g.file, g.bytes = f, g.bytes+t.Layout.Size
+		g.at, g.ok = make([]images.Chunk, t.Layout.Blocks), make([]bool, t.Layout.Blocks)
+		for i := range g.ok {
+			// A new file reads as zeros.
+			g.at[i], g.ok[i] = images.Chunk{Size: t.Chunks[i].Size, Zero: true}, true
+		}
+	}
+	g.tab = t
+	clear(g.where)
+	spans := t.Layout.Spans()
+	var fromStore []int
+	for i, c := range t.Chunks {
+		if g.ok[i] && g.at[i] == c {
+			continue
+		}
+		g.ok[i] = false
+		dst := g.block(spans[i])
+		switch {
+		case c.Zero:
+			clear(dst)
+			g.at[i], g.ok[i] = c, true
+		case g.chunks[c.Digest] != nil && len(g.chunks[c.Digest]) == len(dst):
+			copy(dst, g.chunks[c.Digest])
+			g.at[i], g.ok[i] = c, true
+		default:
+			g.where[c.Digest] = append(g.where[c.Digest], i)
+			fromStore = append(fromStore, i)
+		}
+	}
+	// What the store already has will not be sent: read it meanwhile.
+	ds := make([]store.Digest, 0, len(fromStore))
+	for _, i := range fromStore {
+		ds = append(ds, t.Chunks[i].Digest)
+	}
+	if st == nil || len(ds) == 0 {
+		return nil
+	}
+	missing, err := st.Missing(ctx, ds)
+	if err != nil {
+		return nil // the restore reads them from the store
+	}
+	coming := make(map[store.Digest]bool, len(missing))
+	for _, d := range missing {
+		coming[d] = true
+	}
+	var have []int
+	for _, i := range fromStore {
+		if d := t.Chunks[i].Digest; !coming[d] {
+			have = append(have, i)
+			delete(g.where, d)
+		}
+	}
+	if len(have) > 0 {
+		file, tab := g.file, t
+		want := make([]bool, len(t.Chunks))
+		for _, i := range have {
+			want[i] = true
+		}
+		g.fills.Add(1)
+		go func() {
+			defer g.fills.Done()
+			err := devstore.Fill(context.WithoutCancel(ctx), st, file, tab, func(i int) bool { return want[i] })
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if err == nil && g.file == file && g.tab == tab {
+				for _, i := range have {
+					g.at[i], g.ok[i] = tab.Chunks[i], true
+				}
+			}
+		}()
+	}
+	return nil
+}
+
+// block is span's bytes in the file.
+func (g *Group) block(sp devmem.BlockSpan) []byte {
+	return g.file.Data[sp.FileOff : sp.FileOff+int64(sp.Len)]
+}
+
+// dropFile lets the file go (g.mu held).
+func (g *Group) dropFile() {
+	if g.file == nil {
+		return
+	}
+	g.file.Close()
+	g.s.unreserve(g.tab.Layout.Size)
+	g.bytes -= g.tab.Layout.Size
+	g.file, g.tab, g.at, g.ok = nil, nil, nil, nil
+	clear(g.where)
+}
+
+func (s *Stager) idle() time.Duration {
+	if s.Idle > 0 {
+		return s.Idle
+	}
+	return 5 * time.Minute
+}
+
+func (s *Stager) log() *slog.Logger {
+	if s.Log != nil {
+		return s.Log
+	}
+	return slog.Default()
+}
+
+// Keep returns what stages a checked chunk's content for session: into
+// the blocks of the staged table that hold it, or on its own when no
+// block waits for it. The bytes are copied, so the caller may reuse
+// them. Keep on a nil Stager returns nil.
+func (s *Stager) Keep(session string) func(d store.Digest, raw []byte) {
+	g := s.group(session)
+	if g == nil {
+		return nil
+	}
+	return g.add
+}
+
+func (g *Group) add(d store.Digest, raw []byte) {
+	if len(raw) == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.taken {
+		return
+	}
+	if is := g.where[d]; len(is) > 0 {
+		spans := g.tab.Layout.Spans()
+		for _, i := range is {
+			if dst := g.block(spans[i]); len(dst) == len(raw) {
+				copy(dst, raw)
+				g.at[i], g.ok[i] = g.tab.Chunks[i], true
+			}
+		}
+		delete(g.where, d)
+		return
+	}
+	if g.chunks[d] != nil {
+		return
+	}
+	n := int64(len(raw))
+	if !g.s.reserve(n) {
+		g.skipped++
+		return
+	}
+	b, err := unix.Mmap(-1, 0, len(raw), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		g.s.unreserve(n)
+		g.skipped++
+		return
+	}
+	copy(b, raw)
+	g.chunks[d] = b
+	g.bytes += n
+}
+
+// Take removes session's staging from the stager and hands it to the
+// caller (a restore), or returns nil when nothing is staged for it.
+func (s *Stager) Take(session string) *Group {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	g := s.groups[session]
+	delete(s.groups, session)
+	s.mu.Unlock()
+	if g == nil {
+		return nil
+	}
+	g.timer.Stop()
+	g.mu.Lock()
+	g.taken = true
+	g.mu.Unlock()
+	g.fills.Wait()
+	return g
+}
+
+// Drop releases session's staging, if any; it reports whether there was
+// some.
+func (s *Stager) Drop(session string) bool {
+	g := s.Take(session)
+	g.Release()
+	return g != nil
+}
+
+func (s *Stager) expire(g *Group) {
+	s.mu.Lock()
+	if s.groups[g.session] != g {
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	if s.Drop(g.session) {
+		s.log().Info("staged device memory dropped: nothing fed or took it", "session", g.session, "after", s.idle())
+	}
+}
+
+// Used is the bytes staged on this host now.
+func (s *Stager) Used() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.used
+}
+
+// Get returns chunk d's bytes when it is staged on its own, or nil. They
+// stay valid until Release.
+func (g *Group) Get(d store.Digest) []byte {
+	if g == nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.chunks[d]
+}
+
+// Stats says what the group holds: blocks of its file holding their
+// table's chunk, chunks staged on their own, the bytes of both, and
+// chunks or tables left out for the bound.
+func (g *Group) Stats() (blocks, chunks int, bytes int64, skipped int) {
+	if g == nil {
+		return 0, 0, 0, 0
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, ok := range g.ok {
+		if ok && g.tab != nil && g.at[i] == g.tab.Chunks[i] {
+			blocks++
+		}
+	}
+	return blocks, len(g.chunks), g.bytes, g.skipped
+}
+
+// Load returns the device memory of t (an image's table) for a worker to
+// reload, and how many of its blocks came from the staging. When the
+// staged file has t's regions it is the result: only the blocks that do
+// not hold t's chunk are read (from the chunks staged on their own, else
+// from st); otherwise a new file is read, taking staged chunks where it
+// can. The result is the caller's to close; the group is spent.
+func (g *Group) Load(ctx context.Context, st *store.Store, t *devstore.Table) (*devstore.Snapshot, int, error) {
+	if g == nil {
+		return devstore.LoadStaged(ctx, st, t, nil)
+	}
+	g.mu.Lock()
+	file, tab := g.file, g.tab
+	if file == nil || !devstore.SameBlocks(tab.Layout, t.Layout) {
+		g.mu.Unlock()
+		return devstore.LoadStaged(ctx, st, t, g.Get)
+	}
+	need := make([]bool, len(t.Chunks))
+	hits := 0
+	spans := tab.Layout.Spans()
+	for i, c := range t.Chunks {
+		if g.ok[i] && g.at[i] == c {
+			hits++
+			continue
+		}
+		if b := g.chunks[c.Digest]; !c.Zero && len(b) == int(c.Size) {
+			copy(g.block(spans[i]), b)
+			hits++
+			continue
+		}
+		need[i] = true
+	}
+	// The file is the caller's now; its bytes leave the bound with it.
+	g.file, g.tab, g.at, g.ok = nil, nil, nil, nil
+	g.bytes -= tab.Layout.Size
+	g.mu.Unlock()
+	g.s.unreserve(tab.Layout.Size)
+	if err := devstore.Fill(ctx, st, file, t, func(i int) bool { return need[i] }); err != nil {
+		file.Close()
+		return nil, 0, err
+	}
+	if err := file.SetLayout(t.Layout); err != nil {
+		file.Close()
+		return nil, 0, err
+	}
+	return file, hits, nil
+}
+
+// Release gives the group's memory back. A nil group is a no-op.
+func (g *Group) Release() {
+	if g == nil {
+		return
+	}
+	g.fills.Wait()
+	g.mu.Lock()
+	g.taken = true
+	g.dropFile()
+	chunks := g.chunks
+	g.chunks = map[store.Digest][]byte{}
+	freed := g.bytes
+	g.bytes = 0
+	g.mu.Unlock()
+	for _, b := range chunks {
+		_ = unix.Munmap(b)
+	}
+	g.s.unreserve(freed)
+}
+
+// TableBody is the body of PUT /v1/chunks/staged/{id}: a pre-copy
+// round's table.
+type TableBody struct {
+	Layout *devmem.Layout `json:"layout"`
+	Chunks []images.Chunk `json:"chunks"`
+}
+
+// maxTableBody bounds a table's JSON: about 80 bytes a block, and a
+// block per MiB of device memory.
+const maxTableBody = 64 << 20
+
+// Register adds the staging routes (chunk routes, the administrator's):
+// PUT /v1/chunks/staged/{id}, a round's table, and DELETE
+// /v1/chunks/staged/{id}: the source of a migration that failed drops
+// what it staged here.
+func (s *Stager) Register(mux *http.ServeMux) {
+	mux.Handle(api.RouteStageTable, control.Handle(func(w http.ResponseWriter, r *http.Request) error {
+		if err := tenant.RequireAdmin(r.Context(), "staging a migration's device memory"); err != nil {
+			return err
+		}
+		id := control.PathID(r)
+		if err := ids.CheckSession(id); err != nil {
+			return err
+		}
+		var body TableBody
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxTableBody))
+		if err := dec.Decode(&body); err != nil || body.Layout == nil {
+			return errs.Wrap(cmp.Or(err, errors.New("no layout")), errs.InvalidArgument, errs.Session(id), "staged table")
+		}
+		if err := s.Table(r.Context(), id, &devstore.Table{Layout: body.Layout, Chunks: body.Chunks}); err != nil {
+			return err
+		}
+		control.WriteJSON(w, map[string]bool{"staged": true})
+		return nil
+	}))
+	mux.Handle(api.RouteDropStaged, control.Handle(func(w http.ResponseWriter, r *http.Request) error {
+		if err := tenant.RequireAdmin(r.Context(), "dropping a migration's staged memory"); err != nil {
+			return err
+		}
+		id := control.PathID(r)
+		if err := ids.CheckSession(id); err != nil {
+			return err
+		}
+		dropped := s.Drop(id)
+		control.WriteJSON(w, map[string]bool{"dropped": dropped})
+		return nil
+	}))
+}
+
+// DefaultMax is the default bound: a quarter of the host's memory, or
+// 1 GiB when that is unknown.
+func DefaultMax() int64 {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil || si.Totalram == 0 {
+		return 1 << 30
+	}
+	return int64(si.Totalram) * int64(si.Unit) / 4
+}
