@@ -44,79 +44,37 @@ func (c *Client) Sessions(ctx context.Context) ([]api.Session, error) {
 
 // Session is GET /v1/sessions/{id}.
 func (c *Client) Session(ctx context.Context, id string) (*api.Session, error) {
-	if err := need("session", id); err != nil {
-		return nil, err
-	}
-	var s api.Session
-	if err := c.do(ctx, http.MethodGet, api.SessionPath(id), nil, &s); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return call[api.Session](ctx, c, "session", id, http.MethodGet, api.SessionPath(id), nil)
 }
 
 // Checkpoint is POST /v1/sessions/{id}/checkpoint: the session goes into
 // an image in the host's store.
 func (c *Client) Checkpoint(ctx context.Context, id string, req api.CheckpointRequest) (*api.CheckpointReply, error) {
-	if err := need("session", id); err != nil {
-		return nil, err
-	}
-	var res api.CheckpointReply
-	if err := c.do(ctx, http.MethodPost, api.SessionCheckpointPath(id), req, &res); err != nil {
-		return nil, err
-	}
-	return &res, nil
+	return call[api.CheckpointReply](ctx, c, "session", id, http.MethodPost, api.SessionCheckpointPath(id), req)
 }
 
 // Restore is POST /v1/images/{id}/restore: the image becomes a live
 // session on the host, waiting for its client.
 func (c *Client) Restore(ctx context.Context, image string) (*api.RestoreReply, error) {
-	if err := need("image", image); err != nil {
-		return nil, err
-	}
-	var res api.RestoreReply
-	if err := c.do(ctx, http.MethodPost, api.ImageRestorePath(image), nil, &res); err != nil {
-		return nil, err
-	}
-	return &res, nil
+	return call[api.RestoreReply](ctx, c, "image", image, http.MethodPost, api.ImageRestorePath(image), nil)
 }
 
 // Migrate is POST /v1/sessions/{id}/migrate: the host moves the session to
 // req.To.
 func (c *Client) Migrate(ctx context.Context, id string, req api.MigrateRequest) (*api.MigrateReply, error) {
-	if err := need("session", id); err != nil {
-		return nil, err
-	}
-	var res api.MigrateReply
-	if err := c.do(ctx, http.MethodPost, api.SessionMigratePath(id), req, &res); err != nil {
-		return nil, err
-	}
-	return &res, nil
+	return call[api.MigrateReply](ctx, c, "session", id, http.MethodPost, api.SessionMigratePath(id), req)
 }
 
 // Preempt is POST /v1/sessions/{id}/preempt: the session is checkpointed
 // and its device memory given back; it waits in its image (preempted).
 func (c *Client) Preempt(ctx context.Context, id string, req api.PreemptRequest) (*api.PreemptReply, error) {
-	if err := need("session", id); err != nil {
-		return nil, err
-	}
-	var res api.PreemptReply
-	if err := c.do(ctx, http.MethodPost, api.SessionPreemptPath(id), req, &res); err != nil {
-		return nil, err
-	}
-	return &res, nil
+	return call[api.PreemptReply](ctx, c, "session", id, http.MethodPost, api.SessionPreemptPath(id), req)
 }
 
 // Resume is POST /v1/sessions/{id}/resume: a preempted session runs again,
 // on this host or on req.On.
 func (c *Client) Resume(ctx context.Context, id string, req api.ResumeRequest) (*api.ResumeReply, error) {
-	if err := need("session", id); err != nil {
-		return nil, err
-	}
-	var res api.ResumeReply
-	if err := c.do(ctx, http.MethodPost, api.SessionResumePath(id), req, &res); err != nil {
-		return nil, err
-	}
-	return &res, nil
+	return call[api.ResumeReply](ctx, c, "session", id, http.MethodPost, api.SessionResumePath(id), req)
 }
 
 // Images is GET /v1/images, oldest first; never nil.
@@ -133,26 +91,12 @@ func (c *Client) Images(ctx context.Context) ([]api.Image, error) {
 
 // Image is GET /v1/images/{id}: the image's summary and manifest.
 func (c *Client) Image(ctx context.Context, id string) (*api.ImageDetail, error) {
-	if err := need("image", id); err != nil {
-		return nil, err
-	}
-	var d api.ImageDetail
-	if err := c.do(ctx, http.MethodGet, api.ImagePath(id), nil, &d); err != nil {
-		return nil, err
-	}
-	return &d, nil
+	return call[api.ImageDetail](ctx, c, "image", id, http.MethodGet, api.ImagePath(id), nil)
 }
 
 // RemoveImage is DELETE /v1/images/{id}; GC then reclaims its space.
 func (c *Client) RemoveImage(ctx context.Context, id string) (*api.RemoveImageReply, error) {
-	if err := need("image", id); err != nil {
-		return nil, err
-	}
-	var res api.RemoveImageReply
-	if err := c.do(ctx, http.MethodDelete, api.ImagePath(id), nil, &res); err != nil {
-		return nil, err
-	}
-	return &res, nil
+	return call[api.RemoveImageReply](ctx, c, "image", id, http.MethodDelete, api.ImagePath(id), nil)
 }
 
 // Export is GET /v1/images/{id}/export: it streams the image's one-file
@@ -352,4 +296,18 @@ func (c *Client) StageTable(ctx context.Context, session string, table any) erro
 		return err
 	}
 	return c.do(ctx, http.MethodPut, api.StagedChunksSessionPath(session), table, nil)
+}
+
+// call checks the id of the request's subject (kind names it in the
+// error), makes the request and decodes its reply: the shape of most
+// routes that act on one session or image.
+func call[T any](ctx context.Context, c *Client, kind, id, method, path string, body any) (*T, error) {
+	if err := need(kind, id); err != nil {
+		return nil, err
+	}
+	var res T
+	if err := c.do(ctx, method, path, body, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
 }
