@@ -199,14 +199,7 @@ func (c *Client) MissingChunks(ctx context.Context, ds []api.Digest) ([]api.Dige
 // ImageChunks is GET /v1/images/{id}/chunks: the image's chunks (a
 // sample of a large one), for asking other hosts how much of it they hold.
 func (c *Client) ImageChunks(ctx context.Context, id string) (*api.ImageChunksReply, error) {
-	if err := need("image", id); err != nil {
-		return nil, err
-	}
-	var res api.ImageChunksReply
-	if err := c.do(ctx, http.MethodGet, api.ImageChunksPath(id), nil, &res); err != nil {
-		return nil, err
-	}
-	return &res, nil
+	return call[api.ImageChunksReply](ctx, c, "image", id, http.MethodGet, api.ImageChunksPath(id), nil)
 }
 
 // PutChunks is PUT /v1/chunks: a chunk stream from r, stored ahead of the
