@@ -35,6 +35,7 @@ func (d *daemon) preemptRouter(ckpt *checkpoint.Service, rst *restore.Service, i
 	p := &preempt.Service{
 		Sessions: d.manager, Checkpoint: ckpt, Restore: rst, Push: imgs, Token: d.token, TLS: d.peerTLS,
 		API: d.cfg.api, Backend: d.workerOp.Backend, Metrics: preempt.NewMetrics(d.registry), Log: d.log,
+		CheckTarget: d.checkTarget,
 	}
 	if d.cfg.preempt {
 		d.manager.SetPreempter(p)

@@ -21,7 +21,7 @@ import (
 func (d *daemon) transferRouters(ckpt *checkpoint.Service, rst *restore.Service, imgs imageStore, staged *stage.Stager) []router {
 	mig := &migrate.Service{
 		Checkpoint: ckpt, Push: imgs, Token: d.token, TLS: d.peerTLS, Backend: d.workerOp.Backend, Log: d.log,
-		SocketNS: d.socketNS,
+		SocketNS: d.socketNS, CheckTarget: d.checkTarget,
 		SessionBytes: func(ctx context.Context, id string) (uint64, error) {
 			for _, s := range d.manager.List(ctx) {
 				if s.ID == id {
