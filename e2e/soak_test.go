@@ -98,6 +98,10 @@ type soak struct {
 	prog    string
 	env     []string
 	gpud    string // our gpud binary, to tell our workers from others'
+	// netns are the network namespaces of our hosts (their inodes): the
+	// workers of gpuds that other tests run at the same time, from the same
+	// binary, live in other namespaces and are not ours to judge.
+	netns map[uint64]bool
 
 	mu       sync.Mutex
 	jobs     []*soakJob
@@ -141,8 +145,15 @@ func newSoak(t *testing.T, seed uint64) *soak {
 	}
 	s := &soak{t: t, c: c, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		victims: map[string]string{}, events: map[string]*eventCount{}}
+	s.netns = map[uint64]bool{}
 	for _, name := range []string{"a", "b", "c"} {
-		s.hosts = append(s.hosts, c.NewHost(name, harness.HostOptions{TokenFile: tok, Args: []string{"--grace", "10s"}}))
+		h := c.NewHost(name, harness.HostOptions{TokenFile: tok, Args: []string{"--grace", "10s"}})
+		s.hosts = append(s.hosts, h)
+		var st syscall.Stat_t
+		if err := syscall.Stat("/run/netns/"+h.NS, &st); err != nil {
+			t.Fatalf("network namespace of host %s: %v", name, err)
+		}
+		s.netns[st.Ino] = true
 	}
 	for i := range soakClients {
 		s.clients = append(s.clients, c.NewNode(fmt.Sprintf("client%d", i)))
@@ -614,7 +625,7 @@ func (s *soak) checkOnce() []string {
 	return bad
 }
 
-// workers lists this build's worker processes by session, zombies
+// workers lists the worker processes of our hosts by session, zombies
 // excluded.
 func (s *soak) workers() map[string][]int {
 	out := map[string][]int{}
@@ -626,6 +637,10 @@ func (s *soak) workers() map[string][]int {
 		}
 		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 		if err != nil || strings.TrimSuffix(exe, " (deleted)") != s.gpud {
+			continue
+		}
+		var ns syscall.Stat_t
+		if err := syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &ns); err != nil || !s.netns[ns.Ino] {
 			continue
 		}
 		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
