@@ -68,13 +68,7 @@ func TestAsyncCopiesThreads(t *testing.T) {
 			defer cancel()
 			cmd := exec.CommandContext(ctx, exe, "threads", "4", "8")
 			cmd.Env = append(os.Environ(), "GPUCTL_SERVER="+srv.Addr(), "GPUCTL_TOKEN=secret-token", "GPUCTL_RECONNECT_TIMEOUT=5")
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
+			out, done := startCombined(t, cmd)
 			drops := 0
 			var err error
 			for waiting := true; waiting; {
@@ -105,13 +99,7 @@ func TestAsyncCopiesReplay(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			cmd := asynctest(ctx, t, a, nil, "replay", "40")
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
+			out, done := startCombined(t, cmd)
 			events := 0
 			var err error
 			for from, to := a, b; ; {

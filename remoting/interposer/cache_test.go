@@ -185,13 +185,7 @@ func TestGraphReplayAcrossDrops(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := cachetest(ctx, t, srv, filepath.Join(t.TempDir(), "stats.json"), nil, "graph", "3000")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	out, done := startCombined(t, cmd)
 	drops := 0
 	var err error
 	for waiting := true; waiting; {

@@ -326,13 +326,7 @@ func TestClientThreadSanitizer(t *testing.T) {
 				cmd := exec.CommandContext(ctx, exe, args...)
 				cmd.Env = append(os.Environ(), "GPUCTL_SERVER="+srv.Addr(), "GPUCTL_TOKEN=secret-token", "GPUCTL_RECONNECT_TIMEOUT=5")
 				cmd.Env = append(cmd.Env, env...)
-				var out bytes.Buffer
-				cmd.Stdout, cmd.Stderr = &out, &out
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				done := make(chan error, 1)
-				go func() { done <- cmd.Wait() }()
+				out, done := startCombined(t, cmd)
 				var err error
 				for waiting := true; waiting; {
 					select {
@@ -404,13 +398,7 @@ func TestClientReplayAcrossDrops(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := clientCmd(ctx, t, srv.Addr(), "secret-token", "replay", "3000")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	out, done := startCombined(t, cmd)
 	drops := 0
 	tick := time.NewTicker(15 * time.Millisecond)
 	defer tick.Stop()
@@ -459,13 +447,7 @@ func TestClientStress(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			cmd := clientCmd(ctx, t, srv.Addr(), "secret-token", tc.args...)
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
+			out, done := startCombined(t, cmd)
 			var err error
 			for waiting := true; waiting; {
 				select {
@@ -491,13 +473,7 @@ func TestClientFollowsMoves(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := clientCmd(ctx, t, a.Addr(), "secret-token", "replay", "20000")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	out, done := startCombined(t, cmd)
 	moves := 0
 	var err error
 	for from, to := a, b; ; from, to = to, from {
@@ -534,13 +510,7 @@ func TestClientFindsItsSession(t *testing.T) {
 	defer cancel()
 	cmd := clientCmd(ctx, t, a.Addr(), "secret-token", "replay", "20000")
 	cmd.Env = append(cmd.Env, "GPUCTL_SERVERS="+c.Addr()+", "+b.Addr())
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	out, done := startCombined(t, cmd)
 	for a.Sessions() == 0 {
 		select {
 		case err := <-done:
@@ -631,4 +601,19 @@ func TestHeaderLayouts(t *testing.T) {
 			t.Errorf("%s header decoded by C:\n got %s\nwant %s", tc.kind, got, tc.want)
 		}
 	}
+}
+
+// startCombined starts cmd with its stdout and stderr in one buffer and
+// returns the buffer and a channel that gets cmd's exit: the tests that
+// cut connections or move the session while a client runs all start it so.
+func startCombined(t *testing.T, cmd *exec.Cmd) (*bytes.Buffer, <-chan error) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	return &out, done
 }

@@ -146,13 +146,7 @@ func TestClientTLSReplayAndMoves(t *testing.T) {
 			defer cancel()
 			cmd := clientCmd(ctx, t, a.Addr(), "secret-token", tc.args...)
 			cmd.Env = append(cmd.Env, "GPUCTL_TLS_CA="+caFile)
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
+			out, done := startCombined(t, cmd)
 			events := 0
 			var err error
 			for from, to := a, b; ; {
