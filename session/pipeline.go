@@ -344,7 +344,7 @@ func (m *Manager) Admit(id string, epoch uint64) error {
 	if !ok {
 		return nil
 	}
-	if s.rec.State != Stopped && s.rec.State != Preempted {
+	if s.live() {
 		return errs.New(errs.AlreadyExists, errs.Session(id), "session is already live on this host")
 	}
 	if epoch < s.rec.Epoch {
@@ -452,7 +452,7 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 	var labels api.Labels
 	if old, dup := m.sessions[id]; dup {
 		prio, labels = old.rec.Priority, old.rec.Labels
-		if old.rec.State != Stopped && old.rec.State != Preempted {
+		if old.live() {
 			m.mu.Unlock()
 			return errs.New(errs.AlreadyExists, errs.Session(id), "session is already live on this host")
 		}
