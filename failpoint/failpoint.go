@@ -48,6 +48,7 @@ type Set struct {
 	mu    sync.Mutex
 	hooks map[string]Hook
 	hits  map[string]int
+	every func(ctx context.Context, name string) error
 }
 
 // On arms name with hook, replacing any earlier hook.
@@ -58,6 +59,15 @@ func (s *Set) On(name string, hook Hook) {
 		s.hooks = map[string]Hook{}
 	}
 	s.hooks[name] = hook
+}
+
+// OnEvery arms every point that has no hook of its own with hook, which
+// is told the point's name: a process armed from outside (gpud's
+// GPUD_FAILPOINTS file) decides at each point, by name, what to do.
+func (s *Set) OnEvery(hook func(ctx context.Context, name string) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.every = hook
 }
 
 // Off disarms name.
@@ -83,7 +93,11 @@ func (s *Set) reach(name string) Hook {
 		s.hits = map[string]int{}
 	}
 	s.hits[name]++
-	return s.hooks[name]
+	if h, ok := s.hooks[name]; ok || s.every == nil {
+		return h
+	}
+	every := s.every
+	return func(ctx context.Context) error { return every(ctx, name) }
 }
 
 type setKey struct{}

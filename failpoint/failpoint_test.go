@@ -3,6 +3,7 @@ package failpoint
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -89,5 +90,32 @@ func TestGate(t *testing.T) {
 	go func() { <-h.Reached(); cancel(cause) }()
 	if err := Inject(cctx, "q"); err != cause {
 		t.Errorf("cancelled while held: %v, want %v", err, cause)
+	}
+}
+
+// OnEvery decides at every point without a hook of its own, by name.
+func TestOnEvery(t *testing.T) {
+	boom, own := errors.New("boom"), errors.New("own")
+	var s Set
+	ctx := With(context.Background(), &s)
+	var seen []string
+	s.OnEvery(func(_ context.Context, name string) error {
+		seen = append(seen, name)
+		if name == "a" {
+			return boom
+		}
+		return nil
+	})
+	s.On("b", Fail(own))
+	for _, c := range []struct {
+		name string
+		want error
+	}{{"a", boom}, {"b", own}, {"c", nil}} {
+		if err := Inject(ctx, c.name); err != c.want {
+			t.Errorf("Inject(%s) = %v, want %v", c.name, err, c.want)
+		}
+	}
+	if strings.Join(seen, ",") != "a,c" {
+		t.Errorf("OnEvery was asked for %v, want a and c (b has its own hook)", seen)
 	}
 }

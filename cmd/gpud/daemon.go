@@ -239,7 +239,7 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 		clientLn.Close()
 		return errs.Wrap(err, errs.Unavailable, "", "listen for the control API on --api %s", cfg.api)
 	}
-	api := &http.Server{Handler: d.apiHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	api := &http.Server{Handler: withFailpoints(failpoints(log), d.apiHandler()), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		TLSConfig: d.apiTLS}
 	apiDone := make(chan error, 1)
 	go func() {
