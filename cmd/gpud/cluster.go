@@ -118,7 +118,7 @@ func (c *cluster) join(ctx context.Context, d *daemon, listen, apiAddr string) e
 	r := c.r
 	h := d.self()
 	h.API, h.Listen = apiAddr, listen
-	m, err := r.Join(ctx, h, registry.DefaultTTL, func(ctx context.Context) registry.Host {
+	m, err := r.Join(ctx, h, d.cfg.registryTTL, func(ctx context.Context) registry.Host {
 		ss := d.manager.List(ctx)
 		live := 0
 		for _, s := range ss {

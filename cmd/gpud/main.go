@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gpuctl/gpuctl/migrate/stage"
+	"github.com/gpuctl/gpuctl/registry"
 	"github.com/gpuctl/gpuctl/remoting/modcache"
 	"github.com/gpuctl/gpuctl/remoting/server"
 	"github.com/gpuctl/gpuctl/remoting/worker"
@@ -71,6 +72,9 @@ type config struct {
 	// registry: comma-separated etcd client URLs; empty: a standalone
 	// host (docs/cluster.md).
 	registry string
+	// registryTTL is this host's lease: it reads down that long after it
+	// stops renewing.
+	registryTTL time.Duration
 	// replicas: how many peers keep a copy of each image this host
 	// commits (with --registry; 0: none).
 	replicas int
@@ -111,6 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.tlsCA, "tls-ca", "", "PEM CA bundle `FILE` to verify peers' API certificates with; when set, migrations reach targets over HTTPS")
 	fs.BoolVar(&c.kernelTLS, "kernel-tls", true, "with --tls-cert, let the kernel encrypt --listen's traffic (kTLS) where it has TLS offload; false keeps it in gpud's workers")
 	fs.StringVar(&c.registry, "registry", os.Getenv("GPUD_REGISTRY"), "comma-separated etcd client `URLS` of the cluster registry (default: GPUD_REGISTRY; empty: a standalone host)")
+	fs.DurationVar(&c.registryTTL, "registry-ttl", registry.DefaultTTL, "with --registry, this host's lease: it is shown down this long after it stops renewing (2s or more)")
 	fs.IntVar(&c.replicas, "replicas", 0, "with --registry, push each new image to `K` compatible peers in the background (0: keep images here only)")
 	fs.BoolVar(&c.preempt, "preempt", true, "when an allocation does not fit on the device, preempt sessions of lower priority (checkpoint and release them, resuming them when they fit again); false: the allocation fails")
 	fs.Uint64Var(&c.preemptMem, "preempt-mem", 0, "with --preempt, the device memory in bytes that sessions share before gpud preempts (default: the GPU's size, or --emulated-mem)")
@@ -142,6 +147,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.replicas < 0 || (c.replicas > 0 && c.registry == "") {
 		return c, errors.New("--replicas needs --registry (the peers come from it) and must not be negative")
+	}
+	if c.registryTTL < 2*time.Second {
+		return c, errors.New("--registry-ttl must be 2s or more: shorter leases flap while the registry elects a leader")
 	}
 	if c.grace <= 0 || c.handshakeTimeout <= 0 {
 		return c, errors.New("--grace and --handshake-timeout must be positive")

@@ -27,6 +27,8 @@ func TestParseFlags(t *testing.T) {
 		{"tls cert without key", append(base, "--tls-cert", "c.pem"), "--tls-cert and --tls-key go together"},
 		{"tenants", append(base, "--tenants", "/etc/gpud/tenants.json"), ""},
 		{"replicas", append(base, "--registry", "10.0.0.1:2379", "--replicas", "2"), ""},
+		{"registry ttl", append(base, "--registry", "10.0.0.1:2379", "--registry-ttl", "3s"), ""},
+		{"registry ttl too short", append(base, "--registry", "10.0.0.1:2379", "--registry-ttl", "500ms"), "--registry-ttl must be 2s or more"},
 		{"replicas without registry", append(base, "--replicas", "1"), "--replicas needs --registry"},
 		{"negative replicas", append(base, "--registry", "10.0.0.1:2379", "--replicas", "-1"), "must not be negative"},
 	} {
