@@ -132,12 +132,37 @@ func (c *cluster) join(ctx context.Context, d *daemon, listen, apiAddr string) e
 		return err
 	}
 	c.member = m
+	c.adoptLive(ctx)
 	go m.Run(ctx)
 	go c.reconcile(ctx, d.manager)
 	if c.replicas != nil {
 		go c.replicas.Run(ctx)
 	}
 	return nil
+}
+
+// adoptLive hands the reconciler every session the registry records as
+// live on this host: after a crash, sessions whose workers died with
+// gpud are gone from the session table, and nothing else would ever
+// record them as stopped; their records would say live here forever,
+// refusing every restore of their images elsewhere and telling their
+// clients to wait. Those the session table does not list are recorded
+// as in their latest image here at the reconciler's first round.
+func (c *cluster) adoptLive(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	os, err := c.r.Owners(ctx)
+	if err != nil {
+		c.log.Warn("registry: cannot list the sessions recorded live here; ones that died with an earlier gpud stay recorded live", "err", err)
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, o := range os {
+		if o.Host == c.host && o.Live {
+			c.claimed[o.Session] = true
+		}
+	}
 }
 
 // storeBytes is the size of the chunk store's packs.

@@ -74,8 +74,12 @@ func (c *cluster) Locate(ctx context.Context, id string) (addr, wait string) {
 		return "", ""
 	}
 	switch {
+	case !o.Live && o.Image == "":
+		// No live copy and no image: nothing will bring it back, and a
+		// client told to wait would wait for nothing.
+		return "", ""
 	case !o.Live:
-		return "", fmt.Sprintf("session %s waits in image %s (owner %s) until it is restored; retry", id, orDash(o.Image), o.Host)
+		return "", fmt.Sprintf("session %s waits in image %s (owner %s) until it is restored; retry", id, o.Image, o.Host)
 	case o.Host == c.host:
 		// Live here by the registry, yet not in the session table: a
 		// restore here is bringing it up.
