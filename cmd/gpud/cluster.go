@@ -500,3 +500,24 @@ func (t clusterTable) Released(id string) error {
 	t.c.stopped(ctx, id)
 	return err
 }
+
+// Begin is checkpoint.Sessions.Begin. A session younger than a
+// reconciliation round has no owner record yet; it is claimed here,
+// before it is quiesced, so that the image this checkpoint or migration
+// stores is found through the registry even if this host dies before the
+// session's next ownership change (after a restart the reconciler records
+// it as living in that image). Best effort: without the registry the
+// checkpoint goes on, as a standalone host's does.
+func (t clusterTable) Begin(ctx context.Context, id string) (checkpoint.Worker, error) {
+	if info, err := t.Manager.Get(id); err == nil && t.c.member != nil && t.c.member.Connected() &&
+		(info.State == session.Running || info.State == session.Detached) {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		if _, err := t.c.r.Owner(cctx, id); errs.IsNotFound(err) {
+			if _, err := t.c.r.Claim(cctx, id, t.c.host, true, "", info.Epoch); err != nil && !errs.IsAlreadyExists(err) {
+				t.c.log.Warn("registry: claim before a checkpoint failed", "session", id, "err", err)
+			}
+		}
+		cancel()
+	}
+	return t.Manager.Begin(ctx, id)
+}
