@@ -190,7 +190,9 @@ func clusterSessions(c *cli.Context, reg *registry.Client) ([]api.Session, error
 		}
 	}
 	// A session a migration left stopped on its old host shows once: the
-	// live copy wins.
+	// live copy wins. Copies that are not stopped all show (a migration's
+	// frozen source beside its target, or a second live copy, which must
+	// never hide).
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].ID != out[j].ID {
 			return out[i].ID < out[j].ID
@@ -199,7 +201,7 @@ func clusterSessions(c *cli.Context, reg *registry.Client) ([]api.Session, error
 	})
 	dedup := out[:0]
 	for i, s := range out {
-		if i > 0 && out[i-1].ID == s.ID {
+		if i > 0 && out[i-1].ID == s.ID && s.State == "stopped" {
 			continue
 		}
 		dedup = append(dedup, s)
