@@ -343,23 +343,34 @@ func clusterResume(c *cli.Context, e *env) (done bool, err error) {
 	if h, ok := ih.hosts[on]; ok {
 		on = h.API
 	}
+	var cl *control.Client
 	if h, ok := ih.hosts[o.Host]; ok && h.State == registry.StateUp {
-		cl, err := hostClient(c, h)
-		if err != nil {
+		if cl, err = hostClient(c, h); err != nil {
 			return true, err
 		}
-		return true, runResume(c.Context, e, cl, []string{id}, on, c.Bool("json"))
-	}
-	if o.Live || o.Image == "" {
+		err := runResume(c.Context, e, cl, []string{id}, on, c.Bool("json"))
+		if !errs.IsNotFound(err) || o.Live || o.Image == "" || on != "" {
+			return true, err
+		}
+		// The owner no longer lists the session (it restarted since its
+		// worker died with it), and the registry has it in an image
+		// there: restore that image there.
+		out := e.stdout
+		if c.Bool("json") {
+			out = e.stderr
+		}
+		fmt.Fprintf(out, "resuming %s from image %s on its host %s, which no longer lists it\n", id, o.Image, o.Host)
+	} else if o.Live || o.Image == "" {
 		return true, errs.New(errs.FailedPrecondition, errs.Session(id), "its host %s is down and the registry has it live there, not in an image; "+
 			"no host takes it over (docs/cluster.md, \"Takeover\")", o.Host)
 	}
-	var cl *control.Client
-	if on != "" {
+	switch {
+	case cl != nil:
+	case on != "":
 		if cl, err = hostClient(c, registry.Host{Name: on, API: on}); err != nil {
 			return true, err
 		}
-	} else {
+	default:
 		p, err := placeImage(c, reg, ih, o.Image)
 		if err != nil {
 			return true, err
