@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpuctl/gpuctl/control"
+	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/registry"
 	"github.com/gpuctl/gpuctl/replicate"
 )
@@ -65,13 +66,19 @@ func clientAddr(cfg config) string {
 // wait while the session is in an image or its owner is down.
 func (c *cluster) Locate(ctx context.Context, id string) (addr, wait string) {
 	if c.member == nil || !c.member.Connected() {
-		return "", ""
+		// Not joined yet (clients reach a restarted gpud before it has
+		// joined), or cut off: the registry may know the session, so its
+		// client is told to retry rather than that it is gone.
+		return "", fmt.Sprintf("session %s is not on this host, which cannot ask the cluster registry now; retry", id)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	o, err := c.r.Owner(ctx, id)
-	if err != nil {
+	if errs.IsNotFound(err) {
 		return "", ""
+	}
+	if err != nil {
+		return "", fmt.Sprintf("session %s is not on this host, and the cluster registry did not answer where it is: %v; retry", id, err)
 	}
 	switch {
 	case !o.Live && o.Image == "":
