@@ -8,12 +8,67 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gpuctl/gpuctl/e2e/harness"
 )
+
+// sharedToken writes a token file for hosts that migrate to each other.
+func sharedToken(t *testing.T) string {
+	t.Helper()
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte(fmt.Sprintf("e2e-%d\n", time.Now().UnixNano())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// startRegistry runs `gpud registry` (the embedded etcd) in a namespace of
+// its own on c's network until the test ends, and returns its URL.
+func startRegistry(t *testing.T, c *harness.Cluster) string {
+	t.Helper()
+	regNode := c.NewNode("reg")
+	reg := regNode.Command(context.Background(), c.Build.Gpud, "registry", "--data-dir", t.TempDir(), "--listen", regNode.IP+":2379")
+	var regOut syncBuffer
+	reg.Stdout, reg.Stderr = &regOut, &regOut
+	if err := reg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = reg.Process.Signal(syscall.SIGTERM)
+		_ = reg.Wait()
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(regOut.String(), "ready") {
+		if time.Now().After(deadline) {
+			t.Fatalf("gpud registry did not come up: %s", regOut.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return "http://" + regNode.IP + ":2379"
+}
+
+// syncBuffer is a strings.Builder that a process writes while the test
+// reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
 
 // TestCluster runs three hosts on the embedded registry (its own
 // namespace), each keeping copies of its new images on the two others
@@ -31,29 +86,8 @@ func TestCluster(t *testing.T) {
 		t.Skip("the end-to-end tests compile their client with gcc; run make deps")
 	}
 	c := harness.New(t)
-	tok := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tok, []byte(fmt.Sprintf("e2e-%d\n", time.Now().UnixNano())), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	regNode := c.NewNode("reg")
-	regURL := "http://" + regNode.IP + ":2379"
-	reg := regNode.Command(context.Background(), c.Build.Gpud, "registry", "--data-dir", t.TempDir(), "--listen", regNode.IP+":2379")
-	var regOut strings.Builder
-	reg.Stdout, reg.Stderr = &regOut, &regOut
-	if err := reg.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = reg.Process.Signal(syscall.SIGTERM)
-		_ = reg.Wait()
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(regOut.String(), "ready") {
-		if time.Now().After(deadline) {
-			t.Fatalf("gpud registry did not come up: %s", regOut.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	tok := sharedToken(t)
+	regURL := startRegistry(t, c)
 
 	opts := harness.HostOptions{TokenFile: tok, Args: []string{"--registry", regURL, "--listen", "0.0.0.0:" + harness.ListenPort, "--replicas", "2"},
 		GpuctlEnv: []string{"GPUCTL_REGISTRY=" + regURL}}

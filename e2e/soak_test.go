@@ -627,7 +627,13 @@ func (s *soak) checkOnce() []string {
 
 // workers lists the worker processes of our hosts by session, zombies
 // excluded.
-func (s *soak) workers() map[string][]int {
+func (s *soak) workers() map[string][]int { return workerPIDs(s.gpud, s.netns) }
+
+// workerPIDs lists the worker processes of the gpud binary that run in
+// the network namespaces netns (by inode; see netnsInode), by session,
+// zombies excluded: workers of gpuds that parallel tests run from the
+// same binary live in other namespaces.
+func workerPIDs(gpud string, netns map[uint64]bool) map[string][]int {
 	out := map[string][]int{}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -636,11 +642,11 @@ func (s *soak) workers() map[string][]int {
 			continue
 		}
 		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-		if err != nil || strings.TrimSuffix(exe, " (deleted)") != s.gpud {
+		if err != nil || strings.TrimSuffix(exe, " (deleted)") != gpud {
 			continue
 		}
 		var ns syscall.Stat_t
-		if err := syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &ns); err != nil || !s.netns[ns.Ino] {
+		if err := syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &ns); err != nil || !netns[ns.Ino] {
 			continue
 		}
 		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))

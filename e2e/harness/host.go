@@ -32,6 +32,8 @@ type HostOptions struct {
 	GpuctlEnv []string
 	// StateDir is gpud's --state-dir; empty: a fresh one (see Restart).
 	StateDir string
+	// Env is added to gpud's environment (e.g. GPUD_FAILPOINTS=FILE).
+	Env []string
 }
 
 // Host is a namespace running gpud.
@@ -131,6 +133,9 @@ func (h *Host) start() {
 	h.exited = make(chan struct{})
 	h.exitErr = nil
 	h.cmd = h.Command(context.Background(), h.c.Build.Gpud, h.args...)
+	if len(h.opts.Env) > 0 {
+		h.cmd.Env = append(h.cmd.Environ(), h.opts.Env...)
+	}
 	h.cmd.Stdout, h.cmd.Stderr = h.out, h.out
 	if err := h.cmd.Start(); err != nil {
 		h.c.t.Fatalf("start gpud on %s: %v", h.Name, err)
