@@ -11,6 +11,7 @@ import (
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/registry"
 	"github.com/gpuctl/gpuctl/registry/registrytest"
+	"github.com/gpuctl/gpuctl/session"
 )
 
 // node is one host's side of the cluster, with its own registry
@@ -193,5 +194,54 @@ func TestStaleImageFenced(t *testing.T) {
 	}
 	if o, _ := b.conn.Owner(ctx, id); o.Host != b.name || !o.Live || o.Epoch != 2 {
 		t.Errorf("record after b's takeover: %+v", o)
+	}
+}
+
+// TestRestartRecordsDeadSessions: a gpud restarted after a crash has no
+// record of the sessions whose workers died with it; the registry still
+// has them live there. At its first reconciliation round it records them
+// as in their image (or in none), so that they may be resumed and their
+// clients are told the truth: wait for the image, or the session is gone.
+func TestRestartRecordsDeadSessions(t *testing.T) {
+	ep := registrytest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id := fmt.Sprintf("s-%012x", time.Now().UnixNano()&0xffffffffffff)
+	bare := fmt.Sprintf("s-%012x", (time.Now().UnixNano()+1)&0xffffffffffff)
+	a := newNode(t, ep, "a-"+id)
+	const image = "img-0000000000aa"
+	if err := a.c.admitRestore(ctx, id, image, 1); err != nil { // restored from an image
+		t.Fatal(err)
+	}
+	if _, err := a.conn.Claim(ctx, bare, a.name, true, "", 1); err != nil { // never checkpointed
+		t.Fatal(err)
+	}
+
+	a2 := newNode(t, ep, a.name) // a, restarted: its session table is empty
+	if loc, wait := a2.c.Locate(ctx, id); loc != "" || !strings.Contains(wait, "being restored") {
+		t.Fatalf("before the first round: Locate = %q, %q; want a retry", loc, wait)
+	}
+	a2.c.adoptLive(ctx)
+	m, err := session.NewManager(session.Config{Host: a.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2.c.reconcileOnce(ctx, m)
+	for _, c := range []struct {
+		id, image, wait string
+	}{{id, image, "waits in image " + image}, {bare, "", ""}} {
+		o, err := a2.conn.Owner(ctx, c.id)
+		if err != nil || o.Host != a.name || o.Live || o.Image != c.image {
+			t.Errorf("record of %s after the restart: %+v, %v; want owner %s, not live, image %q", c.id, o, err, a.name, c.image)
+		}
+		if loc, wait := a2.c.Locate(ctx, c.id); loc != "" || (c.wait == "") != (wait == "") || !strings.Contains(wait, c.wait) {
+			t.Errorf("Locate(%s) = %q, %q; want wait %q", c.id, loc, wait, c.wait)
+		}
+	}
+
+	// Not joined yet (the listener answers before the join): retry.
+	cold := &cluster{host: "c", log: a.c.log, metrics: a.c.metrics}
+	if loc, wait := cold.Locate(ctx, id); loc != "" || !strings.Contains(wait, "retry") {
+		t.Errorf("Locate before joining = %q, %q; want a retry", loc, wait)
 	}
 }
