@@ -71,7 +71,12 @@ type Restorer struct {
 	// gpud refuses an image of a session live here or of an older epoch
 	// than the session reached here (session.Manager.Admit).
 	Admit func(images.Meta) error
-	Log   *slog.Logger
+	// Unadmit, when set, is told of a restore that Admit let through
+	// and that failed after it (or whose session could not be adopted):
+	// gpud gives back what the admission took (the registry's record of
+	// the session as live here).
+	Unadmit func(images.Meta)
+	Log     *slog.Logger
 	// Mem reads an image's saved device memory (package devmem) out of
 	// the store for the restored worker to reload; nil restores only
 	// images whose device memory is in the CRIU dump.
@@ -141,6 +146,7 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 		memLoad  chan error
 		memTook  time.Duration // reading device memory, beside criu
 		memHits  int           // blocks that came from the staging
+		admitted bool          // Admit let it through
 	)
 	defer func() {
 		if memLoad != nil {
@@ -207,6 +213,7 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 				if err := r.Admit(meta); err != nil {
 					return err // it names the session; the step error names the image
 				}
+				admitted = true
 			}
 			if c, ok := r.Resumer.(Checker); ok {
 				if err := c.Check(meta.GPUs, meta.Driver); err != nil {
@@ -262,6 +269,9 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 	}})
 	timings, err := checkpoint.Run(ctx, r.Log, "restore", subject, steps)
 	if err != nil {
+		if admitted && r.Unadmit != nil {
+			r.Unadmit(meta)
+		}
 		return nil, err
 	}
 	if memTook > 0 {

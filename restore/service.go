@@ -67,6 +67,9 @@ func (s *Service) Restore(ctx context.Context, image string) (*api.RestoreReply,
 		if kerr := kill(res.PID); kerr != nil {
 			s.log().Error("restored worker left running", "pid", res.PID, "err", kerr)
 		}
+		if s.Restorer.Unadmit != nil {
+			s.Restorer.Unadmit(res.Meta)
+		}
 		return nil, errs.Wrap(err, errs.KindOf(err), errs.Image(image), "register restored session %s", res.Session)
 	}
 	if a, ok := s.Sessions.(attributeSetter); ok && (res.Meta.Priority != 0 || len(res.Meta.Labels) > 0) {

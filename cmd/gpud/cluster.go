@@ -469,6 +469,39 @@ func (d *daemon) admitImage(m images.Meta) error {
 	return d.cluster.admitRestore(ctx, m.Session, m.ID, m.Epoch)
 }
 
+// unadmitImage gives back what admitImage took when the restore fails
+// after it: on a clustered host, the registry's record of the session as
+// live here. Left live, the record would stand for a minute (the restore
+// window) while nothing runs the session: a migration's source could not
+// take it back, and no other host could restore it.
+func (d *daemon) unadmitImage(m images.Meta) {
+	if d.cluster == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d.cluster.restoreFailed(ctx, m.Session, m.ID)
+}
+
+// restoreFailed records session id, whose restore here from image failed
+// after the registry admitted it, as not live here: in that image, which
+// this host holds.
+func (c *cluster) restoreFailed(ctx context.Context, id, image string) {
+	c.inRestore(id, true)
+	c.mu.Lock()
+	delete(c.claimed, id)
+	c.mu.Unlock()
+	cur, err := c.r.Owner(ctx, id)
+	if err != nil || cur.Host != c.host || !cur.Live {
+		return
+	}
+	if _, err := c.r.Transfer(ctx, id, c.host, c.host, cur.Token, false, image, cur.Epoch); err != nil {
+		c.log.Warn("registry: a failed restore's session is still recorded live here", "session", id, "err", err)
+		return
+	}
+	c.log.Info("restore failed; the session is recorded in its image here again", "session", id, "image", image)
+}
+
 // fence is the migration's view of the cluster; nil when standalone.
 func (d *daemon) fence() migrate.Fence {
 	if d.cluster == nil {

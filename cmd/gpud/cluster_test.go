@@ -245,3 +245,38 @@ func TestRestartRecordsDeadSessions(t *testing.T) {
 		t.Errorf("Locate before joining = %q, %q; want a retry", loc, wait)
 	}
 }
+
+// TestFailedRestoreGivesBack: a migration's target whose restore fails
+// after the registry admitted it records the session as in its image
+// again at once, so that the source takes it back and resumes it instead
+// of leaving it live on a host that does not run it.
+func TestFailedRestoreGivesBack(t *testing.T) {
+	ep := registrytest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id := fmt.Sprintf("s-%012x", time.Now().UnixNano()&0xffffffffffff)
+	a, b := newNode(t, ep, "a-"+id), newNode(t, ep, "b-"+id)
+	const image = "img-0000000000aa"
+	if err := a.c.admitRestore(ctx, id, image, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.c.Handover(ctx, id, b.name, image); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.c.admitRestore(ctx, id, image, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.c.Reclaim(ctx, id, b.name); err == nil {
+		t.Fatal("the source took back a session its target had admitted")
+	}
+	b.c.restoreFailed(ctx, id, image) // its CRIU restore failed
+	if b.c.inRestore(id, false) {
+		t.Error("the failed restore is still in its window")
+	}
+	if err := a.c.Reclaim(ctx, id, b.name); err != nil {
+		t.Fatalf("the source could not take back a session whose restore failed on the target: %v", err)
+	}
+	if o, _ := a.conn.Owner(ctx, id); o.Host != a.name || !o.Live {
+		t.Errorf("record after the reclaim: %+v", o)
+	}
+}
