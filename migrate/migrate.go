@@ -143,8 +143,9 @@ type Fence interface {
 	// with its image there; an error leaves this host the owner.
 	Handover(ctx context.Context, id, to, image string) error
 	// Reclaim takes the session back from to after a failed restore
-	// there. An error means the registry could not confirm it: the
-	// session may run there, so it must not resume here.
+	// there. An error means
+	// the registry could not confirm it: the session may run there, so
+	// it must not resume here.
 	Reclaim(ctx context.Context, id, to string) error
 }
 
@@ -264,7 +265,8 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 					return nil // the handover's undo brought the session back
 				}
 				if fenced {
-					return errs.New(errs.FailedPrecondition, errs.Session(id), "not resumed here: the registry may have it owned by %s; it lives in image %s", toName, fr.Image)
+					s.abandon(ctx, id, fr, listen)
+					return errs.New(errs.FailedPrecondition, errs.Session(id), "not resumed here: the registry may have it owned by %s; it lives in image %s, and its client was sent there to wait for it", toName, fr.Image)
 				}
 				w, err := fr.Resume(ctx)
 				if w != nil {
@@ -397,6 +399,30 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 	}
 	s.log().Info("session migrated", "session", id, "to", to, "downtime_ms", res.DowntimeMS, "sent_bytes", res.SentBytes)
 	return res, nil
+}
+
+// abandon gives up a frozen session that must not resume here: the
+// registry may have it owned by the target (the migration failed after
+// the handover and taking it back could not be confirmed). Left as it
+// was, its frozen worker would linger as a second copy and its client
+// would wait on a session that never thaws. The worker is released, the
+// session recorded as living in its image, and the client sent to the
+// target, which tells it to wait (from the registry) until the session is
+// restored from its image, there or wherever the registry allows.
+func (s *Service) abandon(ctx context.Context, id string, fr *checkpoint.Frozen, listen string) {
+	sess := s.Checkpoint.Sessions
+	if listen != "" {
+		if err := sess.Moved(id, listen); err != nil {
+			s.log().Warn("the client of an abandoned session was not sent on; it is when it reconnects here", "session", id, "to", listen, "err", err)
+		}
+	}
+	if err := fr.Release(ctx); err != nil {
+		s.log().Error("frozen worker of an abandoned session not released", "session", id, "err", err)
+	}
+	if err := sess.Released(id); err != nil {
+		s.log().Warn("abandoned session's record not updated", "session", id, "err", err)
+	}
+	s.log().Warn("migration failed after the handover and the session could not be taken back; it lives in its image", "session", id, "image", fr.Image)
 }
 
 // awaitClient polls the target until the session's client is attached
