@@ -42,6 +42,7 @@ package migrate
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -143,11 +144,16 @@ type Fence interface {
 	// with its image there; an error leaves this host the owner.
 	Handover(ctx context.Context, id, to, image string) error
 	// Reclaim takes the session back from to after a failed restore
-	// there. An error means
+	// there (or a handover that may not have happened). An error means
 	// the registry could not confirm it: the session may run there, so
 	// it must not resume here.
 	Reclaim(ctx context.Context, id, to string) error
 }
+
+// ErrUnconfirmed is wrapped by a Fence.Handover error when the registry
+// did not answer the change: it may have been made. The migration then
+// takes the session back (Reclaim) before it may resume here.
+var ErrUnconfirmed = errors.New("the registry did not confirm the ownership change")
 
 // Tenancy is what a migration needs to know about a session's owner.
 type Tenancy struct {
@@ -292,6 +298,13 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 					return nil
 				}
 				if err := s.Fence.Handover(ctx, id, toName, fr.Image); err != nil {
+					if errors.Is(err, ErrUnconfirmed) {
+						// The target may own it now: resume here only
+						// once the registry says this host owns it.
+						if rerr := s.Fence.Reclaim(ctx, id, toName); rerr != nil {
+							fenced = true
+						}
+					}
 					return err
 				}
 				fenced = true

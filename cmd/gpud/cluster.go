@@ -265,6 +265,9 @@ func (c *cluster) refused(err error) error {
 }
 
 // Handover is migrate.Fence: the target becomes the owner, not live yet.
+// Each registry call is bounded (fenceTimeout): the session is frozen
+// meanwhile. A compare-and-swap the registry did not answer may or may
+// not have happened: that error wraps migrate.ErrUnconfirmed.
 func (c *cluster) Handover(ctx context.Context, id, to, image string) error {
 	if err := c.need(errs.Session(id), "a migration"); err != nil {
 		return err
@@ -272,20 +275,45 @@ func (c *cluster) Handover(ctx context.Context, id, to, image string) error {
 	if to == "" {
 		return errs.New(errs.FailedPrecondition, errs.Session(id), "the target does not report its --name; it cannot own the session in the registry")
 	}
+	ctx, cancel := context.WithTimeout(ctx, fenceTimeout)
+	defer cancel()
 	cur, err := c.owned(ctx, id)
 	if err != nil {
 		return err
 	}
 	_, err = c.r.Transfer(ctx, id, c.host, to, cur.Token, false, image, cur.Epoch)
+	if err != nil && !errs.IsFailedPrecondition(err) {
+		return fmt.Errorf("%w: %w", migrate.ErrUnconfirmed, err)
+	}
 	return c.refused(err)
 }
 
+// fenceTimeout bounds each of a migration's ownership calls: the client
+// stalls for them, and a registry that does not answer within it is as
+// good as lost.
+const fenceTimeout = 5 * time.Second
+
 // Reclaim is migrate.Fence: take the session back from a target that did
 // not restore it. A target that did (its restore marked it live) keeps it.
+// A record still naming this host (a handover that did not happen) is
+// kept, live. A host cut off from the registry cannot confirm any of it,
+// and must not wait for the registry with the session frozen: it fails,
+// and the migration leaves the session in its image.
 func (c *cluster) Reclaim(ctx context.Context, id, to string) error {
+	if err := c.need(errs.Session(id), "taking a session back"); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, fenceTimeout)
+	defer cancel()
 	cur, err := c.r.Owner(ctx, id)
 	if err != nil {
 		return err
+	}
+	if cur.Host == c.host {
+		if !cur.Live {
+			_, err = c.r.Transfer(ctx, id, c.host, c.host, cur.Token, true, cur.Image, cur.Epoch)
+		}
+		return c.refused(err)
 	}
 	if cur.Host != to || cur.Live {
 		c.metrics.fenced.Inc()

@@ -260,6 +260,10 @@ func TestFailedRestoreGivesBack(t *testing.T) {
 	if err := a.c.admitRestore(ctx, id, image, 1); err != nil {
 		t.Fatal(err)
 	}
+	// A take-back of a handover that did not happen keeps the record.
+	if err := a.c.Reclaim(ctx, id, b.name); err != nil {
+		t.Fatalf("take-back of a session still owned here: %v", err)
+	}
 	if err := a.c.Handover(ctx, id, b.name, image); err != nil {
 		t.Fatal(err)
 	}
