@@ -39,6 +39,13 @@ const (
 // transfer, restore; moved comes after the target adopted the session).
 var faultSteps = []string{"precheck", "freeze", "push", "transfer", "restore", "moved"}
 
+// faultKinds are the faults: a killed (gpud and its workers, then
+// restarted), a cut off for longer than its lease, b killed (then
+// restarted), b's restore failing after the registry admitted it, or
+// both: a cut off from the registry alone (a route to it blackholed)
+// while b's restore fails, so that a cannot take the session back.
+var faultKinds = []string{"partition", "kill", "target", "target-fails", "split"}
+
 // faultExact says which cases keep the client's session: all but a source
 // killed before its freeze stored an image (the live copy dies with it)
 // and a target killed after its client ran there (only the target's copy
@@ -58,6 +65,7 @@ func faultExact(step, fault string) bool {
 type faultPair struct {
 	*world
 	fpA    string
+	fpB    string
 	regURL string
 	want   string
 	netns  map[uint64]bool // a's and b's namespaces
@@ -95,10 +103,10 @@ func TestMigrationFaultMatrix(t *testing.T) {
 	env := []string{"GPUCTL_PTX_DIR=" + filepath.Join(c.Build.Root, "e2e/kernels/ptx")}
 	pairs := map[string]*faultPair{}
 	var want string
-	for _, fault := range []string{"kill", "partition", "target"} {
+	for _, fault := range faultKinds {
 		p := &faultPair{world: &world{t: t, c: c, client: client, stateful: stateful, env: env}, regURL: regURL}
 		p.a, p.fpA = host("a-" + fault)
-		p.b, _ = host("b-" + fault)
+		p.b, p.fpB = host("b-" + fault)
 		p.netns = map[uint64]bool{netnsInode(t, p.a.NS): true, netnsInode(t, p.b.NS): true}
 		if want == "" {
 			p.requireRoutes(p.a)
@@ -111,25 +119,36 @@ func TestMigrationFaultMatrix(t *testing.T) {
 	// rather than as parallel subtests, which -parallel (GOMAXPROCS: 2 on
 	// CI) would queue.
 	var wg sync.WaitGroup
-	for _, fault := range []string{"partition", "kill", "target"} {
+	for _, fault := range faultKinds {
 		wg.Add(1)
-		go t.Run(fault, func(t *testing.T) {
+		go func() {
 			defer wg.Done()
-			for _, step := range faultSteps {
-				ok := t.Run(step, func(t *testing.T) {
-					p := *pairs[fault]
-					w := *p.world
-					w.t = t
-					p.world = &w
-					p.run(step, fault, faultExact(step, fault))
-				})
-				if !ok {
-					break // the hosts may be in no state for the next case
-				}
-			}
-		})
+			t.Run(fault, func(t *testing.T) { p := pairs[fault]; p.runAll(t, fault) })
+		}()
 	}
 	wg.Wait()
+}
+
+// runAll runs the cases of one fault in step order, on its pair of hosts.
+func (p *faultPair) runAll(t *testing.T, fault string) {
+	steps := faultSteps
+	if fault == "target-fails" {
+		// b's restore fails whichever step a is held at; only a
+		// migration that reaches it differs.
+		steps = []string{"restore"}
+	}
+	for _, step := range steps {
+		ok := t.Run(step, func(t *testing.T) {
+			p := *p
+			w := *p.world
+			w.t = t
+			p.world = &w
+			p.run(step, fault, faultExact(step, fault))
+		})
+		if !ok {
+			break // the hosts may be in no state for the next case
+		}
+	}
 }
 
 // run is one case: a fault at migrate/STEP of a migration from a to b.
@@ -190,6 +209,17 @@ func (p *faultPair) run(step, fault string, exact bool) {
 		arm(t, p.fpA, "") // a goes on with the migration, cut off
 		time.Sleep(faultCut)
 		a.LinkUp()
+	case "target-fails":
+		arm(t, p.fpB, "restore/criu fail")
+		arm(t, p.fpA, "")
+	case "split":
+		arm(t, p.fpB, "restore/criu fail")
+		reg := strings.TrimSuffix(strings.TrimPrefix(p.regURL, "http://"), ":2379") + "/32"
+		mustIP(t, "-n", a.NS, "route", "add", "blackhole", reg)
+		arm(t, p.fpA, "")
+		m := <-mig // the migration ends while a is cut off
+		mig <- m
+		mustIP(t, "-n", a.NS, "route", "del", "blackhole", reg)
 	case "target":
 		if step == "moved" {
 			// b has taken the session over and told its client; let the
@@ -202,6 +232,7 @@ func (p *faultPair) run(step, fault string, exact bool) {
 	}
 	m := <-mig
 	t.Logf("migrate: %s", strings.TrimSpace(m.out+" "+fmt.Sprint(m.err)))
+	arm(t, p.fpB, "")
 	if fault == "target" {
 		if err := b.Restart(); err != nil {
 			t.Fatal(err)
@@ -421,6 +452,13 @@ func netnsInode(t *testing.T, ns string) uint64 {
 		t.Fatalf("network namespace %s: %v", ns, err)
 	}
 	return st.Ino
+}
+
+func mustIP(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %v: %v: %s", args, err, out)
+	}
 }
 
 func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
