@@ -18,8 +18,8 @@ bench-ptx-compare:
 # `make ptxgen-import RESULTS=DIR`: a recording gpu-collect.sh brought back
 # (DIR/results.tar.gz, or its .partNN pieces) becomes the corpus: its
 # h200.txt, h200.approx and h200-probes.bin.gz replace corpus/'s, the
-# replay rewrites h200.refused and h200.unexplained, and a second replay
-# (with the probes) must pass.
+# replay rewrites h200.refused, and a second replay (with the probes) must
+# pass.
 .PHONY: ptxgen-import
 ptxgen-import:
 	@test -n "$(RESULTS)" || { echo "usage: make ptxgen-import RESULTS=DIR (gpu-collect.sh's OUTDIR)"; exit 2; }
