@@ -55,7 +55,21 @@ func (d *daemon) transferRouters(ckpt *checkpoint.Service, rst *restore.Service,
 			return pw, nil
 		}}
 	}
-	return []router{mig, imageRoutes{st: d.store, opts: images.RouteOptions{Logger: d.log, Known: d.tenants.Known, Stage: staged.Keep}}}
+	return []router{mig, imageRoutes{st: d.store, opts: images.RouteOptions{Logger: d.log, Known: d.tenants.Known, Stage: staged.Keep,
+		Dial:  func(addr string) *control.Client { return control.NewClient(addr, d.token, control.WithTLS(d.peerTLS)) },
+		InUse: d.imageInUse}}}
+}
+
+// imageInUse refuses removing an image a session here waits in
+// (preempted): it is the only state that session has left.
+func (d *daemon) imageInUse(_ context.Context, image string) error {
+	for _, c := range d.manager.PreemptedSessions() {
+		if c.Image == image {
+			return errs.New(errs.FailedPrecondition, errs.Image(image), "session %s on host %s is preempted in it and resumes from it; "+
+				"resume it first (gpuctl resume %s)", c.ID, d.cfg.name, c.ID)
+		}
+	}
+	return nil
 }
 
 // imageRoutes registers the image store's routes.
