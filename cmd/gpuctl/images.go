@@ -20,12 +20,19 @@ import (
 
 func imagesCommand(e *env) *cli.Command {
 	one := func(name, usage, argsUsage string, fn func(ctx context.Context, cl *control.Client, args []string, asJSON bool) error, nargs ...int) *cli.Command {
+		flags := []cli.Flag{jsonFlag}
+		if clusterWide[name] {
+			flags = append(flags, onFlag)
+		}
 		return &cli.Command{
-			Name: name, Usage: usage, ArgsUsage: argsUsage, Flags: []cli.Flag{jsonFlag},
+			Name: name, Usage: usage, ArgsUsage: argsUsage, Flags: flags,
 			Action: func(c *cli.Context) error {
 				lo, hi := nargs[0], nargs[1]
 				if c.NArg() < lo || c.NArg() > hi {
 					return usageError("usage: gpuctl images %s %s", name, argsUsage)
+				}
+				if clusterWide[name] && (c.String("registry") != "" || c.String("on") != "") {
+					return e.clusterImages(c, name)
 				}
 				if name == "ls" && c.String("registry") != "" {
 					reg, err := needRegistry(c, "gpuctl images ls")
@@ -64,6 +71,10 @@ func imagesCommand(e *env) *cli.Command {
 		},
 	}
 }
+
+// clusterWide are the images subcommands that, with --registry, act on
+// every host concerned (or --on's) instead of --host alone.
+var clusterWide = map[string]bool{"rm": true, "verify": true, "gc": true, "import": true}
 
 func (e *env) imagesList(ctx context.Context, cl *control.Client, _ []string, asJSON bool) error {
 	list, err := cl.Images(ctx) // never nil: an empty list prints as []
