@@ -90,8 +90,8 @@ type cluster struct {
 	restoring map[string]time.Time
 
 	metrics *opsMetrics
-	// replicas keeps copies of this host's new images on peers (gpud
-	// --replicas); nil without.
+	// replicas records this host's images in the registry and keeps
+	// copies of its new ones on peers (gpud --replicas; none without).
 	replicas *replicate.Replicator
 }
 
