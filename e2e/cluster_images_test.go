@@ -67,7 +67,7 @@ func TestClusterImages(t *testing.T) {
 	w.env = []string{"GPUCTL_PTX_DIR=" + filepath.Join(c.Build.Root, "e2e/kernels/ptx")}
 	w.requireRoutes(p)
 
-	const steps = 40
+	const steps = 20
 	want := w.result(<-w.start(p, w.stateful, wlMiB, steps, 0))
 	old := w.sessions(p)
 	run := w.startWith(p, []string{"GPUCTL_SERVERS=" + q.Listen() + "," + r.Listen()}, wlMiB, steps, wlSleep)
@@ -85,8 +85,20 @@ func TestClusterImages(t *testing.T) {
 	}
 	ck2.Image = pre[0].Image
 
-	if _, err := w.ctl(p, "images", "rm", ck2.Image); err == nil || !strings.Contains(err.Error(), "session "+s.ID) || !strings.Contains(err.Error(), "host p") {
-		t.Errorf("rm of the image a preempted session waits in: %v, want refused naming the session and host p", err)
+	// Removing the image the session waits in is refused: by p itself
+	// until its reconciler records the session as in that image (within
+	// 2 s), then by gpuctl from the registry.
+	for t0 := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+		_, err := w.ctl(p, "images", "rm", ck2.Image)
+		if err == nil || !strings.Contains(err.Error(), "session "+s.ID) || !strings.Contains(err.Error(), "host p") {
+			t.Fatalf("rm of the image a preempted session waits in: %v, want refused naming the session and host p", err)
+		}
+		if strings.Contains(err.Error(), "waits in it") {
+			break
+		}
+		if time.Since(t0) > 10*time.Second {
+			t.Fatalf("the registry does not record preempted session %s in its image: %v", s.ID, err)
+		}
 	}
 
 	// Copies on q (image 1) and r (image 2), through export and import.

@@ -329,6 +329,17 @@ func (c *cluster) reconcileOnce(ctx context.Context, m *session.Manager) {
 				c.stopped(ctx, s.ID)
 			}
 			continue
+		case session.Preempted:
+			// It waits in its image, which another host may restore (and
+			// so take it over) if this one goes down: recorded so, also
+			// when it was preempted before its first claim.
+			if _, err := c.r.Owner(ctx, s.ID); errs.IsNotFound(err) {
+				img, epoch := latestImage(ctx, c.store, s.ID)
+				_, _ = c.r.Claim(ctx, s.ID, c.host, false, img, epoch)
+			} else {
+				c.stopped(ctx, s.ID)
+			}
+			continue
 		default:
 			continue // a checkpoint or migration is deciding
 		}
