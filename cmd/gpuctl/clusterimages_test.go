@@ -273,3 +273,49 @@ func TestTopUpFallsBackToAnotherHolder(t *testing.T) {
 		t.Fatalf("the topped-up image on t: %+v, %v", rep, err)
 	}
 }
+
+// restore --on auto ranks a host holding most of an image's chunks above
+// one holding none, tops it up from the up holder (here one whose
+// backend cannot restore it), and records its new copy. The hosts serve
+// the image routes only, so the restore itself then fails.
+func TestRestorePlacesOnAPartialHolder(t *testing.T) {
+	ctx := context.Background()
+	t.Setenv("GPUCTL_TOKEN", "tok")
+	ep := registrytest.Start(t)
+	reg := registrytest.Dial(t, ep)
+	stA, addrA := pushHost(t)
+	stB, addrB := pushHost(t)
+	_, addrD := pushHost(t)
+	join := func(name, addr, backend string, free uint64) {
+		if _, err := reg.Join(ctx, registry.Host{Name: name, API: addr, Backend: backend}, time.Minute,
+			func(context.Context) registry.Host { return registry.Host{MemFreeBytes: free} }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	join("a", addrA, "cuda", 1<<30)
+	join("b", addrB, "emulated", 1<<30)
+	join("d", addrD, "emulated", 8<<30) // the most room, but none of the image
+	commitPages(t, stA, "img-new", "s-000000000004", 7)
+	commitPages(t, stB, "img-old", "s-000000000004", 1)
+
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"gpuctl", "--registry", ep, "restore", "img-new"}, &env{stdout: &out, stderr: &errb, now: time.Now})
+	if code == 0 {
+		t.Fatalf("restore on a host without the restore route succeeded: %s", out.String())
+	}
+	for _, w := range []string{"restoring img-new on b: holds 9", "% of the image's chunks", "not a: runs cuda", "not d: ranked lower: holds 0%", "topped up b with ", " from a"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("stdout lacks %q:\n%s", w, out.String())
+		}
+	}
+	if _, err := images.Get(ctx, stB, "img-new"); err != nil {
+		t.Errorf("b was not topped up: %v", err)
+	}
+	cs, err := reg.Copies(ctx, "img-new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 1 || cs[0].Host != "b" || cs[0].Sent <= 0 || cs[0].Sent >= cs[0].Bytes/3 {
+		t.Errorf("copies of img-new after the top-up: %+v, want b's with the part it was sent", cs)
+	}
+}
