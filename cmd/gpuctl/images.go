@@ -59,7 +59,10 @@ func imagesCommand(e *env) *cli.Command {
 		Description: "An image belongs to the tenant whose session it holds (on a host with tenants).\n" +
 			"With a tenant's token, every subcommand sees that tenant's images only; import takes\n" +
 			"only the tenant's own exports and keeps their owner; gc is the administrator's (the\n" +
-			"host token), since it works on the whole store.",
+			"host token), since it works on the whole store.\n" +
+			"With --registry, rm, verify and gc act on every host concerned (every holder of the\n" +
+			"image, every host for gc), one line per host, down hosts reported; import goes to\n" +
+			"--on NAME or the registered host --host names; --on limits any of them to one host.",
 		Subcommands: []*cli.Command{
 			one("ls", "list the host's images", "", e.imagesList, 0, 0),
 			one("inspect", "show an image's manifest", "ID", e.imagesInspect, 1, 1),

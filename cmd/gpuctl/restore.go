@@ -17,7 +17,8 @@ func restoreCommand(e *env) *cli.Command {
 		Description: "The session keeps its id and waits for its client, which reconnects to this\n" +
 			"host by itself (point it here with GPUCTL_SERVER if it was told of no move).\n" +
 			"With --registry the host is found: one that holds the image (a replica, when its\n" +
-			"own host died), and the session is taken over there if its owner released it;\n" +
+			"own host died), or else holds the most of its chunks and is sent the rest by a\n" +
+			"holder first; the session is taken over there if its owner released it;\n" +
 			"a client whose host is gone finds the new one through any gpud it knows.",
 		Flags: []cli.Flag{jsonFlag,
 			&cli.StringFlag{Name: "on", Usage: "where to restore: a gpud's --api `HOST:PORT`; with --registry also a host's name, or auto " +
