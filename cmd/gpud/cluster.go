@@ -332,7 +332,11 @@ func (c *cluster) reconcileOnce(ctx context.Context, m *session.Manager) {
 		case session.Preempted:
 			// It waits in its image, which another host may restore (and
 			// so take it over) if this one goes down: recorded so, also
-			// when it was preempted before its first claim.
+			// when it was preempted before its first claim. Not while a
+			// restore admitted here (its resume) brings it up.
+			if c.inRestore(s.ID, false) {
+				continue
+			}
 			if _, err := c.r.Owner(ctx, s.ID); errs.IsNotFound(err) {
 				img, epoch := latestImage(ctx, c.store, s.ID)
 				_, _ = c.r.Claim(ctx, s.ID, c.host, false, img, epoch)
