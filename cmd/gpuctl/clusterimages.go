@@ -47,6 +47,7 @@ func (e *env) clusterImages(c *cli.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	ih.warnUnreachable(e)
 	var on *registry.Host
 	if s := c.String("on"); s != "" {
 		h, ok := ih.lookup(s)
@@ -66,6 +67,15 @@ func (e *env) clusterImages(c *cli.Context, name string) error {
 		return e.clusterImport(c, reg, ih, c.Args().First(), on)
 	}
 	return errs.New(errs.Internal, "", "images %s has no cluster-wide form", name)
+}
+
+// warnUnreachable says, on stderr, which up hosts did not answer the
+// listing, so that a copy shown from the registry is not taken for one
+// that was seen.
+func (ih *imageHolders) warnUnreachable(e *env) {
+	for h, why := range ih.unreachable {
+		fmt.Fprintf(e.stderr, "gpuctl: host %s is up but did not list its images (%s); its copies are as the registry records them\n", h, why)
+	}
 }
 
 // lookup finds a registered host by name or by its API address.
@@ -290,6 +300,47 @@ func (e *env) clusterImport(c *cli.Context, reg *registry.Client, ih *imageHolde
 		rep := r.Import
 		return fmt.Sprintf("imported %s (session %s, %s), %s new in the store", rep.ID, orDash(rep.Session), humanBytes(uint64(rep.Bytes)), humanBytes(uint64(rep.StoredBytes)))
 	})
+}
+
+// clusterExport is `images export ID FILE` with --registry: from the
+// first up holder that can send the whole export; one that fails (it
+// died, or lost the image meanwhile) is followed by the next, and FILE is
+// only ever a complete export.
+func (e *env) clusterExport(c *cli.Context) error {
+	image := c.Args().First()
+	reg, err := needRegistry(c, "gpuctl images export")
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	ih, err := readHolders(c, reg)
+	if err != nil {
+		return err
+	}
+	ih.warnUnreachable(e)
+	var failed []string
+	for _, cp := range ih.copies(image) {
+		if cp.State != registry.StateUp {
+			continue
+		}
+		cl, err := hostClient(c, ih.hosts[cp.Host])
+		if err != nil {
+			return err
+		}
+		err = e.imagesExport(c.Context, cl, c.Args().Slice(), c.Bool("json"))
+		if err == nil || errs.IsInvalidArgument(err) || c.Context.Err() != nil {
+			return err // done, or FILE is the trouble, or the user gave up
+		}
+		failed = append(failed, "host "+cp.Host+": "+oneLine(err.Error()))
+		fmt.Fprintf(e.stderr, "gpuctl: export of %s from %s failed (%s); trying the next holder\n", image, cp.Host, oneLine(err.Error()))
+	}
+	if len(failed) > 0 {
+		return errs.New(errs.Unavailable, errs.Image(image), "no up holder could export it: %s", strings.Join(failed, "; "))
+	}
+	if len(ih.holders[image]) > 0 {
+		return errs.New(errs.Unavailable, errs.Image(image), "every host that holds it is down (%s)", holderNames(ih.copies(image)))
+	}
+	return errs.New(errs.NotFound, errs.Image(image), "no host in the cluster holds it; list images with `gpuctl images ls`")
 }
 
 // topUp is what a restore's host was sent before the restore: the

@@ -319,3 +319,64 @@ func TestRestorePlacesOnAPartialHolder(t *testing.T) {
 		t.Errorf("copies of img-new after the top-up: %+v, want b's with the part it was sent", cs)
 	}
 }
+
+// images export with --registry reads from the first up holder that can
+// send it: a holder whose stream breaks off is followed by the next, the
+// file is a whole export, and an up host that does not answer its
+// listing is named on stderr instead of failing the command.
+func TestExportFallsBackToAnotherHolder(t *testing.T) {
+	ctx := context.Background()
+	t.Setenv("GPUCTL_TOKEN", "tok")
+	ep := registrytest.Start(t)
+	reg := registrytest.Dial(t, ep)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	stA, err := store.Open(ctx, t.TempDir(), store.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stA.Close() })
+	mux := http.NewServeMux()
+	images.Register(mux, stA, images.RouteOptions{Logger: quiet})
+	// a dies in the middle of every export.
+	broken := httptest.NewServer(control.RequireToken("tok", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/export") {
+			w.Header().Set("Content-Length", "1000000")
+			w.Write(bytes.Repeat([]byte{1}, 4096))
+			panic(http.ErrAbortHandler)
+		}
+		mux.ServeHTTP(w, r)
+	})))
+	t.Cleanup(broken.Close)
+	stB, addrB := pushHost(t)
+	_, addrFresh := pushHost(t)
+	for _, h := range []registry.Host{{Name: "a", API: strings.TrimPrefix(broken.URL, "http://")}, {Name: "b", API: addrB}, {Name: "e", API: "127.0.0.1:1"}} {
+		if _, err := reg.Join(ctx, h, time.Minute, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commitPages(t, stA, "img-x", "s-000000000005", 3)
+	commitPages(t, stB, "img-x", "s-000000000005", 3)
+	file := filepath.Join(t.TempDir(), "x.gpuimg")
+
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"gpuctl", "--registry", ep, "images", "export", "img-x", file}, &env{stdout: &out, stderr: &errb, now: time.Now})
+	if code != 0 || !strings.Contains(out.String(), "exported img-x") {
+		t.Fatalf("exit %d; stdout %q stderr %q", code, out.String(), errb.String())
+	}
+	for _, w := range []string{"export of img-x from a failed", "trying the next holder", "host e is up but did not list its images"} {
+		if !strings.Contains(errb.String(), w) {
+			t.Errorf("stderr lacks %q: %s", w, errb.String())
+		}
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if rep, err := control.NewClient(addrFresh, "tok").Import(ctx, f, -1, nil); err != nil || rep.ID != "img-x" {
+		t.Fatalf("the export does not import: %+v, %v", rep, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(file), ".*")); len(left) != 0 {
+		t.Errorf("the broken export left %v", left)
+	}
+}

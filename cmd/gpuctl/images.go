@@ -42,6 +42,9 @@ func imagesCommand(e *env) *cli.Command {
 					defer reg.Close()
 					return e.clusterImagesList(c, reg)
 				}
+				if name == "export" && c.String("registry") != "" {
+					return e.clusterExport(c)
+				}
 				cl, err := apiClient(c)
 				if (name == "inspect" || name == "export") && c.String("registry") != "" {
 					cl, err = imageClient(c, c.Args().First())

@@ -36,6 +36,9 @@ type imageHolders struct {
 	images  map[string]api.Image       // by id, from the first listing that has it
 	holders map[string]map[string]bool // image -> host -> up
 	origin  map[string]string          // image -> the host that committed it
+	// unreachable are up hosts whose listing failed, with why: their
+	// copies are taken from the registry, as a down host's are.
+	unreachable map[string]string
 }
 
 func readHolders(c *cli.Context, reg *registry.Client) (*imageHolders, error) {
@@ -65,6 +68,15 @@ func readHolders(c *cli.Context, reg *registry.Client) (*imageHolders, error) {
 			return nil, err
 		}
 		list, err := cl.Images(ctx)
+		if errs.IsUnavailable(err) {
+			// Up by its lease, yet not answering (it may have just died):
+			// the commands that need it say so host by host.
+			if ih.unreachable == nil {
+				ih.unreachable = map[string]string{}
+			}
+			ih.unreachable[h.Name] = oneLine(err.Error())
+			continue
+		}
 		if err != nil {
 			return nil, errs.Wrap(err, errs.KindOf(err), errs.Host(h.Name), "list images")
 		}
@@ -81,7 +93,7 @@ func readHolders(c *cli.Context, reg *registry.Client) (*imageHolders, error) {
 				ih.origin[img] = cp.Host
 			}
 			h, known := ih.hosts[cp.Host]
-			if known && h.State == registry.StateUp {
+			if _, silent := ih.unreachable[cp.Host]; known && h.State == registry.StateUp && !silent {
 				continue // an up host's own listing is the truth
 			}
 			add(img, cp.Host, false)
@@ -118,6 +130,7 @@ func (e *env) clusterImagesList(c *cli.Context, reg *registry.Client) error {
 	if err != nil {
 		return err
 	}
+	ih.warnUnreachable(e)
 	list := make([]clusterImage, 0, len(ih.images))
 	for id, im := range ih.images {
 		list = append(list, clusterImage{Image: im, Copies: ih.copies(id)})
