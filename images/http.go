@@ -33,6 +33,11 @@ type RouteOptions struct {
 	// InUse refuses the removal of an image a session here still needs
 	// (one that waits in it, preempted); nil: none does.
 	InUse func(ctx context.Context, image string) error
+	// Imported and Removed are told of each image the store gained by an
+	// import (a push, a replica, a migration's image) or lost by a
+	// removal, after the fact; nil: nobody is.
+	Imported func(ctx context.Context, info api.Image)
+	Removed  func(ctx context.Context, image string)
 }
 
 // detail is the reply to GET /v1/images/{id}: the manifest without the
@@ -151,6 +156,9 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 			return err
 		}
 		log.Info("image removed", "image", id)
+		if opts.Removed != nil {
+			opts.Removed(r.Context(), id)
+		}
 		control.WriteJSON(w, api.RemoveImageReply{ID: id, Session: info.Session, Bytes: info.Bytes, Deleted: true})
 		return nil
 	})
@@ -186,6 +194,9 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 			return err
 		}
 		log.Info("image imported", "image", m.ID, "bytes", stats.LogicalBytes, "stored", stats.StoredBytes, "took", time.Since(start))
+		if opts.Imported != nil {
+			opts.Imported(r.Context(), info)
+		}
 		control.WriteJSON(w, api.ImportReply{Image: info, StoredBytes: stats.StoredBytes})
 		return nil
 	})

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/images/imagegen"
@@ -35,7 +36,8 @@ func TestPushRouteTopsUpAPartialHolder(t *testing.T) {
 	ctx := context.Background()
 	dial := func(addr string) *control.Client { return control.NewClient(addr, "tok") }
 	a, clientA := hostWith(t, RouteOptions{Dial: dial})
-	b, clientB := hostWith(t, RouteOptions{})
+	var imported []string // what b reports it gained
+	b, clientB := hostWith(t, RouteOptions{Imported: func(_ context.Context, info api.Image) { imported = append(imported, info.ID+" "+info.Session) }})
 	pages := imagegen.Pages(5, 8<<20, imagegen.Realistic)
 	if _, _, err := Commit(ctx, a, dumpDir(t, pages), Meta{ID: "img-1", Session: "s-p"}); err != nil {
 		t.Fatal(err)
@@ -65,6 +67,9 @@ func TestPushRouteTopsUpAPartialHolder(t *testing.T) {
 	if err != nil || !again.AlreadyHeld || again.SentBytes != 0 {
 		t.Fatalf("push to a host that holds the image: %+v, %v", again, err)
 	}
+	if got := strings.Join(imported, ","); got != "img-1 s-p,img-2 s-p" {
+		t.Errorf("b reported importing %q, want img-1 and img-2 once each", got)
+	}
 
 	for _, c := range []struct {
 		name, id, to string
@@ -93,12 +98,13 @@ func TestPushRouteTopsUpAPartialHolder(t *testing.T) {
 // reason, and keeps the image.
 func TestRemoveRefusedWhileInUse(t *testing.T) {
 	ctx := context.Background()
+	var removed []string
 	st, cl := hostWith(t, RouteOptions{InUse: func(_ context.Context, image string) error {
 		if image == "img-u" {
 			return errs.New(errs.FailedPrecondition, errs.Image(image), "session s-u is preempted in it on host h")
 		}
 		return nil
-	}})
+	}, Removed: func(_ context.Context, image string) { removed = append(removed, image) }})
 	for _, id := range []string{"img-u", "img-free"} {
 		if _, _, err := Commit(ctx, st, dumpDir(t, imagegen.Pages(1, 1<<20, imagegen.Realistic)), Meta{ID: id, Session: "s-u"}); err != nil {
 			t.Fatal(err)
@@ -112,5 +118,8 @@ func TestRemoveRefusedWhileInUse(t *testing.T) {
 	}
 	if _, err := cl.RemoveImage(ctx, "img-free"); err != nil {
 		t.Fatal(err)
+	}
+	if got := strings.Join(removed, ","); got != "img-free" {
+		t.Errorf("removals reported: %q, want img-free's alone", got)
 	}
 }
