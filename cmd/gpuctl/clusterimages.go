@@ -73,8 +73,13 @@ func (e *env) clusterImages(c *cli.Context, name string) error {
 // listing, so that a copy shown from the registry is not taken for one
 // that was seen.
 func (ih *imageHolders) warnUnreachable(e *env) {
-	for h, why := range ih.unreachable {
-		fmt.Fprintf(e.stderr, "gpuctl: host %s is up but did not list its images (%s); its copies are as the registry records them\n", h, why)
+	names := make([]string, 0, len(ih.unreachable))
+	for h := range ih.unreachable {
+		names = append(names, h)
+	}
+	sort.Strings(names)
+	for _, h := range names {
+		fmt.Fprintf(e.stderr, "gpuctl: host %s is up but did not list its images (%s); its copies are as the registry records them\n", h, ih.unreachable[h])
 	}
 }
 
