@@ -179,6 +179,13 @@ func (d *Device) MemGetInfo(_ context.Context, h backend.Ctx) (uint64, uint64, e
 	if err != nil {
 		return 0, 0, err
 	}
+	// Memory freed but still waiting for earlier work counts as free,
+	// as it does natively once cuMemFree has returned.
+	if c.heap != nil && c.heap.Pending() > 0 {
+		if err := c.heap.Drain(); err != nil {
+			return 0, 0, err
+		}
+	}
 	var free, total C.size_t
 	if err := d.drv.check(C.gc_mem_info(d.drv.api, c.raw, &free, &total), "cuMemGetInfo"); err != nil {
 		return 0, 0, err
