@@ -161,11 +161,10 @@ func (d *Device) MemFree(_ context.Context, h backend.Ctx, p backend.DevPtr) err
 		return cu.Errorf(cu.ErrorInvalidValue, "%#x is a module variable; it is freed when its module is unloaded", uint64(p))
 	}
 	if mine, err := d.vmmFree(c, uint64(p)); mine {
-		if err != nil {
-			return err
-		}
+		// The heap has let go of p even when the wait its free set off
+		// failed (a context that faulted): forget it here as well.
 		c.mem.remove(uint64(p))
-		return nil
+		return err
 	}
 	if err := d.drv.check(C.gc_mem_free(d.drv.api, c.raw, C.CUdeviceptr(p)), "cuMemFree"); err != nil {
 		return err
