@@ -164,7 +164,7 @@ compare torch-mlp measured "$WORK" "$PY" "$APPS" mlp
 ((HAVE_TV)) && time_for 60 "ResNet-50" && compare torch-resnet50 measured "$WORK" "$PY" "$APPS" resnet50
 if ((HAVE_TF)); then
 	! skipped gpt2 && time_for 90 "GPT-2 training" && compare torch-gpt2 measured "$WORK" "$PY" "$APPS" gpt2 --steps "$STEPS"
-	if time_for $((60 + BENCH_RUNS * 40)) "training-step throughput"; then
+	if time_for $((40 + BENCH_RUNS * 30)) "training-step throughput"; then
 		# Native and remote runs alternate, so that a GPU clock or a
 		# neighbour's load that drifts during the suite shifts both sides
 		# alike; one run of either is no measure (two of 20 steps once
