@@ -145,14 +145,15 @@ func (h *Heap) Alloc(size uint64) (uint64, error) {
 		if len(h.pending) > 0 {
 			// A freed chunk of the same size is taken over as it is,
 			// saving an unmap and a map.
+			// An error unmapping another freed chunk does not stop it.
 			kept, err := h.drain(cs)
-			if err != nil {
-				return 0, err
-			}
 			if kept != 0 {
 				h.chunks[kept].live = 1
 				h.allocs[kept] = alloc{chunk: kept, size: cs}
 				return kept, nil
+			}
+			if err != nil {
+				return 0, err
 			}
 		}
 		base, err := h.back.Map(cs)
@@ -167,11 +168,12 @@ func (h *Heap) Alloc(size uint64) (uint64, error) {
 		return p, nil
 	}
 	if len(h.pending) > 0 {
-		if _, err := h.drain(0); err != nil {
-			return 0, err
-		}
+		_, err := h.drain(0)
 		if p, ok := h.place(n); ok {
 			return p, nil
+		}
+		if err != nil {
+			return 0, err
 		}
 	}
 	base, err := h.back.Map(h.cfg.SmallChunk)

@@ -19,7 +19,9 @@ type fakeBacking struct {
 	mapped map[uint64]uint64
 	maps   int
 	fail   error
-	drains int
+	// failUnmap makes Unmap fail.
+	failUnmap error
+	drains    int
 	// busy are the ranges freed since the last drain: work queued
 	// before the free may still use them, so none may be mapped again,
 	// unmapped or handed out until a drain.
@@ -65,6 +67,9 @@ func (f *fakeBacking) Map(size uint64) (uint64, error) {
 }
 
 func (f *fakeBacking) Unmap(base, size uint64) error {
+	if f.failUnmap != nil {
+		return f.failUnmap
+	}
 	if f.mapped[base] != size {
 		return errors.New("unmap of something not mapped")
 	}
@@ -436,5 +441,30 @@ func TestFailedDrain(t *testing.T) {
 	f.fail = nil
 	if err := h.Drain(); err != nil || len(f.mapped) != 0 {
 		t.Errorf("Drain = %v, %d chunks mapped; want nil, 0", err, len(f.mapped))
+	}
+}
+
+// TestUnmapFailureInDrain: a freed chunk that cannot be unmapped at the
+// drain stays mapped for Close, and does not keep an allocation from
+// taking over another freed chunk of its size.
+func TestUnmapFailureInDrain(t *testing.T) {
+	h, f := newHeap(t)
+	a, _ := h.Alloc(4 * gran)
+	b, _ := h.Alloc(2 * gran)
+	for _, p := range []uint64{a, b} {
+		if err := h.Free(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.failUnmap = errors.New("unmap failed")
+	if p, err := h.Alloc(4 * gran); err != nil || p != a {
+		t.Errorf("Alloc after a failed unmap of another chunk = %#x, %v; want the freed %#x, nil", p, err, a)
+	}
+	if _, ok := f.mapped[b]; !ok || len(h.Chunks()) != 2 {
+		t.Errorf("the chunk that failed to unmap is gone (%d chunks)", len(h.Chunks()))
+	}
+	f.failUnmap = nil
+	if err := h.Close(); err != nil || len(f.mapped) != 0 {
+		t.Errorf("Close = %v with %d chunks mapped; want nil, 0", err, len(f.mapped))
 	}
 }
