@@ -17,7 +17,8 @@
 # (GPT-2 training steps, default 12); BENCH_STEPS (timed training steps per
 # throughput run, default 100, after BENCH_WARMUP, default 10); BENCH_RUNS
 # (throughput runs each way, native and through gpuctl interleaved, default
-# 3: the table shows their median and spread); BUDGET
+# 3: the table shows their median and spread); THRUST_RUNS (runs of the
+# Thrust program through gpuctl, default 1); BUDGET
 # (seconds, default 560); SKIP (names of steps to leave out: "first" for the
 # import-to-first-kernel timing, "gpt2" for the GPT-2 training comparison).
 # Exit status 0 only if every check passed.
@@ -143,6 +144,21 @@ if [[ " ${SAMPLE_DIRS[*]} " == *" simpleStreams "* ]]; then
 		fail "simpleStreams: ${deferred:-0} downloads deferred (want at least 400), ${waited:-0} waited; see $OUT/simpleStreams.stats.*"
 fi
 ((THRUST)) && compare thrust measured "$B/thrust" ./thrust
+# THRUST_RUNS > 1 repeats the Thrust program through gpuctl: a sort frees
+# its temporary storage while its kernels may still run, which once ended
+# in cudaErrorIllegalAddress in one run of several.
+if ((THRUST && ${THRUST_RUNS:-1} > 1)) && [[ -s $OUT/thrust.native.out ]]; then
+	bad=0
+	for i in $(seq 2 "$THRUST_RUNS"); do
+		(cd "$B/thrust" && remote ./thrust) >"$OUT/thrust.remote.$i.out" 2>"$OUT/thrust.remote.$i.err" &&
+			cmp -s <(measured "$OUT/thrust.native.out") <(measured "$OUT/thrust.remote.$i.out") || {
+			bad=$((bad + 1))
+			echo "thrust run $i: $(tail -n 1 "$OUT/thrust.remote.$i.err")"
+		}
+	done
+	((bad == 0)) && pass "thrust: $THRUST_RUNS runs through gpuctl, every one as native" ||
+		fail "thrust: $bad of $((THRUST_RUNS - 1)) further runs through gpuctl failed or differed; see $OUT/thrust.remote.*"
+fi
 ((CUBLAS)) && compare cublas measured "$B/cublas" ./cublas
 
 step "PyTorch"
