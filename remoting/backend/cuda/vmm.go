@@ -138,7 +138,8 @@ func (d *Device) vmmFree(c *cuCtx, p uint64) (bool, error) {
 }
 
 // dropHeap unmaps every chunk of c (its context is going away, and the
-// driver would not free them with it) and frees c's save tools.
+// driver would not free them with it) once c's work is done, and frees
+// c's save tools.
 func (d *Device) dropHeap(c *cuCtx) {
 	if c.tools != nil {
 		d.freeTools(c, true)
@@ -185,4 +186,11 @@ func (b chunkBacking) Unmap(base, size uint64) error {
 	}
 	delete(b.d.vmm.chunks, base)
 	return nil
+}
+
+// Drain waits for the work queued in c: memory the client freed is
+// reused or unmapped only after the kernels launched before the free are
+// done, as the driver's cuMemFree ensures (suballoc's quarantine).
+func (b chunkBacking) Drain() error {
+	return b.d.drv.check(C.gc_ctx_synchronize(b.d.drv.api, b.c.raw), "cuMemFree (wait for the work queued before freed device memory is reused)")
 }
