@@ -126,11 +126,13 @@ func (d *Device) vmmFree(c *cuCtx, p uint64) (bool, error) {
 		return false, nil
 	}
 	// The driver's cuMemFree waits for the device's outstanding work
-	// before the memory goes; cuMemUnmap and cuMemRelease do not, and a
-	// freed sub-allocation can be handed out again at once. Programs rely
-	// on the wait: Thrust frees its sort's temporary storage right after
-	// launching the sort's kernels, which then faulted on the unmapped
-	// chunk or raced a new owner of its bytes. Wait as the driver would.
+	// before the memory goes, and reports the errors of earlier launches;
+	// cuMemUnmap and cuMemRelease do neither. Programs rely on the wait:
+	// Thrust frees its sort's temporary storage right after launching the
+	// sort's kernels, which faulted on the unmapped chunk or wrote into
+	// the bytes' next owner (H200) before the worker waited here. The
+	// heap's quarantine keeps the same order on its own; the wait keeps
+	// cuMemFree's blocking and its errors as the driver has them.
 	if err := d.drv.check(C.gc_ctx_synchronize(d.drv.api, c.raw), "cuMemFree (waiting for the device's outstanding work)"); err != nil {
 		return true, err
 	}
