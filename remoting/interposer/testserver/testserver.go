@@ -40,6 +40,7 @@ type Server struct {
 	wg     sync.WaitGroup
 
 	accepted atomic.Int64 // connections accepted so far
+	served   atomic.Int64 // connections past their handshake, served
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -191,6 +192,10 @@ func (s *Server) Adopt(src *Server) {
 // Accepted is the number of connections accepted so far.
 func (s *Server) Accepted() int64 { return s.accepted.Load() }
 
+// Served is the number of connections that got past their handshake and
+// were served, so far.
+func (s *Server) Served() int64 { return s.served.Load() }
+
 // Sessions is the number of sessions this server holds.
 func (s *Server) Sessions() int {
 	s.mu.Lock()
@@ -317,6 +322,7 @@ func (s *Server) serve(c net.Conn) error {
 	if s.opt.Failpoints != nil {
 		ctx = failpoint.With(ctx, s.opt.Failpoints)
 	}
+	s.served.Add(1)
 	err = ss.ds.Serve(ctx, c, info, false)
 	ss.mu.Lock()
 	to := ss.movedTo
