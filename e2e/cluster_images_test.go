@@ -1,42 +1,15 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gpuctl/gpuctl/e2e/harness"
 )
-
-// startRegistry runs `gpud registry` on a node of its own until the test
-// ends and returns its client URL.
-func startRegistry(t *testing.T, c *harness.Cluster) string {
-	t.Helper()
-	n := c.NewNode("reg")
-	reg := n.Command(context.Background(), c.Build.Gpud, "registry", "--data-dir", t.TempDir(), "--listen", n.IP+":2379")
-	var out strings.Builder
-	reg.Stdout, reg.Stderr = &out, &out
-	if err := reg.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = reg.Process.Signal(syscall.SIGTERM)
-		_ = reg.Wait()
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(out.String(), "ready") {
-		if time.Now().After(deadline) {
-			t.Fatalf("gpud registry did not come up: %s", out.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return "http://" + n.IP + ":2379"
-}
 
 // TestClusterImages: three hosts on the embedded registry without
 // replication. A session on p is checkpointed (image 1, left running)
