@@ -11,7 +11,8 @@
 //	transfer  in a cluster, B becomes the session's owner in the registry
 //	          (compare-and-swap on the fencing token)  (undo: take it back;
 //	          when that cannot be confirmed the session stays in its image
-//	          and is not resumed here)
+//	          and is not resumed here: A's frozen worker is released and
+//	          the client sent to B, to wait there until it is restored)
 //	handover  only when A and B share one namespace of abstract unix
 //	          socket names (two gpuds in one network namespace, as in a
 //	          test on one machine): A's frozen worker is released, because
