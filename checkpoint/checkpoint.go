@@ -439,6 +439,9 @@ func (p *Pipeline) saveMem(ctx context.Context, w MemWorker, req Request, base *
 		p.log().Warn("the worker could not pin all of the save's host memory; those parts were copied through its buffers", "session", req.Session,
 			"pinned_bytes", sv.PinnedBytes, "copied_bytes", sv.CopiedBytes, "err", sv.PinError)
 	}
+	if sv.TrimError != "" {
+		p.log().Warn("the worker could not trim its contexts' own reservations; the dump holds them", "session", req.Session, "err", sv.TrimError)
+	}
 	snap, err := devstore.Open(f, sv)
 	if err != nil {
 		return nil, errs.Wrap(err, errs.Internal, errs.Session(req.Session), "read the saved device memory")

@@ -62,6 +62,10 @@ type Saved struct {
 	CopiedBytes int64  `json:"copied_bytes,omitempty"`
 	PinnedBytes int64  `json:"pinned_bytes,omitempty"`
 	PinError    string `json:"pin_error,omitempty"`
+	// TrimError says why the contexts' own reservations could not all be
+	// trimmed after the release (backend.ContextTrimmer); the save is
+	// good all the same, its dump only larger.
+	TrimError string `json:"trim_error,omitempty"`
 	// PauseNS is how long a pre-copy round held the session's requests
 	// back (Tracker.Precopy).
 	PauseNS int64 `json:"pause_ns,omitempty"`
@@ -247,6 +251,11 @@ func (t *Tracker) Save(ctx context.Context, dev backend.DeviceMemory, req SaveRe
 			}
 			return nil, Saved{}, fmt.Errorf("release device memory: %w", err)
 		}
+		if tr, ok := dev.(backend.ContextTrimmer); ok {
+			if err := tr.TrimContexts(ctx); err != nil {
+				sv.TrimError = err.Error()
+			}
+		}
 		sv.ReleaseNS = time.Since(released).Nanoseconds()
 	}
 	t.pending = next
@@ -291,7 +300,17 @@ func (t *Tracker) Reload(ctx context.Context, dev backend.DeviceMemory, f *os.Fi
 	if err := dev.RestoreMem(ctx); err != nil {
 		return fmt.Errorf("back device memory again: %w", err)
 	}
-	return t.reloadFrom(ctx, dev, f, l, false)
+	if err := t.reloadFrom(ctx, dev, f, l, false); err != nil {
+		return err
+	}
+	// Before the session's next launch: its contexts' reservations as
+	// the program left them.
+	if tr, ok := dev.(backend.ContextTrimmer); ok {
+		if err := tr.UntrimContexts(ctx); err != nil {
+			return fmt.Errorf("set the contexts' limits back: %w", err)
+		}
+	}
+	return nil
 }
 
 // reloadFrom copies every block of l from f into dev.
