@@ -78,6 +78,20 @@ type hashes struct {
 	regs []key // in layout order
 }
 
+// Reloaded is where a reload's time went: backing the regions again,
+// looking for blocks of zeros, pinning the memfd, copying, unpinning and
+// setting the contexts' trimmed limits back.
+type Reloaded struct {
+	Bytes    int64 `json:"bytes"`
+	Copied   int64 `json:"copied"`
+	BackNS   int64 `json:"back_ns"`
+	ScanNS   int64 `json:"scan_ns"`
+	PinNS    int64 `json:"pin_ns"`
+	CopyNS   int64 `json:"copy_ns"`
+	UnpinNS  int64 `json:"unpin_ns"`
+	UntrimNS int64 `json:"untrim_ns"`
+}
+
 // Tracker is a worker's memory of what it saved. It lives in the worker's
 // memory, so it travels in the checkpoint image with the session: a
 // restored worker knows the hashes of the image it came from.
@@ -90,6 +104,8 @@ type Tracker struct {
 	// pre is the last pre-copy round: the hashes of the bytes a
 	// migration target holds.
 	pre *hashes
+	// LastReload is where the last Reload's time went.
+	LastReload Reloaded
 }
 
 // NewTracker returns a tracker with a fresh hash seed.
@@ -297,18 +313,23 @@ func (t *Tracker) Reload(ctx context.Context, dev backend.DeviceMemory, f *os.Fi
 			return fmt.Errorf("saved device memory lacks block %d", i)
 		}
 	}
+	t.LastReload = Reloaded{Bytes: l.Size}
+	t0 := time.Now()
 	if err := dev.RestoreMem(ctx); err != nil {
 		return fmt.Errorf("back device memory again: %w", err)
 	}
+	t.LastReload.BackNS = time.Since(t0).Nanoseconds()
 	if err := t.reloadFrom(ctx, dev, f, l, false); err != nil {
 		return err
 	}
 	// Before the session's next launch: its contexts' reservations as
 	// the program left them.
 	if tr, ok := dev.(backend.ContextTrimmer); ok {
+		t1 := time.Now()
 		if err := tr.UntrimContexts(ctx); err != nil {
 			return fmt.Errorf("set the contexts' limits back: %w", err)
 		}
+		t.LastReload.UntrimNS = time.Since(t1).Nanoseconds()
 	}
 	return nil
 }
@@ -345,6 +366,7 @@ func (t *Tracker) reloadFrom(ctx context.Context, dev backend.DeviceMemory, f *o
 	}
 	defer unix.Munmap(data)
 	spans := l.Spans()
+	t0 := time.Now()
 	// Blocks of zeros need no copy: backed-again memory is zeroed.
 	zero := make([]bool, len(spans))
 	_ = parallel(len(spans), func(i int) error {
@@ -354,15 +376,25 @@ func (t *Tracker) reloadFrom(ctx context.Context, dev backend.DeviceMemory, f *o
 		return nil
 	})
 	ps := pieces(spans, func(i int) bool { return !zero[i] })
+	st := &t.LastReload
+	st.Copied = piecesBytes(ps)
+	t1 := time.Now()
+	st.ScanNS = t1.Sub(t0).Nanoseconds()
 	pr := &prepared{}
-	if piecesBytes(ps) >= directMin {
+	if st.Copied >= directMin {
 		pr = prepare(ctx, dev, data, ps, false)
 	}
-	defer pr.release()
-	return parallel(len(ps), func(i int) error {
+	t2 := time.Now()
+	st.PinNS = t2.Sub(t1).Nanoseconds()
+	err = parallel(len(ps), func(i int) error {
 		p := ps[i]
 		return dev.WriteMem(ctx, l.Regions[p.region].MemRegion, p.regOff, data[p.fileOff:p.fileOff+int64(p.n)])
 	})
+	t3 := time.Now()
+	st.CopyNS = t3.Sub(t2).Nanoseconds()
+	pr.release()
+	st.UnpinNS = time.Since(t3).Nanoseconds()
+	return err
 }
 
 // isZero reports whether b is all zero bytes.
