@@ -108,7 +108,9 @@ func TestDeviceMemoryTimings(t *testing.T) {
 		t.Logf("%-44s %8.1f ms  %6.1f GB/s", what, float64(el.Microseconds())/1000, float64(n)/1e9/el.Seconds())
 	}
 	// The ring, parallel: what a copy without pinning costs.
-	lap("htod through the ring, 16 at once", func() error { return pieces16(n, func(off, k uint64) error { return d.WriteMem(ctx, r, off, host[off:off+k]) }) })
+	lap("htod through the ring, 16 at once", func() error {
+		return pieces16(n, func(off, k uint64) error { return d.WriteMem(ctx, r, off, host[off:off+k]) })
+	})
 	mf := func() []byte {
 		fd, err := unix.MemfdCreate("timing", unix.MFD_CLOEXEC)
 		if err != nil {
@@ -130,7 +132,9 @@ func TestDeviceMemoryTimings(t *testing.T) {
 	lap("populate a fresh memfd (MADV_POPULATE_WRITE, 16 parts)", func() error {
 		return pieces16(n, func(off, k uint64) error { return unix.Madvise(b[off:off+k], unix.MADV_POPULATE_WRITE) })
 	})
-	lap("dtoh through the ring into the memfd, 16 at once", func() error { return pieces16(n, func(off, k uint64) error { return d.ReadMem(ctx, r, off, b[off:off+k]) }) })
+	lap("dtoh through the ring into the memfd, 16 at once", func() error {
+		return pieces16(n, func(off, k uint64) error { return d.ReadMem(ctx, r, off, b[off:off+k]) })
+	})
 	for _, part := range []uint64{n, 256 << 20, 64 << 20, 16 << 20} {
 		if part > n {
 			continue
@@ -163,7 +167,9 @@ func TestDeviceMemoryTimings(t *testing.T) {
 	lap("hash, again", func() error { return d.HashBlocks(ctx, r, devmem.DefaultBlock, 1, hs) })
 	lap("release", func() error { return d.ReleaseMem(ctx) })
 	lap("back again (cuMemCreate, cuMemMap, zero)", func() error { return d.RestoreMem(ctx) })
-	lap("htod through the ring again (after release)", func() error { return pieces16(n, func(off, k uint64) error { return d.WriteMem(ctx, r, off, host[off:off+k]) }) })
+	lap("htod through the ring again (after release)", func() error {
+		return pieces16(n, func(off, k uint64) error { return d.WriteMem(ctx, r, off, host[off:off+k]) })
+	})
 	// The save and reload as a checkpoint runs them.
 	tr := devmem.NewTracker()
 	var sv devmem.Saved
