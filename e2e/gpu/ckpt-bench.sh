@@ -286,7 +286,6 @@ manual_run() {
 		fail "$mib MiB by hand: checkpoint failed: $(grep -h Error "$img/dump.log" | head -n 3) $(tail -n 2 "$OUT/manual.$mib.log")"
 		kill -9 "$pid" 2>/dev/null
 		gone "$pid" 30
-		wait_gpu 60
 		return
 	fi
 	t0=$(ms_now)
@@ -303,7 +302,6 @@ manual_run() {
 	kill -9 "$pid" 2>/dev/null
 	gone "$pid" 30
 	rm -rf "$img"
-	wait_gpu 150
 }
 
 # migrate_busy MIB: a client of MIB that rewrites REWRITE MiB/s of its
@@ -365,9 +363,12 @@ for mib in $SIZES; do
 	migrate_busy "$mib"
 	RUN+=("$mib")
 done
-for mib in "${RUN[@]}"; do
-	step "$(size "$mib"): by hand"
-	manual_run "$mib"
+for i in "${!RUN[@]}"; do
+	# The killed native holder of the size before may keep the driver
+	# refusing new processes for a while: wait it out, generously.
+	((i > 0)) && { wait_gpu 150 || break; }
+	step "$(size "${RUN[i]}"): by hand"
+	manual_run "${RUN[i]}"
 done
 
 # ------------------------------------------------------------------ table
