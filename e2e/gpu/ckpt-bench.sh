@@ -344,8 +344,8 @@ fits() {
 		skip "$(size "$1"): the GPU has $gpu MiB; a session of $(size "$1") needs about $(($1 + 4096)) MiB"
 		return 1
 	fi
-	if ((host < 4 * $1)); then
-		skip "$(size "$1"): the host has $host MiB available; gpud needs about $((4 * $1)) MiB of host memory for a session of $(size "$1")"
+	if ((host < 3 * $1)); then
+		skip "$(size "$1"): the host has $host MiB available; gpud needs about $((3 * $1)) MiB of host memory for a session of $(size "$1")"
 		return 1
 	fi
 	return 0
