@@ -212,6 +212,7 @@ func TestDeviceMemoryRoundTrip(t *testing.T) {
 		}
 	}
 	tr := devmem.NewTracker()
+	tr.Pin = true // the direct path; the ring is the default
 	f, sv, err := tr.Save(ctx, d, devmem.SaveRequest{Release: true})
 	if err != nil {
 		t.Fatalf("save: %v", err)

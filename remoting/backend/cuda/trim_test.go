@@ -170,22 +170,26 @@ func TestDeviceMemoryTimings(t *testing.T) {
 	lap("htod through the ring again (after release)", func() error {
 		return pieces16(n, func(off, k uint64) error { return d.WriteMem(ctx, r, off, host[off:off+k]) })
 	})
-	// The save and reload as a checkpoint runs them.
+	// The save and reload as a checkpoint runs them, pinning the memfd
+	// and not.
 	tr := devmem.NewTracker()
-	var sv devmem.Saved
-	var f *os.File
-	lap("save (hash, prepare, copy, release, trim)", func() error {
-		var err error
-		f, sv, err = tr.Save(ctx, d, devmem.SaveRequest{All: true, Release: true})
-		return err
-	})
-	defer f.Close()
-	t.Logf("save: hash %v, prepare %v, copy %v, release+trim %v; pinned %d (%s)", time.Duration(sv.HashNS), time.Duration(sv.PrepareNS),
-		time.Duration(sv.CopyNS), time.Duration(sv.ReleaseNS), sv.PinnedBytes, sv.PinError)
-	lap("reload", func() error { return tr.Reload(ctx, d, f, sv.LayoutOff, sv.LayoutLen) })
-	st := tr.LastReload
-	t.Logf("reload: back %v, scan %v, pin %v, copy %v, unpin %v, untrim %v", time.Duration(st.BackNS), time.Duration(st.ScanNS),
-		time.Duration(st.PinNS), time.Duration(st.CopyNS), time.Duration(st.UnpinNS), time.Duration(st.UntrimNS))
+	for _, pin := range []bool{true, false} {
+		tr.Pin = pin
+		var sv devmem.Saved
+		var f *os.File
+		lap(fmt.Sprintf("save, pin=%v (hash, prepare, copy, release, trim)", pin), func() error {
+			var err error
+			f, sv, err = tr.Save(ctx, d, devmem.SaveRequest{All: true, Release: true})
+			return err
+		})
+		t.Logf("save, pin=%v: hash %v, prepare %v, copy %v, release+trim %v; pinned %d (%s)", pin, time.Duration(sv.HashNS), time.Duration(sv.PrepareNS),
+			time.Duration(sv.CopyNS), time.Duration(sv.ReleaseNS), sv.PinnedBytes, sv.PinError)
+		lap(fmt.Sprintf("reload, pin=%v", pin), func() error { return tr.Reload(ctx, d, f, sv.LayoutOff, sv.LayoutLen) })
+		st := tr.LastReload
+		t.Logf("reload, pin=%v: back %v, scan %v, pin %v, copy %v, unpin %v, untrim %v", pin, time.Duration(st.BackNS), time.Duration(st.ScanNS),
+			time.Duration(st.PinNS), time.Duration(st.CopyNS), time.Duration(st.UnpinNS), time.Duration(st.UntrimNS))
+		f.Close()
+	}
 	got := make([]byte, n)
 	if err := d.ReadMem(ctx, r, 0, got[:min(n, 64<<20)]); err != nil {
 		t.Fatal(err)
