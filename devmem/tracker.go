@@ -237,7 +237,10 @@ func (t *Tracker) Save(ctx context.Context, dev backend.DeviceMemory, req SaveRe
 		sv.CopiedBytes = piecesBytes(ps)
 		pr := &prepared{}
 		if sv.CopiedBytes >= directMin {
-			pr = prepare(ctx, dev, data, ps, true, t.Pin)
+			// gpud's memfd (a scratch one or the session's mirror) has
+			// its pages in already: walking them again cost ~30 ms a
+			// GiB of the client's pause.
+			pr = prepare(ctx, dev, data, ps, fresh, t.Pin)
 		}
 		copied = time.Now()
 		sv.PrepareNS = copied.Sub(hashed).Nanoseconds()

@@ -149,6 +149,9 @@ b_netns && start_gpud b "$B_LISTEN" "$B_API" 0 && MIG=1 || fail "gpud b did not 
 # ------------------------------------------------------------ gpuctl runs
 gpuctl_run() {
 	local mib=$1 log=$WORK/client.$mib.log before sid it hp img t0 t1
+	# A migration's handover ended a frozen worker: the driver may refuse
+	# new processes for a while, and the client's worker is one.
+	wait_gpu 150 || return
 	before=$(sessions "$A_API")
 	start_client "$log" "$mib" remote
 	hp=$HP
@@ -309,6 +312,7 @@ manual_run() {
 migrate_busy() {
 	local mib=$1 log=$WORK/busy.$mib.log before sid it hp
 	((MIG)) || return
+	wait_gpu 150 || return
 	before=$(sessions "$A_API")
 	start_client "$log" "$mib" remote "rewrite=$REWRITE"
 	hp=$HP
