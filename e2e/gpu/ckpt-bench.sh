@@ -151,7 +151,7 @@ gpuctl_run() {
 	local mib=$1 log=$WORK/client.$mib.log before sid it hp img t0 t1
 	# A migration's handover ended a frozen worker: the driver may refuse
 	# new processes for a while, and the client's worker is one.
-	wait_gpu 150 || return
+	wait_gpu "$(waitable)" || return
 	before=$(sessions "$A_API")
 	start_client "$log" "$mib" remote
 	hp=$HP
@@ -253,6 +253,12 @@ wait_gpu() {
 	fail "the GPU refused new processes for $1 s: $(tail -n 1 "$WORK/gpu-probe.log")"
 	return 1
 }
+# waitable: how long a wait for the GPU may take: 150 s, or what is left
+# of the budget.
+waitable() {
+	local left=$((BUDGET - ($(date +%s) - T_START)))
+	echo $((left < 150 ? (left > 1 ? left : 1) : 150))
+}
 # gone PID SECONDS: until PID has exited (a zombie counts as gone).
 gone() {
 	local deadline=$(($(date +%s) + $2))
@@ -312,7 +318,7 @@ manual_run() {
 migrate_busy() {
 	local mib=$1 log=$WORK/busy.$mib.log before sid it hp
 	((MIG)) || return
-	wait_gpu 150 || return
+	wait_gpu "$(waitable)" || return
 	before=$(sessions "$A_API")
 	start_client "$log" "$mib" remote "rewrite=$REWRITE"
 	hp=$HP
@@ -368,9 +374,11 @@ for mib in $SIZES; do
 	RUN+=("$mib")
 done
 for i in "${!RUN[@]}"; do
+	# The by-hand copy runs at about 2 GB/s each way.
+	time_for $((10 + RUN[i] / 300)) "$(size "${RUN[i]}") by hand" || continue
 	# The killed native holder of the size before may keep the driver
 	# refusing new processes for a while: wait it out, generously.
-	((i > 0)) && { wait_gpu 150 || break; }
+	((i > 0)) && { wait_gpu "$(waitable)" || break; }
 	step "$(size "${RUN[i]}"): by hand"
 	manual_run "${RUN[i]}"
 done
