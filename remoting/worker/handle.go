@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -118,7 +117,7 @@ func Start(ctx context.Context, opts Options) (*Handle, error) {
 	if opts.CUDAPlainMemory {
 		args = append(args, "--cuda-plain-memory")
 	}
-	cmd := Command(exe, jitCacheEnv(opts.ModuleCacheDir), args...)
+	cmd := Command(exe, nil, args...)
 	cmd.ExtraFiles = []*os.File{theirs}
 	if err := opts.Spawner.start(cmd); err != nil {
 		fc.Close()
@@ -140,27 +139,7 @@ func Start(ctx context.Context, opts Options) (*Handle, error) {
 	return h, nil
 }
 
-// jitCacheEnv points the driver's cache of compiled PTX at a directory
-// beside the host's module cache (DIR/jit), shared by its workers, unless
-// gpud's environment names one (CUDA_CACHE_PATH passes through): a
-// worker has no home directory, where the driver keeps the cache
-// otherwise, so every worker compiled every PTX module again, the
-// checkpoint's own hash kernel included (tens of milliseconds of its
-// first pause). No module cache, no JIT cache.
-func jitCacheEnv(moduleCache string) []string {
-	if moduleCache == "" {
-		return nil
-	}
-	if _, set := os.LookupEnv("CUDA_CACHE_PATH"); set {
-		return nil
-	}
-	dir := filepath.Join(filepath.Dir(moduleCache), "jit")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil
-	}
-	return []string{"CUDA_CACHE_PATH=" + dir}
-}
-
+// workerEnv passes the worker only what it needs from gpud's environment.
 func newHandle(pid int, ctrl *net.UnixConn, opts Options) *Handle {
 	log := opts.Log
 	if log == nil {

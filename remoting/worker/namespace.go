@@ -77,8 +77,7 @@ func Command(exe string, env []string, args ...string) *exec.Cmd {
 
 func workerEnv() []string {
 	var env []string
-	for _, k := range []string{"PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "GOTRACEBACK",
-		"CUDA_CACHE_PATH", "CUDA_CACHE_MAXSIZE", "CUDA_CACHE_DISABLE"} {
+	for _, k := range []string{"PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "GOTRACEBACK"} {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}
