@@ -102,11 +102,14 @@ start_client() {
 # start_remote LOG MIB [MODE]: start_client through gpud a until the
 # client checks its data (3 checks), for up to 40 s: after a migration
 # gpud may take longer to start a new session's worker than the client
-# waits for its first connection (5 s). HP is its pid; 1 if it never ran.
+# waits for its first connection (5 s). HP is its pid; BEFORE lists gpud
+# a's sessions before the try that started it (a failed try can leave a
+# session of its own behind).
 start_remote() {
 	local deadline=$(($(date +%s) + 40)) tries=0
 	while :; do
 		tries=$((tries + 1))
+		BEFORE=$(sessions "$A_API")
 		start_client "$1" "$2" remote "${3:-idle}"
 		wait_log "$1" '^iter 3 ok' 120 "$HP" && {
 			((tries > 1)) && echo "  the client started at its try $tries"
@@ -179,14 +182,13 @@ b_netns && start_gpud b "$B_LISTEN" "$B_API" 0 && MIG=1 || fail "gpud b did not 
 
 # ------------------------------------------------------------ gpuctl runs
 gpuctl_run() {
-	local mib=$1 log=$WORK/client.$mib.log before sid it hp img t0 t1
+	local mib=$1 log=$WORK/client.$mib.log sid it hp img t0 t1
 	# A migration's handover ended a frozen worker: the driver may refuse
 	# new processes for a while, and the client's worker is one.
 	wait_gpu "$(waitable)" || return
-	before=$(sessions "$A_API")
 	start_remote "$log" "$mib"
 	hp=$HP
-	if ! grep -q '^iter 3 ok' "$log" || ! sid=$(new_session "$A_API" "$before" 10); then
+	if ! grep -q '^iter 3 ok' "$log" || ! sid=$(new_session "$A_API" "$BEFORE" 10); then
 		fail "$mib MiB: the client did not start through gpud: $(tail -n 3 "$log.out")"
 		stop_group "$hp"
 		return
@@ -347,13 +349,12 @@ manual_run() {
 # migrate_busy MIB: a client of MIB that rewrites REWRITE MiB/s of its
 # memory migrates to gpud b: its downtime and pre-copy rounds.
 migrate_busy() {
-	local mib=$1 log=$WORK/busy.$mib.log before sid it hp
+	local mib=$1 log=$WORK/busy.$mib.log sid it hp
 	((MIG)) || return
 	wait_gpu "$(waitable)" || return
-	before=$(sessions "$A_API")
 	start_remote "$log" "$mib" "rewrite=$REWRITE"
 	hp=$HP
-	if ! grep -q '^iter 3 ok' "$log" || ! sid=$(new_session "$A_API" "$before" 10); then
+	if ! grep -q '^iter 3 ok' "$log" || ! sid=$(new_session "$A_API" "$BEFORE" 10); then
 		fail "$mib MiB rewriting: the client did not start through gpud: $(tail -n 3 "$log.out")"
 		stop_group "$hp"
 		return
@@ -407,6 +408,9 @@ for mib in $SIZES; do
 	RUN+=("$mib")
 	clean_stores
 done
+# The table and the by-hand rows go smallest size first, whatever order
+# SIZES ran in.
+mapfile -t RUN < <(printf '%s\n' "${RUN[@]}" | sort -n)
 for i in "${!RUN[@]}"; do
 	# The by-hand copy runs at about 2 GB/s each way.
 	time_for $((10 + RUN[i] / 300)) "$(size "${RUN[i]}") by hand" || continue
