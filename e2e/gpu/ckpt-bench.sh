@@ -410,7 +410,7 @@ for mib in $SIZES; do
 done
 # The table and the by-hand rows go smallest size first, whatever order
 # SIZES ran in.
-mapfile -t RUN < <(printf '%s\n' "${RUN[@]}" | sort -n)
+((${#RUN[@]})) && mapfile -t RUN < <(printf '%s\n' "${RUN[@]}" | sort -n)
 for i in "${!RUN[@]}"; do
 	# The by-hand copy runs at about 2 GB/s each way.
 	time_for $((10 + RUN[i] / 300)) "$(size "${RUN[i]}") by hand" || continue
