@@ -50,7 +50,7 @@ func (w *world) waitState(h *harness.Host, sel, state string, within time.Durati
 }
 
 // waitNoSessions waits until h's earlier sessions (a reference run's,
-// detached after its client ended) are gone and hold no device memory.
+// ended by its client's exit) are gone and hold no device memory.
 func (w *world) waitNoSessions(h *harness.Host, within time.Duration) {
 	w.t.Helper()
 	deadline := time.Now().Add(within)

@@ -40,6 +40,7 @@ type Server struct {
 	wg     sync.WaitGroup
 
 	accepted atomic.Int64 // connections accepted so far
+	goodbyes atomic.Int64 // sessions ended by their client's goodbye
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -191,6 +192,10 @@ func (s *Server) Adopt(src *Server) {
 // Accepted is the number of connections accepted so far.
 func (s *Server) Accepted() int64 { return s.accepted.Load() }
 
+// Goodbyes is the number of sessions that ended because their client
+// said goodbye (its program exited normally).
+func (s *Server) Goodbyes() int64 { return s.goodbyes.Load() }
+
 // Sessions is the number of sessions this server holds.
 func (s *Server) Sessions() int {
 	s.mu.Lock()
@@ -323,6 +328,16 @@ func (s *Server) serve(c net.Conn) error {
 	ss.mu.Unlock()
 	if errors.Is(err, dispatch.ErrStopped) && to != "" {
 		return wire.WriteMoved(c, to)
+	}
+	if errors.Is(err, dispatch.ErrGoodbye) {
+		// The client's program exited: the session ends, as gpud ends it.
+		s.mu.Lock()
+		if s.sessions[ss.id] == ss {
+			delete(s.sessions, ss.id)
+			s.goodbyes.Add(1)
+		}
+		s.mu.Unlock()
+		return nil
 	}
 	return err
 }
