@@ -66,3 +66,24 @@ type ImageChunksReply struct {
 	Digests []Digest `json:"digests"`
 	Bytes   []int64  `json:"bytes"`
 }
+
+// PushImageRequest is the body of POST /v1/images/{id}/push: the host
+// sends the image to another gpud, only the chunks that one lacks, as
+// replication does. It is the administrator's (the host token, which the
+// hosts of a cluster share).
+type PushImageRequest struct {
+	// To is the receiving gpud's control API address, HOST:PORT.
+	To string `json:"to"`
+}
+
+// PushImageReply is the reply to POST /v1/images/{id}/push.
+type PushImageReply struct {
+	ID string `json:"id"`
+	To string `json:"to"`
+	// SentBytes are the chunk bytes the receiver lacked and was sent;
+	// Bytes is the image's logical size. AlreadyHeld: the receiver had
+	// the image already and nothing was sent.
+	SentBytes   int64 `json:"sent_bytes"`
+	Bytes       int64 `json:"bytes"`
+	AlreadyHeld bool  `json:"already_held,omitempty"`
+}

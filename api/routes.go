@@ -82,6 +82,10 @@ const (
 	// RouteImageChunks answers which chunks an image is made of, so that
 	// a placement can ask other hosts how much of it they hold.
 	RouteImageChunks = methodGet + " " + ImagesPath + idSegment + "/chunks"
+	// RoutePushImage has a host send one of its images to another gpud
+	// (the chunks it lacks, then the manifest): a restore on a host that
+	// holds only part of an image is topped up this way from a holder.
+	RoutePushImage = methodPost + " " + ImagesPath + idSegment + "/push"
 )
 
 // Routes lists every route above, for those that must cover them all (the
@@ -89,7 +93,7 @@ const (
 func Routes() []string {
 	return []string{RouteHost, RouteSessions, RouteSession, RouteCheckpoint, RouteMigrate, RouteImages, RouteImage,
 		RouteRemoveImage, RouteRestore, RouteExport, RouteImport, RouteVerify, RouteGC, RouteMissingChunks, RoutePutChunks, RouteMetrics,
-		RoutePreempt, RouteResume, RouteDropStaged, RouteStageTable, RouteImageChunks}
+		RoutePreempt, RouteResume, RouteDropStaged, RouteStageTable, RouteImageChunks, RoutePushImage}
 }
 
 // SessionPath is the path of GET /v1/sessions/{id}.
@@ -115,6 +119,9 @@ func ImageRestorePath(image string) string { return ImagePath(image) + "/restore
 
 // ImageChunksPath is the path of GET /v1/images/{id}/chunks.
 func ImageChunksPath(image string) string { return ImagePath(image) + "/chunks" }
+
+// ImagePushPath is the path of POST /v1/images/{id}/push.
+func ImagePushPath(image string) string { return ImagePath(image) + "/push" }
 
 // ImageExportPath is the path of GET /v1/images/{id}/export.
 func ImageExportPath(image string) string { return ImagePath(image) + "/export" }

@@ -33,6 +33,7 @@ func TestRoutesAreTheContract(t *testing.T) {
 		RouteDropStaged:    "DELETE /v1/chunks/staged/{id}",
 		RouteStageTable:    "PUT /v1/chunks/staged/{id}",
 		RouteImageChunks:   "GET /v1/images/{id}/chunks",
+		RoutePushImage:     "POST /v1/images/{id}/push",
 	}
 	for got, want := range contract {
 		if got != want {
@@ -110,7 +111,7 @@ func TestPathsReachTheirRoutes(t *testing.T) {
 		{RouteSession, SessionPath}, {RouteCheckpoint, SessionCheckpointPath}, {RouteMigrate, SessionMigratePath},
 		{RouteImage, ImagePath}, {RouteRemoveImage, ImagePath}, {RouteRestore, ImageRestorePath}, {RouteExport, ImageExportPath},
 		{RouteDropStaged, StagedChunksSessionPath}, {RouteStageTable, StagedChunksSessionPath},
-		{RouteImageChunks, ImageChunksPath},
+		{RouteImageChunks, ImageChunksPath}, {RoutePushImage, ImagePushPath},
 	}
 	for _, b := range builders {
 		method, _, _ := strings.Cut(b.route, " ")

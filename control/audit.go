@@ -212,6 +212,8 @@ func Action(route string) string {
 		return "metrics.get"
 	case api.RouteImageChunks:
 		return "image.chunks"
+	case api.RoutePushImage:
+		return "image.push"
 	}
 	return "unknown"
 }

@@ -202,6 +202,12 @@ func (c *Client) ImageChunks(ctx context.Context, id string) (*api.ImageChunksRe
 	return call[api.ImageChunksReply](ctx, c, "image", id, http.MethodGet, api.ImageChunksPath(id), nil)
 }
 
+// PushImage is POST /v1/images/{id}/push: the host sends image id to the
+// gpud at to (HOST:PORT), only the chunks that one lacks.
+func (c *Client) PushImage(ctx context.Context, id, to string) (*api.PushImageReply, error) {
+	return call[api.PushImageReply](ctx, c, "image", id, http.MethodPost, api.ImagePushPath(id), api.PushImageRequest{To: to})
+}
+
 // PutChunks is PUT /v1/chunks: a chunk stream from r, stored ahead of the
 // manifest that will use it.
 func (c *Client) PutChunks(ctx context.Context, r io.Reader) (*api.PutChunksReply, error) {

@@ -67,6 +67,11 @@ func fakeHost(t *testing.T) (*Client, func() []hit) {
 			_ = json.Unmarshal(b, &req)
 			return api.ResumeReply{Session: id, Host: req.On}
 		},
+		api.RoutePushImage: func(id string, b []byte) any {
+			var req api.PushImageRequest
+			_ = json.Unmarshal(b, &req)
+			return api.PushImageReply{ID: id, To: req.To, SentBytes: 7}
+		},
 	}
 	mux := http.NewServeMux()
 	for route, fn := range reply {
@@ -199,6 +204,10 @@ func TestCallsReachTheirRoutes(t *testing.T) {
 			r, err := cl.PutChunks(ctx, strings.NewReader("chunk stream"))
 			return ptr(r, func(r *api.PutChunksReply) string { return fmt.Sprint(r.Chunks, " ", r.StoredBytes) }), err
 		}, "1 12", api.RoutePutChunks, "", "chunk stream"},
+		{"push image", func() (string, error) {
+			r, err := cl.PushImage(ctx, "img-1", "10.0.0.2:7071")
+			return ptr(r, func(r *api.PushImageReply) string { return fmt.Sprint(r.ID, " ", r.To, " ", r.SentBytes) }), err
+		}, "img-1 10.0.0.2:7071 7", api.RoutePushImage, "img-1", `{"to":"10.0.0.2:7071"}`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package images
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,18 @@ type RouteOptions struct {
 	// that keeps each received chunk's content for that session's
 	// restore (package migrate/stage); nil keeps nothing.
 	Stage func(session string) func(store.Digest, []byte)
+	// Dial returns a client of another gpud's control API (the host's
+	// token and peer TLS), for POST /v1/images/{id}/push; nil refuses
+	// pushes.
+	Dial func(addr string) *control.Client
+	// InUse refuses the removal of an image a session here still needs
+	// (one that waits in it, preempted); nil: none does.
+	InUse func(ctx context.Context, image string) error
+	// Imported and Removed are told of each image the store gained by an
+	// import (a push, a replica, a migration's image) or lost by a
+	// removal, after the fact; nil: nobody is.
+	Imported func(ctx context.Context, info api.Image)
+	Removed  func(ctx context.Context, image string)
 }
 
 // detail is the reply to GET /v1/images/{id}: the manifest without the
@@ -134,10 +147,18 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 		if err != nil {
 			return err
 		}
+		if opts.InUse != nil {
+			if err := opts.InUse(r.Context(), id); err != nil {
+				return err
+			}
+		}
 		if err := Delete(r.Context(), st, id); err != nil {
 			return err
 		}
 		log.Info("image removed", "image", id)
+		if opts.Removed != nil {
+			opts.Removed(r.Context(), id)
+		}
 		control.WriteJSON(w, api.RemoveImageReply{ID: id, Session: info.Session, Bytes: info.Bytes, Deleted: true})
 		return nil
 	})
@@ -173,6 +194,9 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 			return err
 		}
 		log.Info("image imported", "image", m.ID, "bytes", stats.LogicalBytes, "stored", stats.StoredBytes, "took", time.Since(start))
+		if opts.Imported != nil {
+			opts.Imported(r.Context(), info)
+		}
 		control.WriteJSON(w, api.ImportReply{Image: info, StoredBytes: stats.StoredBytes})
 		return nil
 	})
@@ -226,6 +250,20 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 		if err != nil {
 			return err
 		}
+		control.WriteJSON(w, rep)
+		return nil
+	})
+	h(api.RoutePushImage, func(w http.ResponseWriter, r *http.Request) error {
+		id := control.PathID(r)
+		var req api.PushImageRequest
+		if err := control.DecodeJSON(r, &req); err != nil {
+			return err
+		}
+		rep, err := PushTo(r.Context(), st, id, req.To, opts.Dial)
+		if err != nil {
+			return err
+		}
+		log.Info("image pushed", "image", id, "to", req.To, "sent_bytes", rep.SentBytes, "bytes", rep.Bytes, "already_held", rep.AlreadyHeld)
 		control.WriteJSON(w, rep)
 		return nil
 	})

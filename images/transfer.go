@@ -3,6 +3,7 @@ package images
 import (
 	"context"
 	"io"
+	"net"
 
 	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
@@ -91,6 +92,40 @@ func pushStream(ctx context.Context, st *store.Store, id string, peer *control.C
 		return n, errs.New(errs.Internal, errs.Image(id), "push to %s: unexpected reply (image %q)", peer.Addr(), reply.ID)
 	}
 	return n, nil
+}
+
+// PushTo is POST /v1/images/{id}/push: it sends image id to the gpud at
+// addr with Push, through dial (the host's token and peer TLS). It is the
+// administrator's: it writes into another host's store. A receiver that
+// holds the image already is sent nothing and says so.
+func PushTo(ctx context.Context, st *store.Store, id, addr string, dial func(string) *control.Client) (*api.PushImageReply, error) {
+	if err := tenant.RequireAdmin(ctx, "pushing an image to another host"); err != nil {
+		return nil, err
+	}
+	if dial == nil {
+		return nil, errs.New(errs.FailedPrecondition, errs.Image(id), "this host does not push images to others")
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil || addr == "" {
+		return nil, errs.New(errs.InvalidArgument, errs.Image(id), "push to %q: want the receiving gpud's --api HOST:PORT", addr)
+	}
+	info, err := Stat(ctx, st, id)
+	if err != nil {
+		return nil, err
+	}
+	rep := &api.PushImageReply{ID: id, To: addr, Bytes: info.Bytes}
+	peer := dial(addr)
+	if _, err := peer.Image(ctx, id); err == nil {
+		rep.AlreadyHeld = true
+		return rep, nil
+	}
+	rep.SentBytes, err = Push(ctx, st, id, peer, nil)
+	if errs.IsAlreadyExists(err) {
+		rep.AlreadyHeld, err = true, nil // it arrived meanwhile
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rep, nil
 }
 
 // Chunks lists image id's distinct non-zero chunks with their sizes: all

@@ -26,7 +26,7 @@ func Candidates(self Host, hs []Host, holds map[string]bool) (peers []Host, why 
 			why = append(why, h.Name+": down")
 		case h.Backend != self.Backend:
 			why = append(why, h.Name+": runs "+h.Backend+", not "+self.Backend)
-		case model != "" && !hasModel(h.GPUs, model):
+		case model != "" && !HasModel(h.GPUs, model):
 			why = append(why, h.Name+": no "+model+" GPU")
 		case OlderDriver(h.Driver, self.Driver):
 			why = append(why, h.Name+": driver "+h.Driver+" older than "+self.Driver)
@@ -46,7 +46,8 @@ func Candidates(self Host, hs []Host, holds map[string]bool) (peers []Host, why 
 	return peers, why
 }
 
-func hasModel(gpus []api.GPU, model string) bool {
+// HasModel reports whether one of gpus is of the given model.
+func HasModel(gpus []api.GPU, model string) bool {
 	for _, g := range gpus {
 		if g.Name == model {
 			return true

@@ -176,6 +176,26 @@ func TestReplicasGoToCompatiblePeers(t *testing.T) {
 	if _, err := images.Get(ctx, stG, "img-k3"); err != nil {
 		t.Errorf("g recorded as holding img-k3 but does not: %v", err)
 	}
+
+	// K 0 (gpud without --replicas) records this host's own copy and
+	// sends nothing, so that where an image is stays known when its host
+	// goes down.
+	// Its own metrics: the replicators above still fill their images'
+	// third copies now that g joined.
+	reg0 := prometheus.NewRegistry()
+	commit(t, src, "img-k0", "a", 5)
+	rp0 := replicate.New(replicate.Config{Self: self, K: 0, Registry: r, Store: src, Metrics: replicate.NewMetrics(reg0),
+		Dial: func(a string) *control.Client { return control.NewClient(a, "tok") }, Retry: 100 * time.Millisecond, Scan: time.Hour})
+	go rp0.Run(ctx)
+	rp0.Committed("img-k0")
+	waitFor("img-k0 recorded on a", func() bool { return strings.Join(hosts("img-k0"), ",") == "a" })
+	time.Sleep(300 * time.Millisecond)
+	if got := hosts("img-k0"); strings.Join(got, ",") != "a" {
+		t.Errorf("copies of img-k0 with K 0: %v, want a's own", got)
+	}
+	if sent := testutil.ToFloat64(mustCounter(t, reg0, "gpud_replication_sent_bytes_total")); sent != 0 {
+		t.Errorf("K 0 sent %v bytes", sent)
+	}
 }
 
 func mustCounter(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {

@@ -178,6 +178,9 @@ func testPipelineSessionTable(t *testing.T, overTLS bool) {
 			if err != nil {
 				return err
 			}
+			// A real pipeline's dump ends this worker; here nothing does,
+			// and gpud's shutdown would wait its full deadline for it.
+			t.Cleanup(func() { _ = syscall.Kill(w.PID(), syscall.SIGKILL) })
 			return w.Quiesce(ctx)
 		},
 		func() error { return ts.m.Dumped(id) },

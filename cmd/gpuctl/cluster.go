@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -297,10 +296,10 @@ func place(ctx context.Context, c *cli.Context, id string, src *control.Client, 
 		case h.Backend != srcHost.Backend:
 			out.others = append(out.others, fmt.Sprintf("%s: runs %s, the session %s", h.Name, h.Backend, srcHost.Backend))
 			continue
-		case model != "" && !hasModel(h.GPUs, model):
+		case model != "" && !registry.HasModel(h.GPUs, model):
 			out.others = append(out.others, fmt.Sprintf("%s: no %s GPU", h.Name, model))
 			continue
-		case olderDriver(h.Driver, srcHost.DriverVersion):
+		case registry.OlderDriver(h.Driver, srcHost.DriverVersion):
 			out.others = append(out.others, fmt.Sprintf("%s: driver %s is older than %s", h.Name, h.Driver, srcHost.DriverVersion))
 			continue
 		case h.MemFreeBytes < sess.MemBytes:
@@ -379,33 +378,4 @@ func chunkShare(ctx context.Context, cl *control.Client, ch *api.ImageChunksRepl
 		return 0
 	}
 	return float64(have) / float64(all)
-}
-
-func hasModel(gpus []api.GPU, model string) bool {
-	for _, g := range gpus {
-		if g.Name == model {
-			return true
-		}
-	}
-	return false
-}
-
-// olderDriver reports whether version a is older than b, comparing
-// dotted numbers; unknown versions are never older.
-func olderDriver(a, b string) bool {
-	if a == "" || b == "" {
-		return false
-	}
-	pa, pb := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < len(pa) && i < len(pb); i++ {
-		x, err1 := strconv.Atoi(pa[i])
-		y, err2 := strconv.Atoi(pb[i])
-		if err1 != nil || err2 != nil {
-			return false
-		}
-		if x != y {
-			return x < y
-		}
-	}
-	return len(pa) < len(pb)
 }

@@ -20,12 +20,19 @@ import (
 
 func imagesCommand(e *env) *cli.Command {
 	one := func(name, usage, argsUsage string, fn func(ctx context.Context, cl *control.Client, args []string, asJSON bool) error, nargs ...int) *cli.Command {
+		flags := []cli.Flag{jsonFlag}
+		if clusterWide[name] {
+			flags = append(flags, onFlag)
+		}
 		return &cli.Command{
-			Name: name, Usage: usage, ArgsUsage: argsUsage, Flags: []cli.Flag{jsonFlag},
+			Name: name, Usage: usage, ArgsUsage: argsUsage, Flags: flags,
 			Action: func(c *cli.Context) error {
 				lo, hi := nargs[0], nargs[1]
 				if c.NArg() < lo || c.NArg() > hi {
 					return usageError("usage: gpuctl images %s %s", name, argsUsage)
+				}
+				if clusterWide[name] && (c.String("registry") != "" || c.String("on") != "") {
+					return e.clusterImages(c, name)
 				}
 				if name == "ls" && c.String("registry") != "" {
 					reg, err := needRegistry(c, "gpuctl images ls")
@@ -34,6 +41,9 @@ func imagesCommand(e *env) *cli.Command {
 					}
 					defer reg.Close()
 					return e.clusterImagesList(c, reg)
+				}
+				if name == "export" && c.String("registry") != "" {
+					return e.clusterExport(c)
 				}
 				cl, err := apiClient(c)
 				if (name == "inspect" || name == "export") && c.String("registry") != "" {
@@ -52,7 +62,10 @@ func imagesCommand(e *env) *cli.Command {
 		Description: "An image belongs to the tenant whose session it holds (on a host with tenants).\n" +
 			"With a tenant's token, every subcommand sees that tenant's images only; import takes\n" +
 			"only the tenant's own exports and keeps their owner; gc is the administrator's (the\n" +
-			"host token), since it works on the whole store.",
+			"host token), since it works on the whole store.\n" +
+			"With --registry, rm, verify and gc act on every host concerned (every holder of the\n" +
+			"image, every host for gc), one line per host, down hosts reported; import goes to\n" +
+			"--on NAME or the registered host --host names; --on limits any of them to one host.",
 		Subcommands: []*cli.Command{
 			one("ls", "list the host's images", "", e.imagesList, 0, 0),
 			one("inspect", "show an image's manifest", "ID", e.imagesInspect, 1, 1),
@@ -64,6 +77,10 @@ func imagesCommand(e *env) *cli.Command {
 		},
 	}
 }
+
+// clusterWide are the images subcommands that, with --registry, act on
+// every host concerned (or --on's) instead of --host alone.
+var clusterWide = map[string]bool{"rm": true, "verify": true, "gc": true, "import": true}
 
 func (e *env) imagesList(ctx context.Context, cl *control.Client, _ []string, asJSON bool) error {
 	list, err := cl.Images(ctx) // never nil: an empty list prints as []

@@ -36,6 +36,9 @@ type imageHolders struct {
 	images  map[string]api.Image       // by id, from the first listing that has it
 	holders map[string]map[string]bool // image -> host -> up
 	origin  map[string]string          // image -> the host that committed it
+	// unreachable are up hosts whose listing failed, with why: their
+	// copies are taken from the registry, as a down host's are.
+	unreachable map[string]string
 }
 
 func readHolders(c *cli.Context, reg *registry.Client) (*imageHolders, error) {
@@ -65,6 +68,15 @@ func readHolders(c *cli.Context, reg *registry.Client) (*imageHolders, error) {
 			return nil, err
 		}
 		list, err := cl.Images(ctx)
+		if errs.IsUnavailable(err) {
+			// Up by its lease, yet not answering (it may have just died):
+			// the commands that need it say so host by host.
+			if ih.unreachable == nil {
+				ih.unreachable = map[string]string{}
+			}
+			ih.unreachable[h.Name] = oneLine(err.Error())
+			continue
+		}
 		if err != nil {
 			return nil, errs.Wrap(err, errs.KindOf(err), errs.Host(h.Name), "list images")
 		}
@@ -81,7 +93,7 @@ func readHolders(c *cli.Context, reg *registry.Client) (*imageHolders, error) {
 				ih.origin[img] = cp.Host
 			}
 			h, known := ih.hosts[cp.Host]
-			if known && h.State == registry.StateUp {
+			if _, silent := ih.unreachable[cp.Host]; known && h.State == registry.StateUp && !silent {
 				continue // an up host's own listing is the truth
 			}
 			add(img, cp.Host, false)
@@ -118,6 +130,7 @@ func (e *env) clusterImagesList(c *cli.Context, reg *registry.Client) error {
 	if err != nil {
 		return err
 	}
+	ih.warnUnreachable(e)
 	list := make([]clusterImage, 0, len(ih.images))
 	for id, im := range ih.images {
 		list = append(list, clusterImage{Image: im, Copies: ih.copies(id)})
@@ -194,48 +207,61 @@ func holderNames(cs []imageCopy) string {
 // --registry and no --host, by default) picks a host that holds the
 // image, --on NAME a registered host, --on HOST:PORT that address;
 // without --on and --registry, --host.
-func restoreTarget(c *cli.Context, e *env, image string) (*control.Client, error) {
+// With --registry, a chosen host that lacks the image is first topped up
+// from a host that holds it (topUpTarget), which the result reports.
+func restoreTarget(c *cli.Context, e *env, image string) (*control.Client, *topUp, error) {
 	on := c.String("on")
 	reg, err := dialRegistry(c)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if reg == nil {
+		var cl *control.Client
 		switch {
 		case on == "auto":
-			return nil, errs.New(errs.InvalidArgument, "", "--on auto needs the cluster registry: pass --registry URLS or set GPUCTL_REGISTRY")
+			return nil, nil, errs.New(errs.InvalidArgument, "", "--on auto needs the cluster registry: pass --registry URLS or set GPUCTL_REGISTRY")
 		case on != "":
-			return hostClient(c, registry.Host{Name: on, API: on})
+			cl, err = hostClient(c, registry.Host{Name: on, API: on})
+		default:
+			cl, err = apiClient(c)
 		}
-		return apiClient(c)
+		return cl, nil, err
 	}
 	defer reg.Close()
 	if on == "" && c.IsSet("host") {
-		return apiClient(c)
+		cl, err := apiClient(c)
+		return cl, nil, err
 	}
 	ih, err := readHolders(c, reg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if on != "" && on != "auto" {
-		if h, ok := ih.hosts[on]; ok {
-			return hostClient(c, h)
+	cl, err := func() (*control.Client, error) {
+		if on != "" && on != "auto" {
+			if h, ok := ih.hosts[on]; ok {
+				return hostClient(c, h)
+			}
+			return hostClient(c, registry.Host{Name: on, API: on})
 		}
-		return hostClient(c, registry.Host{Name: on, API: on})
-	}
-	p, err := placeImage(c, reg, ih, image)
+		p, err := placeImage(c, reg, ih, image)
+		if err != nil {
+			return nil, err
+		}
+		out := e.stdout
+		if c.Bool("json") {
+			out = e.stderr
+		}
+		fmt.Fprintf(out, "restoring %s on %s: %s\n", image, p.host.Name, p.why)
+		for _, r := range p.others {
+			fmt.Fprintf(out, "  not %s\n", r)
+		}
+		return hostClient(c, p.host)
+	}()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := e.stdout
-	if c.Bool("json") {
-		out = e.stderr
-	}
-	fmt.Fprintf(out, "restoring %s on %s: %s\n", image, p.host.Name, p.why)
-	for _, r := range p.others {
-		fmt.Fprintf(out, "  not %s\n", r)
-	}
-	return hostClient(c, p.host)
+	t, err := topUpTarget(c, e, reg, ih, image, cl)
+	return cl, t, err
 }
 
 // placeImage picks a host to restore image on: up, compatible with the
@@ -290,27 +316,40 @@ func placeImage(c *cli.Context, reg *registry.Client, ih *imageHolders, image st
 			}
 		}
 	}
-	var ok []registry.Host
+	// Hosts that hold the image come first; one that holds only part of
+	// it (chunks of an earlier image, a replica cut short) is topped up
+	// from a holder before the restore, so the more it holds the better.
+	type cand struct {
+		h     registry.Host
+		share float64
+		holds bool
+	}
+	var ok []cand
 	for _, h := range cands {
-		if _, holds := ih.holders[image][h.Name]; !holds {
-			share := 0.0
-			if cl, err := hostClient(c, h); err == nil {
-				share = chunkShare(ctx, cl, chunks)
-			}
-			out.others = append(out.others, fmt.Sprintf("%s: does not hold the image (holds %.0f%% of its chunks by bytes)", h.Name, 100*share))
+		if _, holds := ih.holders[image][h.Name]; holds {
+			ok = append(ok, cand{h, 1, true})
 			continue
 		}
-		ok = append(ok, h)
+		share := 0.0
+		if cl, err := hostClient(c, h); err == nil {
+			share = chunkShare(ctx, cl, chunks)
+		}
+		ok = append(ok, cand{h, share, false})
 	}
 	if len(ok) == 0 {
-		return out, errs.New(errs.ResourceExhausted, errs.Image(image), "no up, compatible host holds it: %s", orDash(strings.Join(out.others, "; ")))
+		return out, errs.New(errs.ResourceExhausted, errs.Image(image), "no up host can restore it: %s", orDash(strings.Join(out.others, "; ")))
 	}
-	reason := func(h registry.Host) string {
-		return fmt.Sprintf("holds the image, %s backend, %s free, driver %s", h.Backend, humanBytes(h.MemFreeBytes), orDash(h.Driver))
+	sort.SliceStable(ok, func(i, j int) bool { return ok[i].share > ok[j].share }) // cands come by free memory
+	reason := func(x cand) string {
+		held := "holds the image"
+		if !x.holds {
+			held = fmt.Sprintf("holds %.0f%% of the image's chunks (by bytes), the rest to be sent from a holder", 100*x.share)
+		}
+		return fmt.Sprintf("%s, %s backend, %s free, driver %s", held, x.h.Backend, humanBytes(x.h.MemFreeBytes), orDash(x.h.Driver))
 	}
-	out.host, out.why = ok[0], reason(ok[0])
-	for _, h := range ok[1:] {
-		out.others = append(out.others, h.Name+": ranked lower: "+reason(h))
+	out.host, out.why = ok[0].h, reason(ok[0])
+	for _, x := range ok[1:] {
+		out.others = append(out.others, x.h.Name+": ranked lower: "+reason(x))
 	}
 	return out, nil
 }
@@ -376,16 +415,27 @@ func clusterResume(c *cli.Context, e *env) (done bool, err error) {
 			return true, err
 		}
 	}
+	t, err := topUpTarget(c, e, reg, ih, o.Image, cl)
+	if err != nil {
+		return true, err
+	}
 	stop := e.spinner(c.Bool("json"), "resuming "+id)
 	res, err := cl.Restore(c.Context, o.Image)
 	stop()
 	if err != nil {
 		return true, err
 	}
-	rep := api.ResumeReply{Session: res.Session, Host: cl.Addr(), Listen: res.Listen, Image: res.Image, DurationMS: res.DurationMS}
+	rep := resumeResult{ResumeReply: api.ResumeReply{Session: res.Session, Host: cl.Addr(), Listen: res.Listen, Image: res.Image, DurationMS: res.DurationMS}, TopUp: t}
 	if c.Bool("json") {
-		return true, e.printJSON([]api.ResumeReply{rep})
+		return true, e.printJSON([]resumeResult{rep})
 	}
 	e.printf("resumed %s on %s in %d ms from %s; its client finds it through any gpud it knows\n", rep.Session, rep.Host, rep.DurationMS, rep.Image)
 	return true, nil
+}
+
+// resumeResult is a resume's reply as gpuctl prints it with --registry:
+// with what the host was topped up with, when it lacked the image.
+type resumeResult struct {
+	api.ResumeReply
+	TopUp *topUp `json:"topped_up,omitempty"`
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
 )
 
@@ -16,7 +17,8 @@ func restoreCommand(e *env) *cli.Command {
 		Description: "The session keeps its id and waits for its client, which reconnects to this\n" +
 			"host by itself (point it here with GPUCTL_SERVER if it was told of no move).\n" +
 			"With --registry the host is found: one that holds the image (a replica, when its\n" +
-			"own host died), and the session is taken over there if its owner released it;\n" +
+			"own host died), or else holds the most of its chunks and is sent the rest by a\n" +
+			"holder first; the session is taken over there if its owner released it;\n" +
 			"a client whose host is gone finds the new one through any gpud it knows.",
 		Flags: []cli.Flag{jsonFlag,
 			&cli.StringFlag{Name: "on", Usage: "where to restore: a gpud's --api `HOST:PORT`; with --registry also a host's name, or auto " +
@@ -27,16 +29,23 @@ func restoreCommand(e *env) *cli.Command {
 			if err != nil {
 				return err
 			}
-			cl, err := restoreTarget(c, e, img)
+			cl, t, err := restoreTarget(c, e, img)
 			if err != nil {
 				return err
 			}
-			return runRestore(c.Context, e, cl, img, c.Bool("json"))
+			return runRestore(c.Context, e, cl, img, t, c.Bool("json"))
 		},
 	}
 }
 
-func runRestore(ctx context.Context, e *env, cl *control.Client, img string, asJSON bool) error {
+// restoreResult is a restore's reply as gpuctl prints it: with what the
+// host was topped up with first, when it lacked the image (--registry).
+type restoreResult struct {
+	*api.RestoreReply
+	TopUp *topUp `json:"topped_up,omitempty"`
+}
+
+func runRestore(ctx context.Context, e *env, cl *control.Client, img string, t *topUp, asJSON bool) error {
 	stop := e.spinner(asJSON, "restoring "+img)
 	res, err := cl.Restore(ctx, img)
 	stop()
@@ -44,7 +53,7 @@ func runRestore(ctx context.Context, e *env, cl *control.Client, img string, asJ
 		return err
 	}
 	if asJSON {
-		return e.printJSON(res)
+		return e.printJSON(restoreResult{res, t})
 	}
 	e.printf("restored session %s from image %s in %d ms; it waits for its client at %s\n", res.Session, res.Image, res.DurationMS, orDash(res.Listen))
 	return nil

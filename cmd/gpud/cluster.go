@@ -90,8 +90,8 @@ type cluster struct {
 	restoring map[string]time.Time
 
 	metrics *opsMetrics
-	// replicas keeps copies of this host's new images on peers (gpud
-	// --replicas); nil without.
+	// replicas records this host's images in the registry and keeps
+	// copies of its new ones on peers (gpud --replicas; none without).
 	replicas *replicate.Replicator
 }
 
@@ -326,6 +326,21 @@ func (c *cluster) reconcileOnce(ctx context.Context, m *session.Manager) {
 			c.inRestore(s.ID, true)
 		case session.Stopped:
 			if !c.inRestore(s.ID, false) { // an earlier copy's record, while it is restored again
+				c.stopped(ctx, s.ID)
+			}
+			continue
+		case session.Preempted:
+			// It waits in its image, which another host may restore (and
+			// so take it over) if this one goes down: recorded so, also
+			// when it was preempted before its first claim. Not while a
+			// restore admitted here (its resume) brings it up.
+			if c.inRestore(s.ID, false) {
+				continue
+			}
+			if _, err := c.r.Owner(ctx, s.ID); errs.IsNotFound(err) {
+				img, epoch := latestImage(ctx, c.store, s.ID)
+				_, _ = c.r.Claim(ctx, s.ID, c.host, false, img, epoch)
+			} else {
 				c.stopped(ctx, s.ID)
 			}
 			continue

@@ -11,12 +11,11 @@ import (
 	"github.com/gpuctl/gpuctl/replicate"
 )
 
-// newReplicator is the replication loop of a host with --replicas; nil
-// without.
+// newReplicator is the replication loop of a host in a cluster: with
+// --replicas it keeps copies on peers; with none (K 0) it only records
+// this host's own images in the registry, so that gpuctl knows where an
+// image is also while its host is down.
 func (d *daemon) newReplicator(r *registry.Client) *replicate.Replicator {
-	if d.cfg.replicas <= 0 {
-		return nil
-	}
 	return replicate.New(replicate.Config{
 		Self: d.self(), K: d.cfg.replicas, Registry: r, Store: d.store,
 		Dial:      func(api string) *control.Client { return control.NewClient(api, d.token, control.WithTLS(d.peerTLS)) },
@@ -34,7 +33,8 @@ func (d *daemon) self() registry.Host {
 
 // stepDone follows the checkpoint service's finished steps: once a
 // checkpoint's image is stored (whichever way the pipeline committed it),
-// a host with --replicas looks for new images to replicate at once.
+// a host in a cluster looks for new images to record and replicate at
+// once.
 func (d *daemon) stepDone(step string) {
 	if step == "store" && d.cluster != nil && d.cluster.replicas != nil {
 		d.cluster.replicas.Rescan()

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"net/http"
+	"time"
 
+	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
@@ -11,6 +13,7 @@ import (
 	"github.com/gpuctl/gpuctl/migrate"
 	"github.com/gpuctl/gpuctl/migrate/precopy"
 	"github.com/gpuctl/gpuctl/migrate/stage"
+	"github.com/gpuctl/gpuctl/registry"
 	"github.com/gpuctl/gpuctl/restore"
 	"github.com/gpuctl/gpuctl/store"
 )
@@ -55,7 +58,48 @@ func (d *daemon) transferRouters(ckpt *checkpoint.Service, rst *restore.Service,
 			return pw, nil
 		}}
 	}
-	return []router{mig, imageRoutes{st: d.store, opts: images.RouteOptions{Logger: d.log, Known: d.tenants.Known, Stage: staged.Keep}}}
+	return []router{mig, imageRoutes{st: d.store, opts: images.RouteOptions{Logger: d.log, Known: d.tenants.Known, Stage: staged.Keep,
+		Dial:  func(addr string) *control.Client { return control.NewClient(addr, d.token, control.WithTLS(d.peerTLS)) },
+		InUse: d.imageInUse, Imported: d.copyAdded, Removed: d.copyRemoved}}}
+}
+
+// copyAdded records in the registry that this host now holds an image it
+// was sent (a replica, a migration's or a resume's image, an import), so
+// that gpuctl finds the copy also while this host is down.
+func (d *daemon) copyAdded(ctx context.Context, im api.Image) {
+	if d.cluster == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+	defer cancel()
+	c := registry.Copy{Image: im.ID, Host: d.cfg.name, Origin: im.Host == d.cfg.name, Session: im.Session, Bytes: im.Bytes}
+	if err := d.cluster.r.AddCopy(ctx, c); err != nil {
+		d.log.Warn("registry: cannot record an imported image's copy", "image", im.ID, "err", err)
+	}
+}
+
+// copyRemoved drops this host's copy of a removed image from the registry.
+func (d *daemon) copyRemoved(ctx context.Context, image string) {
+	if d.cluster == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+	defer cancel()
+	if err := d.cluster.r.RemoveCopy(ctx, image, d.cfg.name); err != nil {
+		d.log.Warn("registry: cannot drop a removed image's copy", "image", image, "err", err)
+	}
+}
+
+// imageInUse refuses removing an image a session here waits in
+// (preempted): it is the only state that session has left.
+func (d *daemon) imageInUse(_ context.Context, image string) error {
+	for _, c := range d.manager.PreemptedSessions() {
+		if c.Image == image {
+			return errs.New(errs.FailedPrecondition, errs.Image(image), "session %s on host %s is preempted in it and resumes from it; "+
+				"resume it first (gpuctl resume %s)", c.ID, d.cfg.name, c.ID)
+		}
+	}
+	return nil
 }
 
 // imageRoutes registers the image store's routes.

@@ -20,9 +20,11 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/cu"
@@ -49,6 +51,7 @@ func Run(t *testing.T, newDevice Factory) {
 		{"Streams", testStreams},
 		{"Events", testEvents},
 		{"ForeignHandles", testForeignHandles},
+		{"FreeWhileRunning", testFreeWhileRunning},
 		// Last: on a real GPU a faulting kernel leaves the process's
 		// device state unusable, for every context.
 		{"StickyFault", testStickyFault},
@@ -298,7 +301,8 @@ func testMemset(t *testing.T, d backend.Device) {
 }
 
 // suitePTX is the suite's module: a kernel that reads, writes and counts
-// into a module variable, and one that faults.
+// into a module variable, one that spins for a given time before it
+// writes, and one that faults.
 const suitePTX = `.version 7.0
 .target sm_70
 .address_size 64
@@ -327,6 +331,24 @@ const suitePTX = `.version 7.0
 	st.global.u32 [%rd5], %r7;
 	atom.global.add.u32 %r6, [launched], 1;
 DONE:
+	ret;
+}
+
+.visible .entry spin(.param .u64 out, .param .u64 ns)
+{
+	.reg .pred %p;
+	.reg .b64 %rd<6>;
+	.reg .b32 %r1;
+	ld.param.u64 %rd1, [out];
+	ld.param.u64 %rd2, [ns];
+	mov.u64 %rd3, %globaltimer;
+WAIT:
+	mov.u64 %rd4, %globaltimer;
+	sub.u64 %rd5, %rd4, %rd3;
+	setp.lt.u64 %p, %rd5, %rd2;
+	@%p bra WAIT;
+	mov.u32 %r1, 1;
+	st.global.u32 [%rd1], %r1;
 	ret;
 }
 
@@ -565,4 +587,34 @@ func testForeignHandles(t *testing.T, d backend.Device) {
 	if !errors.As(d.StreamQuery(bg, c, backend.Stream(bogus)), &ce) {
 		t.Error("errors do not unwrap to *cu.Error")
 	}
+}
+
+// testFreeWhileRunning frees memory a running kernel is about to write, as
+// Thrust frees a sort's temporary storage right after launching the sort:
+// cuMemFree waits for the device's outstanding work, so the kernel must
+// finish without a fault, and memory allocated next may reuse the bytes.
+func testFreeWhileRunning(t *testing.T, d backend.Device) {
+	c := primary(t, d)
+	s, err := d.StreamCreate(bg, c, 1, 0) // CU_STREAM_NON_BLOCKING
+	must(t, "StreamCreate", err)
+	m := loadSuite(t, d, c)
+	f, ps, err := d.ModuleGetFunction(bg, c, m, "spin")
+	must(t, "ModuleGetFunction", err)
+	for _, size := range []uint64{4 << 20, 4096} { // a mapping of its own, a shared one
+		p, err := d.MemAlloc(bg, c, size)
+		must(t, "MemAlloc", err)
+		cfg := backend.LaunchConfig{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}, Stream: s,
+			Params: params(ps, uint64(p), uint64(20*time.Millisecond))}
+		must(t, "Launch", d.Launch(bg, c, f, cfg))
+		must(t, fmt.Sprintf("MemFree of %d bytes a running kernel writes", size), d.MemFree(bg, c, p))
+		q, err := d.MemAlloc(bg, c, size)
+		must(t, "MemAlloc after the free", err)
+		must(t, "Memset", d.Memset(bg, c, q, 0xab, 1, size, 0))
+		must(t, "CtxSynchronize", d.CtxSynchronize(bg, c))
+		if got := readBack(t, d, c, q, 4); !bytes.Equal(got, []byte{0xab, 0xab, 0xab, 0xab}) {
+			t.Errorf("%d bytes allocated after the free read %x, want the memset's abababab", size, got)
+		}
+		must(t, "MemFree", d.MemFree(bg, c, q))
+	}
+	must(t, "StreamDestroy", d.StreamDestroy(bg, c, s))
 }

@@ -125,6 +125,15 @@ func (d *Device) vmmFree(c *cuCtx, p uint64) (bool, error) {
 	if _, ok := c.heap.Size(p); !ok {
 		return false, nil
 	}
+	// The driver's cuMemFree waits for the device's outstanding work
+	// before the memory goes; cuMemUnmap and cuMemRelease do not, and a
+	// freed sub-allocation can be handed out again at once. Programs rely
+	// on the wait: Thrust frees its sort's temporary storage right after
+	// launching the sort's kernels, which then faulted on the unmapped
+	// chunk or raced a new owner of its bytes. Wait as the driver would.
+	if err := d.drv.check(C.gc_ctx_synchronize(d.drv.api, c.raw), "cuMemFree (waiting for the device's outstanding work)"); err != nil {
+		return true, err
+	}
 	return true, c.heap.Free(p)
 }
 

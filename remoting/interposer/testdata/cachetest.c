@@ -7,43 +7,11 @@
 #include <string.h>
 #include <unistd.h>
 
-static int failures;
+#include "check.h"
 
-#define CHECK(call, want)                                                                                 \
-	do {                                                                                              \
-		CUresult r_ = (call);                                                                     \
-		if (r_ != (want)) {                                                                       \
-			const char *n_ = NULL;                                                            \
-			cuGetErrorName(r_, &n_);                                                          \
-			fprintf(stderr, "FAIL %s:%d: %s = %d (%s), want %d\n", __FILE__, __LINE__, #call, \
-				(int)r_, n_ ? n_ : "?", (int)(want));                                     \
-			failures++;                                                                       \
-		}                                                                                         \
-	} while (0)
-#define OK(call) CHECK(call, CUDA_SUCCESS)
-#define EXPECT(cond)                                                                           \
-	do {                                                                                   \
-		if (!(cond)) {                                                                 \
-			fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);        \
-			failures++;                                                            \
-		}                                                                              \
-	} while (0)
 
 /* add(p, v, n): p[i] += v. */
-static const char *kernel =
-	".version 7.0\n"
-	".target sm_52\n"
-	".address_size 64\n"
-	".visible .entry add(.param .u64 p, .param .u32 v, .param .u32 n)\n"
-	"{\n"
-	"  .reg .pred %p<2>;\n  .reg .b32 %r<9>;\n  .reg .b64 %rd<5>;\n"
-	"  ld.param.u64 %rd1, [p];\n  ld.param.u32 %r8, [v];\n  ld.param.u32 %r2, [n];\n"
-	"  mov.u32 %r3, %ctaid.x;\n  mov.u32 %r4, %ntid.x;\n  mov.u32 %r5, %tid.x;\n"
-	"  mad.lo.s32 %r1, %r3, %r4, %r5;\n"
-	"  setp.ge.u32 %p1, %r1, %r2;\n  @%p1 bra DONE;\n"
-	"  cvta.to.global.u64 %rd2, %rd1;\n  mul.wide.u32 %rd3, %r1, 4;\n  add.s64 %rd4, %rd2, %rd3;\n"
-	"  ld.global.u32 %r6, [%rd4];\n  add.s32 %r7, %r6, %r8;\n  st.global.u32 [%rd4], %r7;\n"
-	"DONE:\n  ret;\n}\n";
+static const char *kernel = ADD_PTX;
 
 static CUcontext setup(CUdevice *dev)
 {

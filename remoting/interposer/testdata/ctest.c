@@ -11,27 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int failures;
+#include "check.h"
 
-#define CHECK(call, want)                                                                                 \
-	do {                                                                                              \
-		CUresult r_ = (call);                                                                     \
-		if (r_ != (want)) {                                                                       \
-			const char *n_ = NULL;                                                            \
-			cuGetErrorName(r_, &n_);                                                          \
-			fprintf(stderr, "FAIL %s:%d: %s = %d (%s), want %d\n", __FILE__, __LINE__, #call, \
-				(int)r_, n_ ? n_ : "?", (int)(want));                                     \
-			failures++;                                                                       \
-		}                                                                                         \
-	} while (0)
-#define OK(call) CHECK(call, CUDA_SUCCESS)
-#define EXPECT(cond)                                                                           \
-	do {                                                                                   \
-		if (!(cond)) {                                                                 \
-			fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);        \
-			failures++;                                                            \
-		}                                                                              \
-	} while (0)
 
 /* inc(p, n): p[i] += 1 for i < n. add(p, v, n): p[i] += v. */
 static const char *ptx =

@@ -15,26 +15,15 @@
 #include <string.h>
 #include <time.h>
 
+#include "check.h"
+
 #define NSTREAMS 4
 /* The kernel touches the first TOUCH words of each chunk: enough to show
  * that the data went through the device, little enough that the emulated
  * device's interpreter does not hide the copies. */
 #define TOUCH 4096
 
-static const char *ptx =
-	".version 7.0\n"
-	".target sm_52\n"
-	".address_size 64\n"
-	".visible .entry add(.param .u64 p, .param .u32 v, .param .u32 n)\n"
-	"{\n"
-	"  .reg .pred %p<2>;\n  .reg .b32 %r<9>;\n  .reg .b64 %rd<5>;\n"
-	"  ld.param.u64 %rd1, [p];\n  ld.param.u32 %r8, [v];\n  ld.param.u32 %r2, [n];\n"
-	"  mov.u32 %r3, %ctaid.x;\n  mov.u32 %r4, %ntid.x;\n  mov.u32 %r5, %tid.x;\n"
-	"  mad.lo.s32 %r1, %r3, %r4, %r5;\n"
-	"  setp.ge.u32 %p1, %r1, %r2;\n  @%p1 bra DONE;\n"
-	"  cvta.to.global.u64 %rd2, %rd1;\n  mul.wide.u32 %rd3, %r1, 4;\n  add.s64 %rd4, %rd2, %rd3;\n"
-	"  ld.global.u32 %r6, [%rd4];\n  add.s32 %r7, %r6, %r8;\n  st.global.u32 [%rd4], %r7;\n"
-	"DONE:\n  ret;\n}\n";
+static const char *ptx = ADD_PTX;
 
 static void die(CUresult r, const char *what)
 {
@@ -43,11 +32,11 @@ static void die(CUresult r, const char *what)
 	fprintf(stderr, "streambench: %s: %s\n", what, n);
 	exit(1);
 }
-#define OK(call)                              \
-	do {                                  \
-		CUresult r_ = (call);         \
-		if (r_ != CUDA_SUCCESS)       \
-			die(r_, #call);       \
+#define MUST(call)                      \
+	do {                            \
+		CUresult r_ = (call);   \
+		if (r_ != CUDA_SUCCESS) \
+			die(r_, #call); \
 	} while (0)
 
 static double now_ms(void)
@@ -66,7 +55,7 @@ static void launch(CUdeviceptr p, uint32_t v, CUstream s)
 {
 	uint32_t words = TOUCH;
 	void *args[] = { &p, &v, &words };
-	OK(cuLaunchKernel(fn, TOUCH / 256, 1, 1, 256, 1, 1, 0, s, args, NULL));
+	MUST(cuLaunchKernel(fn, TOUCH / 256, 1, 1, 256, 1, 1, 0, s, args, NULL));
 }
 
 enum mode { SYNC, ASYNC_PAGEABLE, ASYNC_PINNED };
@@ -77,20 +66,20 @@ static double pass(enum mode m, uint8_t *h, uint32_t v)
 {
 	double t0 = now_ms();
 	if (m == SYNC) {
-		OK(cuMemcpyHtoD(d, h, n));
+		MUST(cuMemcpyHtoD(d, h, n));
 		for (int i = 0; i < NSTREAMS; i++)
 			launch(d + i * chunk, v, NULL);
-		OK(cuMemcpyDtoH(h, d, n));
+		MUST(cuMemcpyDtoH(h, d, n));
 	} else {
 		for (int i = 0; i < NSTREAMS; i++)
-			OK(cuMemcpyHtoDAsync(d + i * chunk, h + i * chunk, chunk, st[i]));
+			MUST(cuMemcpyHtoDAsync(d + i * chunk, h + i * chunk, chunk, st[i]));
 		for (int i = 0; i < NSTREAMS; i++)
 			launch(d + i * chunk, v, st[i]);
 		for (int i = 0; i < NSTREAMS; i++)
-			OK(cuMemcpyDtoHAsync(h + i * chunk, d + i * chunk, chunk, st[i]));
+			MUST(cuMemcpyDtoHAsync(h + i * chunk, d + i * chunk, chunk, st[i]));
 	}
 	double held = now_ms() - t0;
-	OK(cuCtxSynchronize());
+	MUST(cuCtxSynchronize());
 	return held;
 }
 
@@ -142,16 +131,16 @@ int main(int argc, char **argv)
 	CUdevice dev;
 	CUcontext ctx;
 	CUmodule mod;
-	OK(cuInit(0));
-	OK(cuDeviceGet(&dev, 0));
-	OK(cuCtxCreate(&ctx, NULL, 0, dev));
-	OK(cuModuleLoadData(&mod, ptx));
-	OK(cuModuleGetFunction(&fn, mod, "add"));
+	MUST(cuInit(0));
+	MUST(cuDeviceGet(&dev, 0));
+	MUST(cuCtxCreate(&ctx, NULL, 0, dev));
+	MUST(cuModuleLoadData(&mod, ptx));
+	MUST(cuModuleGetFunction(&fn, mod, "add"));
 	for (int i = 0; i < NSTREAMS; i++)
-		OK(cuStreamCreate(&st[i], CU_STREAM_NON_BLOCKING));
-	OK(cuMemAlloc(&d, n));
+		MUST(cuStreamCreate(&st[i], CU_STREAM_NON_BLOCKING));
+	MUST(cuMemAlloc(&d, n));
 	uint8_t *pageable = malloc(n), *pinned;
-	OK(cuMemAllocHost((void **)&pinned, n));
+	MUST(cuMemAllocHost((void **)&pinned, n));
 
 	double held[3];
 	double ts[3];
@@ -165,7 +154,7 @@ int main(int argc, char **argv)
 				"asynchronous from page-locked memory, 4 streams" };
 	for (int i = 0; i < 3; i++)
 		printf("| %s | %.1f | %.1f | %.2f | %.2fx |\n", names[i], ts[i], held[i], 2.0 * n / (ts[i] * 1e6), ts[0] / ts[i]);
-	OK(cuMemFreeHost(pinned));
+	MUST(cuMemFreeHost(pinned));
 	free(pageable);
 	return 0;
 }
