@@ -20,7 +20,10 @@ import (
 // the connection cannot be served on again.
 func TestGoodbyeEndsServe(t *testing.T) {
 	s := newSession(t)
-	c, _, done := serve(t, s, context.Background())
+	c, w, done := serve(t, s, context.Background())
+	if w.Features&wire.FeatureGoodbye == 0 {
+		t.Fatalf("welcome features %#x lack goodbye: clients would not send it", w.Features)
+	}
 	ctx := c.mustCtx()
 	r, d, _ := c.call(wire.OpMemAlloc, enc(func(e *wire.Enc) { e.U64(ctx); e.U64(4096) }), nil)
 	if r != cu.Success {

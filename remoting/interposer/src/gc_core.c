@@ -1263,6 +1263,10 @@ int gc_goodbye(double bound_s)
 {
 	if (!atomic_load_explicit(&g.inited, memory_order_acquire) || atomic_load(&g.dead) || getpid() != g.opener)
 		return 0;
+	/* A server that does not announce it would fail the op and keep the
+	 * session anyway: spare the exit the wait. */
+	if (!(atomic_load(&g.features) & GC_FEATURE_GOODBYE))
+		return 0;
 	/* The sender's lock is held for long only by a reconnect or a write
 	 * the server does not take: then the session ends by grace. */
 	struct timespec until;
