@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpuctl/gpuctl/remoting/wire"
+	"github.com/gpuctl/gpuctl/remoting/worker/testclient"
 	"github.com/gpuctl/gpuctl/session"
 )
 
@@ -135,5 +136,53 @@ func waitState(t *testing.T, m *session.Manager, id string, want session.State, 
 			return got
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestGoodbyeFreesTenantLimits: a tenant at its max_sessions and its
+// max_mem_bytes gets both back as soon as one of its programs exits
+// normally; a program that only disconnected keeps counting for the grace
+// period.
+func TestGoodbyeFreesTenantLimits(t *testing.T) {
+	ts, _ := startTenantServer(t) // alice: 2 sessions, 1 MiB
+	hold := func() (*testclient.Client, uint64) {
+		t.Helper()
+		cl, err := dial(t, ts, wire.Hello{Token: aliceToken})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cl.Close() })
+		ctx, err := cl.PrimaryCtxRetain(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl, ctx
+	}
+	a1, c1 := hold()
+	if _, err := a1.MemAlloc(c1, 1<<20); err != nil {
+		t.Fatalf("alice's first session takes her whole 1 MiB: %v", err)
+	}
+	a2, _ := hold()
+
+	// The first program exits: its session, and its megabyte, are free.
+	if _, err := a1.Send(wire.OpGoodbye, nil, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitState(t, ts.m, a1.Welcome.SessionID, "", 5*time.Second); got != "" {
+		t.Fatalf("the exited program's session is %q", got)
+	}
+	a3, c3 := hold() // a third session fits again
+	if _, err := a3.MemAlloc(c3, 1<<20); err != nil {
+		t.Fatalf("the exited program's megabyte is still counted: %v", err)
+	}
+
+	// The second only disconnects: it still counts, detached.
+	a2.Close()
+	if got := waitState(t, ts.m, a2.Welcome.SessionID, session.Detached, 5*time.Second); got != session.Detached {
+		t.Fatalf("a disconnected session is %q, want detached", got)
+	}
+	refused, err := dial(t, ts, wire.Hello{Token: aliceToken})
+	if err == nil || refused == nil || refused.Welcome.Status != wire.StatusRefused {
+		t.Fatalf("a session past max_sessions while one waits detached: %v %+v, want refused", err, refused)
 	}
 }
