@@ -53,6 +53,7 @@ fi
 	tail -n 1 "$res/probes.txt" 2>/dev/null
 	echo "first differing instructions (trace.txt):"
 	sed -n '/the first differing instruction, by opcode/,$p' "$res/trace.txt" 2>/dev/null | head -n 30
+	grep -E '^[0-9]+ kernels' "$res/jit-o0-report.txt" 2>/dev/null | sed 's/^/at JIT optimisation level 0, the kernels ptxas compiled otherwise: /'
 	echo "bisection (bisect.txt):"
 	head -c 3000 "$res/bisect.txt" 2>/dev/null
 	echo "conformance:"

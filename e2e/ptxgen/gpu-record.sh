@@ -23,7 +23,11 @@
 #                           comparison with this emulator (ptxgen trace)
 #   bisect.txt              for kernels that fail on the device, the first
 #                           statement with which a prefix of the kernel fails,
-#                           and compute-sanitizer's report of the fault
+#                           and compute-sanitizer's report of the fault; for
+#                           kernels whose instrumented form computed what the
+#                           emulator does, the first prefix whose outputs differ
+#   jit-o0.txt, jit-o0-report.txt  those kernels at JIT optimisation level 0,
+#                           and the emulator against them
 #   times.txt               how long each step took
 # Variables: CUDA_INC (default /usr/local/cuda/include), CUDA_LIB (the
 # driver's directory, default /usr/local/nvidia/lib64), CUDA_STUBS (a
@@ -133,7 +137,7 @@ timed traces
 # statement that makes it fail, and compute-sanitizer the thread, the
 # instruction and the address.
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-bisect_one() { # VERSION SEED
+bisect_one() { # VERSION SEED [nosan]
 	local v=$1 seed=$2 d=$work/p$1-$2
 	echo "$seed" >"$d.seed"
 	"$ptxgen" batch -dir "$d" -prefixes -version "$v" -seeds "$d.seed" || return
@@ -141,7 +145,7 @@ bisect_one() { # VERSION SEED
 	timeout 240 "${runner[@]}" "$work/gpurun" "$d" "$d.bin"
 	echo "== version $v" >>"$out/bisect.txt"
 	"$ptxgen" bisect -dir "$d" -results "$d.bin" >>"$out/bisect.txt" 2>&1
-	if [[ -x $sanitizer && ${#runner[@]} == 0 ]] && "$ptxgen" batch -dir "$d.one" -version "$v" -seeds "$d.seed"; then
+	if [[ -z ${3:-} && -x $sanitizer && ${#runner[@]} == 0 ]] && "$ptxgen" batch -dir "$d.one" -version "$v" -seeds "$d.seed"; then
 		echo "compute-sanitizer --tool memcheck on the whole kernel:" >>"$out/bisect.txt"
 		timeout 120 "$sanitizer" --tool memcheck --print-limit 4 "$work/gpurun" "$d.one" "$d.one.bin" 2>&1 | head -n 60 >>"$out/bisect.txt"
 	fi
@@ -154,6 +158,23 @@ done
 for vs in ${BISECT_ALSO-1:1741}; do
 	bisect_one "${vs%%:*}" "${vs#*:}"
 done
+# Kernels whose instrumented form computed what the emulator does while
+# the plain kernel did not: ptxas compiled the plain kernel otherwise.
+# Their prefixes (each stores every register it wrote) find the statement
+# from which the device's outputs differ, and the same kernels compiled
+# at JIT optimisation level 0 show whether the optimiser did it
+# (jit-o0.txt, jit-o0-report.txt: the emulator against them).
+sed -n 's/^seed \([0-9]*\): instrumented, the kernel.*/\1/p' "$out/trace.txt" 2>/dev/null | head -n "${MAX_BISECT:-8}" >"$work/otherwise"
+if [[ -s $work/otherwise ]]; then
+	while read -r seed; do
+		bisect_one "$(cat "$work/batch/version")" "$seed" nosan
+	done <"$work/otherwise"
+	"$ptxgen" batch -dir "$work/o0" -version "$(cat "$work/batch/version")" -seeds "$work/otherwise" &&
+		GPURUN_JIT_O=0 timeout 240 "${runner[@]}" "$work/gpurun" "$work/o0" "$work/o0.bin" &&
+		"$ptxgen" record -dir "$work/o0" -results "$work/o0.bin" -corpus "$out/jit-o0.txt" -note "JIT optimisation level 0" \
+			-report "$out/jit-o0-report.txt" -diffs "$work/o0-diffs.bin" -failing "$work/o0-failing.txt" >/dev/null
+	grep -E '^[0-9]+ kernels' "$out/jit-o0-report.txt" 2>/dev/null | sed 's/^/JIT level 0: /'
+fi
 cat "$out/bisect.txt"
 timed bisection
 exit $status

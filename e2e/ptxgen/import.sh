@@ -2,8 +2,10 @@
 # Makes a recording of gpu-collect.sh the corpus: unpacks RESULTS/results.tar.gz
 # (joining results.tar.gz.partNN pieces first), copies h200.txt,
 # h200.approx and h200-probes.bin.gz into e2e/ptxgen/corpus/, rewrites
-# h200.refused and h200.unexplained from a replay, and replays again with
-# the probes, which must pass. Run from anywhere in the repository.
+# h200.refused from a replay, and replays again with the probes, which must
+# pass: a kernel that differs fails it, until it is fixed, refused, or shown
+# to be miscompiled by ptxas (h200.miscompiled, kept by hand with its
+# evidence). Run from anywhere in the repository.
 #
 # Usage: e2e/ptxgen/import.sh RESULTS
 set -euo pipefail
@@ -27,8 +29,8 @@ head -n 2 "$tmp/h200.txt"
 cp "$tmp/h200.txt" "$tmp/h200.approx" "$tmp/h200-probes.bin.gz" "$corpus/"
 [ -f "$tmp/summary.txt" ] && sed -n '1,4p' "$tmp/summary.txt"
 cd "$root"
-# The first replay fails where the old lists do not fit the new corpus;
+# The first replay fails where the old refusals do not fit the new corpus;
 # it rewrites them.
 go test ./e2e/ptxgen -count=1 -run '^TestCorpusReplay$' -update-expect >/dev/null || true
-go test ./e2e/ptxgen -count=1 -v -run '^(TestCorpusReplay|TestProbes)$' | grep -E 'kernels:|refused with|^(---|ok|FAIL|PASS)'
+go test ./e2e/ptxgen -count=1 -v -run '^(TestCorpusReplay|TestProbes)$' | grep -E 'kernels:|refused with|seed [0-9]+:|^(---|ok|FAIL|PASS)'
 echo "import.sh: corpus/ updated; review git diff e2e/ptxgen/corpus and commit"

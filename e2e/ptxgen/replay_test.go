@@ -16,7 +16,7 @@ import (
 
 const corpusPath = "corpus/h200.txt"
 
-var updateExpect = flag.Bool("update-expect", false, "rewrite corpus/h200.refused and corpus/h200.unexplained from this replay")
+var updateExpect = flag.Bool("update-expect", false, "rewrite corpus/h200.refused from this replay")
 
 // refusedAt is where a refusal's error says the emulator stopped: the
 // instruction's line and text ("line 155 `mul.rn.f64 %fd5, %fd0, %fd2`").
@@ -67,6 +67,39 @@ func writeExpect(t *testing.T, path, header string, m map[uint64]string) {
 	}
 }
 
+// readMiscompiled reads corpus/h200.miscompiled: a `version N` line, then
+// `SEED DIGEST NOTE` lines, each the digest of the exact outputs an H200
+// computed for the seed's kernel instrumented for a trace, in place of the
+// plain kernel's, which ptxas compiled into something else.
+func readMiscompiled(t *testing.T, path string) (version int, digests map[uint64]string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digests = map[uint64]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 0 || strings.HasPrefix(f[0], "#"):
+		case f[0] == "version" && len(f) == 2:
+			if version, err = strconv.Atoi(f[1]); err != nil {
+				t.Fatalf("%s: %q: %v", path, l, err)
+			}
+		default:
+			s, err := strconv.ParseUint(f[0], 10, 64)
+			if err != nil || len(f) < 2 || len(f[1]) != 16 {
+				t.Fatalf("%s: %q: want `version N` or `SEED DIGEST NOTE`", path, l)
+			}
+			digests[s] = f[1]
+		}
+	}
+	if version == 0 {
+		t.Fatalf("%s: no `version N` line", path)
+	}
+	return version, digests
+}
+
 // TestCorpusReplay replays every kernel an H200 ran (corpus/h200.txt) on
 // the emulator and requires its exact outputs bit for bit and its
 // approximate outputs within the ISA's bounds. A kernel may instead be
@@ -74,21 +107,38 @@ func writeExpect(t *testing.T, path, header string, m map[uint64]string) {
 // established (a double operation on two different NaNs, a bfi.b32
 // constant shape nothing recorded): corpus/h200.refused lists exactly
 // those seeds and the instruction each stops at, and a refusal elsewhere,
-// or at another instruction, fails. corpus/h200.unexplained lists the
-// kernels whose difference is not understood yet, with the first
-// differing instruction of the device's trace; each is reported, and one
-// that starts matching must be removed from it.
+// or at another instruction, fails. The kernels ptxas miscompiled
+// (corpus/h200.miscompiled) are held to the device's outputs of the same
+// kernel instrumented, which ptxas compiled as written. Any other
+// difference fails.
 func TestCorpusReplay(t *testing.T) {
 	c, err := ReadCorpus(corpusPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	refusedWant := readExpect(t, "corpus/h200.refused")
-	unexplained := readExpect(t, "corpus/h200.unexplained")
+	mv, miscompiled := readMiscompiled(t, "corpus/h200.miscompiled")
+	if mv != c.Version {
+		t.Errorf("corpus/h200.miscompiled is for generator version %d, the corpus is version %d: establish which kernels ptxas miscompiled again (gpu-record.sh's trace.txt, bisect.txt, jit-o0-report.txt)", mv, c.Version)
+		miscompiled = nil
+	}
+	plain := map[uint64]string{}
+	for i, e := range c.Entries {
+		if d, ok := miscompiled[e.Seed]; ok {
+			plain[e.Seed] = e.Hash
+			if d == e.Hash {
+				t.Errorf("seed %d: corpus/h200.miscompiled gives the plain kernel's own digest %s: the device computed it as written, remove the seed", e.Seed, d)
+			}
+			c.Entries[i].Hash = d
+		}
+	}
+	for seed := range miscompiled {
+		if _, ok := plain[seed]; !ok {
+			t.Errorf("seed %d of corpus/h200.miscompiled is not in the corpus", seed)
+		}
+	}
 	res := Replay(context.Background(), c, 0)
 	refusedGot := map[uint64]string{}
-	newUnexplained := map[uint64]string{}
-	var known int
 	for _, r := range res {
 		switch {
 		case r.Outcome == Refused:
@@ -102,15 +152,10 @@ func TestCorpusReplay(t *testing.T) {
 			} else if want != at {
 				t.Errorf("seed %d refused at %s; corpus/h200.refused expects %s: %s", r.Seed, at, want, r.Detail)
 			}
-		case r.Outcome.Failed() && unexplained[r.Seed] != "":
-			known++
-			newUnexplained[r.Seed] = unexplained[r.Seed]
-			t.Logf("seed %d: %s, not explained yet (device trace: %s)", r.Seed, r.Outcome, unexplained[r.Seed])
+		case r.Outcome.Failed() && plain[r.Seed] != "":
+			t.Errorf("seed %d: %s against the device's instrumented kernel (corpus/h200.miscompiled): %s", r.Seed, r.Outcome, r.Detail)
 		case r.Outcome.Failed():
-			newUnexplained[r.Seed] = "?"
 			t.Errorf("seed %d: %s: %s (ptxgen show -seed %d; ptxgen check -seed %d)", r.Seed, r.Outcome, r.Detail, r.Seed, r.Seed)
-		case unexplained[r.Seed] != "":
-			t.Errorf("seed %d now matches the device: remove it from corpus/h200.unexplained", r.Seed)
 		}
 		if _, ok := refusedWant[r.Seed]; ok && r.Outcome != Refused {
 			t.Errorf("seed %d: %s, but corpus/h200.refused expects a refusal at %s", r.Seed, r.Outcome, refusedWant[r.Seed])
@@ -118,10 +163,9 @@ func TestCorpusReplay(t *testing.T) {
 	}
 	if *updateExpect {
 		writeExpect(t, "corpus/h200.refused", refusedHeader, refusedGot)
-		writeExpect(t, "corpus/h200.unexplained", unexplainedHeader, newUnexplained)
 	}
 	t.Logf("%s", Summary(res))
-	t.Logf("%d refused with CUDA_ERROR_NOT_SUPPORTED, as corpus/h200.refused expects; %d differ unexplained (corpus/h200.unexplained)", len(refusedGot), known)
+	t.Logf("%d refused with CUDA_ERROR_NOT_SUPPORTED, as corpus/h200.refused expects; %d miscompiled by ptxas, held to the instrumented kernel's outputs (corpus/h200.miscompiled)", len(refusedGot), len(plain))
 }
 
 const refusedHeader = `# Seeds of h200.txt the emulator refuses with CUDA_ERROR_NOT_SUPPORTED, and
@@ -129,12 +173,6 @@ const refusedHeader = `# Seeds of h200.txt the emulator refuses with CUDA_ERROR_
 # (see docs/ptx-interpreter.md). TestCorpusReplay requires exactly these
 # refusals; go test ./e2e/ptxgen -run TestCorpusReplay -update-expect rewrites
 # this file from a replay.
-`
-
-const unexplainedHeader = `# Seeds of h200.txt whose outputs the emulator does not reproduce, for a
-# reason not understood yet, with the first instruction whose result differs
-# in the device's instruction trace (see README.md). TestCorpusReplay reports
-# them and fails on any other difference and on a listed seed that matches.
 `
 
 // TestProbes holds the emulator to an H200's outputs of the probe kernels
@@ -170,6 +208,30 @@ func TestProbes(t *testing.T) {
 				break
 			}
 			t.Errorf("probe %s, %s, %s: emulator %#x, device %#x", p.Name, d.Col, d.Inputs, d.Emu, d.Dev)
+		}
+	}
+}
+
+// TestJITLevel0 replays the kernels the version-3 recording did not
+// reproduce as an H200 ran them compiled at JIT optimisation level 0
+// (corpus/h200-jit-o0.txt). The five of corpus/h200.miscompiled whose
+// only difference was the moved instruction match exactly; 598 is refused
+// as in the corpus; 1395 and 3427 differ where the emulator follows folds
+// that ptxas makes only when it optimises (shl.b64 of cvt.s64.u32, and a
+// max.f32 of a register with itself, a move).
+func TestJITLevel0(t *testing.T) {
+	c, err := ReadCorpus("corpus/h200-jit-o0.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[uint64]Outcome{598: Refused, 1395: Mismatch, 1879: Exact, 1978: Exact, 2826: Exact, 3148: Exact, 3394: Exact, 3427: Mismatch}
+	res := Replay(context.Background(), c, 0)
+	if len(res) != len(want) {
+		t.Fatalf("corpus/h200-jit-o0.txt holds %d kernels, want %d", len(res), len(want))
+	}
+	for _, r := range res {
+		if w, ok := want[r.Seed]; !ok || r.Outcome != w {
+			t.Errorf("seed %d at JIT level 0: %s, want %s (%s)", r.Seed, r.Outcome, w, r.Detail)
 		}
 	}
 }

@@ -327,14 +327,23 @@ func TestClientThreadSanitizer(t *testing.T) {
 				cmd.Env = append(os.Environ(), "GPUCTL_SERVER="+srv.Addr(), "GPUCTL_TOKEN=secret-token", "GPUCTL_RECONNECT_TIMEOUT=5")
 				cmd.Env = append(cmd.Env, env...)
 				out, done := startCombined(t, cmd)
+				// A cut comes 30 ms after the client's last reconnect got
+				// past its handshake, not merely every 30 ms: under
+				// ThreadSanitizer on a loaded machine a reconnect can take
+				// longer than that, and cutting each one before it resent
+				// anything livelocked the test.
 				var err error
-				for waiting := true; waiting; {
+				for served := int64(-1); ; {
 					select {
 					case err = <-done:
-						waiting = false
 					case <-time.After(30 * time.Millisecond):
-						srv.DropConnections()
+						if n := srv.Served(); n > served {
+							served = n
+							srv.DropConnections()
+						}
+						continue
 					}
+					break
 				}
 				if err != nil || strings.Contains(out.String(), "ThreadSanitizer") || !strings.Contains(out.String(), "PASS "+args[0]) {
 					t.Fatalf("ctest %s under ThreadSanitizer: %v\n%s", args[0], err, out.String())

@@ -64,6 +64,17 @@ func TestRuntimeSurface(t *testing.T) {
 	}
 }
 
+// TestRuntimeCLSDeleteAtExit: the runtime's exit handler, registered
+// before cuInit, deletes its context-local storage entry after the
+// driver's own exit handler has run, and gets CUDA_ERROR_DEINITIALIZED (4)
+// as it does from NVIDIA's driver; before exit the same delete succeeds.
+func TestRuntimeCLSDeleteAtExit(t *testing.T) {
+	stdout, _ := rtest(t, "atexit")
+	if !strings.Contains(stdout, "cls delete at exit: 4\n") {
+		t.Errorf("the context-local storage delete at exit did not answer CUDA_ERROR_DEINITIALIZED (4)\nstdout: %s", stdout)
+	}
+}
+
 // TestRuntimeClusterLaunches: thread-block cluster and cooperative
 // launches reach the server as such (LaunchEx), with their shape and flag,
 // whether made directly or replayed from a captured graph, and a grid that

@@ -7,7 +7,7 @@ comparison.
 
     python3 torchapps.py matmul | mlp | resnet50 | first-kernel
     python3 torchapps.py gpt2 --steps N [--pause-file F --pause-at K]
-    python3 torchapps.py bench-step --steps N
+    python3 torchapps.py bench-step --steps N [--warmup W]
 
 gpt2 with --pause-at K prints "ready K" after step K and waits until
 --pause-file exists before going on: the suite checkpoints or migrates the
@@ -95,7 +95,7 @@ def gpt2(steps, pause_file=None, pause_at=-1, batch=4, seq=128):
     print("gpt2 weights", hexsum(torch.cat([p.detach().flatten() for p in model.parameters()])))
 
 
-def bench_step(steps):
+def bench_step(steps, warmup):
     setup()
     model = gpt2_model()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -106,7 +106,9 @@ def bench_step(steps):
         model(input_ids=ids, labels=ids).loss.backward()
         opt.step()
 
-    for _ in range(3):  # warm up: lazy module loads, allocator growth
+    # Warm up: lazy module loads, the allocator's growth, cuBLAS's
+    # heuristics; the timed steps then repeat one steady state.
+    for _ in range(warmup):
         one()
     torch.cuda.synchronize()
     t = time.perf_counter()
@@ -115,6 +117,7 @@ def bench_step(steps):
     torch.cuda.synchronize()
     dt = time.perf_counter() - t
     print(f"rate gpt2_steps_per_s {steps / dt:.3f}")
+    print(f"time gpt2_bench_steps {steps} warmup {warmup}")
 
 
 def resnet50(batches=10, batch=32):
@@ -146,6 +149,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("mode")
     p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--pause-file")
     p.add_argument("--pause-at", type=int, default=-1)
     a = p.parse_args()
@@ -156,7 +160,7 @@ def main():
     elif a.mode == "gpt2":
         gpt2(a.steps, a.pause_file, a.pause_at)
     elif a.mode == "bench-step":
-        bench_step(a.steps)
+        bench_step(a.steps, a.warmup)
     elif a.mode == "resnet50":
         resnet50()
     elif a.mode == "first-kernel":

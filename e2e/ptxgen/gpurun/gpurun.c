@@ -26,6 +26,11 @@
 // the caller runs it again from START = that index (gpu-record.sh does).
 // Before each kernel it writes the kernel's index to RESULTS.cur, which
 // tells a caller that had to kill it where it stopped.
+//
+// GPURUN_JIT_O (0 to 4) sets the JIT's optimisation level
+// (CU_JIT_OPTIMIZATION_LEVEL; the driver's default is 4): a kernel whose
+// outputs change with it is compiled into something other than its PTX
+// says, which the level that agrees with the ISA shows.
 #include <cuda.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -132,6 +137,12 @@ int main(int argc, char **argv) {
 	}
 	char cur[4096];
 	snprintf(cur, sizeof cur, "%s.cur", argv[2]);
+	const char *jo = getenv("GPURUN_JIT_O");
+	int jitO = jo && *jo ? atoi(jo) : -1;
+	if (jitO > 4) {
+		fprintf(stderr, "gpurun: GPURUN_JIT_O=%s: want an optimisation level from 0 to 4\n", jo);
+		return 2;
+	}
 	const char *lim = getenv("GPURUN_TIMEOUT");
 	double limit = lim && atof(lim) > 0 ? atof(lim) : 20;
 	unsigned long long seed;
@@ -156,11 +167,11 @@ int main(int argc, char **argv) {
 		void *in = slurp(dir, seed, "in", &n, 0);
 		void *init = slurp(dir, seed, "init", &n, 0);
 		char log[4096] = "";
-		CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
-		void *vals[] = {log, (void *)(uintptr_t)sizeof log};
+		CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_OPTIMIZATION_LEVEL};
+		void *vals[] = {log, (void *)(uintptr_t)sizeof log, (void *)(uintptr_t)(jitO < 0 ? 0 : jitO)};
 		CUmodule mod;
 		ran++;
-		if ((r = cuModuleLoadDataEx(&mod, ptx, 2, opts, vals)) != CUDA_SUCCESS) {
+		if ((r = cuModuleLoadDataEx(&mod, ptx, jitO < 0 ? 2 : 3, opts, vals)) != CUDA_SUCCESS) {
 			errtext(out, seed, 1, r, log);
 			failed++;
 			free(ptx), free(in), free(init);

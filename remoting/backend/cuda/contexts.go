@@ -177,7 +177,16 @@ func (d *Device) CtxSynchronize(_ context.Context, h backend.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return d.drv.check(C.gc_ctx_synchronize(d.drv.api, c.raw), "cuCtxSynchronize")
+	if err := d.drv.check(C.gc_ctx_synchronize(d.drv.api, c.raw), "cuCtxSynchronize"); err != nil {
+		return err
+	}
+	// Everything queued before is done: freed memory is reusable.
+	if c.heap != nil {
+		if err := c.heap.Reclaim(); err != nil {
+			d.log.Warn("unmapping freed device memory", "err", err)
+		}
+	}
+	return nil
 }
 
 // ctxStream resolves a context and one of its streams, the lookup most

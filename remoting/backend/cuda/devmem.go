@@ -193,6 +193,13 @@ func (d *Device) MemRegions(context.Context) ([]backend.MemRegion, error) {
 	for h, c := range d.ctxs {
 		if err := d.drv.check(C.gc_ctx_synchronize(d.drv.api, c.raw), "cuCtxSynchronize"); err != nil {
 			d.log.Warn("context reports an earlier failure while draining to save device memory", "ctx", uint64(h), "err", err)
+			continue
+		}
+		// Drained: memory freed before is given back, not saved.
+		if c.heap != nil {
+			if err := c.heap.Reclaim(); err != nil {
+				d.log.Warn("unmapping freed device memory before a save", "ctx", uint64(h), "err", err)
+			}
 		}
 	}
 	out := make([]backend.MemRegion, 0, len(d.vmm.chunks))

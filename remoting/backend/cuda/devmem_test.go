@@ -3,6 +3,7 @@ package cuda
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"testing"
@@ -116,8 +117,76 @@ func TestVMMAllocations(t *testing.T) {
 	if err := d.MemFree(ctx, c, ptrs[6]); err == nil {
 		t.Error("a second free of the same allocation succeeded")
 	}
+	// Freed memory stays mapped until the context has drained.
+	if err := d.CtxSynchronize(ctx, c); err != nil {
+		t.Fatal(err)
+	}
 	if n := len(d.vmm.chunks); n > 1 {
 		t.Errorf("%d chunks still mapped after every allocation was freed, want at most the spare", n)
+	}
+}
+
+// spinPTX: each thread of spin(p, n) stores 0..n-1 into p[tid], volatile,
+// so the kernel runs for a while after its launch has returned.
+const spinPTX = ".version 7.0\n.target sm_52\n.address_size 64\n" +
+	".visible .entry spin(.param .u64 p, .param .u32 n)\n{\n" +
+	"  .reg .pred %p<2>;\n  .reg .b32 %r<4>;\n  .reg .b64 %rd<4>;\n" +
+	"  ld.param.u64 %rd1, [p];\n  ld.param.u32 %r1, [n];\n  cvta.to.global.u64 %rd1, %rd1;\n" +
+	"  mov.u32 %r2, %tid.x;\n  mul.wide.u32 %rd2, %r2, 4;\n  add.s64 %rd3, %rd1, %rd2;\n  mov.u32 %r3, 0;\n" +
+	"LOOP:\n  st.volatile.global.u32 [%rd3], %r3;\n  add.u32 %r3, %r3, 1;\n" +
+	"  setp.lt.u32 %p1, %r3, %r1;\n  @%p1 bra LOOP;\n  ret;\n}\n"
+
+// TestVMMFreeUnderRunningKernel frees memory a kernel launched just before
+// is still writing, as a Thrust sort frees its temporary storage before
+// it synchronises, and allocates again at once: the kernel must finish
+// without a fault and the context synchronise cleanly. Unmapping or
+// reusing the memory at the free faulted the kernel with an illegal
+// address.
+func TestVMMFreeUnderRunningKernel(t *testing.T) {
+	ctx := context.Background()
+	d, c := gpuDevice(t, Options{})
+	m, err := d.ModuleLoad(ctx, c, []byte(spinPTX))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, params, err := d.ModuleGetFunction(ctx, c, m, "spin")
+	if err != nil || len(params) != 2 {
+		t.Fatalf("ModuleGetFunction(spin) = %v, %v", params, err)
+	}
+	launch := func(p backend.DevPtr) {
+		t.Helper()
+		buf := make([]byte, params[1].Offset+params[1].Size)
+		binary.LittleEndian.PutUint64(buf[params[0].Offset:], uint64(p))
+		binary.LittleEndian.PutUint32(buf[params[1].Offset:], 1<<22)
+		cfg := backend.LaunchConfig{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{256, 1, 1}, Params: buf}
+		if err := d.Launch(ctx, c, f, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []uint64{8 << 20, 4096} { // a dedicated chunk, a shared one
+		for round := range 3 {
+			p, err := d.MemAlloc(ctx, c, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			launch(p)
+			if err := d.MemFree(ctx, c, p); err != nil {
+				t.Fatalf("MemFree of %d bytes under a running kernel: %v", n, err)
+			}
+			q, err := d.MemAlloc(ctx, c, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Memset(ctx, c, q, 0, 1, n, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.CtxSynchronize(ctx, c); err != nil {
+				t.Fatalf("%d bytes, round %d: the context faulted after memory a running kernel wrote was freed: %v", n, round, err)
+			}
+			if err := d.MemFree(ctx, c, q); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
 

@@ -161,11 +161,10 @@ func (d *Device) MemFree(_ context.Context, h backend.Ctx, p backend.DevPtr) err
 		return cu.Errorf(cu.ErrorInvalidValue, "%#x is a module variable; it is freed when its module is unloaded", uint64(p))
 	}
 	if mine, err := d.vmmFree(c, uint64(p)); mine {
-		if err != nil {
-			return err
-		}
+		// The heap has let go of p even when the wait its free set off
+		// failed (a context that faulted): forget it here as well.
 		c.mem.remove(uint64(p))
-		return nil
+		return err
 	}
 	if err := d.drv.check(C.gc_mem_free(d.drv.api, c.raw, C.CUdeviceptr(p)), "cuMemFree"); err != nil {
 		return err
@@ -178,6 +177,13 @@ func (d *Device) MemGetInfo(_ context.Context, h backend.Ctx) (uint64, uint64, e
 	c, err := d.ctx(h)
 	if err != nil {
 		return 0, 0, err
+	}
+	// Memory freed but still waiting for earlier work counts as free,
+	// as it does natively once cuMemFree has returned.
+	if c.heap != nil && c.heap.Pending() > 0 {
+		if err := c.heap.Drain(); err != nil {
+			return 0, 0, err
+		}
 	}
 	var free, total C.size_t
 	if err := d.drv.check(C.gc_mem_info(d.drv.api, c.raw, &free, &total), "cuMemGetInfo"); err != nil {

@@ -126,11 +126,13 @@ func (d *Device) vmmFree(c *cuCtx, p uint64) (bool, error) {
 		return false, nil
 	}
 	// The driver's cuMemFree waits for the device's outstanding work
-	// before the memory goes; cuMemUnmap and cuMemRelease do not, and a
-	// freed sub-allocation can be handed out again at once. Programs rely
-	// on the wait: Thrust frees its sort's temporary storage right after
-	// launching the sort's kernels, which then faulted on the unmapped
-	// chunk or raced a new owner of its bytes. Wait as the driver would.
+	// before the memory goes, and reports the errors of earlier launches;
+	// cuMemUnmap and cuMemRelease do neither. Programs rely on the wait:
+	// Thrust frees its sort's temporary storage right after launching the
+	// sort's kernels, which faulted on the unmapped chunk or wrote into
+	// the bytes' next owner (H200) before the worker waited here. The
+	// heap's quarantine keeps the same order on its own; the wait keeps
+	// cuMemFree's blocking and its errors as the driver has them.
 	if err := d.drv.check(C.gc_ctx_synchronize(d.drv.api, c.raw), "cuMemFree (waiting for the device's outstanding work)"); err != nil {
 		return true, err
 	}
@@ -138,7 +140,8 @@ func (d *Device) vmmFree(c *cuCtx, p uint64) (bool, error) {
 }
 
 // dropHeap unmaps every chunk of c (its context is going away, and the
-// driver would not free them with it) and frees c's save tools.
+// driver would not free them with it) once c's work is done, and frees
+// c's save tools.
 func (d *Device) dropHeap(c *cuCtx) {
 	if c.tools != nil {
 		d.freeTools(c, true)
@@ -185,4 +188,11 @@ func (b chunkBacking) Unmap(base, size uint64) error {
 	}
 	delete(b.d.vmm.chunks, base)
 	return nil
+}
+
+// Drain waits for the work queued in c: memory the client freed is
+// reused or unmapped only after the kernels launched before the free are
+// done, as the driver's cuMemFree ensures (suballoc's quarantine).
+func (b chunkBacking) Drain() error {
+	return b.d.drv.check(C.gc_ctx_synchronize(b.d.drv.api, b.c.raw), "cuMemFree (wait for the work queued before freed device memory is reused)")
 }

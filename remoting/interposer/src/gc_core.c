@@ -1414,8 +1414,18 @@ static int read_attrs(void)
 	return 0;
 }
 
+static atomic_int exiting;
+
+static void mark_exiting(void) { atomic_store_explicit(&exiting, 1, memory_order_relaxed); }
+
+int gc_exiting(void) { return atomic_load_explicit(&exiting, memory_order_relaxed); }
+
 static void init_once(void)
 {
+	/* Registered at cuInit, after the runtime's own exit handler (which
+	 * its static constructors register), so it runs before that one, as
+	 * the driver's does natively. */
+	atexit(mark_exiting);
 	if (getenv("GPUCTL_DEBUG") != NULL)
 		debug_crash_handlers();
 	const char *srv = getenv("GPUCTL_SERVER");

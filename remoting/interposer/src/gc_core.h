@@ -58,6 +58,11 @@ CUresult gc_current_ctx(uint64_t *ctx);
 CUresult gc_ctx_or_current(CUcontext c, uint64_t *ctx);
 /* gc_connect: connect at cuInit (once). */
 CUresult gc_connect(void);
+/* gc_exiting: the process has begun to exit past the handler cuInit
+ * registered with atexit, as NVIDIA's driver deinitialises itself then:
+ * what it answers with CUDA_ERROR_DEINITIALIZED from that point, the
+ * runtime's context-local storage, answers so here too. */
+int gc_exiting(void);
 /* gc_async_inline_max: largest bulk gc_begin copies into the ring. */
 uint64_t gc_async_inline_max(void);
 

@@ -356,6 +356,8 @@ static long cls_find(CUcontext c, void *key) /* mu held */
 
 static CUresult cls_put(CUcontext c, void *key, void *value, cls_dtor dtor)
 {
+	if (gc_exiting())
+		return CUDA_ERROR_DEINITIALIZED;
 	CUresult r = cls_ctx(&c);
 	if (r != CUDA_SUCCESS)
 		return r;
@@ -379,8 +381,13 @@ static CUresult cls_put(CUcontext c, void *key, void *value, cls_dtor dtor)
 	return CUDA_SUCCESS;
 }
 
+/* The static runtime deletes its entry from its exit handler, which runs
+ * after the driver has deinitialised: natively that answers
+ * CUDA_ERROR_DEINITIALIZED, and so does this table (gc_exiting). */
 static CUresult cls_delete(CUcontext c, void *key)
 {
+	if (gc_exiting())
+		return CUDA_ERROR_DEINITIALIZED;
 	CUresult r = cls_ctx(&c);
 	if (r != CUDA_SUCCESS)
 		return r;
@@ -396,6 +403,8 @@ static CUresult cls_get(void **value, CUcontext c, void *key)
 {
 	if (value == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (gc_exiting())
+		return CUDA_ERROR_DEINITIALIZED;
 	CUresult r = cls_ctx(&c);
 	if (r != CUDA_SUCCESS)
 		return r;

@@ -1,7 +1,7 @@
 /* Client-level test of the runtime-API surface of libcuda.so.1: export
  * tables, cuGetProcAddress versions and flags, libraries and kernels,
  * cached attributes, occupancy, cuLaunchKernelEx and bad input.
- * Usage: rtest surface | integrity | badinput | clusters | driver */
+ * Usage: rtest surface | integrity | badinput | clusters | driver | atexit */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <dlfcn.h>
@@ -825,6 +825,32 @@ static void test_driver(void)
 	OK(cuCtxDestroy(ctx));
 }
 
+/* The static runtime's exit handler, registered by its constructors
+ * before cuInit, deletes its context-local storage entry after the
+ * driver has deinitialised: NVIDIA's driver answers
+ * CUDA_ERROR_DEINITIALIZED (4) there. The handler prints what this
+ * library answers, before exit and at exit. */
+static void *cls_del;
+static int cls_key, cls_val;
+static void atexit_delete(void)
+{
+	CUresult (*del)(CUcontext, void *) = cls_del;
+	printf("cls delete at exit: %d\n", (int)del(NULL, &cls_key));
+}
+
+static void test_atexit(void)
+{
+	atexit(atexit_delete);
+	void *const *cls = table("c693336e1121df11a8c368f355d89593", CUDA_SUCCESS);
+	setup();
+	CUresult (*put)(CUcontext, void *, void *, void (*)(CUcontext, void *, void *)) = cls[0];
+	CUresult (*del)(CUcontext, void *) = cls[1];
+	OK(put(NULL, &cls_key, &cls_val, NULL));
+	OK(del(NULL, &cls_key));
+	OK(put(NULL, &cls_key, &cls_val, NULL));
+	cls_del = cls[1];
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "surface";
@@ -842,8 +868,10 @@ int main(int argc, char **argv)
 		test_clusters();
 	} else if (strcmp(mode, "driver") == 0) {
 		test_driver();
+	} else if (strcmp(mode, "atexit") == 0) {
+		test_atexit();
 	} else {
-		fprintf(stderr, "usage: rtest surface | integrity | badinput | clusters | driver\n");
+		fprintf(stderr, "usage: rtest surface | integrity | badinput | clusters | driver | atexit\n");
 		return 2;
 	}
 	if (failures > 0) {

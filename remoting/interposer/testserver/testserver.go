@@ -41,6 +41,7 @@ type Server struct {
 
 	accepted atomic.Int64 // connections accepted so far
 	goodbyes atomic.Int64 // sessions ended by their client's goodbye
+	served   atomic.Int64 // connections past their handshake, served
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -196,6 +197,10 @@ func (s *Server) Accepted() int64 { return s.accepted.Load() }
 // said goodbye (its program exited normally).
 func (s *Server) Goodbyes() int64 { return s.goodbyes.Load() }
 
+// Served is the number of connections that got past their handshake and
+// were served, so far.
+func (s *Server) Served() int64 { return s.served.Load() }
+
 // Sessions is the number of sessions this server holds.
 func (s *Server) Sessions() int {
 	s.mu.Lock()
@@ -322,6 +327,7 @@ func (s *Server) serve(c net.Conn) error {
 	if s.opt.Failpoints != nil {
 		ctx = failpoint.With(ctx, s.opt.Failpoints)
 	}
+	s.served.Add(1)
 	err = ss.ds.Serve(ctx, c, info, false)
 	ss.mu.Lock()
 	to := ss.movedTo

@@ -243,9 +243,16 @@ func bisect(args []string) error {
 	type state struct {
 		lastOK, failed int
 		err            string
+		// differs is the first prefix that ran on the device with exact
+		// outputs other than the emulator's, and diffs its slots; refused
+		// the first the emulator refuses.
+		differs, refused int
+		diffs            []ptxgen.SlotDiff
+		why              string
 	}
 	per := map[uint64]*state{}
 	var order []uint64
+	ctx := context.Background()
 	for _, id := range ids {
 		seed, k, ok := ptxgen.SplitPrefixID(id)
 		if !ok {
@@ -262,6 +269,20 @@ func bisect(args []string) error {
 		case !ran || st.failed != 0:
 		case r.Status == 0:
 			st.lastOK = k
+			if st.differs != 0 || st.refused != 0 {
+				break
+			}
+			// The prefix ran: compare its outputs with the emulator's.
+			p := ptxgen.GenerateWith(seed, ptxgen.Options{Version: version, MaxStmts: k})
+			out, _, err := ptxgen.RunEmulator(ctx, p, 1)
+			switch {
+			case err != nil:
+				st.refused, st.why = k, err.Error()
+			case len(r.Data) < len(out):
+				return fmt.Errorf("prefix %d of seed %d: the device's record holds %d bytes, the outputs %d", k, seed, len(r.Data), len(out))
+			case ptxgen.Digest(out) != ptxgen.Digest(r.Data[:len(out)]):
+				st.differs, st.diffs = k, ptxgen.DiffSlots(p, out, r.Data[:len(out)])
+			}
 		default:
 			st.failed, st.err = k, strings.SplitN(string(r.Data), "\n", 2)[0]
 		}
@@ -269,6 +290,23 @@ func bisect(args []string) error {
 	for _, seed := range order {
 		st := per[seed]
 		full := ptxgen.GenerateWith(seed, ptxgen.Options{Version: version})
+		switch {
+		case st.differs != 0:
+			// Every register a prefix wrote is stored at its end, so the
+			// statement added last is the first whose results, or whose
+			// effect on earlier results, the device computes otherwise.
+			fmt.Printf("seed %d: the first %d statements give the emulator's outputs on the device; with statement %d they differ:\n%s",
+				seed, st.differs-1, st.differs, full.StmtText(st.differs))
+			for i, d := range st.diffs {
+				if i == 8 {
+					fmt.Printf("  ... %d slots differ\n", len(st.diffs))
+					break
+				}
+				fmt.Printf("  thread %d %s (last written by `%s`): emulator %#x device %#x\n", d.Thread, d.Slot.Reg, d.Slot.Last, d.Emu, d.Dev)
+			}
+		case st.refused != 0:
+			fmt.Printf("seed %d: the emulator refuses the first %d statements (%s); the device's outputs agreed before\n", seed, st.refused, st.why)
+		}
 		if st.failed == 0 {
 			fmt.Printf("seed %d: every prefix that ran (up to %d of %d statements) ran without error\n", seed, st.lastOK, full.Stmts())
 			continue
@@ -276,7 +314,7 @@ func bisect(args []string) error {
 		fmt.Printf("seed %d: the first %d statements run; adding statement %d fails on the device with %s:\n%s",
 			seed, st.lastOK, st.failed, st.err, full.StmtText(st.failed))
 		p := ptxgen.GenerateWith(seed, ptxgen.Options{Version: version, MaxStmts: st.failed})
-		if _, _, err := ptxgen.RunEmulator(context.Background(), p, 1); err != nil {
+		if _, _, err := ptxgen.RunEmulator(ctx, p, 1); err != nil {
 			fmt.Printf("  the emulator fails too: %v\n", err)
 		} else {
 			fmt.Printf("  the emulator runs that prefix without error\n")

@@ -11,6 +11,18 @@
 // allocation, so that a loop allocating and freeing one buffer does not
 // map and unmap a chunk each time. The package does no device calls: a
 // Backing maps and unmaps chunks.
+//
+// A free is stream-ordered in effect, as cuMemFree is (the driver's free
+// waits for the device's earlier work): kernels launched before the free
+// may still be using the memory when the worker serves it, so freed space
+// is quarantined, neither handed out again nor unmapped, until the heap
+// has asked its Backing to drain the device's work queued so far. The
+// drain happens when an allocation needs the space, when the quarantine
+// passes Config.MaxPending bytes, or never when the caller reports the
+// device idle itself (Reclaim after a context synchronisation), so that a
+// program that frees and allocates in a loop pays one cheap drain per
+// allocation (its work already done) instead of a synchronisation per
+// free, and a free never unmaps memory under a running kernel.
 package suballoc
 
 import (
@@ -21,9 +33,12 @@ import (
 
 // Backing maps a chunk of device memory of size bytes (a multiple of the
 // granularity) and returns its address, or unmaps one.
+// Drain waits until the device work queued before it has finished, so
+// that memory freed before it can be reused or unmapped.
 type Backing interface {
 	Map(size uint64) (base uint64, err error)
 	Unmap(base, size uint64) error
+	Drain() error
 }
 
 // Config sizes a Heap.
@@ -37,7 +52,15 @@ type Config struct {
 	SmallChunk uint64
 	// Align is the alignment of every allocation, a power of two.
 	Align uint64
+	// MaxPending is how many freed bytes may wait in quarantine for a
+	// drain; a free that passes it drains at once. 0 means
+	// DefaultMaxPending.
+	MaxPending uint64
 }
+
+// DefaultMaxPending bounds the freed memory a heap keeps mapped until the
+// next drain.
+const DefaultMaxPending = 64 << 20
 
 // Chunk is one mapped range.
 type Chunk struct {
@@ -74,6 +97,15 @@ type Heap struct {
 	chunks map[uint64]*chunk
 	allocs map[uint64]alloc
 	spare  uint64 // base of the empty shared chunk kept; 0 for none
+	// pending are the freed allocations not yet drained, in free order,
+	// and pendingBytes their sizes' sum.
+	pending      []pendingFree
+	pendingBytes uint64
+}
+
+type pendingFree struct {
+	p uint64
+	a alloc
 }
 
 // New returns an empty heap.
@@ -84,6 +116,9 @@ func New(cfg Config, back Backing) (*Heap, error) {
 	}
 	if cfg.SmallChunk == 0 || cfg.SmallChunk%cfg.Granularity != 0 {
 		return nil, fmt.Errorf("suballoc: shared chunk of %d bytes is not a multiple of the granularity %d", cfg.SmallChunk, cfg.Granularity)
+	}
+	if cfg.MaxPending == 0 {
+		cfg.MaxPending = DefaultMaxPending
 	}
 	return &Heap{cfg: cfg, back: back, chunks: map[uint64]*chunk{}, allocs: map[uint64]alloc{}}, nil
 }
@@ -107,6 +142,20 @@ func (h *Heap) Alloc(size uint64) (uint64, error) {
 		if !ok {
 			return 0, fmt.Errorf("suballoc: %d bytes overflow", size)
 		}
+		if len(h.pending) > 0 {
+			// A freed chunk of the same size is taken over as it is,
+			// saving an unmap and a map.
+			// An error unmapping another freed chunk does not stop it.
+			kept, err := h.drain(cs)
+			if kept != 0 {
+				h.chunks[kept].live = 1
+				h.allocs[kept] = alloc{chunk: kept, size: cs}
+				return kept, nil
+			}
+			if err != nil {
+				return 0, err
+			}
+		}
 		base, err := h.back.Map(cs)
 		if err != nil {
 			return 0, err
@@ -115,12 +164,16 @@ func (h *Heap) Alloc(size uint64) (uint64, error) {
 		h.allocs[base] = alloc{chunk: base, size: cs}
 		return base, nil
 	}
-	for _, c := range h.sorted() {
-		if !c.Shared {
-			continue
-		}
-		if p, ok := h.take(c, n); ok {
+	if p, ok := h.place(n); ok {
+		return p, nil
+	}
+	if len(h.pending) > 0 {
+		_, err := h.drain(0)
+		if p, ok := h.place(n); ok {
 			return p, nil
+		}
+		if err != nil {
+			return 0, err
 		}
 	}
 	base, err := h.back.Map(h.cfg.SmallChunk)
@@ -131,6 +184,19 @@ func (h *Heap) Alloc(size uint64) (uint64, error) {
 	h.chunks[base] = c
 	p, _ := h.take(c, n)
 	return p, nil
+}
+
+// place puts n bytes in the first shared chunk with room for them.
+func (h *Heap) place(n uint64) (uint64, bool) {
+	for _, c := range h.sorted() {
+		if !c.Shared {
+			continue
+		}
+		if p, ok := h.take(c, n); ok {
+			return p, true
+		}
+	}
+	return 0, false
 }
 
 // take carves n bytes out of c's first free extent that holds them.
@@ -155,23 +221,91 @@ func (h *Heap) take(c *chunk, n uint64) (uint64, bool) {
 	return 0, false
 }
 
-// Free gives an allocation back. A dedicated chunk is unmapped at once; a
-// shared one when it is empty and another empty one is already kept.
+// Free gives an allocation back: into quarantine until the next drain
+// (see the package comment), at once when the quarantine is full. After
+// the drain a dedicated chunk is unmapped, and a shared one when it is
+// empty and another empty one is already kept. A failed drain leaves the
+// allocation in quarantine and returns the Backing's error.
 func (h *Heap) Free(p uint64) error {
 	a, ok := h.allocs[p]
 	if !ok {
 		return ErrNotAllocated
 	}
+	delete(h.allocs, p)
+	h.pending = append(h.pending, pendingFree{p, a})
+	h.pendingBytes += a.size
+	if h.pendingBytes <= h.cfg.MaxPending {
+		return nil
+	}
+	_, err := h.drain(0)
+	return err
+}
+
+// Pending is how many freed bytes wait for a drain.
+func (h *Heap) Pending() uint64 { return h.pendingBytes }
+
+// Drain asks the Backing to drain and then gives the quarantined space
+// back (see Free). Callers use it before they report free memory.
+func (h *Heap) Drain() error {
+	if len(h.pending) == 0 {
+		return nil
+	}
+	_, err := h.drain(0)
+	return err
+}
+
+// Reclaim gives the quarantined space back without asking the Backing to
+// drain: the caller has just seen the device finish all the work queued
+// before now (a context synchronisation that succeeded).
+func (h *Heap) Reclaim() error {
+	_, err := h.reclaim(0)
+	return err
+}
+
+// drain drains the device and reclaims; see reclaim for keep.
+func (h *Heap) drain(keep uint64) (uint64, error) {
+	if err := h.back.Drain(); err != nil {
+		return 0, err
+	}
+	return h.reclaim(keep)
+}
+
+// reclaim makes every quarantined free take effect. With keep non-zero,
+// the first dedicated chunk of exactly keep bytes stays mapped, empty,
+// and its base is returned for the caller to hand out again. It returns
+// the first unmap error and goes on past it.
+func (h *Heap) reclaim(keep uint64) (uint64, error) {
+	var (
+		kept  uint64
+		first error
+	)
+	for _, f := range h.pending {
+		c := h.chunks[f.a.chunk]
+		if !c.Shared && keep != 0 && kept == 0 && c.Size == keep {
+			kept = c.Base
+			c.live = 0
+			continue
+		}
+		if err := h.release(f.p, f.a); err != nil && first == nil {
+			first = err
+		}
+	}
+	h.pending, h.pendingBytes = h.pending[:0], 0
+	return kept, first
+}
+
+// release frees one allocation whose work has drained.
+func (h *Heap) release(p uint64, a alloc) error {
 	c := h.chunks[a.chunk]
 	if !c.Shared {
+		// On failure the chunk stays, empty, for Close to unmap.
+		c.live = 0
 		if err := h.back.Unmap(c.Base, c.Size); err != nil {
 			return err
 		}
 		delete(h.chunks, c.Base)
-		delete(h.allocs, p)
 		return nil
 	}
-	delete(h.allocs, p)
 	c.live--
 	c.insert(extent{p - c.Base, a.size})
 	if c.live > 0 {
@@ -243,13 +377,17 @@ func (h *Heap) sorted() []*chunk {
 	return out
 }
 
-// Len is the number of live allocations.
+// Len is the number of live allocations (quarantined ones not counted).
 func (h *Heap) Len() int { return len(h.allocs) }
 
-// Close unmaps every chunk, live allocations or not, and empties the heap;
-// it returns the first error and goes on past it.
+// Close drains the device, unmaps every chunk, live allocations or not,
+// and empties the heap; it returns the first error and goes on past it
+// (a failed drain still unmaps: the context is going away).
 func (h *Heap) Close() error {
 	var first error
+	if len(h.chunks) > 0 {
+		first = h.back.Drain()
+	}
 	for _, c := range h.sorted() {
 		if err := h.back.Unmap(c.Base, c.Size); err != nil && first == nil {
 			first = err
@@ -258,5 +396,6 @@ func (h *Heap) Close() error {
 	clear(h.chunks)
 	clear(h.allocs)
 	h.spare = 0
+	h.pending, h.pendingBytes = nil, 0
 	return first
 }

@@ -2,6 +2,8 @@ package suballoc
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -17,9 +19,38 @@ type fakeBacking struct {
 	mapped map[uint64]uint64
 	maps   int
 	fail   error
+	// failUnmap makes Unmap fail.
+	failUnmap error
+	drains    int
+	// busy are the ranges freed since the last drain: work queued
+	// before the free may still use them, so none may be mapped again,
+	// unmapped or handed out until a drain.
+	busy      map[uint64]uint64
+	violation string
 }
 
-func newFake() *fakeBacking { return &fakeBacking{next: 0x7f0000000000, mapped: map[uint64]uint64{}} }
+func (f *fakeBacking) Drain() error {
+	if f.fail != nil {
+		return f.fail
+	}
+	f.drains++
+	clear(f.busy)
+	return nil
+}
+
+// overlapsBusy names the busy range [p, p+n) meets, if any.
+func (f *fakeBacking) overlapsBusy(p, n uint64) (uint64, bool) {
+	for b, s := range f.busy {
+		if p < b+s && b < p+n {
+			return b, true
+		}
+	}
+	return 0, false
+}
+
+func newFake() *fakeBacking {
+	return &fakeBacking{next: 0x7f0000000000, mapped: map[uint64]uint64{}, busy: map[uint64]uint64{}}
+}
 
 func (f *fakeBacking) Map(size uint64) (uint64, error) {
 	if f.fail != nil {
@@ -36,8 +67,14 @@ func (f *fakeBacking) Map(size uint64) (uint64, error) {
 }
 
 func (f *fakeBacking) Unmap(base, size uint64) error {
+	if f.failUnmap != nil {
+		return f.failUnmap
+	}
 	if f.mapped[base] != size {
 		return errors.New("unmap of something not mapped")
+	}
+	if b, ok := f.overlapsBusy(base, size); ok && f.violation == "" {
+		f.violation = fmt.Sprintf("chunk %#x unmapped while %#x, freed after work was queued on it, was not drained", base, b)
 	}
 	delete(f.mapped, base)
 	return nil
@@ -126,9 +163,20 @@ func TestReuse(t *testing.T) {
 	if err := h.Free(a); err != nil {
 		t.Fatal(err)
 	}
+	if c, _ := h.Alloc(700); c == a {
+		t.Errorf("a freed slot was handed out again before the device drained")
+	} else {
+		_ = h.Free(c)
+	}
+	if err := h.Reclaim(); err != nil {
+		t.Fatal(err)
+	}
 	c, _ := h.Alloc(700)
 	if c != a {
-		t.Errorf("a freed slot was not reused first-fit: got %#x, want %#x", c, a)
+		t.Errorf("a freed slot was not reused first-fit after the drain: got %#x, want %#x", c, a)
+	}
+	if f.drains != 0 {
+		t.Errorf("%d drains where the chunk had room and the caller reclaimed, want 0", f.drains)
 	}
 	// A loop of alloc/free of one buffer keeps its chunk as the spare.
 	_ = h.Free(b)
@@ -146,9 +194,15 @@ func TestReuse(t *testing.T) {
 	if f.maps != maps || len(f.mapped) != 1 {
 		t.Errorf("alloc/free churn mapped %d new chunks and left %d mapped; want 0 and 1 (the spare)", f.maps-maps, len(f.mapped))
 	}
-	// A dedicated chunk goes back at once.
+	// A dedicated chunk goes back at the drain.
 	p, _ := h.Alloc(8 * gran)
 	if err := h.Free(p); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.mapped) != 2 || h.Pending() != 8*gran {
+		t.Errorf("%d chunks mapped and %d bytes pending after freeing a large allocation, want 2 and %d", len(f.mapped), h.Pending(), 8*gran)
+	}
+	if err := h.Drain(); err != nil {
 		t.Fatal(err)
 	}
 	if len(f.mapped) != 1 {
@@ -162,6 +216,9 @@ func TestReuse(t *testing.T) {
 		if err := h.Free(p); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := h.Drain(); err != nil {
+		t.Fatal(err)
 	}
 	if len(f.mapped) != 1 || h.Len() != 0 {
 		t.Errorf("%d chunks mapped and %d allocations live after freeing everything, want 1 and 0", len(f.mapped), h.Len())
@@ -202,6 +259,9 @@ func TestFragmentation(t *testing.T) {
 	}
 	// Freeing unit 1 merges units 0..2 into one extent of three.
 	if err := h.Free(ptrs[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Reclaim(); err != nil {
 		t.Fatal(err)
 	}
 	q, err := h.Alloc(3 * unit)
@@ -275,5 +335,136 @@ func TestClose(t *testing.T) {
 	}
 	if len(f.mapped) != 0 || h.Len() != 0 {
 		t.Errorf("Close left %d chunks mapped and %d allocations", len(f.mapped), h.Len())
+	}
+}
+
+// TestFreeIsStreamOrdered drives a heap with random allocations and frees
+// while a fake device still runs the work queued before each free: no
+// freed range may be handed out again or unmapped until the heap has
+// drained the device, as cuMemFree's memory may not be reused while
+// kernels launched before it run. Unmapping it then faults those kernels
+// with an illegal address.
+func TestFreeIsStreamOrdered(t *testing.T) {
+	for _, maxPending := range []uint64{0, 3 * gran, 1} {
+		t.Run(fmt.Sprintf("max pending %d", maxPending), func(t *testing.T) {
+			f := newFake()
+			h, err := New(Config{Granularity: gran, SmallChunk: small, Align: 256, MaxPending: maxPending}, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(1, maxPending))
+			sizes := []uint64{256, 1000, 4096, 64 << 10, small / 2, small/2 + 1, gran, 3 * gran}
+			var live []uint64
+			for i := range 5000 {
+				if len(live) > 0 && rng.IntN(2) == 0 {
+					j := rng.IntN(len(live))
+					p := live[j]
+					n, _ := h.Size(p)
+					live = append(live[:j], live[j+1:]...)
+					f.busy[p] = n // work queued before the free uses it
+					if err := h.Free(p); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					n := sizes[rng.IntN(len(sizes))]
+					p, err := h.Alloc(n)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if b, ok := f.overlapsBusy(p, n); ok {
+						t.Fatalf("step %d: Alloc(%d) = %#x reuses %#x, freed after work was queued on it, before a drain", i, n, p, b)
+					}
+					live = append(live, p)
+				}
+				if f.violation != "" {
+					t.Fatalf("step %d: %s", i, f.violation)
+				}
+				if i%1000 == 999 && rng.IntN(2) == 0 {
+					// The caller saw the device idle (a context
+					// synchronisation) and says so.
+					clear(f.busy)
+					if err := h.Reclaim(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if maxPending != 1 && f.drains > 2500 {
+				t.Errorf("%d drains in 5000 steps: the quarantine is not saving any", f.drains)
+			}
+			if err := h.Close(); err != nil || len(f.mapped) != 0 {
+				t.Errorf("Close = %v with %d chunks still mapped", err, len(f.mapped))
+			}
+		})
+	}
+}
+
+// TestSameSizeChunkTakenOver: a program that allocates and frees one
+// large temporary buffer per step (Thrust's sort) gets the same chunk
+// back after one drain, without an unmap and a map.
+func TestSameSizeChunkTakenOver(t *testing.T) {
+	h, f := newHeap(t)
+	p, _ := h.Alloc(5 * gran)
+	for range 10 {
+		if err := h.Free(p); err != nil {
+			t.Fatal(err)
+		}
+		q, err := h.Alloc(5*gran - 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q != p {
+			t.Fatalf("a large allocation after freeing one of the same size got %#x, want the freed chunk %#x", q, p)
+		}
+	}
+	if f.maps != 1 || f.drains != 10 {
+		t.Errorf("%d maps and %d drains for ten reuses, want 1 and 10", f.maps, f.drains)
+	}
+}
+
+// TestFailedDrain: a device that reports an error (a faulted context)
+// when drained keeps the freed memory quarantined, and the allocation
+// that needed the drain fails with the device's error.
+func TestFailedDrain(t *testing.T) {
+	h, f := newHeap(t)
+	p, _ := h.Alloc(4 * gran)
+	if err := h.Free(p); err != nil {
+		t.Fatal(err)
+	}
+	fault := errors.New("illegal address")
+	f.fail = fault
+	if _, err := h.Alloc(4 * gran); !errors.Is(err, fault) {
+		t.Errorf("Alloc needing a drain of a faulted device = %v, want its error", err)
+	}
+	if _, ok := f.mapped[p]; !ok || h.Pending() != 4*gran {
+		t.Errorf("a failed drain unmapped the freed chunk or forgot it (pending %d)", h.Pending())
+	}
+	f.fail = nil
+	if err := h.Drain(); err != nil || len(f.mapped) != 0 {
+		t.Errorf("Drain = %v, %d chunks mapped; want nil, 0", err, len(f.mapped))
+	}
+}
+
+// TestUnmapFailureInDrain: a freed chunk that cannot be unmapped at the
+// drain stays mapped for Close, and does not keep an allocation from
+// taking over another freed chunk of its size.
+func TestUnmapFailureInDrain(t *testing.T) {
+	h, f := newHeap(t)
+	a, _ := h.Alloc(4 * gran)
+	b, _ := h.Alloc(2 * gran)
+	for _, p := range []uint64{a, b} {
+		if err := h.Free(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.failUnmap = errors.New("unmap failed")
+	if p, err := h.Alloc(4 * gran); err != nil || p != a {
+		t.Errorf("Alloc after a failed unmap of another chunk = %#x, %v; want the freed %#x, nil", p, err, a)
+	}
+	if _, ok := f.mapped[b]; !ok || len(h.Chunks()) != 2 {
+		t.Errorf("the chunk that failed to unmap is gone (%d chunks)", len(h.Chunks()))
+	}
+	f.failUnmap = nil
+	if err := h.Close(); err != nil || len(f.mapped) != 0 {
+		t.Errorf("Close = %v with %d chunks mapped; want nil, 0", err, len(f.mapped))
 	}
 }

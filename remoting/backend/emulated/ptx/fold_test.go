@@ -38,6 +38,14 @@ func TestPtxasFolds(t *testing.T) {
 		{"mul.rn.ftz.f32 rounding up to 2^-126 is not tiny", 0, "mul.rn.ftz.f32 %f3, %f1, 0f00800001;", "f3", 0x3f7ffffe, 0, 0x00800000},
 		{"mul.rp.ftz.f32 just below 2^-126 is tiny", 0, "mul.rp.ftz.f32 %f3, %f1, 0f00800000;", "f3", 0x3f7fffff, 0, 0},
 		{"mul.rn.ftz.f32 NaN", 0, "mul.rn.ftz.f32 %f3, %f1, 0f00800000;", "f3", 0x7fc00000, 0, 0x7fffffff},
+		// shl.b64 by an immediate of cvt.s64.u32 shifts the value sign-extended
+		{"shl.b64 by 1 of cvt.s64.u32 with bit 31 set", 1395, "cvt.s64.u32 %rd4, %r1; shl.b64 %rd3, %rd4, 1;", "rd3", 0xc54388db, 0, 0xffffffff8a8711b6},
+		{"shl.b64 by 31 of cvt.s64.u32 with bit 31 set", 1395, "cvt.s64.u32 %rd4, %r1; shl.b64 %rd3, %rd4, 31;", "rd3", 0xffffffff, 0, 0xffffffff80000000},
+		{"shl.b64 by 32 of cvt.s64.u32: the extension is shifted out", 1395, "cvt.s64.u32 %rd4, %r1; shl.b64 %rd3, %rd4, 32;", "rd3", 0xc54388db, 0, 0xc54388db00000000},
+		{"shl.b64 by 1 of cvt.s64.u32 with bit 31 clear", 1395, "cvt.s64.u32 %rd4, %r1; shl.b64 %rd3, %rd4, 1;", "rd3", 0x55555555, 0, 0xaaaaaaaa},
+		{"shl.b64 by a register of cvt.s64.u32", 0, "cvt.s64.u32 %rd4, %r1; and.b32 %r4, %r2, 63; shl.b64 %rd3, %rd4, %r4;", "rd3", 0xc54388db, 1, 0x18a8711b6},
+		{"shl.b64 by 1 of cvt.u64.u32", 0, "cvt.u64.u32 %rd4, %r1; shl.b64 %rd3, %rd4, 1;", "rd3", 0xc54388db, 0, 0x18a8711b6},
+		{"shl.b64 by 1 of cvt.s64.u16", 0, "cvt.u16.u32 %rs4, %r1; cvt.s64.u16 %rd4, %rs4; shl.b64 %rd3, %rd4, 1;", "rd3", 0x8000, 0, 0x10000},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := snippet(t, c.body, c.res, splat(c.a), splat(c.b))
@@ -84,6 +92,21 @@ func TestRefusedFolds(t *testing.T) {
 		{"cvt.rni.s32.f16 of a cnot's 0", 601, "cvt.u16.u32 %rs1, %r1; cnot.b16 %rs4, %rs1; cvt.rni.s32.f16 %r3, %rs4;", 5, 0, false},
 		{"shr.s16 by a cnot's 1", 3704, "cvt.u16.u32 %rs1, %r1; cnot.b32 %r4, %r2; shr.s16 %rs3, %rs1, %r4; cvt.u32.u16 %r3, %rs3;", 0x47, 0, true},
 		{"shr.s32 by a cnot's 1", 0, "cnot.b32 %r4, %r2; shr.s32 %r3, %r1, %r4;", 0x47, 0, false},
+		// sqrt.ftz of a set.f32 whose comparison a flush makes true: ptxas
+		// rebuilds the square root around the flushed comparison
+		{"sqrt.rz.ftz of set.ge 0 >= a subnormal", 598, "set.ge.f32.f32 %f4, %f1, %f2; sqrt.rz.ftz.f32 %f5, %f4; mov.b32 %r3, %f5;", 0, 0x47, true},
+		{"sqrt.rn.ftz of set.ge -subnormal >= 0", 598, "set.ge.f32.f32 %f4, %f1, %f2; sqrt.rn.ftz.f32 %f5, %f4; mov.b32 %r3, %f5;", 0x80000001, 0, true},
+		{"sqrt.rz.ftz of a guarded set.ge 0 >= a subnormal", 598, "setp.eq.u32 %p4, %r15, %r15; @%p4 set.ge.f32.f32 %f4, %f1, %f2; sqrt.rz.ftz.f32 %f5, %f4; mov.b32 %r3, %f5;", 0, 0x47, true},
+		{"sqrt.rz.ftz of set.ge 0 >= a normal", 598, "set.ge.f32.f32 %f4, %f1, %f2; sqrt.rz.ftz.f32 %f5, %f4; mov.b32 %r3, %f5;", 0, 0x3f800000, false},
+		{"sqrt.rz.ftz of set.ne a subnormal != 0: the flush makes it false", 0, "set.ne.f32.f32 %f4, %f1, %f2; sqrt.rz.ftz.f32 %f5, %f4; mov.b32 %r3, %f5;", 1, 0, false},
+		{"sqrt.rz without .ftz of set.ge 0 >= a subnormal", 0, "set.ge.f32.f32 %f4, %f1, %f2; sqrt.rz.f32 %f5, %f4; mov.b32 %r3, %f5;", 0, 0x47, false},
+		{"sqrt.approx.ftz of set.ge 0 >= a subnormal", 0, "set.ge.f32.f32 %f4, %f1, %f2; sqrt.approx.ftz.f32 %f5, %f4; mov.b32 %r3, %f5;", 0, 0x47, false},
+		{"add.ftz of set.ge 0 >= a subnormal", 0, "set.ge.f32.f32 %f4, %f1, %f2; add.ftz.f32 %f5, %f4, %f4; mov.b32 %r3, %f5;", 0, 0x47, false},
+		{"sqrt.rz.ftz of set.ge.ftz 0 >= a subnormal", 0, "set.ge.ftz.f32.f32 %f4, %f1, %f2; sqrt.rz.ftz.f32 %f5, %f4; mov.b32 %r3, %f5;", 0, 0x47, false},
+		{"sqrt.rz.ftz of a set.ge overwritten before it", 0, "set.ge.f32.f32 %f4, %f1, %f2; mov.b32 %f4, %r2; sqrt.rz.ftz.f32 %f5, %f4; mov.b32 %r3, %f5;", 0, 0x47, false},
+		// shl.b64 of a register cvt.s64.u32 may have written
+		{"shl.b64 by 1 of a guarded cvt.s64.u32 with bit 31 set", 1395, "setp.ne.u32 %p4, %r2, 0; cvt.u64.u32 %rd4, %r2; @%p4 cvt.s64.u32 %rd4, %r1; shl.b64 %rd5, %rd4, 1; cvt.u32.u64 %r3, %rd5;", 0xc54388db, 1, true},
+		{"shl.b64 by 1 of a guarded cvt.s64.u32 with bit 31 clear", 1395, "setp.ne.u32 %p4, %r2, 0; cvt.u64.u32 %rd4, %r2; @%p4 cvt.s64.u32 %rd4, %r1; shl.b64 %rd5, %rd4, 1; cvt.u32.u64 %r3, %rd5;", 0x45438db, 1, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := snippet(t, c.body, "r3", splat(c.a), splat(c.b))

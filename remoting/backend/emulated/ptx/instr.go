@@ -228,6 +228,12 @@ func (c *fcomp) build(in *instr, x *inst) {
 			x.fn = binRefuse(f, func(_, q uint64) bool { return q&0xffffffff == 1 }, "operands %#x and %#x: the shift is "+cnotWhy[len("operand %#x "):])
 			return
 		}
+		if in.op == "shl" && t.size() == 8 && a[2].kind != oReg || in.op == "shl" && t.size() == 8 && c.constOfReg(a[2]) {
+			if fold, ok := c.shlOfZext(a[1], a[2]); ok {
+				x.fn = fold
+				return
+			}
+		}
 		if in.op == "shl" && t.size() == 8 {
 			x.fn = opShl64
 			return
@@ -721,8 +727,19 @@ func (c *fcomp) setp(in *instr, x *inst) {
 			return 0
 		}
 		x.fn = ter(set)
+		var flushed func(p, q, r uint64) uint64
+		if dt == tF32 && st == tF32 && !hasMod(in.mods, "ftz") && c.setReadByFtz(in, a[0].name) {
+			fcf := floatCompare(cmp, st, true)
+			flushed = func(p, q, r uint64) uint64 {
+				if combine(fcf(p, q), r) {
+					return one
+				}
+				return 0
+			}
+			x.fn = setRefuseFtz(set, flushed)
+		}
 		if dt == tF32 && x.guard >= 0 {
-			x.fn, x.e, x.guard = guardedSetF32(set), x.guard, -1
+			x.fn, x.e, x.guard = guardedSetF32(set, flushed), x.guard, -1
 		}
 		return
 	}
@@ -1402,14 +1419,18 @@ func signSensitive(in *instr) []operand {
 // absolute value taken in 32 bits (INT_MIN gives -2^31). The
 // guard (slot x.e, negated per x.guardNeg) is evaluated here, on every
 // active lane.
-func guardedSetF32(set func(p, q, r uint64) uint64) execFn {
+func guardedSetF32(set, flushed func(p, q, r uint64) uint64) execFn {
 	return func(w *warp, fr *frame, in *inst, m uint32) {
 		r := fr.regs
 		d, a, b, c, g := int(in.d)*warpSize, int(in.a)*warpSize, int(in.b)*warpSize, int(in.c)*warpSize, int(in.e)*warpSize
 		for ; m != 0; m &= m - 1 {
 			l := bits.TrailingZeros32(m)
 			if (r[g+l] != 0) != in.guardNeg {
-				r[d+l] = set(r[a+l], r[b+l], r[c+l])
+				v := set(r[a+l], r[b+l], r[c+l])
+				if flushed != nil && v == 0 && flushed(r[a+l], r[b+l], r[c+l]) != 0 {
+					refuseSetFtz(w, in, r[a+l], r[b+l])
+				}
+				r[d+l] = v
 				continue
 			}
 			v := int32(r[d+l])
