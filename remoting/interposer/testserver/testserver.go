@@ -40,6 +40,8 @@ type Server struct {
 	wg     sync.WaitGroup
 
 	accepted atomic.Int64 // connections accepted so far
+	goodbyes atomic.Int64 // sessions ended by their client's goodbye
+	served   atomic.Int64 // connections past their handshake, served
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -191,6 +193,14 @@ func (s *Server) Adopt(src *Server) {
 // Accepted is the number of connections accepted so far.
 func (s *Server) Accepted() int64 { return s.accepted.Load() }
 
+// Goodbyes is the number of sessions that ended because their client
+// said goodbye (its program exited normally).
+func (s *Server) Goodbyes() int64 { return s.goodbyes.Load() }
+
+// Served is the number of connections that got past their handshake and
+// were served, so far.
+func (s *Server) Served() int64 { return s.served.Load() }
+
 // Sessions is the number of sessions this server holds.
 func (s *Server) Sessions() int {
 	s.mu.Lock()
@@ -317,12 +327,23 @@ func (s *Server) serve(c net.Conn) error {
 	if s.opt.Failpoints != nil {
 		ctx = failpoint.With(ctx, s.opt.Failpoints)
 	}
+	s.served.Add(1)
 	err = ss.ds.Serve(ctx, c, info, false)
 	ss.mu.Lock()
 	to := ss.movedTo
 	ss.mu.Unlock()
 	if errors.Is(err, dispatch.ErrStopped) && to != "" {
 		return wire.WriteMoved(c, to)
+	}
+	if errors.Is(err, dispatch.ErrGoodbye) {
+		// The client's program exited: the session ends, as gpud ends it.
+		s.mu.Lock()
+		if s.sessions[ss.id] == ss {
+			delete(s.sessions, ss.id)
+			s.goodbyes.Add(1)
+		}
+		s.mu.Unlock()
+		return nil
 	}
 	return err
 }
