@@ -430,7 +430,7 @@ loop:
 	// The program's goodbye ends its session, unless a drop raced the
 	// exit and took the goodbye with it (the session is then left to
 	// the server's grace period): either way one session, not more.
-	if n, bye := srv.Sessions(), srv.Goodbyes(); n+int(bye) != 1 {
+	if n, bye := srv.UsedSessions(), srv.Goodbyes(); n+int(bye) != 1 {
 		t.Fatalf("%d sessions left, %d ended by a goodbye: the client should have resumed its one session", n, bye)
 	}
 	if !strings.Contains(out.String(), "reconnected to") {
@@ -508,7 +508,7 @@ func TestClientFollowsMoves(t *testing.T) {
 	}
 	// One session, ended by the program's goodbye or, when a move raced
 	// the exit, left to the server's grace period.
-	if n, bye := a.Sessions()+b.Sessions(), a.Goodbyes()+b.Goodbyes(); n+int(bye) != 1 {
+	if n, bye := a.UsedSessions()+b.UsedSessions(), a.Goodbyes()+b.Goodbyes(); n+int(bye) != 1 {
 		t.Fatalf("%d sessions left, %d ended by a goodbye; want the one session", n, bye)
 	}
 	t.Logf("%d moves", moves)

@@ -172,9 +172,9 @@ func TestClientTLSReplayAndMoves(t *testing.T) {
 			if events == 0 {
 				t.Fatalf("no connection was cut or moved; the test proved nothing\n%s", out.String())
 			}
-			n, bye := a.Sessions(), a.Goodbyes()
+			n, bye := a.UsedSessions(), a.Goodbyes()
 			if b != nil {
-				n, bye = n+b.Sessions(), bye+b.Goodbyes()
+				n, bye = n+b.UsedSessions(), bye+b.Goodbyes()
 			}
 			// Ended by the program's goodbye, or left to the grace
 			// period when a cut or move raced the exit: one session.

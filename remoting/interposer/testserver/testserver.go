@@ -208,6 +208,23 @@ func (s *Server) Sessions() int {
 	return len(s.sessions)
 }
 
+// UsedSessions is the number of sessions that executed at least one
+// request. A cut that loses a new session's Welcome leaves that session
+// behind unused (the client asks for another, as it would of gpud, where
+// the orphan waits out the grace period); tests of cut links count only
+// the sessions their client really had.
+func (s *Server) UsedSessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, ss := range s.sessions {
+		if ss.ds.ExecutedSeq() > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 func (s *Server) accept() {
 	defer s.wg.Done()
 	for {
