@@ -178,6 +178,9 @@ type Result struct {
 	MemCopiedBytes int64 `json:"mem_copied_bytes,omitempty"`
 	// Early is set when the session was resumed before the store step.
 	Early bool `json:"-"`
+	// Quiesced is when the client's pause began (the quiesce step),
+	// after the prepare step that runs while it is still served.
+	Quiesced time.Time `json:"-"`
 }
 
 // Frozen is a checkpointed session whose original worker is still alive,
@@ -372,7 +375,7 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 		Image: image.ID, Session: req.Session,
 		Bytes: stats.LogicalBytes, StoredBytes: stats.StoredBytes,
 		DurationMS: time.Since(t0).Milliseconds(), Steps: fr.Steps, Nonce: nonce,
-		StallMS: stall.Milliseconds(), Early: early,
+		StallMS: stall.Milliseconds(), Early: early, Quiesced: tq,
 	}
 	if snap != nil {
 		fr.MemBytes, fr.MemSentBytes, fr.MemCopiedBytes = snap.Saved.Bytes, snap.Saved.SentBytes, snap.Saved.CopiedBytes
@@ -438,6 +441,9 @@ func (p *Pipeline) saveMem(ctx context.Context, w MemWorker, req Request, base *
 	if sv.PinError != "" {
 		p.log().Warn("the worker could not pin all of the save's host memory; those parts were copied through its buffers", "session", req.Session,
 			"pinned_bytes", sv.PinnedBytes, "copied_bytes", sv.CopiedBytes, "err", sv.PinError)
+	}
+	if sv.TrimError != "" {
+		p.log().Warn("the worker could not trim its contexts' own reservations; the dump holds them", "session", req.Session, "err", sv.TrimError)
 	}
 	snap, err := devstore.Open(f, sv)
 	if err != nil {

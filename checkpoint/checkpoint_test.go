@@ -46,6 +46,7 @@ func TestCheckpointPipeline(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
+			t0 := time.Now()
 			child := h.Start(c.tcp)
 			pid := child.Process.Pid
 			calls := &checkpointtest.Calls{}
@@ -77,6 +78,10 @@ func TestCheckpointPipeline(t *testing.T) {
 			}
 			if fr.Image == "" || fr.Bytes <= 0 || fr.Session != "s-000000000001" || len(fr.Nonce) != 32 {
 				t.Errorf("result %+v", fr.Result)
+			}
+			// A migration's downtime starts at the quiesce.
+			if fr.Quiesced.Before(t0) || fr.Quiesced.After(time.Now()) || time.Since(fr.Quiesced) < time.Duration(fr.StallMS)*time.Millisecond {
+				t.Errorf("quiesced at %v, stall %d ms, checkpoint from %v", fr.Quiesced, fr.StallMS, t0)
 			}
 			if m := store.Last(); m.Session != "s-000000000001" || m.Parent != "img-0" || m.AttachNonce != fr.Nonce || m.Host != "host-a" || !strings.HasPrefix(m.CRIU, "4.") || m.Kernel == "" {
 				t.Errorf("manifest meta %+v", m)

@@ -73,12 +73,13 @@ type prepared struct {
 	err    error // the first pinning failure (copies then go through the backend's buffers)
 }
 
-// prepare faults in (when populate) and pins the backend.PinPart parts of
-// data that the pieces touch, on every core. A part that cannot be pinned
-// is copied the slow way; nothing fails here.
-func prepare(ctx context.Context, dev backend.DeviceMemory, data []byte, ps []piece, populate bool) *prepared {
+// prepare faults in (when populate) and, when pin, pins the
+// backend.PinPart parts of data that the pieces touch, on every core. A
+// part that cannot be pinned is copied the slow way; nothing fails here.
+func prepare(ctx context.Context, dev backend.DeviceMemory, data []byte, ps []piece, populate, pin bool) *prepared {
 	pr := &prepared{}
 	pinner, canPin := dev.(backend.HostPinner)
+	canPin = canPin && pin
 	if len(ps) == 0 || (!canPin && !populate) {
 		return pr
 	}

@@ -62,6 +62,10 @@ type Saved struct {
 	CopiedBytes int64  `json:"copied_bytes,omitempty"`
 	PinnedBytes int64  `json:"pinned_bytes,omitempty"`
 	PinError    string `json:"pin_error,omitempty"`
+	// TrimError says why the contexts' own reservations could not all be
+	// trimmed after the release (backend.ContextTrimmer); the save is
+	// good all the same, its dump only larger.
+	TrimError string `json:"trim_error,omitempty"`
 	// PauseNS is how long a pre-copy round held the session's requests
 	// back (Tracker.Precopy).
 	PauseNS int64 `json:"pause_ns,omitempty"`
@@ -72,6 +76,20 @@ type hashes struct {
 	gen  uint64
 	m    map[key][]uint64
 	regs []key // in layout order
+}
+
+// Reloaded is where a reload's time went: backing the regions again,
+// looking for blocks of zeros, pinning the memfd, copying, unpinning and
+// setting the contexts' trimmed limits back.
+type Reloaded struct {
+	Bytes    int64 `json:"bytes"`
+	Copied   int64 `json:"copied"`
+	BackNS   int64 `json:"back_ns"`
+	ScanNS   int64 `json:"scan_ns"`
+	PinNS    int64 `json:"pin_ns"`
+	CopyNS   int64 `json:"copy_ns"`
+	UnpinNS  int64 `json:"unpin_ns"`
+	UntrimNS int64 `json:"untrim_ns"`
 }
 
 // Tracker is a worker's memory of what it saved. It lives in the worker's
@@ -86,6 +104,14 @@ type Tracker struct {
 	// pre is the last pre-copy round: the hashes of the bytes a
 	// migration target holds.
 	pre *hashes
+	// LastReload is where the last Reload's time went.
+	LastReload Reloaded
+	// Pin has a backend that can pin host memory (backend.HostPinner)
+	// pin the memfd so that it copies straight into and out of it. Off
+	// by default: on the GPU hosts pinning costs more than it saves
+	// (cuMemHostRegister of 1 GiB takes longer than copying it through
+	// the backend's own pinned buffers on every core).
+	Pin bool
 }
 
 // NewTracker returns a tracker with a fresh hash seed.
@@ -211,7 +237,10 @@ func (t *Tracker) Save(ctx context.Context, dev backend.DeviceMemory, req SaveRe
 		sv.CopiedBytes = piecesBytes(ps)
 		pr := &prepared{}
 		if sv.CopiedBytes >= directMin {
-			pr = prepare(ctx, dev, data, ps, true)
+			// gpud's memfd (a scratch one or the session's mirror) has
+			// its pages in already: walking them again cost ~30 ms a
+			// GiB of the client's pause.
+			pr = prepare(ctx, dev, data, ps, fresh, t.Pin)
 		}
 		copied = time.Now()
 		sv.PrepareNS = copied.Sub(hashed).Nanoseconds()
@@ -246,6 +275,11 @@ func (t *Tracker) Save(ctx context.Context, dev backend.DeviceMemory, req SaveRe
 				return nil, Saved{}, fmt.Errorf("release device memory: %w; and putting it back: %v", err, rerr)
 			}
 			return nil, Saved{}, fmt.Errorf("release device memory: %w", err)
+		}
+		if tr, ok := dev.(backend.ContextTrimmer); ok {
+			if err := tr.TrimContexts(ctx); err != nil {
+				sv.TrimError = err.Error()
+			}
 		}
 		sv.ReleaseNS = time.Since(released).Nanoseconds()
 	}
@@ -288,10 +322,25 @@ func (t *Tracker) Reload(ctx context.Context, dev backend.DeviceMemory, f *os.Fi
 			return fmt.Errorf("saved device memory lacks block %d", i)
 		}
 	}
+	t.LastReload = Reloaded{Bytes: l.Size}
+	t0 := time.Now()
 	if err := dev.RestoreMem(ctx); err != nil {
 		return fmt.Errorf("back device memory again: %w", err)
 	}
-	return t.reloadFrom(ctx, dev, f, l, false)
+	t.LastReload.BackNS = time.Since(t0).Nanoseconds()
+	if err := t.reloadFrom(ctx, dev, f, l, false); err != nil {
+		return err
+	}
+	// Before the session's next launch: its contexts' reservations as
+	// the program left them.
+	if tr, ok := dev.(backend.ContextTrimmer); ok {
+		t1 := time.Now()
+		if err := tr.UntrimContexts(ctx); err != nil {
+			return fmt.Errorf("set the contexts' limits back: %w", err)
+		}
+		t.LastReload.UntrimNS = time.Since(t1).Nanoseconds()
+	}
+	return nil
 }
 
 // reloadFrom copies every block of l from f into dev.
@@ -326,6 +375,7 @@ func (t *Tracker) reloadFrom(ctx context.Context, dev backend.DeviceMemory, f *o
 	}
 	defer unix.Munmap(data)
 	spans := l.Spans()
+	t0 := time.Now()
 	// Blocks of zeros need no copy: backed-again memory is zeroed.
 	zero := make([]bool, len(spans))
 	_ = parallel(len(spans), func(i int) error {
@@ -335,15 +385,25 @@ func (t *Tracker) reloadFrom(ctx context.Context, dev backend.DeviceMemory, f *o
 		return nil
 	})
 	ps := pieces(spans, func(i int) bool { return !zero[i] })
+	st := &t.LastReload
+	st.Copied = piecesBytes(ps)
+	t1 := time.Now()
+	st.ScanNS = t1.Sub(t0).Nanoseconds()
 	pr := &prepared{}
-	if piecesBytes(ps) >= directMin {
-		pr = prepare(ctx, dev, data, ps, false)
+	if st.Copied >= directMin {
+		pr = prepare(ctx, dev, data, ps, false, t.Pin)
 	}
-	defer pr.release()
-	return parallel(len(ps), func(i int) error {
+	t2 := time.Now()
+	st.PinNS = t2.Sub(t1).Nanoseconds()
+	err = parallel(len(ps), func(i int) error {
 		p := ps[i]
 		return dev.WriteMem(ctx, l.Regions[p.region].MemRegion, p.regOff, data[p.fileOff:p.fileOff+int64(p.n)])
 	})
+	t3 := time.Now()
+	st.CopyNS = t3.Sub(t2).Nanoseconds()
+	pr.release()
+	st.UnpinNS = time.Since(t3).Nanoseconds()
+	return err
 }
 
 // isZero reports whether b is all zero bytes.

@@ -190,15 +190,19 @@ func TestPieces(t *testing.T) {
 // memfd, and the session reloads from it bit-exact.
 func TestSaveIntoMirror(t *testing.T) {
 	ctx := context.Background()
-	for _, pin := range []bool{false, true} {
-		name := map[bool]string{false: "ring", true: "pinned"}[pin]
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		canPin, usePin bool
+	}{{"ring", false, false}, {"pinned", true, true}, {"can pin, does not", true, false}} {
+		pin := tc.canPin && tc.usePin
+		t.Run(tc.name, func(t *testing.T) {
 			fd := newFakeDev(80<<20, 3<<20, 512<<10)
 			var dev backend.DeviceMemory = fd
-			if pin {
+			if tc.canPin {
 				dev = pinningDev{fd}
 			}
 			tr := NewTracker()
+			tr.Pin = tc.usePin
 			want := fd.snapshot()
 			f1, sv1, err := tr.Save(ctx, dev, SaveRequest{All: true, Release: true})
 			if err != nil {

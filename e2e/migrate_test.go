@@ -168,8 +168,8 @@ func (w *world) sessions(h *harness.Host) []sessionInfo {
 	return ss
 }
 
-// session waits until h lists a session that is not in old (sessions of
-// earlier runs linger, detached, for their grace period) and returns it.
+// session waits until h lists a session that is not in old (a session of
+// an earlier run may still be listed while it ends) and returns it.
 func (w *world) session(h *harness.Host, old ...sessionInfo) sessionInfo {
 	w.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)

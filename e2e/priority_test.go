@@ -50,7 +50,7 @@ func (w *world) waitState(h *harness.Host, sel, state string, within time.Durati
 }
 
 // waitNoSessions waits until h's earlier sessions (a reference run's,
-// detached after its client ended) are gone and hold no device memory.
+// ended by its client's exit) are gone and hold no device memory.
 func (w *world) waitNoSessions(h *harness.Host, within time.Duration) {
 	w.t.Helper()
 	deadline := time.Now().Add(within)
@@ -219,13 +219,16 @@ func TestPreemptDeadlineSelectorResumeOn(t *testing.T) {
 	if len(res) != 1 || res[0].Session != s.ID || res[0].Host != w.b.API() {
 		t.Fatalf("gpuctl resume --json: %+v", res)
 	}
-	if got := w.result(<-run); got != want {
-		t.Errorf("preempted and resumed on B: %q, never preempted: %q", got, want)
-	}
+	// Listed on B from the resume on, while its client runs: the
+	// client's exit ends it (its goodbye reaches B's worker).
 	onB := w.labelled(w.b, "user=ann")
 	if len(onB) != 1 || onB[0].ID != s.ID || onB[0].Priority != 3 || onB[0].Labels["job"] != "42" {
 		t.Errorf("B lists %+v, want %s with priority 3 and its labels", onB, s.ID)
 	}
+	if got := w.result(<-run); got != want {
+		t.Errorf("preempted and resumed on B: %q, never preempted: %q", got, want)
+	}
+	w.waitNoSessions(w.b, 2*time.Second)
 }
 
 // TestPreemptedSurvivesRestart: a gpud restarted while it holds a

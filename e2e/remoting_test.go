@@ -60,7 +60,9 @@ func nsProcesses(t *testing.T, ns string) int {
 
 func TestRemotingCopiesAndErrors(t *testing.T) {
 	c := harness.New(t)
-	host := c.NewHost("gpu-a", harness.HostOptions{Args: []string{"--grace", "1s"}})
+	// The default grace (30 s): the clients exit normally, and their
+	// goodbyes, not the grace period, end their sessions.
+	host := c.NewHost("gpu-a", harness.HostOptions{})
 	client := c.NewNode("client")
 	prog := c.CompileC(copiesSrc(c))
 
@@ -80,8 +82,8 @@ func TestRemotingCopiesAndErrors(t *testing.T) {
 			}
 		})
 	}
-	// Every client has exited: after the grace period nothing is left.
-	waitNoSessions(t, host, 10*time.Second)
+	// Every client has exited and said goodbye: nothing is left.
+	waitNoSessions(t, host, 3*time.Second)
 }
 
 func TestRemotingWrongToken(t *testing.T) {
@@ -147,7 +149,8 @@ func TestRemotingGpudKilledMidRun(t *testing.T) {
 // an "ok" line.
 func TestRemotingKernelPrograms(t *testing.T) {
 	c := harness.New(t)
-	host := c.NewHost("gpu-a", harness.HostOptions{Args: []string{"--grace", "1s"}})
+	// The default grace (30 s): each program's exit ends its session.
+	host := c.NewHost("gpu-a", harness.HostOptions{})
 	client := c.NewNode("client")
 	dir := filepath.Join(c.Build.Root, "e2e/cprogs")
 	env := []string{"GPUCTL_PTX_DIR=" + filepath.Join(c.Build.Root, "e2e/kernels/ptx")}
@@ -176,7 +179,7 @@ func TestRemotingKernelPrograms(t *testing.T) {
 			t.Logf("%s: %s (%v)", tc.prog, strings.TrimSpace(r.Stdout), r.Duration.Round(time.Millisecond))
 		})
 	}
-	waitNoSessions(t, host, 10*time.Second)
+	waitNoSessions(t, host, 3*time.Second)
 }
 
 // TestRemotingHostileConnections throws garbage, an HTTP request, an

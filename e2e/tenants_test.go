@@ -129,8 +129,8 @@ func cmpOr(s, def string) string {
 	return s
 }
 
-// waitIdle waits until h has no session left (the grace periods of
-// clients that exited have run out).
+// waitIdle waits until h has no session left (the clients that exited
+// have ended theirs).
 func (w *tenantWorld) waitIdle(h *harness.Host) {
 	w.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)

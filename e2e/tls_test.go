@@ -315,7 +315,7 @@ func TestClientOverTLS(t *testing.T) {
 	attacker := w.c.NewNode("attacker")
 	old = w.sessions(w.a)
 	run = w.start(w.a, w.stateful, wlMiB, wlSteps, wlSleep)
-	w.session(w.a, old...)
+	s := w.session(w.a, old...)
 	tcp := "/dev/tcp/" + w.a.IP + "/" + harness.ListenPort
 	hostile := []struct{ name, script string }{
 		{"garbage", `head -c 4096 /dev/urandom >` + tcp},
@@ -344,6 +344,15 @@ func TestClientOverTLS(t *testing.T) {
 	}
 	if got := w.result(<-run); got != want {
 		t.Errorf("run beside hostile connections: %q, alone: %q", got, want)
+	}
+	// The program exited normally: its goodbye, a TLS record like any
+	// request, ended its session at once (the grace period is 30 s).
+	for deadline := time.Now().Add(time.Second); slices.ContainsFunc(w.sessions(w.a), func(o sessionInfo) bool { return o.ID == s.ID }); {
+		if time.Now().After(deadline) {
+			t.Errorf("session %s is still listed a second after its program exited over TLS: %+v", s.ID, w.sessions(w.a))
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	for _, l := range []string{"refused connection", "TLS handshake failed"} {
 		if !strings.Contains(w.a.Log(), l) {

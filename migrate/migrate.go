@@ -263,6 +263,11 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 				if err != nil {
 					return err
 				}
+				if !fr.Quiesced.IsZero() {
+					// The freeze prepared its save while the client was
+					// still served: its pause began at the quiesce.
+					tq = fr.Quiesced
+				}
 				res.Image, res.Bytes = fr.Image, fr.Bytes
 				res.FreezeSteps = checkpoint.StepTimings(fr.Steps)
 				return nil

@@ -54,9 +54,11 @@ gpu-apps:
 	bash e2e/gpu/apps.sh
 
 # gpu-ckpt-bench: checkpoint stall and durability, restore, the second
-# checkpoint of an idle session and migration downtime at 1, 4 and 8 GiB
-# (32 GiB when time is left) against the driver's checkpoint plus CRIU by
-# hand, in about 8 minutes (e2e/gpu/ckpt-bench.sh). With
+# checkpoint of an idle session and migration downtime (idle, and a client
+# rewriting 1 GB/s) at 1, 4, 8 and 32 GiB (as time and memory allow)
+# against the driver's checkpoint plus CRIU by hand, every gpuctl row first
+# and the by-hand rows last, with a plot in OUT/scaling.svg
+# (e2e/gpu/ckpt-bench.sh). With
 # build/bin/cuda-conformance.test (make gpu-tools) it first runs the cuda
 # backend's tests of worker-mapped memory and the GPU hash kernel.
 .PHONY: gpu-ckpt-bench

@@ -122,6 +122,10 @@ type Session struct {
 	// want is what a waiting session asked to hold; the ledger counts it
 	// as taken until the answer.
 	want uint64
+	// exited: the client's program exited (it said goodbye) while a
+	// checkpoint or migration held the session; it ends when the
+	// session runs here again (goodbye.go).
+	exited bool
 }
 
 // NewManager returns a manager. Records left by an earlier gpud run are
@@ -435,7 +439,9 @@ func (m *Manager) watch(id string, h *worker.Handle) {
 		for {
 			select {
 			case ev := <-h.Events():
-				if ev.Ended {
+				if ev.Ended && ev.Goodbye {
+					m.clientExited(id, h, ev.Epoch)
+				} else if ev.Ended {
 					m.clientGone(id, h, ev.Err)
 				}
 			case <-h.Exited():

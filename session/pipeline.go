@@ -255,9 +255,13 @@ func (m *Manager) Resumed(id string, w checkpoint.Worker) error {
 	} else {
 		m.persist(s)
 	}
+	exited := s.exited
 	m.mu.Unlock()
 	if changed {
 		m.watch(id, sw.h)
+	}
+	if exited {
+		m.endExited(id)
 	}
 	return err
 }

@@ -20,6 +20,10 @@
  * PyTorch's expandable segments do) or "vmm+pool" (the state in VMM memory,
  * the checksum in pool memory). The result does not depend on it.
  * STATEFUL_LOAD=STEM also loads and unloads module STEM at every step.
+ * STATEFUL_STACK=BYTES sets the context's per-thread stack limit
+ * (CU_LIMIT_STACK_SIZE) before the first launch and fails any step that
+ * reads back another value: a checkpoint may shrink the driver's
+ * reservation while the session is paused, never what the program sees.
  */
 #include "common.h"
 
@@ -114,6 +118,10 @@ int main(int argc, char **argv)
     else
         CK(cuMemAlloc(&dsum, 8));
     const char *reload = getenv("STATEFUL_LOAD");
+    const char *stack_env = getenv("STATEFUL_STACK");
+    size_t stack = stack_env && *stack_env ? (size_t)strtoull(stack_env, NULL, 10) : 0;
+    if (stack)
+        CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack));
     unsigned block = 256;
     unsigned grid = (unsigned)((n + block - 1) / block < 4096 ? (n + block - 1) / block : 4096);
 
@@ -142,6 +150,12 @@ int main(int argc, char **argv)
         CK(cuMemcpyDtoH(&sum, dsum, sizeof sum));
         if (reload && *reload)
             CK(cuModuleUnload(load_module(reload)));
+        if (stack) {
+            size_t got = 0;
+            CK(cuCtxGetLimit(&got, CU_LIMIT_STACK_SIZE));
+            if (got != stack)
+                fail("step %ld: the stack limit reads %zu bytes, the program set %zu", k, got, stack);
+        }
         if (verify) {
             uint64_t want = cpu_step_and_sum(cpu, n, iter);
             if (sum != want)

@@ -140,25 +140,9 @@ echo "  $bm MiB rewriting: downtime ${bd} ms, migration ${bdur} ms, ${bsent} byt
 # The scaling plot: stall and downtime by size, one SVG, no dependencies.
 svg=${BENCH_SVG:-$(cd "$(dirname "$0")/../.." && pwd)/build/bench-checkpoint.svg}
 mkdir -p "$(dirname "$svg")"
-printf '%s\n' "${stalls[@]}" | awk -F'|' -v out="$svg" '
-	{ n++; m[n]=$1; s[n]=$3; sc[n]=$6; d[n]=$7; if ($6+0 > top) top=$6+0; if ($7+0 > top) top=$7+0; if ($3+0 > top) top=$3+0 }
-	END {
-		if (top <= 0) top = 1
-		W = 120 + n*150; H = 320
-		printf "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H > out
-		printf "<text x=\"10\" y=\"20\">checkpoint stall (2nd, --leave-running), migration downtime and stop-and-copy, ms</text>\n" > out
-		split("#4c72b0 #dd8452 #999999", col, " ")
-		for (i = 1; i <= n; i++) {
-			x = 60 + (i-1)*150
-			v[1]=s[i]; v[2]=d[i]; v[3]=sc[i]
-			for (k = 1; k <= 3; k++) {
-				h = 240 * v[k] / top
-				printf "<rect x=\"%d\" y=\"%.1f\" width=\"36\" height=\"%.1f\" fill=\"%s\"/>\n", x+(k-1)*40, 280-h, h, col[k] > out
-				printf "<text x=\"%d\" y=\"%.1f\">%d</text>\n", x+(k-1)*40, 276-h, v[k] > out
-			}
-			printf "<text x=\"%d\" y=\"298\">%s MiB</text>\n", x+30, m[i] > out
-		}
-		printf "<text x=\"60\" y=\"315\" fill=\"#4c72b0\">stall</text><text x=\"110\" y=\"315\" fill=\"#dd8452\">downtime</text><text x=\"190\" y=\"315\" fill=\"#999999\">stop-and-copy</text>\n" > out
-		print "</svg>" > out
-	}'
+# Columns: session, stall, downtime, stop-and-copy.
+printf '%s\n' "${stalls[@]}" | awk -F'|' '{ print $1 " MiB|" $3 "|" $7 "|" $6 }' |
+	awk -F'|' -v out="$svg" -v names='stall|downtime|stop-and-copy' \
+		-v title='checkpoint stall (2nd, --leave-running), migration downtime and stop-and-copy, ms' \
+		-f "$(dirname "$0")/plot.awk"
 echo "plot: $svg"

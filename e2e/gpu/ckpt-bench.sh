@@ -8,13 +8,15 @@
 # with gpud, gpuctl, lib/ and include/; .deps/criu), and runs, when make
 # gpu-tools left build/bin/cuda-conformance.test, the cuda backend's own
 # tests of worker-mapped memory first (allocations, the GPU hash kernel
-# against the host's, save/release/reload, and the backend conformance
-# suite, whose allocations now come from worker-mapped memory).
+# against the host's, save/release/reload, the contexts' stack trim, the
+# backend conformance suite, whose allocations now come from worker-mapped
+# memory) and prints where a save's and a reload's time goes, part by part.
 #
-# For each size (SIZES, MiB; default 1, 4 and 8 GiB, then BIG = 32 GiB
-# while the budget allows) a client holds that much incompressible data and
-# checks all of it on the GPU every 50 ms without changing it (an idle
-# session). Through gpuctl:
+# For each size (SIZES, MiB; default 1, 4, 8 and 32 GiB while the budget
+# allows; a size the GPU or the host lacks memory for is skipped with a
+# line saying so) a client holds that much incompressible data and checks
+# all of it on the GPU every 50 ms without changing it (an idle session).
+# Through gpuctl, every size first:
 #   1. checkpoint --leave-running: stall_ms (the client's pause) and
 #      duration_ms (until the image is committed);
 #   2. the same again: the second checkpoint of an idle session, its stall
@@ -22,15 +24,23 @@
 #   3. a checkpoint, then a restore from it, timed; the client reconnects
 #      and its checks must find every byte as it was (bit-exact);
 #   4. a live migration to a second gpud on the same GPU (in its own
-#      network namespace, as run.sh does): downtime_ms.
-# By hand, on a native client of the same size: the driver's lock and
-# checkpoint plus criu dump; criu restore plus the driver's restore and
+#      network namespace, as run.sh does): downtime_ms;
+#   5. a live migration of a client of the same size that rewrites about
+#      1 GB/s of its memory (holder rewrite=1000): downtime_ms and rounds.
+# Then by hand, every size, last (a checkpointed native process that is
+# killed can keep the driver refusing new processes for a minute, so the
+# by-hand rows come after every gpuctl row, with a wait for the GPU
+# between sizes): on a native client of the same size, the driver's lock
+# and checkpoint plus criu dump; criu restore plus the driver's restore and
 # unlock (e2e/gpu/ckpt.c). And the machine's fsync'd sequential write speed
 # on the filesystem holding the store. Then one table of ratios against the
-# targets.
+# targets, and OUT/scaling.svg: stall and downtimes against size (the plot
+# of `make bench`, e2e/demo/plot.awk).
 #
-# Variables: OUT (default /tmp/gpuctl-ckpt-bench), WORK, SIZES, BIG (0: no
-# big size), BUDGET (seconds, default 450), NVCC, CUDA_INC, CRIU, KEEP=1.
+# Variables: OUT (default /tmp/gpuctl-ckpt-bench), WORK, SIZES, BUDGET
+# (seconds, default 450), REWRITE (MiB/s, default 1000), BUSY_SIZES (the
+# sizes that get the rewriting client's migration; default SIZES), NVCC,
+# CUDA_INC, CRIU, KEEP=1.
 # Exit status 0 only if every correctness check passed (targets missed are
 # reported in the table, not failed).
 set -uo pipefail
@@ -41,8 +51,9 @@ OUT=${OUT:-/tmp/gpuctl-ckpt-bench}
 mkdir -p "$OUT"
 WORK=${WORK:-$(mktemp -d /tmp/gpuctl-ckpt-bench.XXXXXX)}
 mkdir -p "$WORK"
-SIZES=${SIZES:-"1024 4096 8192"}
-BIG=${BIG:-32768}
+SIZES=${SIZES:-"1024 4096 8192 32768"}
+REWRITE=${REWRITE:-1000}
+BUSY_SIZES=${BUSY_SIZES:-$SIZES}
 BUDGET=${BUDGET:-450}
 NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
 CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
@@ -75,17 +86,50 @@ max_gap() {
 	awk -v from="$2" '/^iter/ { split($NF, t, "="); if ($2 >= from && prev != "") { g = t[2] - prev; if (g > m) m = g } if ($2 >= from) prev = t[2] } END { printf "%.0f", m }' "$1"
 }
 bad_checks() { grep -c BAD "$1" 2>/dev/null || true; }
-# start_client LOG MIB remote|native: the idle holder; HP is its pid.
+# start_client LOG MIB remote|native [MODE]: the holder, idle unless MODE
+# (rewrite=R) says otherwise; HP is its pid.
 start_client() {
 	rm -f "$1"
 	if [[ $3 == remote ]]; then
-		setsid "$GPUCTL" run --server "$A_LISTEN" --token-file "$TOKEN" -- "$WORK/remote/holder" "$2" "$1" "$WORK/kernels.ptx" 50 idle \
+		setsid "$GPUCTL" run --server "$A_LISTEN" --token-file "$TOKEN" -- "$WORK/remote/holder" "$2" "$1" "$WORK/kernels.ptx" 50 "${4:-idle}" \
 			</dev/null >"$1.out" 2>&1 &
 	else
 		"${NATIVE[@]}" setsid "$WORK/native/holder" "$2" "$1" "$WORK/kernels.ptx" 50 idle </dev/null >"$1.out" 2>&1 &
 	fi
 	HP=$!
 	PIDS+=("$HP")
+}
+# start_remote LOG MIB [MODE]: start_client through gpud a until the
+# client checks its data (3 checks), for up to 40 s: after a migration
+# gpud may take longer to start a new session's worker than the client
+# waits for its first connection (5 s). HP is its pid; BEFORE lists gpud
+# a's sessions before the try that started it (a failed try can leave a
+# session of its own behind).
+start_remote() {
+	local deadline=$(($(date +%s) + 40)) tries=0
+	while :; do
+		tries=$((tries + 1))
+		BEFORE=$(sessions "$A_API")
+		start_client "$1" "$2" remote "${3:-idle}"
+		wait_log "$1" '^iter 3 ok' 120 "$HP" && {
+			((tries > 1)) && echo "  the client started at its try $tries"
+			return 0
+		}
+		stop_group "$HP"
+		(($(date +%s) < deadline)) || return 1
+		sleep 2
+	done
+}
+# clean_stores: every image of both gpuds removed and their stores
+# collected, so that the disk holds one size's images at a time.
+clean_stores() {
+	local api id
+	for api in "$A_API" "$B_API"; do
+		for id in $(ctl "$api" images ls --json 2>/dev/null | tr -d '\n' | grep -o '"id" *: *"img-[^"]*"' | sed 's/.*"\(img-[^"]*\)"$/\1/'); do
+			ctl "$api" images rm "$id" >/dev/null 2>&1
+		done
+		ctl "$api" images gc >/dev/null 2>&1
+	done
 }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", (b-a)/1000}'; }
 # step_ms FILE NAME: one pipeline step's duration from a JSON answer.
@@ -107,14 +151,16 @@ T=$ROOT/build/bin/cuda-conformance.test
 if [[ -x $T ]]; then
 	# A kernel fault poisons the whole process on the real driver, so the
 	# sticky-fault case runs on its own, after the others.
-	if "${NATIVE[@]}" timeout 180 "$T" -test.run '^(TestVMMAllocations|TestPlainMemory|TestHashKernel|TestDeviceMemoryRoundTrip|TestConformance)$' \
+	if "${NATIVE[@]}" timeout 180 "$T" -test.run '^(TestVMMAllocations|TestPlainMemory|TestHashKernel|TestDeviceMemoryRoundTrip|TestContextTrim|TestDeviceMemoryTimings|TestConformance)$' \
 		-test.skip '^TestConformance/StickyFault$' -test.v >"$OUT/devmem-tests.log" 2>&1 &&
 		"${NATIVE[@]}" timeout 60 "$T" -test.run '^TestConformance$/^StickyFault$' -test.v >>"$OUT/devmem-tests.log" 2>&1 &&
 		! grep -q -- '--- SKIP' "$OUT/devmem-tests.log"; then
-		pass "cuda backend tests: $(grep -c -- '^--- PASS' "$OUT/devmem-tests.log") pass (allocations, hash kernel == host hash, release and reload bit-exact, the conformance suite on mapped memory)"
+		pass "cuda backend tests: $(grep -c -- '^--- PASS' "$OUT/devmem-tests.log") pass (allocations, hash kernel == host hash, release and reload bit-exact, the stack trim, the conformance suite on mapped memory)"
 	else
 		fail "cuda backend tests (see $OUT/devmem-tests.log): $(grep -E -- '--- (FAIL|SKIP)|devmem_test.go' "$OUT/devmem-tests.log" | head -n 4 | tr '\n' ' ')"
 	fi
+	# Where a save's and a reload's time goes, part by part.
+	grep -E 'trim_test.go:[0-9]+: ' "$OUT/devmem-tests.log" | sed 's/^ *trim_test.go:[0-9]*: /  /'
 else
 	skip "cuda backend tests: no build/bin/cuda-conformance.test (make gpu-tools)"
 fi
@@ -136,11 +182,13 @@ b_netns && start_gpud b "$B_LISTEN" "$B_API" 0 && MIG=1 || fail "gpud b did not 
 
 # ------------------------------------------------------------ gpuctl runs
 gpuctl_run() {
-	local mib=$1 log=$WORK/client.$mib.log before sid it hp img t0 t1
-	before=$(sessions "$A_API")
-	start_client "$log" "$mib" remote
+	local mib=$1 log=$WORK/client.$mib.log sid it hp img t0 t1
+	# A migration's handover ended a frozen worker: the driver may refuse
+	# new processes for a while, and the client's worker is one.
+	wait_gpu "$(waitable)" || return
+	start_remote "$log" "$mib"
 	hp=$HP
-	if ! wait_log "$log" '^iter 3 ok' 120 "$hp" || ! sid=$(new_session "$A_API" "$before" 10); then
+	if ! grep -q '^iter 3 ok' "$log" || ! sid=$(new_session "$A_API" "$BEFORE" 10); then
 		fail "$mib MiB: the client did not start through gpud: $(tail -n 3 "$log.out")"
 		stop_group "$hp"
 		return
@@ -238,6 +286,12 @@ wait_gpu() {
 	fail "the GPU refused new processes for $1 s: $(tail -n 1 "$WORK/gpu-probe.log")"
 	return 1
 }
+# waitable: how long a wait for the GPU may take: 150 s, or what is left
+# of the budget.
+waitable() {
+	local left=$((BUDGET - ($(date +%s) - T_START)))
+	echo $((left < 150 ? (left > 1 ? left : 1) : 150))
+}
 # gone PID SECONDS: until PID has exited (a zombie counts as gone).
 gone() {
 	local deadline=$(($(date +%s) + $2))
@@ -274,7 +328,6 @@ manual_run() {
 		fail "$mib MiB by hand: checkpoint failed: $(grep -h Error "$img/dump.log" | head -n 3) $(tail -n 2 "$OUT/manual.$mib.log")"
 		kill -9 "$pid" 2>/dev/null
 		gone "$pid" 30
-		wait_gpu 60
 		return
 	fi
 	t0=$(ms_now)
@@ -291,27 +344,82 @@ manual_run() {
 	kill -9 "$pid" 2>/dev/null
 	gone "$pid" 30
 	rm -rf "$img"
-	wait_gpu 60
+}
+
+# migrate_busy MIB: a client of MIB that rewrites REWRITE MiB/s of its
+# memory migrates to gpud b: its downtime and pre-copy rounds.
+migrate_busy() {
+	local mib=$1 log=$WORK/busy.$mib.log sid it hp
+	((MIG)) || return
+	wait_gpu "$(waitable)" || return
+	start_remote "$log" "$mib" "rewrite=$REWRITE"
+	hp=$HP
+	if ! grep -q '^iter 3 ok' "$log" || ! sid=$(new_session "$A_API" "$BEFORE" 10); then
+		fail "$mib MiB rewriting: the client did not start through gpud: $(tail -n 3 "$log.out")"
+		stop_group "$hp"
+		return
+	fi
+	it=$(last_iter "$log")
+	if ctl "$A_API" migrate "$sid" --to "$B_API" --json >"$OUT/migrate-busy.$mib.json" 2>"$OUT/migrate-busy.$mib.err"; then
+		R[busy_down_ms_$mib]=$(jget "$OUT/migrate-busy.$mib.json" downtime_ms)
+		R[busy_rounds_$mib]=$(tr -d '\n ' <"$OUT/migrate-busy.$mib.json" | grep -o '"rounds":\[[^]]*\]' | grep -o '"blocks"' | wc -l)
+		echo "  migration, rewriting ${REWRITE} MiB/s: downtime ${R[busy_down_ms_$mib]} ms, ${R[busy_rounds_$mib]} pre-copy rounds; steps: $(steps "$OUT/migrate-busy.$mib.json")"
+		if wait_iter "$log" $((it + 3)) 60 && [[ $(bad_checks "$log") == 0 ]]; then
+			pass "$mib MiB rewriting ${REWRITE} MiB/s: migrated to gpud b; every check after it found the data as written"
+		else
+			fail "$mib MiB rewriting: after the migration the client did not go on cleanly: $(tail -n 2 "$log")"
+		fi
+	else
+		fail "$mib MiB rewriting: migrate: $(cat "$OUT/migrate-busy.$mib.err")"
+	fi
+	stop_group "$hp"
+}
+
+# fits MIB: does the GPU (the session, and room for the driver) and the
+# host (the save's memfd, gpud's mirror, the target's staging and the
+# restore's copy) have memory for a session of MIB?
+fits() {
+	local gpu host
+	gpu=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 | tr -d ' ')
+	host=$(awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo)
+	if ((gpu < $1 + 4096)); then
+		skip "$(size "$1"): the GPU has $gpu MiB; a session of $(size "$1") needs about $(($1 + 4096)) MiB"
+		return 1
+	fi
+	if ((host < 3 * $1)); then
+		skip "$(size "$1"): the host has $host MiB available; gpud needs about $((3 * $1)) MiB of host memory for a session of $(size "$1")"
+		return 1
+	fi
+	return 0
 }
 
 RUN=()
 for mib in $SIZES; do
-	# gpuctl and by hand each move the data about six times over; 2 GB/s
-	# for the by-hand driver copy dominates.
-	time_for $((20 + mib / 100)) "$(size "$mib")" || continue
+	fits "$mib" || continue
+	# gpuctl moves the data about eight times over; the by-hand rows
+	# after it at 2 GB/s for the driver's copy, and the wait for the GPU.
+	time_for $((20 + mib / 100 + mib / 200)) "$(size "$mib") (gpuctl and by hand)" || continue
 	step "$(size "$mib"): through gpuctl"
 	gpuctl_run "$mib"
-	step "$(size "$mib"): by hand"
-	manual_run "$mib"
+	if [[ " $BUSY_SIZES " == *" $mib "* ]]; then
+		step "$(size "$mib"): through gpuctl, a client rewriting ${REWRITE} MiB/s migrates"
+		migrate_busy "$mib"
+	fi
 	RUN+=("$mib")
+	clean_stores
 done
-if ((BIG > 0)) && time_for $((20 + BIG / 100)) "$(size "$BIG")"; then
-	step "$(size "$BIG"): through gpuctl"
-	gpuctl_run "$BIG"
-	step "$(size "$BIG"): by hand"
-	manual_run "$BIG"
-	RUN+=("$BIG")
-fi
+# The table and the by-hand rows go smallest size first, whatever order
+# SIZES ran in.
+((${#RUN[@]})) && mapfile -t RUN < <(printf '%s\n' "${RUN[@]}" | sort -n)
+for i in "${!RUN[@]}"; do
+	# The by-hand copy runs at about 2 GB/s each way.
+	time_for $((10 + RUN[i] / 300)) "$(size "${RUN[i]}") by hand" || continue
+	# The killed native holder of the size before may keep the driver
+	# refusing new processes for a while: wait it out, generously.
+	((i > 0)) && { wait_gpu "$(waitable)" || break; }
+	step "$(size "${RUN[i]}"): by hand"
+	manual_run "${RUN[i]}"
+done
 
 # ------------------------------------------------------------------ table
 step "results"
@@ -348,10 +456,15 @@ row() { printf '| %-42s | %10s | %10s | %8s | %-16s | %-6s |\n' "$1" "$(fmt "$2"
 		row "$g 2nd checkpoint: copied from the GPU" "$(pct "${R[copied2_$mib]:-}" "${R[mem2_$mib]:-}")" "" "" "<= 1% of memory" "$(verdict "$nb" "<=" 0.01)"
 		nb=$(awk -v s="${R[stored2_$mib]:-}" -v m="${R[bytes2_$mib]:-}" 'BEGIN{ if (s=="" || m=="" || m+0==0) print ""; else printf "%.4f", s/m }')
 		row "$g 2nd checkpoint: new bytes stored" "$(pct "${R[stored2_$mib]:-}" "${R[bytes2_$mib]:-}")" "" "" "<= 1% of image" "$(verdict "$nb" "<=" 0.01)"
+		bl=$(awk -v a="${R[man_ckpt_s_$mib]:-}" -v b="${R[man_restore_s_$mib]:-}" 'BEGIN{ if (a!="" && b!="") printf "%.2f", a+b }')
 		if [[ -n ${R[mig_down_ms_$mib]:-} ]]; then
 			bl=$(awk -v a="${R[man_ckpt_s_$mib]:-}" -v b="${R[man_restore_s_$mib]:-}" 'BEGIN{ if (a!="" && b!="") printf "%.2f", a+b }')
 			d=$(ms_s "${R[mig_down_ms_$mib]}")
 			row "$g migration downtime (s), ${R[mig_rounds_$mib]:-0} rounds" "$d" "$bl" "$(div "$d" "$bl")" "<= 1 s" "$(verdict "$d" "<=" 1.0)"
+		fi
+		if [[ -n ${R[busy_down_ms_$mib]:-} ]]; then
+			d=$(ms_s "${R[busy_down_ms_$mib]}")
+			row "$g migr. rewriting ${REWRITE} MiB/s (s), ${R[busy_rounds_$mib]:-0} rds" "$d" "$bl" "$(div "$d" "$bl")" "<= 2 s" "$(verdict "$d" "<=" 2.0)"
 		fi
 	done
 	echo
@@ -362,12 +475,22 @@ row() { printf '| %-42s | %10s | %10s | %8s | %-16s | %-6s |\n' "$1" "$(fmt "$2"
 		[[ -n ${R[steps2_$mib]:-} ]] && echo "  $g checkpoint 2: ${R[steps2_$mib]}"
 		[[ -n ${R[rsteps_$mib]:-} ]] && echo "  $g restore: ${R[rsteps_$mib]}"
 		[[ -f $OUT/migrate.$mib.json ]] && echo "  $g migration: $(steps "$OUT/migrate.$mib.json")"
+		[[ -f $OUT/migrate-busy.$mib.json ]] && echo "  $g migration, rewriting: $(steps "$OUT/migrate-busy.$mib.json")"
 		[[ -f $OUT/manual.$mib.log ]] && echo "  $g by hand: $(tr '\n' ' ' <"$OUT/manual.$mib.log")"
 	done
+	echo "reloads, as the workers logged them (ms; gpud a's resumes, gpud b's migrations):"
+	grep -h 'device memory reloaded' "$OUT"/gpud-*.log 2>/dev/null | grep -o 'bytes=.*' | sed 's/^/  /'
 	echo
 	echo "ratio: gpuctl / by hand (by hand: driver lock+checkpoint + criu dump, durable with its sync; criu restore + driver restore+unlock; migration: both)."
 	echo "stall: the checkpoint reply's stall_ms (the client's pause); durable: its duration_ms; store write: new bytes stored / the store step."
 	for f in "${FAILED[@]}"; do echo "failed: ${f:0:300}"; done
 	echo "checks: $PASSES passed, $FAILS failed; total $(($(date +%s) - T_START)) s; logs in $OUT"
 } | tee "$OUT/table.md"
+
+# The scaling plot, as `make bench` draws it.
+for mib in "${RUN[@]}"; do
+	echo "$(size "$mib")|${R[stall1_ms_$mib]:-}|${R[stall2_ms_$mib]:-}|${R[mig_down_ms_$mib]:-}|${R[busy_down_ms_$mib]:-}"
+done | awk -F'|' -v out="$OUT/scaling.svg" -v names="stall|2nd stall|downtime idle|downtime ${REWRITE} MiB/s" \
+	-v title="checkpoint stall (--leave-running) and migration downtime, ms, by session size" \
+	-f "$ROOT/e2e/demo/plot.awk" && echo "plot: $OUT/scaling.svg"
 ((FAILS == 0))

@@ -39,4 +39,30 @@ extern "C" __global__ void check(const uint32_t *a, uint64_t n, uint32_t seed, u
 		atomicAdd(bad, b);
 }
 
+// bump_window adds 1 to the w elements from lo: a client that rewrites a
+// part of its memory at each step.
+extern "C" __global__ void bump_window(uint32_t *a, uint64_t lo, uint64_t w)
+{
+	GRID_STRIDE(i, w) a[lo + i] += 1;
+}
+
+// check_windows counts the elements that differ from fill's value plus
+// the times bump_window reached them after iter steps, step j bumping
+// window (j - 1) mod (n / w) of w elements (the tail past the last whole
+// window is never bumped).
+extern "C" __global__ void check_windows(const uint32_t *a, uint64_t n, uint32_t seed, uint32_t iter, uint64_t w,
+					 unsigned long long *bad)
+{
+	unsigned long long b = 0;
+	uint64_t c = n / w;
+	GRID_STRIDE(i, n)
+	{
+		uint64_t k = i / w;
+		uint32_t times = k < c && iter > k ? (uint32_t)((iter - 1 - k) / c + 1) : 0;
+		b += a[i] != mix(i, seed) + times;
+	}
+	if (b)
+		atomicAdd(bad, b);
+}
+
 extern "C" __global__ void noop(void) {}

@@ -1217,6 +1217,15 @@ func (s *Session) exec(ctx context.Context, x *call) error {
 			return err
 		}
 		return nil
+	case wire.OpGoodbye:
+		if err := x.d.Err(); err != nil {
+			return s.badArgs(x, err)
+		}
+		err := s.doGoodbye(ctx, x)
+		if err != nil {
+			return err
+		}
+		return nil
 	}
 	return s.unknownOp(x)
 }

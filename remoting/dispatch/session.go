@@ -216,7 +216,7 @@ func (s *Session) Serve(ctx context.Context, conn net.Conn, w WelcomeInfo, resum
 			Secret:       w.Secret,
 			MaxFrame:     s.maxFrame,
 			LastExecuted: s.executed.Load(),
-			Features:     wire.FeatureDeferredReplies,
+			Features:     wire.FeatureDeferredReplies | wire.FeatureGoodbye,
 			KeepaliveMS:  uint32(w.Keepalive.Milliseconds()),
 		}); err != nil {
 			return fmt.Errorf("write welcome: %w", err)

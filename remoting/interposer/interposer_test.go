@@ -427,8 +427,11 @@ loop:
 	if drops == 0 {
 		t.Fatalf("no connection was dropped; the test proved nothing\n%s", out.String())
 	}
-	if n := srv.Sessions(); n != 1 {
-		t.Fatalf("%d sessions: the client should have resumed its session, not started new ones", n)
+	// The program's goodbye ends its session, unless a drop raced the
+	// exit and took the goodbye with it (the session is then left to
+	// the server's grace period): either way one session, not more.
+	if n, bye := srv.UsedSessions(), srv.Goodbyes(); n+int(bye) != 1 {
+		t.Fatalf("%d sessions left, %d ended by a goodbye: the client should have resumed its one session", n, bye)
 	}
 	if !strings.Contains(out.String(), "reconnected to") {
 		t.Fatalf("the client did not log a reconnect\n%s", out.String())
@@ -503,8 +506,10 @@ func TestClientFollowsMoves(t *testing.T) {
 	if moves == 0 || !strings.Contains(out.String(), "session moved to") {
 		t.Fatalf("%d moves; client output:\n%s", moves, out.String())
 	}
-	if a.Sessions()+b.Sessions() != 1 {
-		t.Fatalf("%d+%d sessions, want the one session", a.Sessions(), b.Sessions())
+	// One session, ended by the program's goodbye or, when a move raced
+	// the exit, left to the server's grace period.
+	if n, bye := a.UsedSessions()+b.UsedSessions(), a.Goodbyes()+b.Goodbyes(); n+int(bye) != 1 {
+		t.Fatalf("%d sessions left, %d ended by a goodbye; want the one session", n, bye)
 	}
 	t.Logf("%d moves", moves)
 }
@@ -533,8 +538,50 @@ func TestClientFindsItsSession(t *testing.T) {
 	if err := <-done; err != nil || !strings.Contains(out.String(), "PASS replay") {
 		t.Fatalf("ctest replay: %v\n%s", err, out.String())
 	}
-	if !strings.Contains(out.String(), "asking the other 2 gpuds") || b.Sessions() != 1 || c.Sessions() != 0 {
-		t.Fatalf("sessions a %d b %d c %d; client output:\n%s", a.Sessions(), b.Sessions(), c.Sessions(), out.String())
+	if !strings.Contains(out.String(), "asking the other 2 gpuds") || b.Goodbyes() != 1 || b.Sessions() != 0 || c.Sessions() != 0 {
+		t.Fatalf("sessions a %d b %d (%d ended by a goodbye) c %d; client output:\n%s", a.Sessions(), b.Sessions(), b.Goodbyes(), c.Sessions(), out.String())
+	}
+}
+
+// TestClientGoodbye: a program that exits normally ends its session at
+// once (the server hears its goodbye, after the asynchronous work it
+// queued); one that leaves with _exit, or whose goodbye is turned off,
+// leaves its session to the server's grace period; a forked child's exit
+// says nothing for its parent, whose session goes on serving it.
+func TestClientGoodbye(t *testing.T) {
+	for _, tc := range []struct {
+		name, how string
+		env       []string
+		goodbye   bool
+	}{
+		{"exit", "exit", nil, true},
+		{"_exit", "_exit", nil, false},
+		{"turned off", "exit", []string{"GPUCTL_GOODBYE=0"}, false},
+		{"forked child", "fork", nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := startServer(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cmd := clientCmd(ctx, t, srv.Addr(), "secret-token", "end", tc.how)
+			cmd.Env = append(cmd.Env, tc.env...)
+			out, err := cmd.CombinedOutput()
+			if err != nil || !bytes.Contains(out, []byte("PASS end")) {
+				t.Fatalf("ctest end %s: %v\n%s", tc.how, err, out)
+			}
+			if bytes.Contains(out, []byte("after the program's exit")) {
+				t.Errorf("a call came after the goodbye:\n%s", out)
+			}
+			want, wantLeft := int64(0), 1
+			if tc.goodbye {
+				want, wantLeft = 1, 0
+			}
+			// The library waited for the server to close the connection,
+			// so the server has ended the session by the time it exited.
+			if bye, left := srv.Goodbyes(), srv.Sessions(); bye != want || left != wantLeft {
+				t.Fatalf("%d sessions ended by a goodbye and %d left, want %d and %d\n%s", bye, left, want, wantLeft, out)
+			}
+		})
 	}
 }
 

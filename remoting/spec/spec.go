@@ -83,10 +83,11 @@ var (
 
 // Ops is the table of wire operations: the core ops below, the ops of the
 // extended surface (entries_torch.go, codes 300-399) and those of what
-// NVIDIA's libraries need besides (entries_libs.go, codes 400-499),
+// NVIDIA's libraries need besides (entries_libs.go, codes 400-499) and
+// the session's own (entries_session.go, codes 500-599),
 // joined here and nowhere else. Codes never change meaning; new ops take
 // new codes.
-var Ops = slices.Concat(coreOps, torchOps, libraryOps)
+var Ops = slices.Concat(coreOps, torchOps, libraryOps, sessionOps)
 
 // coreOps are the ops of driver-API programs.
 var coreOps = []Op{

@@ -336,6 +336,7 @@ func TestOpLists(t *testing.T) {
 		{"coreOps", coreOps, 1, 299},
 		{"torchOps", torchOps, 300, 399},
 		{"libraryOps", libraryOps, 400, 499},
+		{"sessionOps", sessionOps, 500, 599},
 	} {
 		for _, op := range l.ops {
 			if op.Code < l.lo || op.Code > l.hi {

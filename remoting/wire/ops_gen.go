@@ -87,6 +87,7 @@ const (
 	OpTPCLayout                   Op = 404
 	OpStreamGetId                 Op = 405
 	OpMemHandleRetain             Op = 406
+	OpGoodbye                     Op = 500
 )
 
 // String returns the op's name.
@@ -252,6 +253,8 @@ func (o Op) String() string {
 		return "StreamGetId"
 	case OpMemHandleRetain:
 		return "MemHandleRetain"
+	case OpGoodbye:
+		return "Goodbye"
 	}
 	return "op(" + itoa(uint64(o)) + ")"
 }
@@ -259,7 +262,7 @@ func (o Op) String() string {
 // Known reports whether o is an op of this protocol version.
 func (o Op) Known() bool {
 	switch o {
-	case OpDriverVersion, OpDeviceCount, OpDeviceName, OpDeviceUUID, OpDeviceTotalMem, OpDeviceAttribute, OpDevicePCIBusID, OpPrimaryCtxRetain, OpPrimaryCtxRelease, OpPrimaryCtxReset, OpPrimaryCtxState, OpPrimaryCtxSetFlags, OpCtxCreate, OpCtxDestroy, OpCtxDevice, OpCtxSynchronize, OpMemAlloc, OpMemFree, OpMemGetInfo, OpMemGetAddressRange, OpMemcpyHtoD, OpMemcpyDtoH, OpMemcpyDtoD, OpMemset, OpModuleLoad, OpModuleUnload, OpModuleGetFunction, OpModuleGetGlobal, OpFuncGetAttribute, OpFuncSetAttribute, OpLaunch, OpStreamCreate, OpStreamDestroy, OpStreamQuery, OpStreamSynchronize, OpStreamWaitEvent, OpEventCreate, OpEventDestroy, OpEventRecord, OpEventQuery, OpEventSynchronize, OpEventElapsedTime, OpDeviceAttributes, OpModuleLoadCached, OpModuleUpload, OpDeviceGetMemPool, OpDeviceGetDefaultMemPool, OpDeviceSetMemPool, OpMemPoolCreate, OpMemPoolDestroy, OpMemPoolSetAttribute, OpMemPoolGetAttribute, OpMemPoolTrimTo, OpMemAllocAsync, OpMemFreeAsync, OpMemAddressReserve, OpMemAddressFree, OpMemCreate, OpMemRelease, OpMemMap, OpMemUnmap, OpMemSetAccess, OpMemGetAccess, OpMemGetAllocationGranularity, OpMemRetainAllocationHandle, OpStreamWaitValue, OpStreamWriteValue, OpStreamBatchMemOp, OpTensorMapEncode, OpMemcpyHtoD3D, OpMemcpyDtoH3D, OpMemcpyDtoD3D, OpMemcpyPeer, OpLaunchEx, OpCtxGetLimit, OpCtxSetLimit, OpOccupancyClusters, OpTPCLayout, OpStreamGetId, OpMemHandleRetain:
+	case OpDriverVersion, OpDeviceCount, OpDeviceName, OpDeviceUUID, OpDeviceTotalMem, OpDeviceAttribute, OpDevicePCIBusID, OpPrimaryCtxRetain, OpPrimaryCtxRelease, OpPrimaryCtxReset, OpPrimaryCtxState, OpPrimaryCtxSetFlags, OpCtxCreate, OpCtxDestroy, OpCtxDevice, OpCtxSynchronize, OpMemAlloc, OpMemFree, OpMemGetInfo, OpMemGetAddressRange, OpMemcpyHtoD, OpMemcpyDtoH, OpMemcpyDtoD, OpMemset, OpModuleLoad, OpModuleUnload, OpModuleGetFunction, OpModuleGetGlobal, OpFuncGetAttribute, OpFuncSetAttribute, OpLaunch, OpStreamCreate, OpStreamDestroy, OpStreamQuery, OpStreamSynchronize, OpStreamWaitEvent, OpEventCreate, OpEventDestroy, OpEventRecord, OpEventQuery, OpEventSynchronize, OpEventElapsedTime, OpDeviceAttributes, OpModuleLoadCached, OpModuleUpload, OpDeviceGetMemPool, OpDeviceGetDefaultMemPool, OpDeviceSetMemPool, OpMemPoolCreate, OpMemPoolDestroy, OpMemPoolSetAttribute, OpMemPoolGetAttribute, OpMemPoolTrimTo, OpMemAllocAsync, OpMemFreeAsync, OpMemAddressReserve, OpMemAddressFree, OpMemCreate, OpMemRelease, OpMemMap, OpMemUnmap, OpMemSetAccess, OpMemGetAccess, OpMemGetAllocationGranularity, OpMemRetainAllocationHandle, OpStreamWaitValue, OpStreamWriteValue, OpStreamBatchMemOp, OpTensorMapEncode, OpMemcpyHtoD3D, OpMemcpyDtoH3D, OpMemcpyDtoD3D, OpMemcpyPeer, OpLaunchEx, OpCtxGetLimit, OpCtxSetLimit, OpOccupancyClusters, OpTPCLayout, OpStreamGetId, OpMemHandleRetain, OpGoodbye:
 		return true
 	}
 	return false
@@ -268,7 +271,7 @@ func (o Op) Known() bool {
 // AsyncAllowed reports whether o may be sent with FlagAsync.
 func (o Op) AsyncAllowed() bool {
 	switch o {
-	case OpMemcpyHtoD, OpMemcpyDtoD, OpMemset, OpLaunch, OpStreamWaitEvent, OpEventRecord, OpMemFreeAsync, OpStreamWaitValue, OpStreamWriteValue, OpStreamBatchMemOp, OpMemcpyHtoD3D, OpMemcpyDtoD3D, OpMemcpyPeer, OpLaunchEx:
+	case OpMemcpyHtoD, OpMemcpyDtoD, OpMemset, OpLaunch, OpStreamWaitEvent, OpEventRecord, OpMemFreeAsync, OpStreamWaitValue, OpStreamWriteValue, OpStreamBatchMemOp, OpMemcpyHtoD3D, OpMemcpyDtoD3D, OpMemcpyPeer, OpLaunchEx, OpGoodbye:
 		return true
 	}
 	return false

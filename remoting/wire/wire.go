@@ -291,6 +291,11 @@ type Welcome struct {
 // FlagDeferred on device-to-host copies.
 const FeatureDeferredReplies uint16 = 1 << 0
 
+// FeatureGoodbye in a Welcome's Features: the server ends the session
+// when the client says goodbye (OpGoodbye), so a client that exits
+// sends it; an older server would only fail it.
+const FeatureGoodbye uint16 = 1 << 1
+
 // WriteWelcome writes wl. A zero MaxFrame is sent as DefaultMaxFrame.
 func WriteWelcome(w io.Writer, wl *Welcome) error {
 	if len(wl.SessionID) > MaxSessionIDLen || len(wl.Secret) > MaxSecretLen {

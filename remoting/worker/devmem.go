@@ -66,6 +66,10 @@ func (w *worker) memReload(f *os.File, at *[2]int64) error {
 	if err != nil {
 		return fmt.Errorf("reload device memory: %w", err)
 	}
+	st := w.mem.LastReload
+	ms := func(ns int64) string { return fmt.Sprintf("%.1f", float64(ns)/1e6) }
+	w.log.Info("device memory reloaded", "bytes", st.Bytes, "copied", st.Copied, "back_ms", ms(st.BackNS), "scan_ms", ms(st.ScanNS),
+		"pin_ms", ms(st.PinNS), "copy_ms", ms(st.CopyNS), "unpin_ms", ms(st.UnpinNS), "untrim_ms", ms(st.UntrimNS))
 	return nil
 }
 

@@ -61,6 +61,11 @@ type Event struct {
 	// (empty for a clean close).
 	Ended bool
 	Err   string
+	// Goodbye: the client ended the connection with a goodbye (its
+	// program exited normally) rather than going away; Epoch is the
+	// epoch the worker served it under.
+	Goodbye bool
+	Epoch   uint64
 }
 
 // Handle is gpud's side of one worker process.
@@ -192,7 +197,7 @@ func (h *Handle) readLoop(c *net.UnixConn, end chan struct{}) {
 			}
 			if r.Event == evEnded {
 				select {
-				case h.events <- Event{Ended: true, Err: r.Err}:
+				case h.events <- Event{Ended: true, Err: r.Err, Goodbye: r.Goodbye, Epoch: r.Epoch}:
 				default:
 					h.log.Warn("worker event dropped", "event", r.Event)
 				}

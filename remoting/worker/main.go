@@ -344,6 +344,7 @@ func (w *worker) serve(f *os.File, rec *tlsrec.State, resume bool) error {
 	done := make(chan error, 1)
 	w.serving, w.conn, w.cancel = done, conn, cancel
 	welcome := w.welcome
+	epoch := w.epoch // the epoch this connection is served under
 	go w.thread.run(func() {
 		err := w.sess.Serve(ctx, conn, welcome, resume)
 		done <- err
@@ -361,7 +362,11 @@ func (w *worker) serve(f *os.File, rec *tlsrec.State, resume bool) error {
 			if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) {
 				msg = err.Error()
 			}
-			_ = w.send(reply{Event: evEnded, Err: msg}, -1)
+			ev := reply{Event: evEnded, Err: msg}
+			if errors.Is(err, dispatch.ErrGoodbye) {
+				ev.Err, ev.Goodbye, ev.Epoch = "", true, epoch
+			}
+			_ = w.send(ev, -1)
 		}
 	}()
 	return nil

@@ -102,6 +102,10 @@ type reply struct {
 	TLS *tlsrec.State `json:"tls,omitempty"`
 	// Mem describes the memfd a memsave reply carries.
 	Mem *devmem.Saved `json:"mem,omitempty"`
+	// Goodbye marks an ended event whose client said goodbye (its
+	// program exited); Epoch is the worker's epoch then.
+	Goodbye bool   `json:"goodbye,omitempty"`
+	Epoch   uint64 `json:"epoch,omitempty"`
 
 	file *os.File // the descriptor the reply carried, if any
 }

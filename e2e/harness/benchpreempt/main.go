@@ -190,7 +190,7 @@ func run(root, prog, backend string, mib int) error {
 		return err
 	}
 	base.quit()
-	time.Sleep(1500 * time.Millisecond) // its session ends after --grace
+	time.Sleep(1500 * time.Millisecond) // its session ends at its exit (after --grace had it been killed)
 
 	low, err := startClient(root, prog, a, 0, "bench=low")
 	if err != nil {

@@ -25,6 +25,9 @@ type cuCtx struct {
 
 	heap  *suballoc.Heap // cuMemAlloc's chunks (vmm.go); nil until first used
 	tools *memTools      // the means of saving them (devmem.go)
+	// stack is the per-thread stack size TrimContexts replaced (trim.go);
+	// 0 while the context is not trimmed.
+	stack uint64
 }
 
 func newCtx(raw C.CUcontext, primary bool) *cuCtx {

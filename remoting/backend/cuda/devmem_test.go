@@ -100,7 +100,9 @@ func TestVMMAllocations(t *testing.T) {
 	if got := readBack(t, d, c, ptrs[3], sizes[3]); !bytes.Equal(got, bytes.Repeat([]byte{0xab}, int(sizes[3]))) {
 		t.Error("memset did not fill the allocation")
 	}
-	for _, bad := range []backend.DevPtr{ptrs[2] + 256, 0xdead0000} {
+	// Inside an allocation, not at its start: ptrs[2]+256 would be the
+	// next allocation's start, since small ones are placed first fit.
+	for _, bad := range []backend.DevPtr{ptrs[3] + 256, 0xdead0000} {
 		var ce *cu.Error
 		if err := d.MemFree(ctx, c, bad); !errors.As(err, &ce) || ce.Code != cu.ErrorInvalidValue {
 			t.Errorf("MemFree(%#x) = %v, want CUDA_ERROR_INVALID_VALUE", uint64(bad), err)
@@ -281,6 +283,7 @@ func TestDeviceMemoryRoundTrip(t *testing.T) {
 		}
 	}
 	tr := devmem.NewTracker()
+	tr.Pin = true // the direct path; the ring is the default
 	f, sv, err := tr.Save(ctx, d, devmem.SaveRequest{Release: true})
 	if err != nil {
 		t.Fatalf("save: %v", err)

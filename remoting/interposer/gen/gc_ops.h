@@ -40,6 +40,7 @@
 #define GC_MAX_MESSAGE 1024
 #define GC_FLAG_DEFERRED 4
 #define GC_FEATURE_DEFERRED_REPLIES 1
+#define GC_FEATURE_GOODBYE 2
 #define GC_MAX_ATTRS 2052
 #define GC_MIN_MAX_FRAME 4096
 #define GC_MAX_IMAGE 536870912
@@ -126,6 +127,7 @@ enum gc_op {
 	GC_OP_TPCLayout = 404,
 	GC_OP_StreamGetId = 405,
 	GC_OP_MemHandleRetain = 406,
+	GC_OP_Goodbye = 500,
 };
 
 /* gc_op_name names an op for diagnostics and statistics. */
@@ -292,6 +294,8 @@ static inline const char *gc_op_name(unsigned op)
 		return "StreamGetId";
 	case GC_OP_MemHandleRetain:
 		return "MemHandleRetain";
+	case GC_OP_Goodbye:
+		return "Goodbye";
 	}
 	return NULL;
 }
@@ -950,6 +954,11 @@ static inline uint8_t *gc_enc_MemHandleRetain(uint8_t *p, uint64_t h)
 	return p;
 }
 
+static inline uint8_t *gc_enc_Goodbye(uint8_t *p)
+{
+	return p;
+}
+
 /* RPC wrappers (gc_rpc.c). Synchronous ones wait for the reply; _async
  * ones queue the request and return. */
 CUresult gc_rpc_DriverVersion(int32_t *version);
@@ -1046,5 +1055,7 @@ CUresult gc_rpc_OccupancyClusters(uint64_t ctx, uint64_t fn, uint32_t gx, uint32
 CUresult gc_rpc_TPCLayout(uint64_t ctx, void *gpc, uint32_t gpc_cap, uint32_t *gpc_len, void *local, uint32_t local_cap, uint32_t *local_len);
 CUresult gc_rpc_StreamGetId(uint64_t ctx, uint64_t s, uint64_t *id);
 CUresult gc_rpc_MemHandleRetain(uint64_t h);
+CUresult gc_rpc_Goodbye(void);
+CUresult gc_rpc_Goodbye_async(void);
 
 #endif

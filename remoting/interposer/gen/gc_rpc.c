@@ -1580,3 +1580,29 @@ CUresult gc_rpc_MemHandleRetain(uint64_t h)
 	return r;
 }
 
+CUresult gc_rpc_Goodbye(void)
+{
+	uint8_t out[1];
+	size_t ocap = 0;
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_Goodbye, 0, 0, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_Goodbye(args);
+	CUresult r = gc_sync(&k, out, ocap, NULL, 0);
+	(void)out;
+	return r;
+}
+
+CUresult gc_rpc_Goodbye_async(void)
+{
+	struct gc_call k;
+	uint8_t *args = gc_begin(&k, GC_OP_Goodbye, 0, GC_FLAG_ASYNC, NULL, 0);
+	if (args == NULL) {
+		return k.res;
+	}
+	gc_enc_Goodbye(args);
+	return gc_async(&k);
+}
+

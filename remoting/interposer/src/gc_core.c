@@ -136,6 +136,12 @@ static struct {
 	_Atomic uint32_t features;
 	pthread_once_t dreader_once;
 	_Atomic int dreader_running;
+
+	/* opener: the process that opened the session, the only one that
+	 * says goodbye for it (a forked child shares the connection, not the
+	 * session). bye: the goodbye was sent; the session is over. */
+	pid_t opener;
+	_Atomic int bye;
 } g = {
 	.dreader_once = PTHREAD_ONCE_INIT,
 	.once = PTHREAD_ONCE_INIT,
@@ -1089,6 +1095,8 @@ uint8_t *gc_begin(struct gc_call *k, uint16_t op, uint64_t alen, uint16_t flags,
 	}
 	if (atomic_load_explicit(&g.dead, memory_order_relaxed)) {
 		k->res = g.dead_res;
+		if (atomic_load_explicit(&g.bye, memory_order_relaxed))
+			gc_after_goodbye(op);
 		return NULL;
 	}
 	/* An asynchronous request copies its bulk into the ring, unless the
@@ -1238,6 +1246,88 @@ CUresult gc_deferred(struct gc_call *k, void *bulk_dst, uint64_t bulk_len)
 uint64_t gc_async_inline_max(void) { return ASYNC_INLINE_MAX; }
 
 uint64_t gc_epoch(void) { return atomic_load_explicit(&g.gen, memory_order_acquire); }
+
+/* ---- goodbye ---------------------------------------------------------- */
+
+static void add_s(struct timespec *ts, double s)
+{
+	ts->tv_sec += (time_t)s;
+	ts->tv_nsec += (long)((s - (time_t)s) * 1e9);
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
+int gc_goodbye(double bound_s)
+{
+	if (!atomic_load_explicit(&g.inited, memory_order_acquire) || atomic_load(&g.dead) || getpid() != g.opener)
+		return 0;
+	/* A server that does not announce it would fail the op and keep the
+	 * session anyway: spare the exit the wait. */
+	if (!(atomic_load(&g.features) & GC_FEATURE_GOODBYE))
+		return 0;
+	/* The sender's lock is held for long only by a reconnect or a write
+	 * the server does not take: then the session ends by grace. */
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	add_s(&until, bound_s);
+	if (pthread_mutex_timedlock(&g.tx_mu, &until) != 0)
+		return 0;
+	int fd = atomic_load(&g.fd), sent = 0;
+	if (fd >= 0 && !atomic_load(&g.dead)) {
+		struct timeval tv = { (time_t)bound_s, (suseconds_t)((bound_s - (time_t)bound_s) * 1e6) };
+		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+		/* What the program queued goes first: the goodbye is executed
+		 * after it. */
+		int rc;
+		while ((rc = flush_some(UINT64_MAX)) > 0)
+			;
+		if (rc == 0) {
+			/* From here on the session is over for this process:
+			 * a call made later (by a destructor that runs after
+			 * this one) fails as the driver's calls do during
+			 * teardown, and a thread that sees the connection
+			 * close does not reconnect. The number is above every
+			 * request sent; a record reserved but never published
+			 * is not sent at all. */
+			g.dead_res = CUDA_ERROR_DEINITIALIZED;
+			atomic_store(&g.bye, 1);
+			atomic_store(&g.dead, 1);
+			struct gc_req_hdr rh = { .len = 0, .op = GC_OP_Goodbye, .flags = GC_FLAG_ASYNC, .seq = atomic_load(&g.head) + 1 };
+			sent = write_full(fd, &rh, sizeof rh) == 0;
+			gc_stats_note(GC_OP_Goodbye, 1);
+		}
+	}
+	pthread_mutex_unlock(&g.tx_mu);
+	if (!sent)
+		return 0;
+	pthread_mutex_lock(&g.rx_mu);
+	pthread_cond_broadcast(&g.rx_cond);
+	pthread_mutex_unlock(&g.rx_mu);
+	/* Wait, briefly, for gpud to close the connection: the goodbye has
+	 * then arrived. Closing first could discard it, since a socket
+	 * closed with unread data (a keepalive) is reset. */
+	struct pollfd pfd = { fd, POLLRDHUP, 0 };
+	double end = now_s() + bound_s, left;
+	while ((left = end - now_s()) > 0) {
+		int n = poll(&pfd, 1, (int)(left * 1000) + 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n != 0)
+			break;
+	}
+	return 1;
+}
+
+void gc_after_goodbye(uint16_t op)
+{
+	static _Atomic int told;
+	if (!atomic_exchange(&told, 1)) {
+		const char *name = gc_op_name(op);
+		gc_log("%s called after the program's exit ended its session; returning CUDA_ERROR_DEINITIALIZED", name ? name : "a call");
+	}
+}
 
 /* ---- initialisation --------------------------------------------------- */
 
@@ -1451,6 +1541,7 @@ static void init_once(void)
 	}
 	if (getenv("GPUCTL_DEBUG") != NULL)
 		gc_log("connected to %s, session %s, TLS %s", g.server, g.sid, gc_tls_describe());
+	g.opener = getpid();
 	atomic_store_explicit(&g.inited, 1, memory_order_release);
 	g.init_res = CUDA_SUCCESS;
 }

@@ -74,6 +74,18 @@ uint64_t gc_epoch(void);
  * round-trip statistics that GPUCTL_STATS prints. */
 void gc_stats_note(uint16_t op, int async);
 
+/* gc_goodbye tells gpud that the program is exiting normally, so that it
+ * ends the session now instead of keeping it for a reconnect: it sends
+ * what is queued, then the one-way Goodbye, and waits until gpud closes
+ * the connection, each for at most bound_s seconds. Only the process that
+ * opened the session says it, only once and only on a live connection;
+ * calls made afterwards fail with CUDA_ERROR_DEINITIALIZED. Returns
+ * whether it was sent (gc_bye.c calls it at exit). */
+int gc_goodbye(double bound_s);
+/* gc_after_goodbye notes (once, on stderr) a call made after the
+ * goodbye: something ran later at exit than the library's own teardown. */
+void gc_after_goodbye(uint16_t op);
+
 /* gc_rd_check turns a malformed reply into an error. */
 CUresult gc_rd_check(struct gc_rd *d, const char *op);
 

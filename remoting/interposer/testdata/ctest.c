@@ -1,12 +1,14 @@
 /* Client-level test of libcuda.so.1 against a gpuctl server: built with
  * gcc against build/include/cuda.h only, as an application would be.
- * Usage: ctest basic | replay N | flood N | threads T N | bulk T N | dead | badtoken | nodevice */
+ * Usage: ctest basic | replay N | flood N | threads T N | bulk T N | dead | badtoken | nodevice
+ *        | end exit|_exit|fork */
 #include <cuda.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -562,6 +564,39 @@ static void test_dead(void)
 	EXPECT(cuLaunchKernel((CUfunction)(uintptr_t)1, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS);
 }
 
+/* end: work with queued asynchronous requests outstanding, then end the
+ * way how says: "exit" returns from main (the library says goodbye at
+ * exit), "_exit" leaves without running any exit handler, "fork" first
+ * lets a forked child exit normally and then checks that the session
+ * still serves this process. */
+static void test_end(const char *how)
+{
+	setup();
+	CUdeviceptr d;
+	OK(cuMemAlloc(&d, 1 << 20));
+	for (int i = 0; i < 64; i++)
+		OK(cuMemsetD32Async(d, (unsigned)i, 1 << 18, NULL));
+	if (strcmp(how, "_exit") == 0) {
+		printf("PASS end _exit\n");
+		fflush(stdout);
+		_exit(failures != 0);
+	}
+	if (strcmp(how, "fork") == 0) {
+		OK(cuCtxSynchronize());
+		fflush(stdout);
+		pid_t pid = fork();
+		if (pid == 0)
+			exit(0); /* runs the library's exit handling in the child */
+		int st = 0;
+		EXPECT(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+		/* The child's exit did not end the parent's session. */
+		uint32_t v = 0;
+		OK(cuMemsetD32(d, 7, 1 << 18));
+		OK(cuMemcpyDtoH(&v, d + 4096, 4));
+		EXPECT(v == 7);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "basic";
@@ -577,6 +612,8 @@ int main(int argc, char **argv)
 		test_bulk(argc > 2 ? atoi(argv[2]) : 3, argc > 3 ? atoi(argv[3]) : 4);
 	else if (strcmp(mode, "dead") == 0)
 		test_dead();
+	else if (strcmp(mode, "end") == 0 && argc > 2)
+		test_end(argv[2]);
 	else if (strcmp(mode, "badtoken") == 0)
 		CHECK(cuInit(0), CUDA_ERROR_NOT_PERMITTED);
 	else if (strcmp(mode, "nodevice") == 0)

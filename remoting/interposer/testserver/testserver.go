@@ -40,6 +40,7 @@ type Server struct {
 	wg     sync.WaitGroup
 
 	accepted atomic.Int64 // connections accepted so far
+	goodbyes atomic.Int64 // sessions ended by their client's goodbye
 	served   atomic.Int64 // connections past their handshake, served
 
 	mu       sync.Mutex
@@ -192,6 +193,10 @@ func (s *Server) Adopt(src *Server) {
 // Accepted is the number of connections accepted so far.
 func (s *Server) Accepted() int64 { return s.accepted.Load() }
 
+// Goodbyes is the number of sessions that ended because their client
+// said goodbye (its program exited normally).
+func (s *Server) Goodbyes() int64 { return s.goodbyes.Load() }
+
 // Served is the number of connections that got past their handshake and
 // were served, so far.
 func (s *Server) Served() int64 { return s.served.Load() }
@@ -201,6 +206,23 @@ func (s *Server) Sessions() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.sessions)
+}
+
+// UsedSessions is the number of sessions that executed at least one
+// request. A cut that loses a new session's Welcome leaves that session
+// behind unused (the client asks for another, as it would of gpud, where
+// the orphan waits out the grace period); tests of cut links count only
+// the sessions their client really had.
+func (s *Server) UsedSessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, ss := range s.sessions {
+		if ss.ds.ExecutedSeq() > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *Server) accept() {
@@ -329,6 +351,16 @@ func (s *Server) serve(c net.Conn) error {
 	ss.mu.Unlock()
 	if errors.Is(err, dispatch.ErrStopped) && to != "" {
 		return wire.WriteMoved(c, to)
+	}
+	if errors.Is(err, dispatch.ErrGoodbye) {
+		// The client's program exited: the session ends, as gpud ends it.
+		s.mu.Lock()
+		if s.sessions[ss.id] == ss {
+			delete(s.sessions, ss.id)
+			s.goodbyes.Add(1)
+		}
+		s.mu.Unlock()
+		return nil
 	}
 	return err
 }

@@ -147,6 +147,7 @@ func cOpsHeader() []byte {
 	fmt.Fprintf(&w, "#define GC_MAX_TOKEN %d\n#define GC_MAX_SESSION_ID %d\n#define GC_MAX_SECRET %d\n#define GC_MAX_MESSAGE %d\n",
 		wire.MaxTokenLen, wire.MaxSessionIDLen, wire.MaxSecretLen, wire.MaxMessageLen)
 	fmt.Fprintf(&w, "#define GC_FLAG_DEFERRED %d\n#define GC_FEATURE_DEFERRED_REPLIES %d\n", wire.FlagDeferred, wire.FeatureDeferredReplies)
+	fmt.Fprintf(&w, "#define GC_FEATURE_GOODBYE %d\n", wire.FeatureGoodbye)
 	fmt.Fprintf(&w, "#define GC_MAX_ATTRS %d\n", wire.MaxAttrsLen)
 	fmt.Fprintf(&w, "#define GC_MIN_MAX_FRAME %d\n#define GC_MAX_IMAGE %d\n\n", wire.MinMaxFrame, wire.MaxImage)
 

@@ -182,10 +182,12 @@ func dispatchGo() []byte {
 			lhs = join(outs) + ", err"
 		}
 		call := fmt.Sprintf("s.dev.%s(ctx, %s)", op.Name, join(args))
-		if op.Custom {
+		switch {
+		case op.Custom && len(args) == 0:
+			call = fmt.Sprintf("s.do%s(ctx, x)", op.Name)
+		case op.Custom:
 			call = fmt.Sprintf("s.do%s(ctx, x, %s)", op.Name, join(args))
-		}
-		if len(args) == 0 {
+		case len(args) == 0:
 			call = fmt.Sprintf("s.dev.%s(ctx)", op.Name)
 		}
 		fmt.Fprintf(&w, "\t\t%s := %s\n\t\tif err != nil {\n\t\t\treturn err\n\t\t}\n", lhs, call)
