@@ -88,6 +88,10 @@ type cluster struct {
 	// here, though the session table has no live session (or only a
 	// stopped record of an earlier copy) yet.
 	restoring map[string]time.Time
+	// liveHere are the sessions the last reconciliation round found
+	// running here: one gone from the session table since (it ended:
+	// its client exited, its grace ran out) is recorded as not live.
+	liveHere map[string]bool
 
 	metrics *opsMetrics
 	// replicas records this host's images in the registry and keeps
@@ -371,11 +375,12 @@ func (c *cluster) reconcile(ctx context.Context, m *session.Manager) {
 func (c *cluster) reconcileOnce(ctx context.Context, m *session.Manager) {
 	ctx, cancel := context.WithTimeout(ctx, reconcileEvery)
 	defer cancel()
-	seen := map[string]bool{}
+	seen, liveNow := map[string]bool{}, map[string]bool{}
 	for _, s := range m.List(ctx) {
 		seen[s.ID] = true
 		switch s.State {
 		case session.Running, session.Detached:
+			liveNow[s.ID] = true
 			c.inRestore(s.ID, true)
 		case session.Stopped:
 			if !c.inRestore(s.ID, false) { // an earlier copy's record, while it is restored again
@@ -417,6 +422,12 @@ func (c *cluster) reconcileOnce(ctx context.Context, m *session.Manager) {
 	}
 	c.mu.Lock()
 	var gone []string
+	for id := range c.liveHere {
+		if !seen[id] {
+			gone = append(gone, id)
+		}
+	}
+	c.liveHere = liveNow
 	for id := range c.claimed {
 		if at, ok := c.restoring[id]; !seen[id] && ok && time.Since(at) <= restoreWindow {
 			continue // still restoring: ask again next time

@@ -284,3 +284,29 @@ func TestFailedRestoreGivesBack(t *testing.T) {
 		t.Errorf("record after the reclaim: %+v", o)
 	}
 }
+
+// TestEndedSessionNotLive: a session the last reconciliation round saw
+// running here and that has since ended (its client exited) is recorded
+// as not live; its record said live here forever.
+func TestEndedSessionNotLive(t *testing.T) {
+	ep := registrytest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id := fmt.Sprintf("s-%012x", time.Now().UnixNano()&0xffffffffffff)
+	a := newNode(t, ep, "a-"+id)
+	if _, err := a.conn.Claim(ctx, id, a.name, true, "", 1); err != nil {
+		t.Fatal(err)
+	}
+	a.c.liveHere = map[string]bool{id: true} // seen running last round
+	m, err := session.NewManager(session.Config{Host: a.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.c.reconcileOnce(ctx, m) // and gone from the table now
+	if o, err := a.conn.Owner(ctx, id); err != nil || o.Host != a.name || o.Live {
+		t.Errorf("record of an ended session: %+v, %v; want owner %s, not live", o, err, a.name)
+	}
+	if len(a.c.liveHere) != 0 {
+		t.Errorf("still tracked as live here: %v", a.c.liveHere)
+	}
+}
