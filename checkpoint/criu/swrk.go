@@ -35,6 +35,10 @@ func call(ctx context.Context, bin string, req *rpc.CriuReq) (*rpc.CriuResp, err
 	cmd := exec.Command(bin, "swrk", "3")
 	cmd.ExtraFiles = []*os.File{theirs}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, nil, nil
+	// Its own process group, so that a cancelled call kills what CRIU
+	// forked too: a restore's helper inherits CRIU's end of the socket,
+	// and killing CRIU alone left our read blocked on it for good.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		ours.Close()
 		theirs.Close()
@@ -47,6 +51,7 @@ func call(ctx context.Context, bin string, req *rpc.CriuReq) (*rpc.CriuResp, err
 	go func() {
 		select {
 		case <-ctx.Done():
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			_ = cmd.Process.Kill()
 		case <-done:
 		}
