@@ -92,6 +92,9 @@ type cluster struct {
 	// running here: one gone from the session table since (it ended:
 	// its client exited, its grace ran out) is recorded as not live.
 	liveHere map[string]bool
+	// runDone is closed once the membership has ended: the lease is
+	// revoked (or that was tried), so the registry client may close.
+	runDone chan struct{}
 
 	metrics *opsMetrics
 	// replicas records this host's images in the registry and keeps
@@ -137,7 +140,8 @@ func (c *cluster) join(ctx context.Context, d *daemon, listen, apiAddr string) e
 	}
 	c.member = m
 	c.adoptLive(ctx)
-	go m.Run(ctx)
+	c.runDone = make(chan struct{})
+	go func() { m.Run(ctx); close(c.runDone) }()
 	go c.reconcile(ctx, d.manager)
 	if c.replicas != nil {
 		go c.replicas.Run(ctx)
@@ -166,6 +170,21 @@ func (c *cluster) adoptLive(ctx context.Context) {
 		if o.Host == c.host && o.Live {
 			c.claimed[o.Session] = true
 		}
+	}
+}
+
+// left waits, at most d, for the membership to end after gpud's context
+// did: its lease is revoked then, so that the host reads down at once.
+// gpud closes the registry client after this; closed first, the
+// revocation failed and the host read up for the rest of its lease.
+func (c *cluster) left(d time.Duration) {
+	if c.runDone == nil {
+		return
+	}
+	select {
+	case <-c.runDone:
+	case <-time.After(d):
+		c.log.Warn("registry: the lease was not revoked in time; this host reads down when it runs out")
 	}
 }
 

@@ -284,6 +284,9 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 	if runErr == nil {
 		runErr = waitErr(clientDone)
 	}
+	if d.cluster != nil {
+		d.cluster.left(2 * time.Second)
+	}
 	log.Info("gpud stopped")
 	return runErr
 }
