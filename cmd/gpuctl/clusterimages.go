@@ -38,16 +38,11 @@ type hostResult struct {
 // host that the command concerns (or --on's), each host's result on a
 // line of its own.
 func (e *env) clusterImages(c *cli.Context, name string) error {
-	reg, err := needRegistry(c, "gpuctl images "+name)
+	reg, ih, err := e.holdersFor(c, "gpuctl images "+name)
 	if err != nil {
 		return err
 	}
 	defer reg.Close()
-	ih, err := readHolders(c, reg)
-	if err != nil {
-		return err
-	}
-	ih.warnUnreachable(e)
 	var on *registry.Host
 	if s := c.String("on"); s != "" {
 		h, ok := ih.lookup(s)
@@ -313,16 +308,11 @@ func (e *env) clusterImport(c *cli.Context, reg *registry.Client, ih *imageHolde
 // only ever a complete export.
 func (e *env) clusterExport(c *cli.Context) error {
 	image := c.Args().First()
-	reg, err := needRegistry(c, "gpuctl images export")
+	reg, ih, err := e.holdersFor(c, "gpuctl images export")
 	if err != nil {
 		return err
 	}
 	defer reg.Close()
-	ih, err := readHolders(c, reg)
-	if err != nil {
-		return err
-	}
-	ih.warnUnreachable(e)
 	var failed []string
 	for _, cp := range ih.copies(image) {
 		if cp.State != registry.StateUp {
@@ -425,4 +415,21 @@ func topUpTarget(c *cli.Context, e *env, reg *registry.Client, ih *imageHolders,
 		fmt.Fprintf(out, "  not from %s\n", f)
 	}
 	return t, nil
+}
+
+// holdersFor opens the registry for command what and reads where every
+// image has copies, saying on stderr which up hosts did not answer. The
+// caller closes the client.
+func (e *env) holdersFor(c *cli.Context, what string) (*registry.Client, *imageHolders, error) {
+	reg, err := needRegistry(c, what)
+	if err != nil {
+		return nil, nil, err
+	}
+	ih, err := readHolders(c, reg)
+	if err != nil {
+		reg.Close()
+		return nil, nil, err
+	}
+	ih.warnUnreachable(e)
+	return reg, ih, nil
 }
