@@ -278,30 +278,19 @@ func (d *Device) isPinned(b []byte) bool {
 // through slots of the ring (see ringCopy); concurrent calls use the other
 // slots and streams.
 func (d *Device) ReadMem(ctx context.Context, r backend.MemRegion, off uint64, dst []byte) error {
-	ch, err := d.chunkSpan(r, off, len(dst))
-	if err != nil {
-		return err
-	}
-	t, err := d.tools(ch.ctx)
-	if err != nil {
-		return err
-	}
-	c := ch.ctx
-	if d.isPinned(dst) {
-		s := <-t.ring
-		defer func() { t.ring <- s }()
-		if err := d.drv.check(C.gc_dtoh(d.drv.api, c.raw, unsafe.Pointer(&dst[0]), C.CUdeviceptr(r.ID+off), C.size_t(len(dst)), s.stream, s.done), "cuMemcpyDtoHAsync (save, direct)"); err != nil {
-			return err
-		}
-		return d.drv.check(C.gc_event_synchronize(d.drv.api, c.raw, s.done), "cuEventSynchronize (save, direct)")
-	}
-	return d.ringCopy(ctx, c, t, r.ID+off, dst, false)
+	return d.copyMem(ctx, r, off, dst, false)
 }
 
 // WriteMem copies straight from src when it is pinned, and otherwise
 // through slots of the ring, like ReadMem.
 func (d *Device) WriteMem(ctx context.Context, r backend.MemRegion, off uint64, src []byte) error {
-	ch, err := d.chunkSpan(r, off, len(src))
+	return d.copyMem(ctx, r, off, src, true)
+}
+
+// copyMem moves host to (toDev) or from region r at off for ReadMem and
+// WriteMem.
+func (d *Device) copyMem(ctx context.Context, r backend.MemRegion, off uint64, host []byte, toDev bool) error {
+	ch, err := d.chunkSpan(r, off, len(host))
 	if err != nil {
 		return err
 	}
@@ -309,16 +298,23 @@ func (d *Device) WriteMem(ctx context.Context, r backend.MemRegion, off uint64, 
 	if err != nil {
 		return err
 	}
-	c := ch.ctx
-	if d.isPinned(src) {
-		s := <-t.ring
-		defer func() { t.ring <- s }()
-		if err := d.drv.check(C.gc_htod(d.drv.api, c.raw, C.CUdeviceptr(r.ID+off), unsafe.Pointer(&src[0]), C.size_t(len(src)), s.stream, s.done), "cuMemcpyHtoDAsync (reload, direct)"); err != nil {
-			return err
-		}
-		return d.drv.check(C.gc_event_synchronize(d.drv.api, c.raw, s.done), "cuEventSynchronize (reload, direct)")
+	c, dev := ch.ctx, C.CUdeviceptr(r.ID+off)
+	if !d.isPinned(host) {
+		return d.ringCopy(ctx, c, t, r.ID+off, host, toDev)
 	}
-	return d.ringCopy(ctx, c, t, r.ID+off, src, true)
+	s := <-t.ring
+	defer func() { t.ring <- s }()
+	var rc C.CUresult
+	what := "cuMemcpyDtoHAsync (save, direct)"
+	if toDev {
+		rc, what = C.gc_htod(d.drv.api, c.raw, dev, unsafe.Pointer(&host[0]), C.size_t(len(host)), s.stream, s.done), "cuMemcpyHtoDAsync (reload, direct)"
+	} else {
+		rc = C.gc_dtoh(d.drv.api, c.raw, unsafe.Pointer(&host[0]), dev, C.size_t(len(host)), s.stream, s.done)
+	}
+	if err := d.drv.check(rc, what); err != nil {
+		return err
+	}
+	return d.drv.check(C.gc_event_synchronize(d.drv.api, c.raw, s.done), "cuEventSynchronize (direct copy)")
 }
 
 // ringCopy moves host to (toDev) or from device address dev through the
