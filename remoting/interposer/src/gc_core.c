@@ -1203,7 +1203,9 @@ static void *deferred_reader(void *arg)
 	return NULL;
 }
 
-static void start_deferred_reader(void)
+/* gc_start_thread starts fn as a detached thread of the library that
+ * takes no signal meant for the application; pthread_create's result. */
+int gc_start_thread(void *(*fn)(void *))
 {
 	pthread_t t;
 	pthread_attr_t attr;
@@ -1212,9 +1214,15 @@ static void start_deferred_reader(void)
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	int rc = pthread_create(&t, &attr, deferred_reader, NULL);
+	int rc = pthread_create(&t, &attr, fn, NULL);
 	pthread_attr_destroy(&attr);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc;
+}
+
+static void start_deferred_reader(void)
+{
+	int rc = gc_start_thread(deferred_reader);
 	if (rc != 0)
 		gc_log("cannot start the reply reader thread: %s; device-to-host copies wait for their data", strerror(rc));
 	else
@@ -1524,16 +1532,7 @@ static void init_once(void)
 	g.max_frame = w.max_frame;
 	atomic_store(&g.features, w.features);
 	atomic_store(&g.fd, fd);
-	pthread_t t;
-	pthread_attr_t attr;
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	int rc = pthread_create(&t, &attr, flusher, NULL);
-	pthread_attr_destroy(&attr);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	int rc = gc_start_thread(flusher);
 	if (rc != 0) {
 		gc_log("cannot start the sender thread: %s", strerror(rc));
 		g.init_res = CUDA_ERROR_OPERATING_SYSTEM;

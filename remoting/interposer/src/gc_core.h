@@ -91,6 +91,7 @@ CUresult gc_rd_check(struct gc_rd *d, const char *op);
 
 /* gc_log writes one "gpuctl: ..." line to stderr. */
 void gc_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int gc_start_thread(void *(*fn)(void *));
 
 /* Function handles are client objects: the server handle plus the
  * parameter layout, which cuLaunchKernel packs kernelParams with, and a

@@ -862,21 +862,10 @@ static int pool_ready(void)
 		return st > 0;
 	pthread_mutex_lock(&pool.mu);
 	if (atomic_load(&pool.started) == 0) {
-		/* The threads take no signal meant for the application. */
-		sigset_t all, old;
-		sigfillset(&all);
-		pthread_sigmask(SIG_SETMASK, &all, &old);
 		int n = 0;
-		for (int i = 0; i < pool.want; i++) {
-			pthread_t th;
-			pthread_attr_t a;
-			pthread_attr_init(&a);
-			pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-			if (pthread_create(&th, &a, pool_main, NULL) == 0)
+		for (int i = 0; i < pool.want; i++)
+			if (gc_start_thread(pool_main) == 0)
 				n++;
-			pthread_attr_destroy(&a);
-		}
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		static int forks;
 		if (n > 0 && !forks++)
 			pthread_atfork(NULL, NULL, pool_after_fork);
