@@ -123,16 +123,7 @@ func (c *Client) Export(ctx context.Context, id string, w io.Writer, progress Pr
 // host's store, which verifies it and commits the image, all or nothing.
 // size (-1 when unknown) and progress (may be nil) only report progress.
 func (c *Client) Import(ctx context.Context, r io.Reader, size int64, progress Progress) (*api.ImportReply, error) {
-	resp, err := c.stream(ctx, http.MethodPost, api.ImportPath, counting(r, size, progress), "application/octet-stream")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var res api.ImportReply
-	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
-		return nil, errs.Wrap(err, errs.Internal, errs.Host(c.addr), "decode import reply")
-	}
-	return &res, nil
+	return streamDecode[api.ImportReply](ctx, c, http.MethodPost, api.ImportPath, counting(r, size, progress), "decode import reply")
 }
 
 // Verify is POST /v1/images/verify: every chunk of one image, or of all,
@@ -211,16 +202,7 @@ func (c *Client) PushImage(ctx context.Context, id, to string) (*api.PushImageRe
 // PutChunks is PUT /v1/chunks: a chunk stream from r, stored ahead of the
 // manifest that will use it.
 func (c *Client) PutChunks(ctx context.Context, r io.Reader) (*api.PutChunksReply, error) {
-	resp, err := c.stream(ctx, http.MethodPut, api.ChunksPath, r, "application/octet-stream")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var res api.PutChunksReply
-	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
-		return nil, errs.Wrap(err, errs.Internal, errs.Host(c.addr), "decode chunk upload reply")
-	}
-	return &res, nil
+	return streamDecode[api.PutChunksReply](ctx, c, http.MethodPut, api.ChunksPath, r, "decode chunk upload reply")
 }
 
 // need refuses an empty id before it becomes an empty path segment; the
@@ -266,16 +248,7 @@ func (c *Client) PutChunksStaged(ctx context.Context, session string, r io.Reade
 		return nil, err
 	}
 	path := api.ChunksPath + "?" + api.StageParam + "=" + url.QueryEscape(session)
-	resp, err := c.stream(ctx, http.MethodPut, path, r, "application/octet-stream")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var res api.PutChunksReply
-	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
-		return nil, errs.Wrap(err, errs.Internal, errs.Host(c.addr), "decode chunk upload reply")
-	}
-	return &res, nil
+	return streamDecode[api.PutChunksReply](ctx, c, http.MethodPut, path, r, "decode chunk upload reply")
 }
 
 // DropStaged is DELETE /v1/chunks/staged/{id}: the target lets go of what
@@ -307,6 +280,21 @@ func call[T any](ctx context.Context, c *Client, kind, id, method, path string, 
 	var res T
 	if err := c.do(ctx, method, path, body, &res); err != nil {
 		return nil, err
+	}
+	return &res, nil
+}
+
+// streamDecode sends body (a stream, not JSON) and decodes the host's JSON
+// reply; what names the decoding in its error.
+func streamDecode[T any](ctx context.Context, c *Client, method, path string, body io.Reader, what string) (*T, error) {
+	resp, err := c.stream(ctx, method, path, body, "application/octet-stream")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var res T
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+		return nil, errs.Wrap(err, errs.Internal, errs.Host(c.addr), "%s", what)
 	}
 	return &res, nil
 }
