@@ -54,17 +54,9 @@ func jobCommand(e *env) *cli.Command {
 			&cli.StringSliceFlag{Name: "label", Usage: "a `KEY=VALUE` label of the sessions besides slurm_job (repeatable)"},
 		},
 		Action: func(c *cli.Context) error {
-			inherited := func(name string) string {
-				for _, l := range c.Lineage() {
-					if v := l.String(name); v != "" {
-						return v
-					}
-				}
-				return ""
-			}
 			a := jobArgs{
-				run: runArgs{server: c.String("server"), tokenFile: inherited("token-file"), tlsCA: inherited("tls-ca"),
-					tlsServerName: inherited("tls-server-name"), argv: c.Args().Slice(), priority: c.String("priority"), labels: c.StringSlice("label")},
+				run: runArgs{server: c.String("server"), tokenFile: inherited(c, "token-file"), tlsCA: inherited(c, "tls-ca"),
+					tlsServerName: inherited(c, "tls-server-name"), argv: c.Args().Slice(), priority: c.String("priority"), labels: c.StringSlice("label")},
 				root: c.String("dir"), id: c.String("job-id"), restarts: c.String("restart-count"),
 				deadline: c.Duration("deadline"), resumeOn: c.String("resume-on"), criu: c.String("criu"),
 			}

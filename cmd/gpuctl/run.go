@@ -41,18 +41,8 @@ func runCommand(e *env) *cli.Command {
 			&cli.StringSliceFlag{Name: "label", Usage: "a `KEY=VALUE` label of the session (repeatable; added to GPUCTL_LABELS)"},
 		},
 		Action: func(c *cli.Context) error {
-			// run's own flags, else the global ones (which also read
-			// GPUCTL_TOKEN_FILE, GPUCTL_TLS_CA and GPUCTL_TLS_SERVER_NAME).
-			inherited := func(name string) string {
-				for _, l := range c.Lineage() {
-					if v := l.String(name); v != "" {
-						return v
-					}
-				}
-				return ""
-			}
-			return runProgram(c.Context, e, runArgs{server: c.String("server"), tokenFile: inherited("token-file"),
-				tlsCA: inherited("tls-ca"), tlsServerName: inherited("tls-server-name"), argv: c.Args().Slice(),
+			return runProgram(c.Context, e, runArgs{server: c.String("server"), tokenFile: inherited(c, "token-file"),
+				tlsCA: inherited(c, "tls-ca"), tlsServerName: inherited(c, "tls-server-name"), argv: c.Args().Slice(),
 				priority: c.String("priority"), labels: c.StringSlice("label")})
 		},
 	}
@@ -251,4 +241,16 @@ func checkLib(dir string) (string, error) {
 // usageError is an InvalidArgument error (exit status 2).
 func usageError(format string, args ...any) error {
 	return errs.New(errs.InvalidArgument, "", format, args...)
+}
+
+// inherited is flag name of the command itself, else of the commands it
+// is under: run's and job's own flags, else the global ones (which also
+// read GPUCTL_TOKEN_FILE, GPUCTL_TLS_CA and GPUCTL_TLS_SERVER_NAME).
+func inherited(c *cli.Context, name string) string {
+	for _, l := range c.Lineage() {
+		if v := l.String(name); v != "" {
+			return v
+		}
+	}
+	return ""
 }
