@@ -71,20 +71,6 @@ TEE=$!
 
 source "$HERE/lib.sh"
 
-last_iter() { grep -o '^iter [0-9]*' "$1" 2>/dev/null | tail -n 1 | cut -d' ' -f2; }
-wait_iter() { # wait_iter LOG N SECONDS: until the client checked past N
-	local deadline=$(($(date +%s) + $3)) it
-	while (($(date +%s) < deadline)); do
-		it=$(last_iter "$1")
-		[[ -n $it ]] && ((it > $2)) && return 0
-		sleep 0.1
-	done
-	return 1
-}
-# max_gap LOG FROM: the longest time between checks after check FROM (ms).
-max_gap() {
-	awk -v from="$2" '/^iter/ { split($NF, t, "="); if ($2 >= from && prev != "") { g = t[2] - prev; if (g > m) m = g } if ($2 >= from) prev = t[2] } END { printf "%.0f", m }' "$1"
-}
 bad_checks() { grep -c BAD "$1" 2>/dev/null || true; }
 # start_client LOG MIB remote|native [MODE]: the holder, idle unless MODE
 # (rewrite=R) says otherwise; HP is its pid.

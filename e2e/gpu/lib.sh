@@ -1,4 +1,4 @@
-# Shared by the GPU suites (run.sh, apps.sh): check reporting, gpud start-up,
+# Shared by the GPU suites (run.sh, apps.sh, ckpt-bench.sh): check reporting, the holder's log, gpud start-up,
 # sessions, timing, and the environment checks. Sourced, never run; the
 # sourcing script sets ROOT, HERE, OUT, WORK, NVCC, CUDA_INC, CRIU, GPUD, GPUCTL,
 # TOKEN, T_START, B_NS, B_EXEC, and starts its log tee (TEE).
@@ -55,6 +55,26 @@ time_for() { # time_for SECONDS WHAT: is there time left for WHAT?
 	((left >= $1)) && return 0
 	skip "$2: about $1 s needed, $left s left of the ${BUDGET}s budget"
 	return 1
+}
+
+# last_iter LOG: the number of the holder's last check.
+last_iter() { grep -o '^iter [0-9]*' "$1" 2>/dev/null | tail -n 1 | cut -d' ' -f2; }
+
+# wait_iter LOG N SECONDS: wait until the holder has checked past N.
+wait_iter() {
+	local deadline=$(($(date +%s) + $3)) it
+	while (($(date +%s) < deadline)); do
+		it=$(last_iter "$1")
+		[[ -n $it ]] && ((it > $2)) && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# max_gap LOG FROM: the longest time (ms) between two of the holder's
+# checks from check FROM on: the client's longest stall.
+max_gap() {
+	awk -v from="$2" '/^iter/ { split($NF, t, "="); if ($2 >= from && prev != "") { g = t[2] - prev; if (g > m) m = g } if ($2 >= from) prev = t[2] } END { printf "%.0f", m }' "$1"
 }
 
 # wait_log LOG PATTERN SECONDS [PID]: wait until LOG has a line matching

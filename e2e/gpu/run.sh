@@ -69,26 +69,6 @@ TEE=$!
 
 source "$HERE/lib.sh"
 
-# last_iter LOG: the number of the holder's last check.
-last_iter() { grep -o '^iter [0-9]*' "$1" 2>/dev/null | tail -n 1 | cut -d' ' -f2; }
-
-# wait_iter LOG N SECONDS: wait until the holder has checked past N.
-wait_iter() {
-	local deadline=$(($(date +%s) + $3)) it
-	while (($(date +%s) < deadline)); do
-		it=$(last_iter "$1")
-		[[ -n $it ]] && ((it > $2)) && return 0
-		sleep 0.1
-	done
-	return 1
-}
-
-# max_gap LOG FROM: the longest time between consecutive checks after
-# check FROM, in ms: what the client felt as a stall.
-max_gap() {
-	awk -v from="$2" '/^iter/ { split($NF, t, "="); if ($2 >= from && prev != "") { g = t[2] - prev; if (g > m) m = g } if ($2 >= from) prev = t[2] } END { printf "%.0f", m }' "$1"
-}
-
 # holder_bad LOG: how many checks found wrong data.
 holder_bad() { grep -c BAD "$1" 2>/dev/null || true; }
 
