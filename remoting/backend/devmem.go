@@ -83,3 +83,31 @@ type MemMapper interface {
 	// mapping with the rest of the region's memory.
 	MapMem(ctx context.Context, r MemRegion, f *os.File, off int64) error
 }
+
+// Parker is a DeviceMemory that can take its memory out of the process
+// for a dump without copying it to the host while the client waits.
+// Park first copies every region into memory of its own (a snapshot; on
+// a GPU a device-to-device copy at the memory's own bandwidth), then
+// hands the live memory and the snapshot out as files, in an order only
+// the backend knows, and drops the process's own hold on both, keeping
+// the live addresses reserved: the process is then as small to dump as
+// after ReleaseMem, and whoever holds the files keeps the memory alive.
+// Unpark takes the files back in that order: the live memory returns at
+// its addresses, and the snapshot, when keep is set, at addresses of its
+// own, where Snapshot reads it while the session runs until its
+// ReleaseMem drops it; without keep the snapshot is dropped at once.
+//
+// Park either parks every region or nothing: on error the memory is as
+// it was. A backend that cannot park this time (no room for the
+// snapshot, memory that cannot be exported) says so with an error and
+// the caller saves the memory the usual way.
+type Parker interface {
+	Park(ctx context.Context) ([]*os.File, error)
+	Unpark(ctx context.Context, files []*os.File, keep bool) error
+	// Snapshot is the memory as Park found it, for a Tracker's Save
+	// (MemRegions lists the regions as they were then, under the same
+	// kinds and IDs); nil when there is none. Its ReadMem and HashBlocks
+	// may run from any goroutine while the session runs; WriteMem and
+	// RestoreMem are refused.
+	Snapshot() DeviceMemory
+}
