@@ -104,10 +104,10 @@ type MemMapper interface {
 type Parker interface {
 	Park(ctx context.Context) ([]*os.File, error)
 	Unpark(ctx context.Context, files []*os.File, keep bool) error
-	// Snapshot is the memory as Park found it, for a Tracker's Save
+	// MemSnapshot is the memory as Park found it, for a Tracker's Save
 	// (MemRegions lists the regions as they were then, under the same
 	// kinds and IDs); nil when there is none. Its ReadMem and HashBlocks
 	// may run from any goroutine while the session runs; WriteMem and
 	// RestoreMem are refused.
-	Snapshot() DeviceMemory
+	MemSnapshot() DeviceMemory
 }

@@ -294,13 +294,19 @@ func (d *Device) copyMem(ctx context.Context, r backend.MemRegion, off uint64, h
 	if err != nil {
 		return err
 	}
-	t, err := d.tools(ch.ctx)
+	return d.copyAt(ctx, ch.ctx, r.ID+off, host, toDev)
+}
+
+// copyAt moves host to (toDev) or from device address at in context c:
+// straight when host is pinned, else through c's ring.
+func (d *Device) copyAt(ctx context.Context, c *cuCtx, at uint64, host []byte, toDev bool) error {
+	t, err := d.tools(c)
 	if err != nil {
 		return err
 	}
-	c, dev := ch.ctx, C.CUdeviceptr(r.ID+off)
+	dev := C.CUdeviceptr(at)
 	if !d.isPinned(host) {
-		return d.ringCopy(ctx, c, t, r.ID+off, host, toDev)
+		return d.ringCopy(ctx, c, t, at, host, toDev)
 	}
 	s := <-t.ring
 	defer func() { t.ring <- s }()
@@ -403,14 +409,18 @@ func (d *Device) HashBlocks(ctx context.Context, r backend.MemRegion, block, see
 	if err != nil {
 		return err
 	}
-	all := hashkernel.Launch{Base: r.ID, Size: r.Size, Block: block, Seed: seed}
+	return d.hashAt(ctx, ch.ctx, r.ID, r.Size, block, seed, out)
+}
+
+// hashAt hashes size bytes at device address base in context c.
+func (d *Device) hashAt(ctx context.Context, c *cuCtx, base, size, block, seed uint64, out []uint64) error {
+	all := hashkernel.Launch{Base: base, Size: size, Block: block, Seed: seed}
 	if err := all.Check(); err != nil {
 		return cu.Errorf(cu.ErrorInvalidValue, "%v", err)
 	}
 	if uint64(len(out)) != all.Blocks() {
-		return cu.Errorf(cu.ErrorInvalidValue, "%d hashes for %d bytes in blocks of %d", len(out), r.Size, block)
+		return cu.Errorf(cu.ErrorInvalidValue, "%d hashes for %d bytes in blocks of %d", len(out), size, block)
 	}
-	c := ch.ctx
 	t, err := d.tools(c)
 	if err != nil {
 		return err
@@ -429,7 +439,7 @@ func (d *Device) HashBlocks(ctx context.Context, r backend.MemRegion, block, see
 			return err
 		}
 		k := min(per, all.Blocks()-i)
-		seg := hashkernel.Launch{Base: r.ID + i*block, Size: min(k*block, r.Size-i*block), Block: block, Seed: seed, Out: uint64(t.scratch)}
+		seg := hashkernel.Launch{Base: base + i*block, Size: min(k*block, size-i*block), Block: block, Seed: seed, Out: uint64(t.scratch)}
 		params := seg.Params()
 		grid := [3]C.uint{C.uint(seg.Grid()), 1, 1}
 		if err := d.drv.check(C.gc_launch(d.drv.api, c.raw, t.fn, &grid[0], &block3[0], 0, s.stream, unsafe.Pointer(&params[0]), C.size_t(len(params))), "cuLaunchKernel (hash kernel)"); err != nil {
@@ -479,6 +489,9 @@ func (d *Device) RestoreMem(context.Context) error {
 	if d.vmm == nil {
 		return nil
 	}
+	// A process restored from a dump made while its memory was parked:
+	// the memory stayed with the host it was dumped on.
+	d.forgetParked()
 	touched := map[*cuCtx]bool{}
 	for _, base := range d.chunkBases() {
 		ch := d.vmm.chunks[base]
@@ -486,7 +499,7 @@ func (d *Device) RestoreMem(context.Context) error {
 			continue
 		}
 		var h C.CUmemGenericAllocationHandle
-		r := C.gc_vmm_back(d.drv.api, d.ext.x, ch.ctx.raw, C.CUdeviceptr(base), C.size_t(ch.size), C.int(d.dev), &h)
+		r := C.gc_vmm_back(d.drv.api, d.ext.x, ch.ctx.raw, C.CUdeviceptr(base), C.size_t(ch.size), C.int(d.dev), d.exportable(), &h)
 		if err := d.drv.check(r, "cuMemCreate/cuMemMap (back device memory again)"); err != nil {
 			return err
 		}

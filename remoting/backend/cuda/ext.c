@@ -52,6 +52,8 @@ gc_ext *gc_ext_load(const gc_api *a)
 	OPT(cuMemGetAccess, "cuMemGetAccess");
 	OPT(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity");
 	OPT(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle");
+	OPT(cuMemExportToShareableHandle, "cuMemExportToShareableHandle");
+	OPT(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle");
 	OPT(cuStreamWaitValue32, "cuStreamWaitValue32_v2");
 	OPT(cuStreamWaitValue64, "cuStreamWaitValue64_v2");
 	OPT(cuStreamWriteValue32, "cuStreamWriteValue32_v2");

@@ -100,6 +100,8 @@ typedef struct {
 	CUresult (*cuMemGetAccess)(unsigned long long *, const CUmemLocation *, CUdeviceptr);
 	CUresult (*cuMemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *, int);
 	CUresult (*cuMemRetainAllocationHandle)(CUmemGenericAllocationHandle *, void *);
+	CUresult (*cuMemExportToShareableHandle)(void *, CUmemGenericAllocationHandle, int, unsigned long long);
+	CUresult (*cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle *, void *, int);
 	CUresult (*cuStreamWaitValue32)(CUstream, CUdeviceptr, unsigned int, unsigned int);
 	CUresult (*cuStreamWaitValue64)(CUstream, CUdeviceptr, unsigned long long, unsigned int);
 	CUresult (*cuStreamWriteValue32)(CUstream, CUdeviceptr, unsigned int, unsigned int);

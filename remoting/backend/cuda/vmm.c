@@ -8,6 +8,7 @@ enum {
 	LOC_DEVICE = 1,            // CU_MEM_LOCATION_TYPE_DEVICE
 	ACCESS_RW = 3,             // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
 	VMM_NOT_SUPPORTED = 801,   // CUDA_ERROR_NOT_SUPPORTED
+	HANDLE_POSIX_FD = 1,       // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 	INVALID_VALUE_RESULT = 1,  // CUDA_ERROR_INVALID_VALUE
 	OUT_OF_MEMORY_RESULT = 2,  // CUDA_ERROR_OUT_OF_MEMORY
 };
@@ -27,43 +28,72 @@ static int have(const gc_ext *x)
 	       x->cuMemMap && x->cuMemUnmap && x->cuMemSetAccess && x->cuMemGetAllocationGranularity;
 }
 
-static void device_prop(CUmemAllocationProp *p, int dev)
+static void device_prop(CUmemAllocationProp *p, int dev, int exportable)
 {
 	memset(p, 0, sizeof *p);
 	p->type = ALLOC_PINNED;
 	p->location.type = LOC_DEVICE;
 	p->location.id = dev;
+	if (exportable)
+		p->requestedHandleTypes = HANDLE_POSIX_FD;
 }
 
-// back_at creates physical memory and maps it read-write at va.
-static CUresult back_at(const gc_ext *x, CUdeviceptr va, size_t n, int dev, CUmemGenericAllocationHandle *h)
+static int have_export(const gc_ext *x)
 {
-	CUmemAllocationProp prop;
+	return have(x) && x->cuMemExportToShareableHandle && x->cuMemImportFromShareableHandle;
+}
+
+// map_rw maps h at va and opens it read-write to dev; on failure it
+// unmaps again but keeps h.
+static CUresult map_rw(const gc_ext *x, CUdeviceptr va, size_t n, int dev, CUmemGenericAllocationHandle h)
+{
 	CUmemAccessDesc acc;
-	CUresult r;
-	device_prop(&prop, dev);
-	r = x->cuMemCreate(h, n, &prop, 0);
+	CUresult r = x->cuMemMap(va, n, 0, h, 0);
 	if (r != 0)
 		return r;
-	r = x->cuMemMap(va, n, 0, *h, 0);
-	if (r != 0) {
-		x->cuMemRelease(*h);
-		return r;
-	}
 	memset(&acc, 0, sizeof acc);
 	acc.location.type = LOC_DEVICE;
 	acc.location.id = dev;
 	acc.flags = ACCESS_RW;
 	r = x->cuMemSetAccess(va, n, &acc, 1);
-	if (r != 0) {
+	if (r != 0)
 		x->cuMemUnmap(va, n);
-		x->cuMemRelease(*h);
-	}
 	return r;
 }
 
-CUresult gc_vmm_map(const gc_api *a, const gc_ext *x, CUcontext c, size_t n, int dev, CUdeviceptr *va,
-		    CUmemGenericAllocationHandle *h)
+// reserve_at takes exactly va again where a reservation did not survive
+// (a process restored by the driver).
+static CUresult reserve_at(const gc_ext *x, CUdeviceptr va, size_t n)
+{
+	CUdeviceptr got = 0;
+	CUresult r = x->cuMemAddressReserve(&got, n, 0, va, 0);
+	if (r != 0)
+		return r;
+	if (got != va) {
+		x->cuMemAddressFree(got, n);
+		return OUT_OF_MEMORY_RESULT;
+	}
+	return 0;
+}
+
+// back_at creates physical memory and maps it read-write at va.
+static CUresult back_at(const gc_ext *x, CUdeviceptr va, size_t n, int dev, int exportable,
+		       CUmemGenericAllocationHandle *h)
+{
+	CUmemAllocationProp prop;
+	CUresult r;
+	device_prop(&prop, dev, exportable);
+	r = x->cuMemCreate(h, n, &prop, 0);
+	if (r != 0)
+		return r;
+	r = map_rw(x, va, n, dev, *h);
+	if (r != 0)
+		x->cuMemRelease(*h);
+	return r;
+}
+
+CUresult gc_vmm_map(const gc_api *a, const gc_ext *x, CUcontext c, size_t n, int dev, int exportable,
+		    CUdeviceptr *va, CUmemGenericAllocationHandle *h)
 {
 	CUresult r;
 	if (!have(x))
@@ -76,7 +106,7 @@ CUresult gc_vmm_map(const gc_api *a, const gc_ext *x, CUcontext c, size_t n, int
 		return OUT_OF_MEMORY_RESULT; // as cuMemAlloc says of a size no GPU has
 	if (r != 0)
 		return r;
-	r = back_at(x, *va, n, dev, h);
+	r = back_at(x, *va, n, dev, exportable, h);
 	if (r != 0)
 		x->cuMemAddressFree(*va, n);
 	return r;
@@ -113,26 +143,71 @@ CUresult gc_vmm_unback(const gc_api *a, const gc_ext *x, CUcontext c, CUdevicept
 }
 
 CUresult gc_vmm_back(const gc_api *a, const gc_ext *x, CUcontext c, CUdeviceptr va, size_t n, int dev,
-		     CUmemGenericAllocationHandle *h)
+		     int exportable, CUmemGenericAllocationHandle *h)
 {
-	CUdeviceptr got = 0;
 	CUresult r;
 	if (!have(x))
 		return VMM_NOT_SUPPORTED;
 	r = use_ctx(a, c);
 	if (r != 0)
 		return r;
-	r = back_at(x, va, n, dev, h);
+	r = back_at(x, va, n, dev, exportable, h);
 	if (r == 0)
 		return 0;
 	// The reservation may be gone: take exactly va again, or give up.
-	if (x->cuMemAddressReserve(&got, n, 0, va, 0) != 0)
+	if (reserve_at(x, va, n) != 0)
 		return r;
-	if (got != va) {
-		x->cuMemAddressFree(got, n);
+	return back_at(x, va, n, dev, exportable, h);
+}
+
+CUresult gc_vmm_export(const gc_api *a, const gc_ext *x, CUcontext c, CUmemGenericAllocationHandle h, int *fd)
+{
+	CUresult r;
+	if (!have_export(x))
+		return VMM_NOT_SUPPORTED;
+	r = use_ctx(a, c);
+	if (r != 0)
 		return r;
-	}
-	return back_at(x, va, n, dev, h);
+	return x->cuMemExportToShareableHandle(fd, h, HANDLE_POSIX_FD, 0);
+}
+
+CUresult gc_vmm_import(const gc_api *a, const gc_ext *x, CUcontext c, CUdeviceptr va, size_t n, int dev, int fd,
+		       CUmemGenericAllocationHandle *h)
+{
+	CUresult r;
+	if (!have_export(x))
+		return VMM_NOT_SUPPORTED;
+	r = use_ctx(a, c);
+	if (r != 0)
+		return r;
+	r = x->cuMemImportFromShareableHandle(h, (void *)(intptr_t)fd, HANDLE_POSIX_FD);
+	if (r != 0)
+		return r;
+	r = map_rw(x, va, n, dev, *h);
+	if (r != 0 && reserve_at(x, va, n) == 0)
+		r = map_rw(x, va, n, dev, *h);
+	if (r != 0)
+		x->cuMemRelease(*h);
+	return r;
+}
+
+CUresult gc_vmm_unreserve(const gc_api *a, const gc_ext *x, CUcontext c, CUdeviceptr va, size_t n)
+{
+	CUresult r;
+	if (!have(x))
+		return VMM_NOT_SUPPORTED;
+	r = use_ctx(a, c);
+	if (r != 0)
+		return r;
+	return x->cuMemAddressFree(va, n);
+}
+
+CUresult gc_dtod(const gc_api *a, CUcontext c, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	CUresult r = use_ctx(a, c);
+	if (r != 0)
+		return r;
+	return a->cuMemcpyDtoDAsync(dst, src, n, s);
 }
 
 CUresult gc_vmm_granularity(const gc_ext *x, int dev, size_t *g)
@@ -140,6 +215,6 @@ CUresult gc_vmm_granularity(const gc_ext *x, int dev, size_t *g)
 	CUmemAllocationProp prop;
 	if (!have(x))
 		return VMM_NOT_SUPPORTED;
-	device_prop(&prop, dev);
+	device_prop(&prop, dev, 0);
 	return x->cuMemGetAllocationGranularity(g, &prop, 0 /* CU_MEM_ALLOC_GRANULARITY_MINIMUM */);
 }

@@ -35,6 +35,13 @@ const allocAlign = 256
 type vmmState struct {
 	gran   uint64 // mapping granularity; 0 until the first allocation
 	off    bool   // the driver cannot map memory: allocations are plain
+	// noExport: the driver cannot hand chunks out as descriptors, so
+	// they cannot be parked (park.go).
+	noExport bool
+	// parked is the chunks Park handed out, until Unpark or a reload;
+	// snap the snapshot Unpark kept, until its ReleaseMem.
+	parked *parkState
+	snap   *snapshot
 	chunks map[uint64]*vmmChunk
 	// mu guards the contexts' memTools against the concurrent ReadMem,
 	// WriteMem and HashBlocks calls of a save, and pinned.
@@ -44,7 +51,8 @@ type vmmState struct {
 }
 
 // vmmChunk is one mapped chunk. backed is false between ReleaseMem and
-// RestoreMem: the addresses are reserved, the memory released.
+// RestoreMem, and between Park and Unpark: the addresses are reserved, the
+// memory released or held outside the process.
 type vmmChunk struct {
 	ctx    *cuCtx
 	size   uint64
@@ -165,7 +173,14 @@ func (b chunkBacking) Map(size uint64) (uint64, error) {
 		va C.CUdeviceptr
 		h  C.CUmemGenericAllocationHandle
 	)
-	r := C.gc_vmm_map(b.d.drv.api, b.d.ext.x, b.c.raw, C.size_t(size), C.int(b.d.dev), &va, &h)
+	r := C.gc_vmm_map(b.d.drv.api, b.d.ext.x, b.c.raw, C.size_t(size), C.int(b.d.dev), b.d.exportable(), &va, &h)
+	if r != 0 && b.d.exportable() != 0 && (cu.Result(r) == cu.ErrorNotSupported || cu.Result(r) == cu.ErrorInvalidValue) {
+		// Memory that can be handed out as a descriptor (park.go) is
+		// not to be had here: plain chunks, saved by copying.
+		b.d.log.Warn("this driver or GPU cannot hand device memory out as a file descriptor; checkpoints copy it to the host while the client waits", "err", b.d.drv.check(r, "cuMemCreate (exportable)"))
+		b.d.vmm.noExport = true
+		r = C.gc_vmm_map(b.d.drv.api, b.d.ext.x, b.c.raw, C.size_t(size), C.int(b.d.dev), 0, &va, &h)
+	}
 	if err := b.d.drv.check(r, "cuMemAlloc (cuMemCreate and cuMemMap)"); err != nil {
 		return 0, err
 	}

@@ -8,9 +8,10 @@
 
 // gc_vmm_map reserves n bytes of device addresses, backs them with new
 // physical memory of GPU dev, maps it there and opens it read-write to
-// dev. On failure nothing is left behind.
-CUresult gc_vmm_map(const gc_api *a, const gc_ext *x, CUcontext c, size_t n, int dev, CUdeviceptr *va,
-		    CUmemGenericAllocationHandle *h);
+// dev. exportable asks for memory that gc_vmm_export can hand out. On
+// failure nothing is left behind.
+CUresult gc_vmm_map(const gc_api *a, const gc_ext *x, CUcontext c, size_t n, int dev, int exportable,
+		    CUdeviceptr *va, CUmemGenericAllocationHandle *h);
 
 // gc_vmm_free unmaps and releases a chunk's memory (when backed) and
 // frees its addresses.
@@ -26,7 +27,23 @@ CUresult gc_vmm_unback(const gc_api *a, const gc_ext *x, CUcontext c, CUdevicept
 // Where the reservation did not survive (a process restored by the
 // driver), it reserves exactly va again first.
 CUresult gc_vmm_back(const gc_api *a, const gc_ext *x, CUcontext c, CUdeviceptr va, size_t n, int dev,
-		     CUmemGenericAllocationHandle *h);
+		     int exportable, CUmemGenericAllocationHandle *h);
+
+// gc_vmm_export hands a chunk's physical memory out as a file descriptor
+// (of its own: the memory lives while the descriptor or a handle does).
+CUresult gc_vmm_export(const gc_api *a, const gc_ext *x, CUcontext c, CUmemGenericAllocationHandle h, int *fd);
+
+// gc_vmm_import maps memory that gc_vmm_export handed out at va again,
+// reserving exactly va first where the reservation did not survive. The
+// descriptor stays the caller's.
+CUresult gc_vmm_import(const gc_api *a, const gc_ext *x, CUcontext c, CUdeviceptr va, size_t n, int dev, int fd,
+		       CUmemGenericAllocationHandle *h);
+
+// gc_vmm_unreserve frees addresses with nothing mapped.
+CUresult gc_vmm_unreserve(const gc_api *a, const gc_ext *x, CUcontext c, CUdeviceptr va, size_t n);
+
+// gc_dtod queues a device-to-device copy on s.
+CUresult gc_dtod(const gc_api *a, CUcontext c, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
 
 // gc_vmm_granularity is the minimum mapping granularity of GPU dev.
 CUresult gc_vmm_granularity(const gc_ext *x, int dev, size_t *g);
