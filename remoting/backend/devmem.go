@@ -94,7 +94,7 @@ type MemMapper interface {
 // after ReleaseMem, and whoever holds the files keeps the memory alive.
 // Unpark takes the files back in that order: the live memory returns at
 // its addresses, and the snapshot, when keep is set, at addresses of its
-// own, where Snapshot reads it while the session runs until its
+// own, where MemSnapshot reads it while the session runs until its
 // ReleaseMem drops it; without keep the snapshot is dropped at once.
 //
 // Park either parks every region or nothing: on error the memory is as
