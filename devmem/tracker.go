@@ -38,6 +38,10 @@ type SaveRequest struct {
 	// the save Base names and the regions are the same, only the changed
 	// blocks are copied and the data is still complete.
 	Mirror uint64 `json:"mirror,omitempty"`
+	// Snapshot saves the snapshot the last Unpark kept (park.go), not
+	// the live memory, while the session runs; with Release the
+	// snapshot is dropped after.
+	Snapshot bool `json:"snapshot,omitempty"`
 }
 
 // Saved is where a save's memfd holds what: the data (Layout.Size bytes)
@@ -149,6 +153,13 @@ func (t *Tracker) base(gen uint64) *hashes {
 // description. On error nothing was released.
 func (t *Tracker) Save(ctx context.Context, dev backend.DeviceMemory, req SaveRequest) (*os.File, Saved, error) {
 	t0 := time.Now()
+	if req.Snapshot {
+		s, err := snapshotOf(dev)
+		if err != nil {
+			return nil, Saved{}, err
+		}
+		dev = s
+	}
 	regs, err := dev.MemRegions(ctx)
 	if err != nil {
 		return nil, Saved{}, fmt.Errorf("list device memory: %w", err)

@@ -28,27 +28,82 @@ func (w *worker) devMem() (backend.DeviceMemory, error) {
 // memSave runs a save on the call thread; the worker is quiesced, so
 // nothing else uses the device. into is the memfd gpud passed to save
 // into, if any.
+//
+// A save of the snapshot a park kept (req.Snapshot) runs instead on the
+// control goroutine while the session is served: it reads only the
+// snapshot. It drops the snapshot whether it succeeds or not.
 func (w *worker) memSave(req *devmem.SaveRequest, into *os.File) (*os.File, *devmem.Saved, error) {
-	if w.serving != nil {
+	if req == nil {
+		req = &devmem.SaveRequest{}
+	}
+	if w.serving != nil && !req.Snapshot {
 		return nil, nil, errors.New("memsave: the worker is serving a client; quiesce it first")
 	}
 	dm, err := w.devMem()
 	if err != nil {
 		return nil, nil, err
 	}
-	if req == nil {
-		req = &devmem.SaveRequest{}
-	}
 	req.Into = into
 	var (
 		f  *os.File
 		sv devmem.Saved
 	)
+	if req.Snapshot {
+		req.Release = true
+		f, sv, err = w.mem.Save(context.Background(), dm, *req)
+		if err != nil {
+			if p, ok := dm.(backend.Parker); ok {
+				if s := p.MemSnapshot(); s != nil {
+					_ = s.ReleaseMem(context.Background())
+				}
+			}
+			return nil, nil, fmt.Errorf("save the snapshot of device memory: %w", err)
+		}
+		return f, &sv, nil
+	}
 	w.thread.run(func() { f, sv, err = w.mem.Save(context.Background(), dm, *req) })
 	if err != nil {
 		return nil, nil, err
 	}
 	return f, &sv, nil
+}
+
+// memPark parks the quiesced session's device memory; the descriptors
+// returned hold it.
+func (w *worker) memPark() ([]*os.File, *devmem.Parked, error) {
+	if w.serving != nil {
+		return nil, nil, errors.New("mempark: the worker is serving a client; quiesce it first")
+	}
+	dm, err := w.devMem()
+	if err != nil {
+		return nil, nil, err
+	}
+	var (
+		files []*os.File
+		pk    devmem.Parked
+	)
+	w.thread.run(func() { files, pk, err = w.mem.Park(context.Background(), dm) })
+	if err != nil {
+		return nil, nil, err
+	}
+	return files, &pk, nil
+}
+
+// memUnpark maps parked memory back from files, before the session is
+// resumed.
+func (w *worker) memUnpark(req *devmem.UnparkRequest, files []*os.File) error {
+	if w.serving != nil {
+		return errors.New("memunpark: the worker is serving a client; quiesce it first")
+	}
+	dm, err := w.devMem()
+	if err != nil {
+		return err
+	}
+	if req == nil {
+		req = &devmem.UnparkRequest{}
+	}
+	w.thread.run(func() { err = w.mem.Unpark(context.Background(), dm, files, *req) })
+	return err
 }
 
 func (w *worker) memReload(f *os.File, at *[2]int64) error {

@@ -76,6 +76,8 @@ type Handle struct {
 	sess     string
 	modCache *moduleCache
 
+	// sendMu keeps a request's packets together (sendFiles).
+	sendMu  sync.Mutex
 	mu      sync.Mutex
 	quota   string // gpud's quota service, when the session is metered
 	ctrl    *net.UnixConn
@@ -180,12 +182,14 @@ func (h *Handle) readLoop(c *net.UnixConn, end chan struct{}) {
 	defer close(end)
 	for {
 		var r reply
-		f, err := recvMsg(c, &r)
-		if f != nil && (r.ID == 0 || r.Mem == nil) {
-			f.Close() // only a memsave reply carries a descriptor
-			f = nil
+		fs, err := recvMsg(c, &r)
+		if len(fs) > 0 && (r.ID == 0 || (r.Mem == nil && r.Parked == nil)) {
+			closeFiles(fs) // only memsave and mempark replies carry descriptors
+			fs = nil
 		}
-		r.file = f
+		if len(fs) > 0 {
+			r.file, r.files = fs[0], fs
+		}
 		if err != nil {
 			h.ctrlDown(c, err)
 			return
@@ -210,8 +214,8 @@ func (h *Handle) readLoop(c *net.UnixConn, end chan struct{}) {
 		h.mu.Unlock()
 		if ch != nil {
 			ch <- r
-		} else if r.file != nil {
-			r.file.Close() // its caller gave up
+		} else {
+			closeFiles(r.files) // its caller gave up
 		}
 	}
 }
@@ -254,6 +258,17 @@ func (h *Handle) PID() int { return h.pid }
 // call sends one request, with fd attached when fd >= 0, and waits for
 // its reply.
 func (h *Handle) call(ctx context.Context, req request, fd int) (reply, error) {
+	if fd < 0 {
+		return h.callFiles(ctx, req, nil)
+	}
+	return h.callFiles(ctx, req, []int{fd})
+}
+
+// callFiles is call with several descriptors (sendFiles).
+func (h *Handle) callFiles(ctx context.Context, req request, fds []int) (reply, error) {
+	if len(fds) > 1 {
+		req.Files = len(fds)
+	}
 	subj := errs.Session(h.sess)
 	h.mu.Lock()
 	c := h.ctrl
@@ -267,7 +282,10 @@ func (h *Handle) call(ctx context.Context, req request, fd int) (reply, error) {
 	ch := make(chan reply, 1)
 	h.pending[req.ID] = ch
 	h.mu.Unlock()
-	if err := sendMsg(c, req, fd); err != nil {
+	h.sendMu.Lock()
+	err := sendFiles(c, req, fds)
+	h.sendMu.Unlock()
+	if err != nil {
 		h.mu.Lock()
 		delete(h.pending, req.ID)
 		h.mu.Unlock()
@@ -633,4 +651,33 @@ func (h *Handle) PrecopyMem(ctx context.Context, req devmem.PrecopyRequest) (*os
 		return nil, devmem.Saved{}, errs.New(errs.Internal, errs.Session(h.sess), "worker: memprecopy: no memory file in the reply")
 	}
 	return r.file, *r.Mem, nil
+}
+
+// ParkMem asks the quiesced worker to park its device memory
+// (devmem.Tracker.Park) and returns the descriptors that now hold it; the
+// caller must give them back with UnparkMem, or close them, which frees
+// the memory. A backend that cannot park answers with an error and has
+// changed nothing.
+func (h *Handle) ParkMem(ctx context.Context) ([]*os.File, devmem.Parked, error) {
+	r, err := h.call(ctx, request{Op: opMemPark}, -1)
+	if err != nil {
+		closeFiles(r.files)
+		return nil, devmem.Parked{}, err
+	}
+	if r.Parked == nil || len(r.files) != r.Parked.Files {
+		closeFiles(r.files)
+		return nil, devmem.Parked{}, errs.New(errs.Internal, errs.Session(h.sess), "worker: mempark: %d descriptors in the reply", len(r.files))
+	}
+	return r.files, *r.Parked, nil
+}
+
+// UnparkMem gives parked memory back to the quiesced worker; the caller
+// keeps files (the worker maps its own copies).
+func (h *Handle) UnparkMem(ctx context.Context, files []*os.File, req devmem.UnparkRequest) error {
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	_, err := h.callFiles(ctx, request{Op: opMemUnpark, MemUnpark: &req}, fds)
+	return err
 }

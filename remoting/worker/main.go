@@ -129,6 +129,8 @@ type worker struct {
 
 	mu   sync.Mutex
 	ctrl *net.UnixConn // nil while detached
+	// sendMu keeps a message's packets together (sendFiles).
+	sendMu sync.Mutex
 
 	// serving is non-nil while Serve runs; it yields Serve's result once.
 	serving chan error
@@ -214,13 +216,26 @@ func (w *worker) setCtrl(c *net.UnixConn) {
 
 // send writes one message to gpud; while detached it is dropped.
 func (w *worker) send(r reply, fd int) error {
+	if fd < 0 {
+		return w.sendFiles(r, nil)
+	}
+	return w.sendFiles(r, []int{fd})
+}
+
+// sendFiles sends r with fds (see sendFiles), counting them in r.
+func (w *worker) sendFiles(r reply, fds []int) error {
 	w.mu.Lock()
 	c := w.ctrl
 	w.mu.Unlock()
 	if c == nil {
 		return net.ErrClosed
 	}
-	return sendMsg(c, r, fd)
+	if len(fds) > 1 {
+		r.Files = len(fds)
+	}
+	w.sendMu.Lock()
+	defer w.sendMu.Unlock()
+	return sendFiles(c, r, fds)
 }
 
 // run serves control requests until gpud says exit or goes away.
@@ -230,7 +245,14 @@ func (w *worker) run() int {
 		c := w.ctrl
 		w.mu.Unlock()
 		var req request
-		f, err := recvMsg(c, &req)
+		fs, err := recvMsg(c, &req)
+		var f *os.File
+		if len(fs) > 0 {
+			f = fs[0]
+			if req.Op != opMemUnpark {
+				closeFiles(fs[1:]) // only memunpark takes several
+			}
+		}
 		if err != nil {
 			// gpud is gone (it would have killed us) or broke the
 			// protocol: nobody can drive this session any more.
@@ -290,6 +312,27 @@ func (w *worker) run() int {
 			}
 		case opMemReload:
 			err = w.memReload(f, req.MemLayout)
+		case opMemPark:
+			var files []*os.File
+			files, r.Parked, err = w.memPark()
+			if err == nil {
+				fds := make([]int, len(files))
+				for i, pf := range files {
+					fds[i] = int(pf.Fd())
+				}
+				err = w.sendFiles(r, fds)
+				closeFiles(files) // gpud holds the memory now
+				if err != nil {
+					// gpud never got them: the memory is gone with them.
+					w.shutdown()
+					return 5
+				}
+				continue
+			}
+		case opMemUnpark:
+			err = w.memUnpark(req.MemUnpark, fs)
+			closeFiles(fs)
+			f = nil
 		case opDetach:
 			if err = checkNonce(req.Nonce); err == nil {
 				_ = w.send(r, -1)

@@ -37,6 +37,11 @@ const (
 	// that changed since the previous round into a memfd sent back with
 	// the reply (a live migration's pre-copy).
 	opMemPrecopy = "memprecopy"
+	// opMemPark parks the session's device memory (devmem.Tracker.Park):
+	// the reply carries the descriptors that hold it; opMemUnpark maps it
+	// back from the descriptors passed.
+	opMemPark   = "mempark"
+	opMemUnpark = "memunpark"
 )
 
 // evEnded is the worker's unsolicited report that its client went away
@@ -71,6 +76,12 @@ type request struct {
 	MemLayout *[2]int64           `json:"mem_layout,omitempty"`
 	// MemPrecopy asks for a pre-copy round (memprecopy).
 	MemPrecopy *devmem.PrecopyRequest `json:"mem_precopy,omitempty"`
+	// MemUnpark maps parked memory back (memunpark).
+	MemUnpark *devmem.UnparkRequest `json:"mem_unpark,omitempty"`
+	// Files counts the descriptors that travel with the message, on its
+	// packet and the ones that follow it (see sendFiles), when more than
+	// one does.
+	Files int `json:"files,omitempty"`
 	// Epoch is the session's current epoch, which an attach or resume
 	// must hand the worker; From and To move a claim.
 	Epoch uint64 `json:"epoch,omitempty"`
@@ -102,12 +113,16 @@ type reply struct {
 	TLS *tlsrec.State `json:"tls,omitempty"`
 	// Mem describes the memfd a memsave reply carries.
 	Mem *devmem.Saved `json:"mem,omitempty"`
+	// Parked describes the descriptors a mempark reply carries.
+	Parked *devmem.Parked `json:"parked,omitempty"`
+	Files  int            `json:"files,omitempty"`
 	// Goodbye marks an ended event whose client said goodbye (its
 	// program exited); Epoch is the worker's epoch then.
 	Goodbye bool   `json:"goodbye,omitempty"`
 	Epoch   uint64 `json:"epoch,omitempty"`
 
-	file *os.File // the descriptor the reply carried, if any
+	file  *os.File   // the descriptor the reply carried, if any
+	files []*os.File // all of them, for a reply that carries several
 }
 
 // LogRecord is a worker log line forwarded to gpud.
@@ -144,8 +159,29 @@ type Stats struct {
 	Epoch uint64 `json:"epoch,omitempty"`
 }
 
+// maxFDs is how many descriptors one packet carries (the kernel takes
+// at most 253).
+const maxFDs = 250
+
 // sendMsg writes v as one packet, with fd attached when fd >= 0.
 func sendMsg(c *net.UnixConn, v any, fd int) error {
+	if fd < 0 {
+		return sendFiles(c, v, nil)
+	}
+	return sendFiles(c, v, []int{fd})
+}
+
+// more is the body of the packets that carry a message's descriptors
+// beyond its first maxFDs.
+type more struct {
+	More bool `json:"more"`
+}
+
+// sendFiles writes v with fds: the first maxFDs on v's own packet, the
+// rest on packets right after it. v must count them in its Files field
+// when there are more than one. Writers of one connection must not
+// interleave (the worker's and the handle's sendMu).
+func sendFiles(c *net.UnixConn, v any, fds []int) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -153,66 +189,102 @@ func sendMsg(c *net.UnixConn, v any, fd int) error {
 	if len(b) > maxPacket {
 		return fmt.Errorf("control message of %d bytes exceeds %d", len(b), maxPacket)
 	}
-	var oob []byte
-	if fd >= 0 {
-		oob = unix.UnixRights(fd)
-	}
-	n, oobn, err := c.WriteMsgUnix(b, oob, nil)
-	if err != nil {
-		return err
-	}
-	if n != len(b) || oobn != len(oob) {
-		return errors.New("short write on the control connection")
+	for first := true; first || len(fds) > 0; first = false {
+		var oob []byte
+		if k := min(len(fds), maxFDs); k > 0 {
+			oob = unix.UnixRights(fds[:k]...)
+			fds = fds[k:]
+		}
+		if !first {
+			b = []byte(`{"more":true}`)
+		}
+		n, oobn, err := c.WriteMsgUnix(b, oob, nil)
+		if err != nil {
+			return err
+		}
+		if n != len(b) || oobn != len(oob) {
+			return errors.New("short write on the control connection")
+		}
 	}
 	return nil
 }
 
-// recvMsg reads one packet into v and returns the file descriptor it
-// carried, or nil. Extra descriptors (which a well-behaved peer never
-// sends) are closed so they cannot leak.
-func recvMsg(c *net.UnixConn, v any) (*os.File, error) {
+// counted is the Files field of a message, read before the message
+// itself.
+type counted struct {
+	Files int `json:"files"`
+}
+
+// recvPacket reads one packet: its bytes and the descriptors it carried.
+func recvPacket(c *net.UnixConn) ([]byte, []*os.File, error) {
 	buf := make([]byte, maxPacket)
-	oob := make([]byte, unix.CmsgSpace(4*4))
+	oob := make([]byte, unix.CmsgSpace(4*(maxFDs+3)))
 	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if n == 0 && oobn == 0 {
-		return nil, net.ErrClosed // the peer closed a SOCK_SEQPACKET socket
+		return nil, nil, net.ErrClosed // the peer closed a SOCK_SEQPACKET socket
 	}
-	var fds []int
+	var files []*os.File
 	if oobn > 0 {
 		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 		if err != nil {
-			return nil, fmt.Errorf("control message: %w", err)
+			return nil, nil, fmt.Errorf("control message: %w", err)
 		}
 		for _, m := range msgs {
 			got, err := unix.ParseUnixRights(&m)
-			if err == nil {
-				fds = append(fds, got...)
+			if err != nil {
+				continue
+			}
+			for _, fd := range got {
+				unix.CloseOnExec(fd)
+				files = append(files, os.NewFile(uintptr(fd), "control"))
 			}
 		}
 	}
-	var f *os.File
-	for i, fd := range fds {
-		unix.CloseOnExec(fd)
-		if i == 0 {
-			f = os.NewFile(uintptr(fd), "client")
-		} else {
-			unix.Close(fd)
-		}
-	}
 	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
-		if f != nil {
-			f.Close()
-		}
-		return nil, errors.New("control message truncated")
+		closeFiles(files)
+		return nil, nil, errors.New("control message truncated")
 	}
-	if err := json.Unmarshal(buf[:n], v); err != nil {
-		if f != nil {
-			f.Close()
+	return buf[:n], files, nil
+}
+
+func closeFiles(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
+
+// recvMsg reads one message into v and returns the descriptors it
+// carried, reading the packets that carry the ones beyond the first
+// packet's (sendFiles).
+func recvMsg(c *net.UnixConn, v any) ([]*os.File, error) {
+	b, files, err := recvPacket(c)
+	if err != nil {
+		return nil, err
+	}
+	var cnt counted
+	_ = json.Unmarshal(b, &cnt)
+	for len(files) < cnt.Files {
+		mb, more, err := recvPacket(c)
+		if err == nil && !isMore(mb) {
+			err = errors.New("control message: descriptors missing")
 		}
+		files = append(files, more...)
+		if err != nil {
+			closeFiles(files)
+			return nil, err
+		}
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		closeFiles(files)
 		return nil, fmt.Errorf("control message: %w", err)
 	}
-	return f, nil
+	return files, nil
+}
+
+func isMore(b []byte) bool {
+	var m more
+	return json.Unmarshal(b, &m) == nil && m.More
 }

@@ -202,14 +202,6 @@ CUresult gc_vmm_unreserve(const gc_api *a, const gc_ext *x, CUcontext c, CUdevic
 	return x->cuMemAddressFree(va, n);
 }
 
-CUresult gc_dtod(const gc_api *a, CUcontext c, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
-{
-	CUresult r = use_ctx(a, c);
-	if (r != 0)
-		return r;
-	return a->cuMemcpyDtoDAsync(dst, src, n, s);
-}
-
 CUresult gc_vmm_granularity(const gc_ext *x, int dev, size_t *g)
 {
 	CUmemAllocationProp prop;

@@ -42,8 +42,6 @@ CUresult gc_vmm_import(const gc_api *a, const gc_ext *x, CUcontext c, CUdevicept
 // gc_vmm_unreserve frees addresses with nothing mapped.
 CUresult gc_vmm_unreserve(const gc_api *a, const gc_ext *x, CUcontext c, CUdeviceptr va, size_t n);
 
-// gc_dtod queues a device-to-device copy on s.
-CUresult gc_dtod(const gc_api *a, CUcontext c, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
 
 // gc_vmm_granularity is the minimum mapping granularity of GPU dev.
 CUresult gc_vmm_granularity(const gc_ext *x, int dev, size_t *g);
