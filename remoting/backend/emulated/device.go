@@ -9,8 +9,9 @@
 // call on it, as CUDA reports asynchronous failures.
 //
 // A Device is used by one goroutine at a time (the worker's call thread);
-// only the memory lookups a running kernel makes (Span) and the statistics
-// accessors are safe for concurrent use.
+// only the memory lookups a running kernel makes (Span), the statistics
+// accessors and the reads of a parked memory's snapshot (park.go) are safe
+// for concurrent use.
 package emulated
 
 import (
@@ -19,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpuctl/gpuctl/remoting/backend"
@@ -70,6 +72,12 @@ type Device struct {
 	modules   map[backend.Module]*module
 	funcs     map[backend.Function]*function
 	suspended bool
+
+	// The layout of the memory Park handed out, until Unpark takes it
+	// back, and the snapshot an Unpark kept (park.go). snap is atomic
+	// because the snapshot's ReleaseMem may run on any goroutine.
+	parked *parking
+	snap   atomic.Pointer[snapshot]
 
 	// Memory pools (pools.go), virtual memory (vmm.go) and the queues of
 	// streams blocked on a stream wait (memops.go).
@@ -205,6 +213,10 @@ func (d *Device) Close() error {
 	d.mem.freeAll()
 	d.pools, d.poolOf, d.poolDefault, d.poolCurrent = map[backend.MemPool]*mempool{}, map[uint64]*mempool{}, 0, 0
 	d.blocked = map[*blockQ]*context_{}
+	d.parked = nil
+	if s := d.snap.Load(); s != nil {
+		_ = s.ReleaseMem(context.Background())
+	}
 	return nil
 }
 

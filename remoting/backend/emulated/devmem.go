@@ -97,6 +97,11 @@ func (d *Device) HashBlocks(_ context.Context, r backend.MemRegion, block, seed 
 	if err != nil {
 		return err
 	}
+	return hashBlocks(b, block, seed, out)
+}
+
+// hashBlocks hashes b in blocks of block bytes into out, on every core.
+func hashBlocks(b []byte, block, seed uint64, out []uint64) error {
 	if block == 0 || uint64(len(out)) != (uint64(len(b))+block-1)/block {
 		return cu.Errorf(cu.ErrorInvalidValue, "%d hashes for %d bytes in blocks of %d", len(out), len(b), block)
 	}
