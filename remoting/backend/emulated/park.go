@@ -200,9 +200,9 @@ func (d *Device) restoreParked(ctx context.Context, p *parking, f *os.File, view
 	return nil
 }
 
-// Snapshot is the memory as the last Park found it, kept by Unpark; nil
+// MemSnapshot is the memory as the last Park found it, kept by Unpark; nil
 // when there is none.
-func (d *Device) Snapshot() backend.DeviceMemory {
+func (d *Device) MemSnapshot() backend.DeviceMemory {
 	if s := d.snap.Load(); s != nil {
 		return s
 	}

@@ -189,7 +189,7 @@ func TestParkAndKeepSnapshot(t *testing.T) {
 				}
 			}
 
-			snap := d.Snapshot()
+			snap := d.MemSnapshot()
 			if snap == nil {
 				t.Fatal("no snapshot after Unpark with keep")
 			}
@@ -277,7 +277,7 @@ func TestParkAndKeepSnapshot(t *testing.T) {
 			if err := snap.ReleaseMem(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if d.Snapshot() != nil {
+			if d.MemSnapshot() != nil {
 				t.Fatal("Snapshot after its ReleaseMem is not nil")
 			}
 			for _, r := range regs {
@@ -333,7 +333,7 @@ func TestUnparkWrongFiles(t *testing.T) {
 		if err := d.Unpark(ctx, tc.files, true); err == nil {
 			t.Errorf("Unpark with %s files succeeded", tc.name)
 		}
-		if d.Snapshot() != nil {
+		if d.MemSnapshot() != nil {
 			t.Errorf("Unpark with %s files kept a snapshot", tc.name)
 		}
 		pd.checkViews(t, "after a failed Unpark", zeros(regs))
@@ -342,7 +342,7 @@ func TestUnparkWrongFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	pd.checkViews(t, "unparked", want)
-	if d.Snapshot() != nil {
+	if d.MemSnapshot() != nil {
 		t.Error("Unpark without keep kept a snapshot")
 	}
 	if err := d.Unpark(ctx, files, false); err == nil {
@@ -382,7 +382,7 @@ func TestParkAgainDropsSnapshot(t *testing.T) {
 		}
 	}
 	park(true)
-	old := d.Snapshot()
+	old := d.MemSnapshot()
 	later := pattern(int(regs[0].Size), 0xc3)
 	mustPut(t, d, pd.c, backend.DevPtr(regs[0].ID), later)
 	park(true)
@@ -390,11 +390,11 @@ func TestParkAgainDropsSnapshot(t *testing.T) {
 		t.Fatalf("the first snapshot still reads after the second Park (%v)", err)
 	}
 	got := make([]byte, regs[0].Size)
-	if err := d.Snapshot().ReadMem(ctx, regs[0], 0, got); err != nil || !bytes.Equal(got, later) {
+	if err := d.MemSnapshot().ReadMem(ctx, regs[0], 0, got); err != nil || !bytes.Equal(got, later) {
 		t.Fatalf("the second snapshot does not hold what the second Park found (%v)", err)
 	}
 	park(false)
-	if d.Snapshot() != nil {
+	if d.MemSnapshot() != nil {
 		t.Error("a snapshot is left after a Park and an Unpark without keep")
 	}
 }
@@ -416,7 +416,7 @@ func TestSnapshotReadsRaceRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap := d.Snapshot()
+	snap := d.MemSnapshot()
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
 	for range 4 {
