@@ -111,6 +111,21 @@ type Pipeline struct {
 	// memory themselves, block by block into the store, and release it
 	// before the dump (see saveStep); nil leaves device memory to CRIU.
 	Mem *devstore.Keeper
+	// NoPark copies device memory to the host while the client waits
+	// even where the worker could park it (MemParker).
+	NoPark bool
+}
+
+// MemParker is a MemWorker that can park its device memory for a
+// checkpoint that leaves the session running (devmem.Tracker.Park): the
+// client waits only for a snapshot on the device, the driver's
+// checkpoint and the dump, not for a copy to the host. The descriptors
+// ParkMem returns hold the memory until UnparkMem gives it back; the
+// snapshot is then saved (SaveRequest.Snapshot) while the session runs.
+type MemParker interface {
+	MemWorker
+	ParkMem(ctx context.Context) ([]*os.File, devmem.Parked, error)
+	UnparkMem(ctx context.Context, files []*os.File, req devmem.UnparkRequest) error
 }
 
 // MemWorker is a Worker that saves its device memory itself (package
@@ -196,6 +211,10 @@ type Frozen struct {
 	snap     *devstore.Snapshot
 	base     *devstore.Table
 	keepSnap bool // the early resume: the store step reads snap after it
+	// parked holds the session's parked memory (isParked) until Resume
+	// gives it back; unparked says it did, with the snapshot kept.
+	parked             []*os.File
+	isParked, unparked bool
 	// resumed is where Resume's time went, step by step.
 	resumed []Timing
 }
@@ -243,20 +262,26 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 	opts.LeaveRunning = true
 	opts.LogDir = work
 	var (
-		snap   *devstore.Snapshot
-		base   *devstore.Table
-		tq     time.Time
-		early  bool
-		into   *os.File // the memfd made ready for the save
-		mirror uint64   // the save into holds, if any
+		snap     *devstore.Snapshot
+		base     *devstore.Table
+		tq       time.Time
+		early    bool
+		into     *os.File   // the memfd made ready for the save
+		mirror   uint64     // the save into holds, if any
+		parked   []*os.File // what holds the parked memory (isParked)
+		isParked bool
+		pk       devmem.Parked
 	)
 	defer func() {
 		if into != nil {
 			into.Close() // the worker's answer carries its own descriptor
 		}
+		closeFiles(parked) // a failure after the park: the memory goes
 	}()
 	_, saving := cur.(MemWorker)
 	saving = saving && p.Mem != nil
+	_, parking := cur.(MemParker)
+	parking = parking && saving && req.ResumeEarly && req.Saved == nil && req.MemBase == nil && !p.NoPark
 	var steps []Step
 	if saving {
 		// Before the pause: what the save will write into.
@@ -274,7 +299,36 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 			},
 			Undo: func(ctx context.Context) error { return cur.Resume(ctx) }},
 	)
-	if saving {
+	if parking {
+		steps = append(steps, Step{Name: "park",
+			Do: func(ctx context.Context) error {
+				var err error
+				parked, pk, err = cur.(MemParker).ParkMem(ctx)
+				isParked = err == nil
+				if err != nil {
+					// Nothing changed: copy the memory out instead.
+					p.log().Info("device memory could not be parked; copying it to the host instead", "session", req.Session, "err", err)
+					snap, err = p.saveMem(ctx, cur.(MemWorker), req, base, into, mirror)
+					if into != nil {
+						into.Close()
+						into = nil
+					}
+				} else if pk.TrimError != "" {
+					p.log().Warn("the worker could not trim its contexts' own reservations; the dump holds them", "session", req.Session, "err", pk.TrimError)
+				}
+				return err
+			},
+			Undo: func(ctx context.Context) error {
+				if !isParked {
+					defer snap.Close()
+					return p.reloadMem(ctx, cur, snap, base)
+				}
+				err := cur.(MemParker).UnparkMem(ctx, parked, devmem.UnparkRequest{})
+				closeFiles(parked)
+				parked, isParked = nil, false
+				return err
+			}})
+	} else if saving {
 		steps = append(steps, Step{Name: "save",
 			Do: func(ctx context.Context) error {
 				var err error
@@ -332,6 +386,7 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 			return nil, err
 		}
 		fr.snap, fr.base, fr.keepSnap = snap, base, true
+		fr.parked, fr.isParked, parked = parked, isParked, nil
 		w, err := fr.Resume(ctx)
 		fr.snap = nil // the store below still reads it
 		keep := false
@@ -353,8 +408,26 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 			return nil, errs.Wrap(err, errs.KindOf(err), subject, "the session was dumped but did not resume; no image was stored")
 		}
 		early = true
-		st, err := Run(ctx, p.Log, "checkpoint", subject, []Step{store})
-		timings = append(timings, st...)
+		later := []Step{store}
+		if snap == nil && fr.unparked {
+			// Parked: the snapshot goes to the host while the session
+			// runs, then to the store.
+			later = append([]Step{{Name: "save",
+				Do: func(ctx context.Context) error {
+					var err error
+					snap, err = p.saveSnapshot(ctx, w, req, base, into, mirror)
+					if into != nil {
+						into.Close()
+						into = nil
+					}
+					return err
+				}}}, later...)
+		}
+		st, err := Run(ctx, p.Log, "checkpoint", subject, later)
+		timings = append(timings, memTimings(st, snap)...)
+		if fr.unparked {
+			timings = parkTimings(timings, pk)
+		}
 		if err != nil {
 			return nil, errs.Wrap(err, errs.KindOf(err), subject, "the session runs on, but its image was not stored")
 		}
@@ -434,7 +507,12 @@ func (p *Pipeline) log() *slog.Logger {
 // base, the session's last complete save) into a memfd (into, when
 // prepareMem made one) and release it.
 func (p *Pipeline) saveMem(ctx context.Context, w MemWorker, req Request, base *devstore.Table, into *os.File, mirror uint64) (*devstore.Snapshot, error) {
-	f, sv, err := w.SaveMem(ctx, devmem.SaveRequest{Base: base.Gen(), All: req.ResumeEarly, Release: true, Into: into, Mirror: mirror})
+	return p.saveWith(ctx, w, req, base, devmem.SaveRequest{Base: base.Gen(), All: req.ResumeEarly, Release: true, Into: into, Mirror: mirror})
+}
+
+// saveWith has the worker make save sr and opens it.
+func (p *Pipeline) saveWith(ctx context.Context, w MemWorker, req Request, base *devstore.Table, sr devmem.SaveRequest) (*devstore.Snapshot, error) {
+	f, sv, err := w.SaveMem(ctx, sr)
 	if err != nil {
 		return nil, err
 	}
@@ -454,6 +532,38 @@ func (p *Pipeline) saveMem(ctx context.Context, w MemWorker, req Request, base *
 		return nil, errs.New(errs.Internal, errs.Session(req.Session), "the worker saved relative to %x, not %x", snap.Layout.Base, base.Gen())
 	}
 	return snap, nil
+}
+
+// saveSnapshot has the worker copy the snapshot its park kept to the
+// host (what changed since base, into the session's mirror when into is
+// one, else every block) while the session runs, and drop the snapshot.
+func (p *Pipeline) saveSnapshot(ctx context.Context, w Worker, req Request, base *devstore.Table, into *os.File, mirror uint64) (*devstore.Snapshot, error) {
+	mw, ok := w.(MemWorker)
+	if !ok {
+		return nil, errs.New(errs.Internal, errs.Session(req.Session), "the worker cannot save device memory")
+	}
+	return p.saveWith(ctx, mw, req, base, devmem.SaveRequest{Base: base.Gen(), All: mirror == 0, Release: true, Into: into, Mirror: mirror, Snapshot: true})
+}
+
+// parkTimings adds, after the park step, where its time went in the
+// worker.
+func parkTimings(ts []Timing, pk devmem.Parked) []Timing {
+	sub := []Timing{
+		{Step: "park.worker", Duration: time.Duration(pk.ParkNS)},
+		{Step: "park.trim", Duration: time.Duration(pk.TrimNS)},
+	}
+	for i, t := range ts {
+		if t.Step == "park" {
+			return slices.Concat(ts[:i+1], sub, ts[i+1:])
+		}
+	}
+	return ts
+}
+
+func closeFiles(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
 }
 
 // memTimings adds, after the save step, where its time went in the
@@ -543,6 +653,20 @@ func (f *Frozen) Resume(ctx context.Context) (Worker, error) {
 			return w, errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "resume after checkpoint %s: backend resume", f.Image)
 		}
 		lap("resume.driver")
+	}
+	if f.isParked {
+		mp, ok := w.(MemParker)
+		err := errs.New(errs.Internal, "", "the worker cannot take its parked memory back")
+		if ok {
+			err = mp.UnparkMem(ctx, f.parked, devmem.UnparkRequest{Keep: true})
+		}
+		closeFiles(f.parked)
+		f.parked, f.isParked = nil, false
+		if err != nil {
+			return w, errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "resume after checkpoint: map the parked device memory back")
+		}
+		f.unparked = true
+		lap("resume.unpark")
 	}
 	if f.snap != nil {
 		err := f.p.reloadMem(ctx, w, f.snap, f.base)

@@ -50,6 +50,19 @@ type checkpointResult struct {
 	MemBytes    int64  `json:"mem_bytes"`
 	MemSent     int64  `json:"mem_sent_bytes"`
 	MemCopied   int64  `json:"mem_copied_bytes"`
+	Steps       []struct {
+		Step string `json:"step"`
+	} `json:"steps"`
+}
+
+// has reports whether the checkpoint ran step.
+func (c checkpointResult) has(step string) bool {
+	for _, s := range c.Steps {
+		if s.Step == step {
+			return true
+		}
+	}
+	return false
 }
 
 type sessionInfo struct {
@@ -352,6 +365,15 @@ func TestIdleCheckpointsDedup(t *testing.T) {
 	}
 	if c2.StallMS <= 0 || c2.StallMS > c2.DurationMS {
 		t.Errorf("second checkpoint: stall %d ms, duration %d ms", c2.StallMS, c2.DurationMS)
+	}
+	// The session ran on from parked memory (a snapshot held outside the
+	// worker across the dump), and the snapshot was saved after.
+	for _, c := range []checkpointResult{c1, c2} {
+		for _, step := range []string{"park", "resume.unpark", "save", "store"} {
+			if !c.has(step) {
+				t.Errorf("checkpoint %s has no step %q: %+v", c.Image, step, c.Steps)
+			}
+		}
 	}
 	// gpud kept the first save in host memory: the second copied only
 	// the changed blocks into it, not the session's whole memory.

@@ -98,6 +98,15 @@ func (w *sessionWorker) ReloadMem(ctx context.Context, f *os.File, off, n int64)
 	return w.h.ReloadMem(ctx, f, off, n)
 }
 
+// ParkMem and UnparkMem make the worker a checkpoint.MemParker.
+func (w *sessionWorker) ParkMem(ctx context.Context) ([]*os.File, devmem.Parked, error) {
+	return w.h.ParkMem(ctx)
+}
+
+func (w *sessionWorker) UnparkMem(ctx context.Context, files []*os.File, req devmem.UnparkRequest) error {
+	return w.h.UnparkMem(ctx, files, req)
+}
+
 // MemBytes makes the worker a checkpoint.MemSizer: the device memory its
 // session holds, as the worker counts it.
 func (w *sessionWorker) MemBytes(ctx context.Context) (int64, error) {

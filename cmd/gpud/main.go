@@ -80,6 +80,9 @@ type config struct {
 	replicas int
 	// cudaPlainMem serves cuMemAlloc from the driver's allocator.
 	cudaPlainMem bool
+	// park has checkpoints that leave the session running park its
+	// device memory (checkpoint.MemParker) instead of copying it.
+	park bool
 	// preempt: gpud preempts sessions of lower priority when the device
 	// is full (on by default).
 	preempt bool
@@ -108,6 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.handshakeTimeout, "handshake-timeout", server.DefaultHandshakeTimeout, "how long a new connection may take to present its token")
 	fs.Uint64Var(&c.emulatedMem, "emulated-mem", 16<<30, "device memory of the emulated backend, in bytes")
 	fs.BoolVar(&c.cudaPlainMem, "cuda-plain-memory", false, "cuda backend: serve cuMemAlloc from the driver's allocator instead of memory the worker maps and saves itself; checkpoints then copy device memory through the driver's checkpoint (slower)")
+	fs.BoolVar(&c.park, "park", true, "checkpoints that leave the session running park its device memory (snapshot it on the device and hold it outside the worker across the dump) instead of copying it to the host while the client waits; false always copies")
 	fs.Int64Var(&c.moduleCacheBytes, "module-cache-bytes", modcache.DefaultBytes, "bound of the module cache (DIR/modules) that sessions share, in bytes; 0 turns it off")
 	fs.StringVar(&c.criu, "criu", "", "the criu `BINARY` (>= 4.1) for checkpoints (default: GPUCTL_CRIU, criu/criu beside gpud, the checkout's .deps/criu/criu for build/bin/gpud, or criu on PATH)")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve --api (HTTPS) and --listen over TLS 1.3 with this PEM certificate `FILE` (with --tls-key; default: plaintext)")
