@@ -137,16 +137,16 @@ T=$ROOT/build/bin/cuda-conformance.test
 if [[ -x $T ]]; then
 	# A kernel fault poisons the whole process on the real driver, so the
 	# sticky-fault case runs on its own, after the others.
-	if "${NATIVE[@]}" timeout 180 "$T" -test.run '^(TestVMMAllocations|TestPlainMemory|TestHashKernel|TestDeviceMemoryRoundTrip|TestContextTrim|TestDeviceMemoryTimings|TestConformance)$' \
+	if "${NATIVE[@]}" timeout 180 "$T" -test.run '^(TestVMMAllocations|TestPlainMemory|TestHashKernel|TestDeviceMemoryRoundTrip|TestParkRoundTrip|TestContextTrim|TestDeviceMemoryTimings|TestConformance)$' \
 		-test.skip '^TestConformance/StickyFault$' -test.v >"$OUT/devmem-tests.log" 2>&1 &&
 		"${NATIVE[@]}" timeout 60 "$T" -test.run '^TestConformance$/^StickyFault$' -test.v >>"$OUT/devmem-tests.log" 2>&1 &&
 		! grep -q -- '--- SKIP' "$OUT/devmem-tests.log"; then
-		pass "cuda backend tests: $(grep -c -- '^--- PASS' "$OUT/devmem-tests.log") pass (allocations, hash kernel == host hash, release and reload bit-exact, the stack trim, the conformance suite on mapped memory)"
+		pass "cuda backend tests: $(grep -c -- '^--- PASS' "$OUT/devmem-tests.log") pass (allocations, hash kernel == host hash, release and reload bit-exact, park and unpark twice with the snapshot kept apart, the stack trim, the conformance suite on mapped memory)"
 	else
 		fail "cuda backend tests (see $OUT/devmem-tests.log): $(grep -E -- '--- (FAIL|SKIP)|devmem_test.go' "$OUT/devmem-tests.log" | head -n 4 | tr '\n' ' ')"
 	fi
 	# Where a save's and a reload's time goes, part by part.
-	grep -E 'trim_test.go:[0-9]+: ' "$OUT/devmem-tests.log" | sed 's/^ *trim_test.go:[0-9]*: /  /'
+	grep -E '(trim|park)_test.go:[0-9]+: ' "$OUT/devmem-tests.log" | sed -E 's/^ *(trim|park)_test.go:[0-9]*: /  /'
 else
 	skip "cuda backend tests: no build/bin/cuda-conformance.test (make gpu-tools)"
 fi

@@ -479,6 +479,7 @@ func (d *Device) ReleaseMem(context.Context) error {
 			return err
 		}
 		ch.backed = false
+		ch.dropFD()
 	}
 	return nil
 }

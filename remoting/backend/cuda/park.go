@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/cu"
 )
@@ -106,20 +108,18 @@ func (d *Device) Park(ctx context.Context) ([]*os.File, error) {
 		return nil, err
 	}
 	files := make([]*os.File, 0, 2*len(ps.chunks))
-	closeFiles := func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}
 	for i, pc := range ps.chunks {
-		for _, h := range []C.CUmemGenericAllocationHandle{pc.ch.handle, shadows[i]} {
-			var fd C.int
-			if err := d.drv.check(C.gc_vmm_export(d.drv.api, d.ext.x, pc.ch.ctx.raw, h, &fd), "cuMemExportToShareableHandle (park device memory)"); err != nil {
-				closeFiles()
-				freeShadows()
-				return nil, err
-			}
-			files = append(files, os.NewFile(uintptr(fd), fmt.Sprintf("devmem-%#x", pc.base)))
+		live, err := d.export(pc.ch, pc.ch.handle)
+		if err == nil {
+			files = append(files, live)
+			var snap *os.File
+			snap, err = d.export(pc.ch, shadows[i])
+			files = append(files, snap)
+		}
+		if err != nil {
+			closeFiles(files)
+			freeShadows()
+			return nil, err
 		}
 	}
 	// From here the descriptors hold the memory.
@@ -150,11 +150,40 @@ func (d *Device) Park(ctx context.Context) ([]*os.File, error) {
 				C.gc_vmm_free(d.drv.api, d.ext.x, pj.ch.ctx.raw, C.CUdeviceptr(pj.shadow), C.size_t(pj.ch.size), shadows[j], 1)
 			}
 		}
-		closeFiles()
+		closeFiles(files)
 		return nil, err
+	}
+	for _, pc := range ps.chunks {
+		pc.ch.dropFD() // handed out (a copy); none may be open in the dump
 	}
 	d.vmm.parked = ps
 	return files, nil
+}
+
+// export hands out h, a handle of ch's or of its snapshot, as a
+// descriptor; for ch's own handle when it was imported by an unpark, a
+// copy of the descriptor kept then (vmmChunk.fd).
+func (d *Device) export(ch *vmmChunk, h C.CUmemGenericAllocationHandle) (*os.File, error) {
+	if h == ch.handle && ch.fd != nil {
+		fd, err := unix.FcntlInt(ch.fd.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("copy the descriptor of device memory chunk: %w", err)
+		}
+		return os.NewFile(uintptr(fd), ch.fd.Name()), nil
+	}
+	var fd C.int
+	if err := d.drv.check(C.gc_vmm_export(d.drv.api, d.ext.x, ch.ctx.raw, h, &fd), "cuMemExportToShareableHandle (park device memory)"); err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "devmem"), nil
+}
+
+func closeFiles(fs []*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 func totalSize(regs []backend.MemRegion) uint64 {
@@ -195,6 +224,12 @@ func (d *Device) unparkLive(files []*os.File) error {
 			return err
 		}
 		pc.ch.handle, pc.ch.backed = h, true
+		// The next park hands out a copy of this descriptor (vmmChunk.fd).
+		if fd, err := unix.FcntlInt(files[2*i].Fd(), unix.F_DUPFD_CLOEXEC, 0); err == nil {
+			pc.ch.fd = os.NewFile(uintptr(fd), "devmem")
+		} else {
+			d.log.Warn("keeping a descriptor of unparked device memory; the next checkpoint copies it instead of parking", "err", err)
+		}
 	}
 	return nil
 }

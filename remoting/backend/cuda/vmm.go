@@ -6,6 +6,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
 	"github.com/gpuctl/gpuctl/remoting/backend/cuda/suballoc"
@@ -33,8 +34,8 @@ const allocAlign = 256
 
 // vmmState is the device-wide table of chunks.
 type vmmState struct {
-	gran   uint64 // mapping granularity; 0 until the first allocation
-	off    bool   // the driver cannot map memory: allocations are plain
+	gran uint64 // mapping granularity; 0 until the first allocation
+	off  bool   // the driver cannot map memory: allocations are plain
 	// noExport: the driver cannot hand chunks out as descriptors, so
 	// they cannot be parked (park.go).
 	noExport bool
@@ -58,6 +59,20 @@ type vmmChunk struct {
 	size   uint64
 	handle C.CUmemGenericAllocationHandle
 	backed bool
+	// fd is a descriptor of the chunk's memory kept from an unpark: the
+	// driver will not export a handle imported from a descriptor again
+	// (CUDA_ERROR_INVALID_VALUE on the H200), so the next park hands out
+	// a copy of this one. It keeps the memory alive, so it is closed
+	// wherever the memory is let go, and never open across a dump.
+	fd *os.File
+}
+
+// dropFD closes ch's kept descriptor, if any.
+func (ch *vmmChunk) dropFD() {
+	if ch.fd != nil {
+		ch.fd.Close()
+		ch.fd = nil
+	}
 }
 
 // heap returns c's heap, creating it on first use; nil means plain
@@ -201,6 +216,7 @@ func (b chunkBacking) Unmap(base, size uint64) error {
 	if err := b.d.drv.check(r, fmt.Sprintf("cuMemFree (cuMemUnmap and cuMemRelease of %#x)", base)); err != nil {
 		return err
 	}
+	ch.dropFD()
 	delete(b.d.vmm.chunks, base)
 	return nil
 }
