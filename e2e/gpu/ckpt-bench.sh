@@ -174,7 +174,7 @@ gpuctl_run() {
 	wait_gpu "$(waitable)" || return
 	start_remote "$log" "$mib"
 	hp=$HP
-	if ! grep -q '^iter 3 ok' "$log" || ! sid=$(new_session "$A_API" "$BEFORE" 10); then
+	if ! grep -q '^iter 3 ok' "$log" || ! sid=$(new_session "$A_API" "$BEFORE" 10 $((mib << 19))); then
 		fail "$mib MiB: the client did not start through gpud: $(tail -n 3 "$log.out")"
 		stop_group "$hp"
 		return
@@ -340,7 +340,7 @@ migrate_busy() {
 	wait_gpu "$(waitable)" || return
 	start_remote "$log" "$mib" "rewrite=$REWRITE"
 	hp=$HP
-	if ! grep -q '^iter 3 ok' "$log" || ! sid=$(new_session "$A_API" "$BEFORE" 10); then
+	if ! grep -q '^iter 3 ok' "$log" || ! sid=$(new_session "$A_API" "$BEFORE" 10 $((mib << 19))); then
 		fail "$mib MiB rewriting: the client did not start through gpud: $(tail -n 3 "$log.out")"
 		stop_group "$hp"
 		return

@@ -23,7 +23,7 @@ size() { (($1 % 1024 == 0)) && echo "$(($1 / 1024)) GiB" || echo "$1 MiB"; }
 div() { awk -v a="${1:-}" -v b="${2:-}" 'BEGIN{ if (a=="" || b=="" || a=="NA" || b=="NA" || b+0==0) print ""; else printf "%.2f", a/b }'; }
 
 cleanup() {
-	local p i
+	local p= i
 	for p in "${PIDS[@]}"; do kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; done
 	# gpud finishes in-flight calls on SIGTERM; give it a few seconds.
 	for i in $(seq 50); do
@@ -95,13 +95,19 @@ gpu_mem_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits
 # sessions API: the ids of sessions gpuctl lists, one per line.
 sessions() { ctl "$1" sessions --json 2>/dev/null | tr -d '\n' | grep -o '"id" *: *"[^"]*"' | sed 's/.*"\([^"]*\)"$/\1/'; }
 
-# new_session API BEFORE SECONDS: a session id not in BEFORE, once it appears.
+# new_session API BEFORE SECONDS [MINBYTES]: a session id not in BEFORE
+# that holds at least MINBYTES of device memory, once it appears. The
+# bound tells a client's session from one a failed earlier try left
+# behind, whose worker came up late.
 new_session() {
-	local deadline=$(($(date +%s) + $3)) s
+	local deadline=$(($(date +%s) + $3)) s m
 	while (($(date +%s) < deadline)); do
-		for s in $(sessions "$1"); do
-			grep -qx -- "$s" <<<"$2" || { echo "$s"; return 0; }
-		done
+		while read -r s m; do
+			[[ -n $s ]] || continue
+			grep -qx -- "$s" <<<"$2" && continue
+			((${m:-0} >= ${4:-0})) && { echo "$s"; return 0; }
+		done < <(ctl "$1" sessions --json 2>/dev/null | tr -d '\n ' | grep -o '"id":"[^"]*"[^}]*"mem_bytes":[0-9]*' |
+			sed 's/^"id":"\([^"]*\)".*"mem_bytes":\([0-9]*\)$/\1 \2/')
 		sleep 0.2
 	done
 	return 1
