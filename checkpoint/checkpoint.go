@@ -202,7 +202,11 @@ type Result struct {
 // detached and suspended. Exactly one of Resume or Release must follow.
 type Frozen struct {
 	Result
-	PID     int
+	PID int
+	// Stash has Release keep the saved device memory in host memory for
+	// a restore of the image on this host (devstore.Keeper.Stash): the
+	// session ended here, it did not move.
+	Stash   bool
 	p       *Pipeline
 	settled bool
 	// snap is the saved device memory (nil when CRIU dumped it), and
@@ -694,11 +698,15 @@ func (f *Frozen) Release(ctx context.Context) error {
 		return errs.New(errs.FailedPrecondition, errs.Session(f.Session), "checkpoint already resumed or released")
 	}
 	f.settled = true
-	f.snap.Close()
-	f.snap = nil
 	if f.p.Mem != nil {
 		f.p.Mem.Forget(f.Session)
+		if f.Stash {
+			f.p.Mem.Stash(f.Session, f.snap) // a complete save only
+			f.snap = nil
+		}
 	}
+	f.snap.Close()
+	f.snap = nil
 	// The worker may already be gone and reaped, its PID someone else's:
 	// childproc only ever signals this gpud's own child.
 	if err := childproc.Kill(f.PID); err != nil {

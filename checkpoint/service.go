@@ -127,6 +127,7 @@ func (s *Service) Checkpoint(ctx context.Context, id string, req api.CheckpointR
 		fr.StallMS = fr.DurationMS
 		return fr.Result.reply(), nil
 	}
+	fr.Stash = true // a restore here reloads from host memory
 	if err := fr.Release(ctx); err != nil {
 		return nil, err
 	}

@@ -340,6 +340,38 @@ func TestMigrateToDeadHost(t *testing.T) {
 	}
 }
 
+// TestRestoreFromHostMemory: a checkpoint that ends a session keeps its
+// saved device memory in the host's memory, and a restore of the image
+// on that host reloads the worker from there instead of the store; the
+// program finishes as if it had never stopped.
+func TestRestoreFromHostMemory(t *testing.T) {
+	w := newWorld(t, false)
+	want := w.reference()
+	old := w.sessions(w.a)
+	run := w.start(w.a, w.stateful, wlMiB, wlSteps, wlSleep)
+	s := w.session(w.a, old...)
+	time.Sleep(800 * time.Millisecond)
+	var ck checkpointResult
+	w.ctlJSON(w.a, &ck, "checkpoint", s.ID)
+	var rs struct {
+		Session string `json:"session"`
+		Steps   []struct {
+			Step string `json:"step"`
+		} `json:"steps"`
+	}
+	w.ctlJSON(w.a, &rs, "restore", ck.Image)
+	host := false
+	for _, st := range rs.Steps {
+		host = host || st.Step == "memread.host"
+	}
+	if rs.Session != s.ID || !host {
+		t.Errorf("restore of %s: session %q, steps %+v; want %s reloaded from host memory (memread.host)", ck.Image, rs.Session, rs.Steps, s.ID)
+	}
+	if got := w.result(<-run); got != want {
+		t.Errorf("checkpointed, restored from host memory: %q, never stopped: %q", got, want)
+	}
+}
+
 // TestIdleCheckpointsDedup checkpoints an idle session twice: the second
 // checkpoint stores at most 10% new bytes.
 func TestIdleCheckpointsDedup(t *testing.T) {

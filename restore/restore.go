@@ -147,6 +147,7 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 		memTook  time.Duration // reading device memory, beside criu
 		memHits  int           // blocks that came from the staging
 		admitted bool          // Admit let it through
+		fromHost int64         // bytes of device memory kept in host memory here (Keeper.Stash)
 	)
 	defer func() {
 		if memLoad != nil {
@@ -181,7 +182,13 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 				if memTable, err = devstore.FromManifest(ctx, r.Mem.Store, m); err != nil {
 					return err
 				}
-				if memTable != nil {
+				if st := r.Mem.TakeStash(meta.Session, memTable); st != nil {
+					// This host ended the session with this save and
+					// kept it in memory: no store read.
+					memSnap, fromHost = st, st.Layout.Size
+					memLoad = make(chan error, 1)
+					memLoad <- nil
+				} else if memTable != nil {
 					// Read while CRIU restores the process: the reload
 					// step then waits on memory, not on the store.
 					var sg Staging
@@ -273,6 +280,10 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 			r.Unadmit(meta)
 		}
 		return nil, err
+	}
+	if fromHost > 0 {
+		r.log().Info("device memory reloaded from this host's memory, not read from the store", "image", image, "bytes", fromHost)
+		timings = append(timings, checkpoint.Timing{Step: "memread.host"})
 	}
 	if memTook > 0 {
 		// Not a step: it ran beside criu, and reload waited for what was

@@ -3,6 +3,7 @@ package devstore
 import (
 	"context"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,11 @@ type Keeper struct {
 	// mirrors are sessions' last saved device memory, kept in host
 	// memory after a checkpoint that resumed the session (see Mirror).
 	mirrors map[string]*Snapshot
+	// stashes are the last saves of sessions a checkpoint ended here,
+	// oldest first, kept for a restore of their image on this host
+	// (Stash).
+	stashes []*Snapshot
+	stashOf []string
 }
 
 // Base is the save a new save of session can be relative to, or nil.
@@ -101,6 +107,73 @@ func (k *Keeper) TakeMirror(session string) *Snapshot {
 	m := k.mirrors[session]
 	delete(k.mirrors, session)
 	return m
+}
+
+// Stash keeps s, the complete save a checkpoint that ended session here
+// stored, in host memory: restoring that image on this host (a preempted
+// session resumed, a job requeued here) then reloads the worker from it
+// without reading the store (TakeStash). Stashes share a quarter of the
+// host's available memory; the oldest go first. Stash takes s.
+func (k *Keeper) Stash(session string, s *Snapshot) {
+	if s == nil {
+		return
+	}
+	if s.Layout.SentCount() != s.Layout.Blocks {
+		s.Close()
+		return
+	}
+	k.mu.Lock()
+	var held int64
+	for i, o := range k.stashes {
+		if k.stashOf[i] == session {
+			o.Close()
+			k.stashes = slices.Delete(k.stashes, i, i+1)
+			k.stashOf = slices.Delete(k.stashOf, i, i+1)
+			break
+		}
+	}
+	for _, o := range k.stashes {
+		held += o.Layout.Size
+	}
+	budget := (memAvailable() + held) / 4
+	var drop []*Snapshot
+	for len(k.stashes) > 0 && held+s.Layout.Size > budget {
+		held -= k.stashes[0].Layout.Size
+		drop = append(drop, k.stashes[0])
+		k.stashes, k.stashOf = k.stashes[1:], k.stashOf[1:]
+	}
+	if s.Layout.Size <= budget {
+		k.stashes = append(k.stashes, s)
+		k.stashOf = append(k.stashOf, session)
+	} else {
+		drop = append(drop, s)
+	}
+	k.mu.Unlock()
+	for _, o := range drop {
+		o.Close()
+	}
+}
+
+// TakeStash hands over session's stash when it is the save t describes
+// (an image's device memory), and drops it otherwise; nil when there is
+// none. The caller closes what it gets.
+func (k *Keeper) TakeStash(session string, t *Table) *Snapshot {
+	k.mu.Lock()
+	var s *Snapshot
+	for i := range k.stashes {
+		if k.stashOf[i] == session {
+			s = k.stashes[i]
+			k.stashes = slices.Delete(k.stashes, i, i+1)
+			k.stashOf = slices.Delete(k.stashOf, i, i+1)
+			break
+		}
+	}
+	k.mu.Unlock()
+	if s != nil && (t == nil || s.Layout.Gen != t.Gen() || !SameBlocks(s.Layout, t.Layout)) {
+		s.Close()
+		s = nil
+	}
+	return s
 }
 
 // memAvailable is the host's MemAvailable, or 0 when unknown.
