@@ -112,8 +112,8 @@ func (k *Keeper) TakeMirror(session string) *Snapshot {
 // Stash keeps s, the complete save a checkpoint that ended session here
 // stored, in host memory: restoring that image on this host (a preempted
 // session resumed, a job requeued here) then reloads the worker from it
-// without reading the store (TakeStash). Stashes share a quarter of the
-// host's available memory; the oldest go first. Stash takes s.
+// without reading the store (TakeStash). Stashes share half of the host's
+// available memory, as mirrors may; the oldest go first. Stash takes s.
 func (k *Keeper) Stash(session string, s *Snapshot) {
 	if s == nil {
 		return
@@ -135,7 +135,7 @@ func (k *Keeper) Stash(session string, s *Snapshot) {
 	for _, o := range k.stashes {
 		held += o.Layout.Size
 	}
-	budget := (memAvailable() + held) / 4
+	budget := (memAvailable() + held) / 2
 	var drop []*Snapshot
 	for len(k.stashes) > 0 && held+s.Layout.Size > budget {
 		held -= k.stashes[0].Layout.Size
