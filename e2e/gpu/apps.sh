@@ -55,9 +55,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
 # Measurements are left out of the comparison: lines starting "time " or
-# "rate ", and (for NVIDIA's samples, which check their own results and
+# "rate " (and "ready ", where a run paused for the suite), and (for NVIDIA's samples, which check their own results and
 # print timings in many shapes) every decimal number.
-measured() { grep -vE '^(time|rate) ' "$1"; }
+measured() { grep -vE '^(time|rate|ready) ' "$1"; }
 undecimal() { sed -E 's/[0-9]+\.[0-9]+(e[-+]?[0-9]+)?/#/g' "$1"; }
 remote() { timeout "${RT:-300}" "$GPUCTL" run --server "$A_LISTEN" --token-file "$TOKEN" -- "$@"; }
 native() { timeout "${RT:-300}" "${NATIVE[@]}" "$@"; }
@@ -239,8 +239,13 @@ step "GPT-2 training checkpointed (--leave-running) and live-migrated mid-run"
 if ((HAVE_TF)) && time_for 150 "the training migration" && b_netns && start_gpud b "$B_LISTEN" "$B_API" 0; then
 	log=$OUT/torch-migrate.remote.out
 	before=$(sessions "$A_API")
+	# The training pauses before its last two steps until go exists: a
+	# checkpoint that lets it go on at once must not let it finish before
+	# the migration, which then moves it mid-run whatever the timings.
+	go=$WORK/gpt2.go migrated=0
+	rm -f "$go"
 	setsid "$GPUCTL" run --server "$A_LISTEN" --token-file "$TOKEN" -- "$PY" "$APPS" gpt2 --steps "$STEPS" \
-		>"$log" 2>"$OUT/torch-migrate.remote.err" </dev/null &
+		--pause-at $((STEPS - 3)) --pause-file "$go" >"$log" 2>"$OUT/torch-migrate.remote.err" </dev/null &
 	tp=$!
 	PIDS+=("$tp")
 	if wait_log "$log" '^gpt2 step 3 ' 180 "$tp" && sid=$(new_session "$A_API" "$before" 10); then
@@ -251,17 +256,22 @@ if ((HAVE_TF)) && time_for 150 "the training migration" && b_netns && start_gpud
 		else
 			fail "gpuctl checkpoint --leave-running of the training: $(cat "$OUT/torch-ckpt.err")"
 		fi
+		wait_log "$log" '^ready ' 120 "$tp"
 		t0=$(ms_now)
 		if ctl "$A_API" migrate "$sid" --to "$B_API" --json >"$OUT/torch-migrate.json" 2>"$OUT/torch-migrate.err"; then
 			R[torch_migrate_s]=$(awk -v a="$t0" -v b="$(ms_now)" 'BEGIN{printf "%.2f", (b-a)/1000}')
 			R[torch_downtime_ms]=$(jget "$OUT/torch-migrate.json" downtime_ms)
+			migrated=1
 			pass "migrated the training session to b in ${R[torch_migrate_s]} s (downtime ${R[torch_downtime_ms]} ms, at step $(grep -c '^gpt2 step' "$log"))"
 		else
 			fail "gpuctl migrate of the training: $(cat "$OUT/torch-migrate.err")"
 		fi
+		touch "$go"
 		if wait "$tp"; then
 			ref=$OUT/torch-gpt2.native.out
-			if [[ ! -s $ref ]]; then
+			if ((!migrated)); then
+				fail "the training was not migrated: its losses show nothing"
+			elif [[ ! -s $ref ]]; then
 				skip "the migrated training's losses: no unmigrated run to compare with (the GPT-2 comparison did not run)"
 			elif cmp -s <(measured "$ref") <(measured "$log"); then
 				pass "the migrated training's $STEPS losses and final weights equal the unmigrated run's, bit for bit"
