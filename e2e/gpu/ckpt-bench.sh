@@ -37,7 +37,8 @@
 # targets, and OUT/scaling.svg: stall and downtimes against size (the plot
 # of `make bench`, e2e/demo/plot.awk).
 #
-# Variables: OUT (default /tmp/gpuctl-ckpt-bench), WORK, SIZES, BUDGET
+# Variables: OUT (default /tmp/gpuctl-ckpt-bench), WORK, SIZES, HAND (0
+# leaves the by-hand rows out: a scaling run of gpuctl alone), BUDGET
 # (seconds, default 450), REWRITE (MiB/s, default 1000), BUSY_SIZES (the
 # sizes that get the rewriting client's migration; default SIZES), NVCC,
 # CUDA_INC, CRIU, KEEP=1.
@@ -384,7 +385,7 @@ for mib in $SIZES; do
 	fits "$mib" || continue
 	# gpuctl moves the data about eight times over; the by-hand rows
 	# after it at 2 GB/s for the driver's copy, and the wait for the GPU.
-	time_for $((20 + mib / 100 + mib / 200)) "$(size "$mib") (gpuctl and by hand)" || continue
+	time_for $((20 + mib / 100 + ${HAND:-1} * mib / 200)) "$(size "$mib") (gpuctl$( ((${HAND:-1})) && echo ' and by hand'))" || continue
 	step "$(size "$mib"): through gpuctl"
 	gpuctl_run "$mib"
 	if [[ " $BUSY_SIZES " == *" $mib "* ]]; then
@@ -398,6 +399,7 @@ done
 # SIZES ran in.
 ((${#RUN[@]})) && mapfile -t RUN < <(printf '%s\n' "${RUN[@]}" | sort -n)
 for i in "${!RUN[@]}"; do
+	((${HAND:-1})) || break
 	# The by-hand copy runs at about 2 GB/s each way.
 	time_for $((10 + RUN[i] / 300)) "$(size "${RUN[i]}") by hand" || continue
 	# The killed native holder of the size before may keep the driver
