@@ -75,6 +75,19 @@ func (d *Device) Park(ctx context.Context) ([]*os.File, error) {
 			return nil, cu.Errorf(cu.ErrorIllegalState, "device memory chunk %#x is released", r.ID)
 		}
 	}
+	if len(regs) > 0 {
+		// The snapshot holds the session's size again until it is saved
+		// (about a second for 8 GiB): leave other sessions room.
+		var free, total C.size_t
+		if err := d.drv.check(C.gc_mem_info(d.drv.api, regs0ctx(d, regs).raw, &free, &total), "cuMemGetInfo (room for a snapshot)"); err != nil {
+			return nil, err
+		}
+		need := totalSize(regs)
+		headroom := max(uint64(1<<30), uint64(total)/10)
+		if uint64(free) < need+headroom {
+			return nil, cu.Errorf(cu.ErrorOutOfMemory, "no room on the GPU for a snapshot of %d bytes of device memory: %d free, and %d kept free for other sessions", need, uint64(free), headroom)
+		}
+	}
 	ps := &parkState{}
 	var shadows []C.CUmemGenericAllocationHandle
 	freeShadows := func() {
@@ -184,6 +197,11 @@ func closeFiles(fs []*os.File) {
 			f.Close()
 		}
 	}
+}
+
+// regs0ctx is the context of the first region's chunk.
+func regs0ctx(d *Device, regs []backend.MemRegion) *cuCtx {
+	return d.vmm.chunks[regs[0].ID].ctx
 }
 
 func totalSize(regs []backend.MemRegion) uint64 {
