@@ -168,3 +168,65 @@ func TestCorruptBlock(t *testing.T) {
 	w.cleanAfterGC(w.a)
 	t.Logf("restore of a damaged image: %v", err)
 }
+
+// TestParkedCheckpointFaults fails a checkpoint that leaves the session
+// running at each step around its park: before the dump (the worker takes
+// its parked memory back without the snapshot), and after the resume (the
+// snapshot's save, the store). Each fails with one error naming the
+// session and the step, leaves the session running and no image of it;
+// the next checkpoint parks again and the program finishes as if nothing
+// had happened.
+func TestParkedCheckpointFaults(t *testing.T) {
+	fp := filepath.Join(t.TempDir(), "failpoints")
+	w := newWorldWith(t, false, harness.HostOptions{Env: []string{"GPUD_FAILPOINTS=" + fp}})
+	const steps = 80
+	want := w.result(<-w.start(w.a, w.stateful, wlMiB, steps, 0))
+	old := w.sessions(w.a)
+	run := w.start(w.a, w.stateful, wlMiB, steps, wlSleep)
+	s := w.session(w.a, old...)
+	time.Sleep(500 * time.Millisecond)
+	for _, c := range []struct{ point, says string }{
+		{"checkpoint/detach", "detach"},
+		{"checkpoint/dump", "dump"},
+		{"checkpoint/save", "not stored"},
+		{"checkpoint/store", "not stored"},
+	} {
+		arm(t, fp, c.point+" fail")
+		out, err := w.ctl(w.a, "checkpoint", s.ID, "--leave-running")
+		arm(t, fp, "")
+		if err == nil {
+			t.Fatalf("%s: the checkpoint succeeded: %s", c.point, out)
+		}
+		for _, want := range []string{s.ID, c.says} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: the error does not say %q: %v", c.point, want, err)
+			}
+		}
+		var ss []sessionInfo
+		w.ctlJSON(w.a, &ss, "sessions")
+		for _, x := range ss {
+			if x.ID == s.ID && x.State != "running" {
+				t.Errorf("%s: the session is %s after the failed checkpoint, want running", c.point, x.State)
+			}
+		}
+	}
+	var ck checkpointResult
+	w.ctlJSON(w.a, &ck, "checkpoint", s.ID, "--leave-running")
+	if !ck.has("park") || !ck.has("resume.unpark") {
+		t.Errorf("the checkpoint after the failed ones did not park: %+v", ck.Steps)
+	}
+	var imgs []struct {
+		ID      string `json:"id"`
+		Session string `json:"session"`
+	}
+	w.ctlJSON(w.a, &imgs, "images", "ls")
+	for _, im := range imgs {
+		if im.Session == s.ID && im.ID != ck.Image {
+			t.Errorf("image %s of a failed checkpoint is in the store", im.ID)
+		}
+	}
+	if got := w.result(<-run); got != want {
+		t.Errorf("after four failed checkpoints and a good one: %q, never checkpointed: %q", got, want)
+	}
+	w.cleanAfterGC(w.a)
+}

@@ -84,6 +84,13 @@ type world struct {
 
 func newWorld(t *testing.T, withB bool, bArgs ...string) *world {
 	t.Helper()
+	return newWorldWith(t, withB, harness.HostOptions{}, bArgs...)
+}
+
+// newWorldWith is newWorld with host a started with aOpts (its token file
+// is the world's).
+func newWorldWith(t *testing.T, withB bool, aOpts harness.HostOptions, bArgs ...string) *world {
+	t.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("the end-to-end tests compile their client with gcc; run make deps")
 	}
@@ -93,7 +100,8 @@ func newWorld(t *testing.T, withB bool, bArgs ...string) *world {
 		t.Fatal(err)
 	}
 	w := &world{t: t, c: c}
-	w.a = c.NewHost("a", harness.HostOptions{TokenFile: tok})
+	aOpts.TokenFile = tok
+	w.a = c.NewHost("a", aOpts)
 	if withB {
 		w.b = c.NewHost("b", harness.HostOptions{TokenFile: tok, Args: bArgs})
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/gpuctl/gpuctl/devmem"
 	"github.com/gpuctl/gpuctl/remoting/backend"
@@ -49,6 +50,10 @@ func (w *worker) memSave(req *devmem.SaveRequest, into *os.File) (*os.File, *dev
 		sv devmem.Saved
 	)
 	if req.Snapshot {
+		if w.snapTimer != nil {
+			w.snapTimer.Stop()
+			w.snapTimer = nil
+		}
 		req.Release = true
 		f, sv, err = w.mem.Save(context.Background(), dm, *req)
 		if err != nil {
@@ -103,8 +108,27 @@ func (w *worker) memUnpark(req *devmem.UnparkRequest, files []*os.File) error {
 		req = &devmem.UnparkRequest{}
 	}
 	w.thread.run(func() { err = w.mem.Unpark(context.Background(), dm, files, *req) })
+	if err == nil && req.Keep {
+		// The snapshot holds the session's size on the device until a
+		// save of it (which gpud asks for at once) drops it; one that
+		// never comes (gpud failed before it, or went away) must not
+		// keep it there for good.
+		p, _ := dm.(backend.Parker)
+		if w.snapTimer != nil {
+			w.snapTimer.Stop()
+		}
+		w.snapTimer = time.AfterFunc(snapshotTTL, func() {
+			if s := p.MemSnapshot(); s != nil {
+				w.log.Warn("dropping the snapshot of device memory no save came for", "after", snapshotTTL)
+				_ = s.ReleaseMem(context.Background())
+			}
+		})
+	}
 	return err
 }
+
+// snapshotTTL is how long a kept snapshot waits for its save.
+const snapshotTTL = 30 * time.Second
 
 func (w *worker) memReload(f *os.File, at *[2]int64) error {
 	if f == nil || at == nil {

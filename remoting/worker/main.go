@@ -151,6 +151,9 @@ type worker struct {
 	modCache moduleCache
 	// mem remembers the hashes of the device memory saved last.
 	mem *devmem.Tracker
+	// snapTimer drops a snapshot kept by an unpark that no save came
+	// for (memUnpark).
+	snapTimer *time.Timer
 	// epoch is the session's epoch this worker serves under: gpud must
 	// hand it with every attach and resume, and moves it with a claim.
 	// It lives in the worker's memory, so a copy restored from an image

@@ -356,7 +356,7 @@ type snapshot struct {
 	at   map[uint64]shadowChunk // by the live chunk's address
 	err  error                  // why a chunk could not be mapped
 
-	mu   sync.Mutex
+	mu   sync.RWMutex // reads hold it shared, ReleaseMem exclusively
 	gone bool
 }
 
@@ -372,32 +372,37 @@ func (s *snapshot) MemRegions(context.Context) ([]backend.MemRegion, error) {
 	return slices.Clone(s.regs), nil
 }
 
-func (s *snapshot) span(r backend.MemRegion, off uint64, n int) (shadowChunk, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// span looks r up and holds the snapshot against a release until done is
+// called: a copy or a hash in flight must not read freed device memory.
+func (s *snapshot) span(r backend.MemRegion, off uint64, n int) (sc shadowChunk, done func(), err error) {
+	s.mu.RLock()
 	sc, ok := s.at[r.ID]
 	if s.gone || !ok || !sc.mapped || r.Kind != backend.MemAlloc || sc.size != r.Size {
-		return shadowChunk{}, cu.Errorf(cu.ErrorInvalidValue, "no snapshot of device memory region %d/%#x of %d bytes", r.Kind, r.ID, r.Size)
+		s.mu.RUnlock()
+		return shadowChunk{}, nil, cu.Errorf(cu.ErrorInvalidValue, "no snapshot of device memory region %d/%#x of %d bytes", r.Kind, r.ID, r.Size)
 	}
 	if off > r.Size || uint64(n) > r.Size-off {
-		return shadowChunk{}, cu.Errorf(cu.ErrorInvalidValue, "%d bytes at offset %d run past region %#x of %d bytes", n, off, r.ID, r.Size)
+		s.mu.RUnlock()
+		return shadowChunk{}, nil, cu.Errorf(cu.ErrorInvalidValue, "%d bytes at offset %d run past region %#x of %d bytes", n, off, r.ID, r.Size)
 	}
-	return sc, nil
+	return sc, s.mu.RUnlock, nil
 }
 
 func (s *snapshot) ReadMem(ctx context.Context, r backend.MemRegion, off uint64, dst []byte) error {
-	sc, err := s.span(r, off, len(dst))
+	sc, done, err := s.span(r, off, len(dst))
 	if err != nil {
 		return err
 	}
+	defer done()
 	return s.d.copyAt(ctx, sc.ctx, sc.va+off, dst, false)
 }
 
 func (s *snapshot) HashBlocks(ctx context.Context, r backend.MemRegion, block, seed uint64, out []uint64) error {
-	sc, err := s.span(r, 0, 0)
+	sc, done, err := s.span(r, 0, 0)
 	if err != nil {
 		return err
 	}
+	defer done()
 	return s.d.hashAt(ctx, sc.ctx, sc.va, sc.size, block, seed, out)
 }
 
@@ -413,12 +418,11 @@ func (s *snapshot) RestoreMem(context.Context) error {
 // tools it used, so that the next dump carries none of them.
 func (s *snapshot) ReleaseMem(context.Context) error {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.gone {
-		s.mu.Unlock()
 		return nil
 	}
 	s.gone = true
-	s.mu.Unlock()
 	d := s.d
 	var first error
 	ctxs := map[*cuCtx]bool{}
