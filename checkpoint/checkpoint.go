@@ -266,17 +266,25 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 	opts.LeaveRunning = true
 	opts.LogDir = work
 	var (
-		snap     *devstore.Snapshot
-		base     *devstore.Table
-		tq       time.Time
-		early    bool
-		into     *os.File   // the memfd made ready for the save
-		mirror   uint64     // the save into holds, if any
-		parked   []*os.File // what holds the parked memory (isParked)
-		isParked bool
-		pk       devmem.Parked
+		snap   *devstore.Snapshot
+		base   *devstore.Table
+		tq     time.Time
+		early  bool
+		into   *os.File   // the memfd made ready for the save
+		mirror uint64     // the save into holds, if any
+		parked []*os.File // what holds the parked memory (isParked)
+		// scratchReady brings the memfd of a parked checkpoint's save,
+		// made while the checkpoint goes on.
+		scratchReady <-chan *os.File
+		isParked     bool
+		pk           devmem.Parked
 	)
 	defer func() {
+		if scratchReady != nil {
+			if f := <-scratchReady; f != nil {
+				f.Close()
+			}
+		}
 		if into != nil {
 			into.Close() // the worker's answer carries its own descriptor
 		}
@@ -291,7 +299,20 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 		// Before the pause: what the save will write into.
 		steps = append(steps, Step{Name: "prepare",
 			Do: func(ctx context.Context) error {
-				base, into, mirror = p.prepareMem(ctx, cur, req)
+				if !parking {
+					base, into, mirror = p.prepareMem(ctx, cur, req)
+					return nil
+				}
+				// Parked, the save comes after the resume: its memfd
+				// (seconds for gigabytes on a virtual machine) is made
+				// meanwhile instead of before the checkpoint starts.
+				var n int64
+				base, into, mirror, n = p.findMem(ctx, cur, req)
+				if n > 0 {
+					ch := make(chan *os.File, 1)
+					scratchReady = ch
+					go func() { ch <- p.scratch(req, n) }()
+				}
 				return nil
 			}})
 	}
@@ -312,6 +333,10 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 				if err != nil {
 					// Nothing changed: copy the memory out instead.
 					p.log().Info("device memory could not be parked; copying it to the host instead", "session", req.Session, "err", err)
+					if scratchReady != nil {
+						into = <-scratchReady
+						scratchReady = nil
+					}
 					snap, err = p.saveMem(ctx, cur.(MemWorker), req, base, into, mirror)
 					if into != nil {
 						into.Close()
@@ -418,6 +443,10 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 			// runs, then to the store.
 			later = append([]Step{{Name: "save",
 				Do: func(ctx context.Context) error {
+					if scratchReady != nil {
+						into = <-scratchReady
+						scratchReady = nil
+					}
 					var err error
 					snap, err = p.saveSnapshot(ctx, w, req, base, into, mirror)
 					if into != nil {
@@ -468,6 +497,16 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 // the client waits. Neither is required: without them the worker makes
 // its own memfd.
 func (p *Pipeline) prepareMem(ctx context.Context, w Worker, req Request) (base *devstore.Table, into *os.File, mirror uint64) {
+	base, into, mirror, n := p.findMem(ctx, w, req)
+	if n > 0 {
+		into = p.scratch(req, n)
+	}
+	return base, into, mirror
+}
+
+// findMem is prepareMem without making the memfd: n > 0 is the size of
+// the one to make (scratch).
+func (p *Pipeline) findMem(ctx context.Context, w Worker, req Request) (base *devstore.Table, into *os.File, mirror uint64, n int64) {
 	base = req.MemBase // a migration's last pre-copy round
 	if base == nil {
 		base = p.Mem.Base(ctx, req.Session, req.Parent)
@@ -477,27 +516,33 @@ func (p *Pipeline) prepareMem(ctx context.Context, w Worker, req Request) (base 
 			f := m.File
 			m.File = nil
 			m.Close()
-			return base, f, base.Gen()
+			return base, f, base.Gen(), 0
 		}
 		m.Close()
 	}
 	if req.MemBase != nil {
-		return base, nil, 0 // pre-copied: the save copies the last changes only
+		return base, nil, 0, 0 // pre-copied: the save copies the last changes only
 	}
 	sz, ok := w.(MemSizer)
 	if !ok {
-		return base, nil, 0
+		return base, nil, 0, 0
 	}
 	n, err := sz.MemBytes(ctx)
 	if err != nil || n < scratchMin {
-		return base, nil, 0
+		return base, nil, 0, 0
 	}
+	return base, nil, 0, n
+}
+
+// scratch makes the memfd of n bytes a save goes into, or returns nil
+// (the worker then makes its own).
+func (p *Pipeline) scratch(req Request, n int64) *os.File {
 	f, err := devstore.Scratch((n + 2<<20 - 1) &^ (2<<20 - 1))
 	if err != nil {
 		p.log().Warn("no memfd made ahead for the save; the worker makes its own", "session", req.Session, "bytes", n, "err", err)
-		return base, nil, 0
+		return nil
 	}
-	return base, f, 0
+	return f
 }
 
 func (p *Pipeline) log() *slog.Logger {
