@@ -597,12 +597,16 @@ func (p *Pipeline) saveSnapshot(ctx context.Context, w Worker, req Request, base
 // parkTimings adds, after the park step, where its time went in the
 // worker.
 func parkTimings(ts []Timing, pk devmem.Parked) []Timing {
-	sub := []Timing{
+	return insertAfter(ts, "park", []Timing{
 		{Step: "park.worker", Duration: time.Duration(pk.ParkNS)},
 		{Step: "park.trim", Duration: time.Duration(pk.TrimNS)},
-	}
+	})
+}
+
+// insertAfter puts sub after the timing of step, when there is one.
+func insertAfter(ts []Timing, step string, sub []Timing) []Timing {
 	for i, t := range ts {
-		if t.Step == "park" {
+		if t.Step == step {
 			return slices.Concat(ts[:i+1], sub, ts[i+1:])
 		}
 	}
@@ -622,18 +626,12 @@ func memTimings(ts []Timing, snap *devstore.Snapshot) []Timing {
 		return ts
 	}
 	sv := snap.Saved
-	sub := []Timing{
+	return insertAfter(ts, "save", []Timing{
 		{Step: "save.hash", Duration: time.Duration(sv.HashNS)},
 		{Step: "save.prepare", Duration: time.Duration(sv.PrepareNS)},
 		{Step: "save.copy", Duration: time.Duration(sv.CopyNS)},
 		{Step: "save.release", Duration: time.Duration(sv.ReleaseNS)},
-	}
-	for i, t := range ts {
-		if t.Step == "save" {
-			return slices.Concat(ts[:i+1], sub, ts[i+1:])
-		}
-	}
-	return ts
+	})
 }
 
 // reloadMem puts saved device memory back into a worker: the blocks the

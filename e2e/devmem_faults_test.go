@@ -35,6 +35,22 @@ func (w *world) cleanAfterGC(host *harness.Host) {
 	}
 }
 
+// onlyImage checks that host's store holds no image of session but good:
+// failed checkpoints left none behind.
+func (w *world) onlyImage(host *harness.Host, session, good string) {
+	w.t.Helper()
+	var imgs []struct {
+		ID      string `json:"id"`
+		Session string `json:"session"`
+	}
+	w.ctlJSON(host, &imgs, "images", "ls")
+	for _, im := range imgs {
+		if im.Session == session && im.ID != good {
+			w.t.Errorf("image %s of a failed checkpoint of %s is in the store", im.ID, session)
+		}
+	}
+}
+
 // TestWorkerKilledMidSave kills a session's worker while a checkpoint
 // saves its device memory: the checkpoint fails naming the session, no
 // image of it is left, and the session's last good image restores.
@@ -82,16 +98,7 @@ func TestWorkerKilledMidSave(t *testing.T) {
 	if !strings.Contains(err.Error(), s.ID) {
 		t.Errorf("error does not name session %s: %v", s.ID, err)
 	}
-	var imgs []struct {
-		ID      string `json:"id"`
-		Session string `json:"session"`
-	}
-	w.ctlJSON(w.a, &imgs, "images", "ls")
-	for _, im := range imgs {
-		if im.Session == s.ID && im.ID != good.Image {
-			t.Errorf("image %s of the failed checkpoint is in the store", im.ID)
-		}
-	}
+	w.onlyImage(w.a, s.ID, good.Image)
 	_ = run // the client lost its session; it is ended with the test
 	w.cleanAfterGC(w.a)
 	var rs struct {
@@ -215,16 +222,7 @@ func TestParkedCheckpointFaults(t *testing.T) {
 	if !ck.has("park") || !ck.has("resume.unpark") {
 		t.Errorf("the checkpoint after the failed ones did not park: %+v", ck.Steps)
 	}
-	var imgs []struct {
-		ID      string `json:"id"`
-		Session string `json:"session"`
-	}
-	w.ctlJSON(w.a, &imgs, "images", "ls")
-	for _, im := range imgs {
-		if im.Session == s.ID && im.ID != ck.Image {
-			t.Errorf("image %s of a failed checkpoint is in the store", im.ID)
-		}
-	}
+	w.onlyImage(w.a, s.ID, ck.Image)
 	if got := w.result(<-run); got != want {
 		t.Errorf("after four failed checkpoints and a good one: %q, never checkpointed: %q", got, want)
 	}

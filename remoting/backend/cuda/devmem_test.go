@@ -43,6 +43,29 @@ func randomBytes(rng *rand.Rand, n uint64) []byte {
 	return b
 }
 
+// allocFilled allocates sizes and fills each with random bytes, except
+// allocation zero (-1: none), which it fills with zeros.
+func allocFilled(t *testing.T, d *Device, c backend.Ctx, rng *rand.Rand, sizes []uint64, zero int) ([]backend.DevPtr, [][]byte) {
+	t.Helper()
+	ctx := context.Background()
+	ptrs := make([]backend.DevPtr, len(sizes))
+	data := make([][]byte, len(sizes))
+	for i, n := range sizes {
+		p, err := d.MemAlloc(ctx, c, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ptrs[i], data[i] = p, randomBytes(rng, n)
+		if i == zero {
+			data[i] = make([]byte, n)
+		}
+		if err := d.MemcpyHtoD(ctx, c, p, bytes.NewReader(data[i]), n, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ptrs, data
+}
+
 func readBack(t *testing.T, d *Device, c backend.Ctx, p backend.DevPtr, n uint64) []byte {
 	t.Helper()
 	var out bytes.Buffer
@@ -265,23 +288,8 @@ func TestHashKernel(t *testing.T) {
 func TestDeviceMemoryRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	d, c := gpuDevice(t, Options{})
-	rng := rand.New(rand.NewPCG(7, 8))
 	sizes := []uint64{1000, 200 << 10, 5<<20 + 3, 96 << 20}
-	ptrs := make([]backend.DevPtr, len(sizes))
-	data := make([][]byte, len(sizes))
-	for i, n := range sizes {
-		p, err := d.MemAlloc(ctx, c, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ptrs[i], data[i] = p, randomBytes(rng, n)
-		if i == 2 {
-			data[i] = make([]byte, n) // stays zero: a reload skips it
-		}
-		if err := d.MemcpyHtoD(ctx, c, p, bytes.NewReader(data[i]), n, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ptrs, data := allocFilled(t, d, c, rand.New(rand.NewPCG(7, 8)), sizes, 2) // 2 stays zero: a reload skips it
 	tr := devmem.NewTracker()
 	tr.Pin = true // the direct path; the ring is the default
 	f, sv, err := tr.Save(ctx, d, devmem.SaveRequest{Release: true})

@@ -10,7 +10,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuctl/gpuctl/devmem"
-	"github.com/gpuctl/gpuctl/remoting/backend"
 )
 
 // TestParkRoundTrip parks device memory (GPU only): the worker's own
@@ -20,20 +19,8 @@ import (
 func TestParkRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	d, c := gpuDevice(t, Options{})
-	rng := rand.New(rand.NewPCG(9, 10))
 	sizes := []uint64{1000, 300 << 10, 3<<20 + 5, 256 << 20}
-	ptrs := make([]backend.DevPtr, len(sizes))
-	data := make([][]byte, len(sizes))
-	for i, n := range sizes {
-		p, err := d.MemAlloc(ctx, c, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ptrs[i], data[i] = p, randomBytes(rng, n)
-		if err := d.MemcpyHtoD(ctx, c, p, bytes.NewReader(data[i]), n, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ptrs, data := allocFilled(t, d, c, rand.New(rand.NewPCG(9, 10)), sizes, -1)
 	tr := devmem.NewTracker()
 	files, pk, err := tr.Park(ctx, d)
 	if err != nil {

@@ -43,6 +43,15 @@ static int have_export(const gc_ext *x)
 	return have(x) && x->cuMemExportToShareableHandle && x->cuMemImportFromShareableHandle;
 }
 
+// enter makes c current for a call that needs virtual memory management
+// (and, with need_export, shareable handles).
+static CUresult enter(const gc_api *a, const gc_ext *x, CUcontext c, int need_export)
+{
+	if (need_export ? !have_export(x) : !have(x))
+		return VMM_NOT_SUPPORTED;
+	return use_ctx(a, c);
+}
+
 // map_rw maps h at va and opens it read-write to dev; on failure it
 // unmaps again but keeps h.
 static CUresult map_rw(const gc_ext *x, CUdeviceptr va, size_t n, int dev, CUmemGenericAllocationHandle h)
@@ -95,10 +104,7 @@ static CUresult back_at(const gc_ext *x, CUdeviceptr va, size_t n, int dev, int 
 CUresult gc_vmm_map(const gc_api *a, const gc_ext *x, CUcontext c, size_t n, int dev, int exportable,
 		    CUdeviceptr *va, CUmemGenericAllocationHandle *h)
 {
-	CUresult r;
-	if (!have(x))
-		return VMM_NOT_SUPPORTED;
-	r = use_ctx(a, c);
+	CUresult r = enter(a, x, c, 0);
 	if (r != 0)
 		return r;
 	r = x->cuMemAddressReserve(va, n, 0, 0, 0);
@@ -116,9 +122,7 @@ CUresult gc_vmm_free(const gc_api *a, const gc_ext *x, CUcontext c, CUdeviceptr 
 		     CUmemGenericAllocationHandle h, int backed)
 {
 	CUresult r = 0, r2;
-	if (!have(x))
-		return VMM_NOT_SUPPORTED;
-	r = use_ctx(a, c);
+	r = enter(a, x, c, 0);
 	if (r != 0)
 		return r;
 	if (backed)
@@ -130,10 +134,7 @@ CUresult gc_vmm_free(const gc_api *a, const gc_ext *x, CUcontext c, CUdeviceptr 
 CUresult gc_vmm_unback(const gc_api *a, const gc_ext *x, CUcontext c, CUdeviceptr va, size_t n,
 		       CUmemGenericAllocationHandle h)
 {
-	CUresult r;
-	if (!have(x))
-		return VMM_NOT_SUPPORTED;
-	r = use_ctx(a, c);
+	CUresult r = enter(a, x, c, 0);
 	if (r != 0)
 		return r;
 	r = x->cuMemUnmap(va, n);
@@ -145,10 +146,7 @@ CUresult gc_vmm_unback(const gc_api *a, const gc_ext *x, CUcontext c, CUdevicept
 CUresult gc_vmm_back(const gc_api *a, const gc_ext *x, CUcontext c, CUdeviceptr va, size_t n, int dev,
 		     int exportable, CUmemGenericAllocationHandle *h)
 {
-	CUresult r;
-	if (!have(x))
-		return VMM_NOT_SUPPORTED;
-	r = use_ctx(a, c);
+	CUresult r = enter(a, x, c, 0);
 	if (r != 0)
 		return r;
 	r = back_at(x, va, n, dev, exportable, h);
@@ -162,10 +160,7 @@ CUresult gc_vmm_back(const gc_api *a, const gc_ext *x, CUcontext c, CUdeviceptr 
 
 CUresult gc_vmm_export(const gc_api *a, const gc_ext *x, CUcontext c, CUmemGenericAllocationHandle h, int *fd)
 {
-	CUresult r;
-	if (!have_export(x))
-		return VMM_NOT_SUPPORTED;
-	r = use_ctx(a, c);
+	CUresult r = enter(a, x, c, 1);
 	if (r != 0)
 		return r;
 	return x->cuMemExportToShareableHandle(fd, h, HANDLE_POSIX_FD, 0);
@@ -174,10 +169,7 @@ CUresult gc_vmm_export(const gc_api *a, const gc_ext *x, CUcontext c, CUmemGener
 CUresult gc_vmm_import(const gc_api *a, const gc_ext *x, CUcontext c, CUdeviceptr va, size_t n, int dev, int fd,
 		       CUmemGenericAllocationHandle *h)
 {
-	CUresult r;
-	if (!have_export(x))
-		return VMM_NOT_SUPPORTED;
-	r = use_ctx(a, c);
+	CUresult r = enter(a, x, c, 1);
 	if (r != 0)
 		return r;
 	r = x->cuMemImportFromShareableHandle(h, (void *)(intptr_t)fd, HANDLE_POSIX_FD);
@@ -193,10 +185,7 @@ CUresult gc_vmm_import(const gc_api *a, const gc_ext *x, CUcontext c, CUdevicept
 
 CUresult gc_vmm_unreserve(const gc_api *a, const gc_ext *x, CUcontext c, CUdeviceptr va, size_t n)
 {
-	CUresult r;
-	if (!have(x))
-		return VMM_NOT_SUPPORTED;
-	r = use_ctx(a, c);
+	CUresult r = enter(a, x, c, 0);
 	if (r != 0)
 		return r;
 	return x->cuMemAddressFree(va, n);
