@@ -76,7 +76,7 @@ func TestAsyncCopiesThreads(t *testing.T) {
 				case err = <-done:
 					waiting = false
 				case <-time.After(30 * time.Millisecond):
-					drops += srv.DropConnections()
+					drops += srv.DropAfterProgress()
 				}
 			}
 			if err != nil || strings.Contains(out.String(), "ThreadSanitizer") || !strings.Contains(out.String(), "PASS threads") {
@@ -107,7 +107,7 @@ func TestAsyncCopiesReplay(t *testing.T) {
 				case err = <-done:
 				case <-time.After(15 * time.Millisecond):
 					if mode == "drops" {
-						events += a.DropConnections()
+						events += a.DropAfterProgress()
 					} else if from.Sessions() == 1 {
 						from.MoveTo(to)
 						events++

@@ -193,7 +193,7 @@ func TestGraphReplayAcrossDrops(t *testing.T) {
 		case err = <-done:
 			waiting = false
 		case <-time.After(15 * time.Millisecond):
-			drops += srv.DropConnections()
+			drops += srv.DropAfterProgress()
 		}
 	}
 	if err != nil || !strings.Contains(out.String(), "PASS graph") {

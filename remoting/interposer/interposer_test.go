@@ -327,23 +327,16 @@ func TestClientThreadSanitizer(t *testing.T) {
 				cmd.Env = append(os.Environ(), "GPUCTL_SERVER="+srv.Addr(), "GPUCTL_TOKEN=secret-token", "GPUCTL_RECONNECT_TIMEOUT=5")
 				cmd.Env = append(cmd.Env, env...)
 				out, done := startCombined(t, cmd)
-				// A cut comes 30 ms after the client's last reconnect got
-				// past its handshake, not merely every 30 ms: under
-				// ThreadSanitizer on a loaded machine a reconnect can take
-				// longer than that, and cutting each one before it resent
-				// anything livelocked the test.
+				// Cuts come every 30 ms, each after the client got
+				// requests executed since the last (DropAfterProgress).
 				var err error
-				for served := int64(-1); ; {
+				for waiting := true; waiting; {
 					select {
 					case err = <-done:
+						waiting = false
 					case <-time.After(30 * time.Millisecond):
-						if n := srv.Served(); n > served {
-							served = n
-							srv.DropConnections()
-						}
-						continue
+						srv.DropAfterProgress()
 					}
-					break
 				}
 				if err != nil || strings.Contains(out.String(), "ThreadSanitizer") || !strings.Contains(out.String(), "PASS "+args[0]) {
 					t.Fatalf("ctest %s under ThreadSanitizer: %v\n%s", args[0], err, out.String())
@@ -418,7 +411,7 @@ loop:
 		case err = <-done:
 			break loop
 		case <-tick.C:
-			drops += srv.DropConnections()
+			drops += srv.DropAfterProgress()
 		}
 	}
 	if err != nil || !strings.Contains(out.String(), "PASS replay") {
@@ -467,7 +460,7 @@ func TestClientStress(t *testing.T) {
 					waiting = false
 				case <-time.After(25 * time.Millisecond):
 					if drop {
-						srv.DropConnections()
+						srv.DropAfterProgress()
 					}
 				}
 			}

@@ -160,7 +160,7 @@ func TestClientTLSReplayAndMoves(t *testing.T) {
 							events++
 						}
 					} else {
-						events += a.DropConnections()
+						events += a.DropAfterProgress()
 					}
 					continue
 				}

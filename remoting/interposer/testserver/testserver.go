@@ -41,12 +41,12 @@ type Server struct {
 
 	accepted atomic.Int64 // connections accepted so far
 	goodbyes atomic.Int64 // sessions ended by their client's goodbye
-	served   atomic.Int64 // connections past their handshake, served
 
 	mu       sync.Mutex
 	sessions map[string]*session
 	movedTo  map[string]string // session id -> address, for sessions moved away
 	conns    map[net.Conn]struct{}
+	cutAt    uint64 // requests executed, over all sessions, at DropAfterProgress's last cut
 }
 
 type session struct {
@@ -134,12 +134,37 @@ func (s *Server) Close() {
 func (s *Server) DropConnections() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.closeConnsLocked()
+}
+
+func (s *Server) closeConnsLocked() int {
 	n := 0
 	for c := range s.conns {
 		c.Close()
 		n++
 	}
 	return n
+}
+
+// DropAfterProgress cuts every client connection, as DropConnections
+// does, but only when the server has executed new requests since its last
+// cut. Tests that cut links on a timer use it: on a loaded machine a
+// reconnect and its resend can take longer than the timer's period, and
+// cutting each reconnect before it got anything done livelocks the client
+// (it reconnects forever at the same request). Cutting only after
+// progress still cuts as often as the link allows.
+func (s *Server) DropAfterProgress() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var executed uint64
+	for _, ss := range s.sessions {
+		executed += ss.ds.ExecutedSeq()
+	}
+	if executed <= s.cutAt {
+		return 0
+	}
+	s.cutAt = executed
+	return s.closeConnsLocked()
 }
 
 // MoveTo hands every session to dst, as a migration does: each session
@@ -196,10 +221,6 @@ func (s *Server) Accepted() int64 { return s.accepted.Load() }
 // Goodbyes is the number of sessions that ended because their client
 // said goodbye (its program exited normally).
 func (s *Server) Goodbyes() int64 { return s.goodbyes.Load() }
-
-// Served is the number of connections that got past their handshake and
-// were served, so far.
-func (s *Server) Served() int64 { return s.served.Load() }
 
 // Sessions is the number of sessions this server holds.
 func (s *Server) Sessions() int {
@@ -344,7 +365,6 @@ func (s *Server) serve(c net.Conn) error {
 	if s.opt.Failpoints != nil {
 		ctx = failpoint.With(ctx, s.opt.Failpoints)
 	}
-	s.served.Add(1)
 	err = ss.ds.Serve(ctx, c, info, false)
 	ss.mu.Lock()
 	to := ss.movedTo
