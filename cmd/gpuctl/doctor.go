@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuctl/gpuctl/api"
+	"github.com/gpuctl/gpuctl/checkpoint/criu"
 	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
 	"github.com/gpuctl/gpuctl/control"
 )
@@ -53,6 +54,9 @@ type criuReport struct {
 	Version string `json:"version,omitempty"`
 	Check   string `json:"check,omitempty"` // criu check's verdict
 	OK      bool   `json:"ok"`
+	// Breakpoints: hardware breakpoints trap on this host; where they
+	// do not, gpuctl runs CRIU without them (CRIU_FAULT=130) and says so.
+	Breakpoints bool `json:"breakpoints"`
 }
 
 type hostReport struct {
@@ -136,6 +140,7 @@ func runDoctor(ctx context.Context, e *env, a doctorArgs) error {
 func diagnose(ctx context.Context, a doctorArgs) *doctorReport {
 	r := &doctorReport{Root: os.Geteuid() == 0, Problems: []string{}}
 	problem := func(format string, args ...any) { r.Problems = append(r.Problems, fmt.Sprintf(format, args...)) }
+	note := func(format string, args ...any) { r.Notes = append(r.Notes, fmt.Sprintf(format, args...)) }
 
 	var uts unix.Utsname
 	if err := unix.Uname(&uts); err == nil {
@@ -168,6 +173,11 @@ func diagnose(ctx context.Context, a doctorArgs) *doctorReport {
 				problem("`criu check` fails: %s; the kernel lacks a feature CRIU needs", lastLine(out))
 			} else {
 				r.CRIU.OK = true
+			}
+			bp := criu.Breakpoints()
+			r.CRIU.Breakpoints = bp.Work
+			if !bp.Work {
+				note("hardware breakpoints do not work here (%s): CRIU runs without them (CRIU_FAULT=130), which checkpoints and restores as well, a little slower", bp.Why)
 			}
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/gpuctl/gpuctl/api"
+	"github.com/gpuctl/gpuctl/checkpoint/criu"
 	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
@@ -217,6 +218,9 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 		log.Warn("checkpoints are unavailable until CRIU is installed", "err", d.criu.Error)
 	} else {
 		log.Info("criu", "path", d.criu.Path, "source", d.criu.Source, "version", d.criu.Version)
+		if bp := criu.Breakpoints(); !bp.Work {
+			log.Info("criu runs without hardware breakpoints (CRIU_FAULT=130): they do not trap on this host", "why", bp.Why)
+		}
 	}
 	if reg != nil {
 		d.cluster = d.newCluster(reg)
