@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpuctl/gpuctl/checkpoint/criu"
 	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
 	"github.com/gpuctl/gpuctl/errs"
 )
@@ -66,7 +65,7 @@ func runCRIU(ctx context.Context, bin, op, dir, log string, args ...string) erro
 		return err
 	}
 	cmd := exec.CommandContext(ctx, path, args...)
-	cmd.Env = criu.Env()
+	cmd.Env = criubin.Env()
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		return nil

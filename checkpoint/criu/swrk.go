@@ -11,6 +11,8 @@ import (
 
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
 )
 
 // maxResp bounds one RPC response. A SEQPACKET read truncates a message
@@ -35,7 +37,7 @@ func call(ctx context.Context, bin string, req *rpc.CriuReq) (*rpc.CriuResp, err
 	cmd := exec.Command(bin, "swrk", "3")
 	cmd.ExtraFiles = []*os.File{theirs}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, nil, nil
-	cmd.Env = Env()
+	cmd.Env = criubin.Env()
 	// Its own process group, so that a cancelled call kills what CRIU
 	// forked too: a restore's helper inherits CRIU's end of the socket,
 	// and killing CRIU alone left our read blocked on it for good.

@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuctl/gpuctl/api"
-	"github.com/gpuctl/gpuctl/checkpoint/criu"
 	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
 	"github.com/gpuctl/gpuctl/control"
 )
@@ -174,7 +173,7 @@ func diagnose(ctx context.Context, a doctorArgs) *doctorReport {
 			} else {
 				r.CRIU.OK = true
 			}
-			bp := criu.Breakpoints()
+			bp := criubin.Breakpoints()
 			r.CRIU.Breakpoints = bp.Work
 			if !bp.Work {
 				note("hardware breakpoints do not work here (%s): CRIU runs without them (CRIU_FAULT=130), which checkpoints and restores as well, a little slower", bp.Why)

@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/gpuctl/gpuctl/api"
-	"github.com/gpuctl/gpuctl/checkpoint/criu"
 	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
@@ -218,7 +217,7 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 		log.Warn("checkpoints are unavailable until CRIU is installed", "err", d.criu.Error)
 	} else {
 		log.Info("criu", "path", d.criu.Path, "source", d.criu.Source, "version", d.criu.Version)
-		if bp := criu.Breakpoints(); !bp.Work {
+		if bp := criubin.Breakpoints(); !bp.Work {
 			log.Info("criu runs without hardware breakpoints (CRIU_FAULT=130): they do not trap on this host", "why", bp.Why)
 		}
 	}

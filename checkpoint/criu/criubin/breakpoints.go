@@ -1,4 +1,4 @@
-package criu
+package criubin
 
 import (
 	"fmt"
