@@ -123,6 +123,12 @@ type PrecopyRound struct {
 	SentBytes  int64 `json:"sent_bytes"`  // what crossed the network (compressed, and only what the target lacked)
 	DurationMS int64 `json:"duration_ms"` // the round, the client's pause to copy included
 	PauseMS    int64 `json:"pause_ms"`    // the client's pause while the changed blocks were copied to host memory
+	// Where the round's time went: the worker finding and copying the
+	// changed blocks to host memory, this host storing them, and sending
+	// the target what it lacked.
+	CopyMS  int64 `json:"copy_ms"`
+	StoreMS int64 `json:"store_ms"`
+	SendMS  int64 `json:"send_ms"`
 }
 
 // PreemptRequest is the body of POST /v1/sessions/{id}/preempt.

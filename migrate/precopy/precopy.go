@@ -147,12 +147,14 @@ func (c *Copier) round(ctx context.Context, w Worker) (api.PrecopyRound, error) 
 	if err != nil {
 		return r, err
 	}
+	copied := time.Since(t0)
 	snap, err := devstore.Open(f, sv)
 	if err != nil {
 		return r, errs.Wrap(err, errs.Internal, "", "read the copied device memory")
 	}
 	defer snap.Close()
 	r, err = c.stage(ctx, snap)
+	r.CopyMS = copied.Milliseconds()
 	r.PauseMS = sv.PauseNS / 1e6
 	r.DurationMS = time.Since(t0).Milliseconds()
 	return r, err
@@ -186,16 +188,18 @@ func (c *Copier) stage(ctx context.Context, snap *devstore.Snapshot) (api.Precop
 		// table's entry is never read.
 		chunks[i].Size = int64(s.Len)
 	}
-	ds, err := c.put(ctx, snap, spans, send, chunks)
-	if err != nil {
-		return r, err
-	}
+	// The blocks' digests first, on every core: the target's table
+	// needs them, and with them the store and the link can each take
+	// the blocks from memory at once, side by side, instead of the link
+	// waiting for the store and then reading the blocks back from it.
+	ds := digestBlocks(snap, spans, send, chunks)
 	full := *l
 	full.Base, full.Changed = 0, nil
 	full.Sent = make([]byte, len(l.Sent))
 	for i := range l.Blocks {
 		full.Sent[i/8] |= 1 << (i % 8)
 	}
+	t1 := time.Now()
 	if st, ok := c.Target.(StagingTarget); ok {
 		// The target lays its staging out by the round's table before
 		// the chunks come, so that each lands where it belongs.
@@ -206,9 +210,26 @@ func (c *Copier) stage(ctx context.Context, snap *devstore.Snapshot) (api.Precop
 			c.log().Debug("the target did not stage the round's table", "session", c.Session, "target", c.Target.Addr(), "err", err)
 		}
 	}
-	r.SentBytes, err = c.send(ctx, ds)
-	if err != nil {
-		return r, err
+	var (
+		wg      sync.WaitGroup
+		putErr  error
+		sendErr error
+	)
+	wg.Go(func() {
+		t0 := time.Now()
+		putErr = c.put(ctx, snap, spans, send, chunks, ds)
+		r.StoreMS = time.Since(t0).Milliseconds()
+	})
+	wg.Go(func() {
+		r.SentBytes, sendErr = c.send(ctx, snap, spans, send, chunks, ds)
+		r.SendMS = time.Since(t1).Milliseconds()
+	})
+	wg.Wait()
+	if putErr != nil {
+		return r, putErr
+	}
+	if sendErr != nil {
+		return r, sendErr
 	}
 	staged := make(map[rkey][]images.Chunk, len(l.Regions))
 	for i, s := range spans {
@@ -267,68 +288,22 @@ func (c *Copier) WaitLast() int64 {
 	return n
 }
 
-// put stores the sent blocks as pending chunks (zero blocks as nothing)
-// on every core, fills their chunks in, and returns the new digests.
-func (c *Copier) put(ctx context.Context, snap *devstore.Snapshot, spans []devmem.BlockSpan, send []int, chunks []images.Chunk) ([]store.Digest, error) {
-	in := c.Store.NewIngest()
-	defer in.Abort()
-	const seg = 16
-	var (
-		mu   sync.Mutex
-		ferr error
-		next int
-		wg   sync.WaitGroup
-	)
-	for range min(runtime.GOMAXPROCS(0), max(1, (len(send)+seg-1)/seg)) {
-		wg.Go(func() {
-			for {
-				mu.Lock()
-				if ferr != nil || next >= len(send) {
-					mu.Unlock()
-					return
-				}
-				lo := next
-				next = min(len(send), next+seg)
-				hi := next
-				mu.Unlock()
-				var data [][]byte
-				var at []int
-				for _, i := range send[lo:hi] {
-					s := spans[i]
-					b := snap.Data[s.FileOff : s.FileOff+int64(s.Len)]
-					chunks[i] = images.Chunk{Size: int64(s.Len)}
-					if allZero(b) {
-						chunks[i].Zero = true
-						continue
-					}
-					data = append(data, b)
-					at = append(at, i)
-				}
-				if len(data) == 0 {
-					continue
-				}
-				ds, _, _, err := in.PutBatch(ctx, data)
-				mu.Lock()
-				if err != nil && ferr == nil {
-					ferr = err
-				}
-				mu.Unlock()
-				for k, d := range ds {
-					chunks[at[k]].Digest = d
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if ferr != nil {
-		return nil, errs.Wrap(ferr, errs.KindOf(ferr), "", "store the copied blocks")
-	}
-	if err := failpoint.Inject(ctx, "precopy/store"); err != nil {
-		return nil, err
-	}
-	if err := in.Commit(ctx, nil); err != nil {
-		return nil, errs.Wrap(err, errs.KindOf(err), "", "store the copied blocks")
-	}
+// digestBlocks fills in the chunk of every sent block (a zero block is
+// Zero, any other its digest) on every core, and returns the distinct
+// digests in the order of first use.
+func digestBlocks(snap *devstore.Snapshot, spans []devmem.BlockSpan, send []int, chunks []images.Chunk) []store.Digest {
+	_ = parallelDo(len(send), func(k int) error {
+		i := send[k]
+		s := spans[i]
+		b := snap.Data[s.FileOff : s.FileOff+int64(s.Len)]
+		chunks[i] = images.Chunk{Size: int64(s.Len)}
+		if allZero(b) {
+			chunks[i].Zero = true
+		} else {
+			chunks[i].Digest = store.Sum(b)
+		}
+		return nil
+	})
 	seen := map[store.Digest]bool{}
 	var ds []store.Digest
 	for _, i := range send {
@@ -337,14 +312,67 @@ func (c *Copier) put(ctx context.Context, snap *devstore.Snapshot, spans []devme
 			ds = append(ds, ch.Digest)
 		}
 	}
-	c.holds = append(c.holds, c.Store.Hold(ds))
-	c.digests = append(c.digests, ds...)
-	return ds, nil
+	return ds
 }
 
-// send streams to the target the chunks of ds it lacks, and returns the
-// bytes that crossed.
-func (c *Copier) send(ctx context.Context, ds []store.Digest) (int64, error) {
+// blockOf returns, for each digest of ds, the content of the first sent
+// block that has it.
+func blockOf(snap *devstore.Snapshot, spans []devmem.BlockSpan, send []int, chunks []images.Chunk, ds []store.Digest) map[store.Digest][]byte {
+	m := make(map[store.Digest][]byte, len(ds))
+	for _, i := range send {
+		ch := chunks[i]
+		if ch.Zero {
+			continue
+		}
+		if _, ok := m[ch.Digest]; !ok {
+			s := spans[i]
+			m[ch.Digest] = snap.Data[s.FileOff : s.FileOff+int64(s.Len)]
+		}
+	}
+	return m
+}
+
+// put stores the chunks ds of the sent blocks as pending chunks, on
+// every core, and holds them from gc until Close.
+func (c *Copier) put(ctx context.Context, snap *devstore.Snapshot, spans []devmem.BlockSpan, send []int, chunks []images.Chunk, ds []store.Digest) error {
+	in := c.Store.NewIngest()
+	defer in.Abort()
+	data := blockOf(snap, spans, send, chunks, ds)
+	const seg = 16
+	err := parallelDo((len(ds)+seg-1)/seg, func(k int) error {
+		part := ds[k*seg : min(len(ds), (k+1)*seg)]
+		bs := make([][]byte, len(part))
+		for j, d := range part {
+			bs[j] = data[d]
+		}
+		got, _, _, err := in.PutBatch(ctx, bs)
+		if err != nil {
+			return err
+		}
+		for j := range got {
+			if got[j] != part[j] {
+				return errs.New(errs.Internal, "", "a copied block changed while it was stored")
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return errs.Wrap(err, errs.KindOf(err), "", "store the copied blocks")
+	}
+	if err := failpoint.Inject(ctx, "precopy/store"); err != nil {
+		return err
+	}
+	if err := in.Commit(ctx, nil); err != nil {
+		return errs.Wrap(err, errs.KindOf(err), "", "store the copied blocks")
+	}
+	c.holds = append(c.holds, c.Store.Hold(ds))
+	c.digests = append(c.digests, ds...)
+	return nil
+}
+
+// send streams to the target, straight from the round's memory, the
+// chunks of ds it lacks, and returns the bytes that crossed.
+func (c *Copier) send(ctx context.Context, snap *devstore.Snapshot, spans []devmem.BlockSpan, send []int, chunks []images.Chunk, ds []store.Digest) (int64, error) {
 	if len(ds) == 0 {
 		return 0, nil
 	}
@@ -360,16 +388,21 @@ func (c *Copier) send(ctx context.Context, ds []store.Digest) (int64, error) {
 	if len(missing) == 0 {
 		return 0, nil
 	}
+	data := blockOf(snap, spans, send, chunks, ds)
 	want := make([]store.Digest, len(missing))
+	bs := make([][]byte, len(missing))
 	for i, d := range missing {
 		want[i] = store.Digest(d)
+		if bs[i] = data[want[i]]; bs[i] == nil {
+			return 0, errs.New(errs.Internal, host, "the target asked for chunk %s, not one of the round's", want[i])
+		}
 	}
 	pr, pw := io.Pipe()
 	var n int64
 	done := make(chan error, 1)
 	go func() {
 		var err error
-		n, err = images.WriteChunks(ctx, c.Store, want, pw)
+		n, err = images.WriteRawChunks(ctx, want, bs, pw)
 		pw.CloseWithError(err)
 		done <- err
 	}()
@@ -385,9 +418,42 @@ func (c *Copier) send(ctx context.Context, ds []store.Digest) (int64, error) {
 		return n, errs.Wrap(err, errs.KindOf(err), host, "send %d chunks", len(want))
 	}
 	if werr != nil {
-		return n, errs.Wrap(werr, errs.KindOf(werr), "", "read the copied blocks back from the store")
+		return n, errs.Wrap(werr, errs.KindOf(werr), "", "send the copied blocks")
 	}
 	return n, nil
+}
+
+// parallelDo runs fn(0..n-1) on every core and returns the first error.
+func parallelDo(n int, fn func(i int) error) error {
+	var (
+		mu   sync.Mutex
+		ferr error
+		next int
+		wg   sync.WaitGroup
+	)
+	for range min(runtime.GOMAXPROCS(0), n) {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				if ferr != nil || next >= n {
+					mu.Unlock()
+					return
+				}
+				i := next
+				next++
+				mu.Unlock()
+				if err := fn(i); err != nil {
+					mu.Lock()
+					if ferr == nil {
+						ferr = err
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return ferr
 }
 
 // Close ends the pre-copy: the chunks it put here are released, and those
