@@ -22,19 +22,26 @@ type PrecopyRequest struct {
 }
 
 // precopyBatch bounds the bytes read in one pause of the session: the
-// client waits at most this long a copy between two of its requests
-// (a few milliseconds on a GPU's bus, copied on every core).
-const precopyBatch = 32 << 20
+// client waits at most this long a copy between two of its requests (a
+// few milliseconds on a GPU's bus, the pieces copied on every core).
+const precopyBatch = 64 << 20
 
-// Precopy reads dev's memory while the session runs and copies the blocks
-// that changed since round req.Base into a new memfd laid out as Save
-// writes it (Layout.Sent and Layout.Changed mark them). It reads through
-// between, which runs a function while no request of the session
-// executes, a batch of blocks at a time, so the client pauses for one
-// batch's copy at most; it hashes the bytes it read rather than the
-// device, so a block that work still in flight on the device tore shows as
-// changed at the next round or at the freeze (Save with Base set to this
-// round's Gen), which sends it again. Nothing is released.
+// Precopy copies the blocks of dev's memory that changed since round
+// req.Base into a new memfd laid out as Save writes it (Layout.Sent and
+// Layout.Changed mark them), while the session runs. Every call into dev
+// goes through between, which runs a function while no request of the
+// session executes, so the client pauses for one step at a time: the
+// device's hashes of a region, or one batch of copies.
+//
+// With a base, the device hashes every block first (a kernel on the GPU)
+// and only the blocks whose hash differs from the base's are read; the
+// first round reads everything. Blocks are copied as a save copies them:
+// runs of consecutive blocks in pieces, on every core, straight into the
+// memfd, whose pages are faulted in before the pause. The round records
+// the hashes of the bytes it read, not the device's: a block that work
+// still in flight on the device tore shows as changed at the next round or
+// at the freeze (Save with Base set to this round's Gen), which sends it
+// again. Nothing is released.
 //
 // Saved.PauseNS says how long the session was held back in all.
 func (t *Tracker) Precopy(ctx context.Context, dev backend.DeviceMemory, between func(func()), req PrecopyRequest) (*os.File, Saved, error) {
@@ -72,6 +79,39 @@ func (t *Tracker) Precopy(ctx context.Context, dev backend.DeviceMemory, between
 	}
 	l.Sent = make([]byte, (l.Blocks+7)/8)
 	l.Changed = make([]byte, len(l.Sent))
+	spans := l.Spans()
+	gone := make([]bool, len(l.Regions)) // freed while the round ran
+
+	// Which blocks to read: all of them, or those the device says changed.
+	want := make([]bool, len(spans))
+	first := 0 // the first span of region ri
+	for ri, rg := range l.Regions {
+		k := keyOf(rg.MemRegion)
+		hs := next.m[k]
+		old, known := []uint64(nil), false
+		if base != nil {
+			old, known = base.m[k]
+		}
+		if known {
+			var herr error
+			hold(func() { herr = dev.HashBlocks(ctx, rg.MemRegion, t.Block, t.seed, hs) })
+			if herr != nil {
+				// The client freed it meanwhile: nothing of it counts
+				// as sent, and the freeze sends it whole if it is back.
+				gone[ri] = true
+			}
+		}
+		for j := range hs {
+			switch {
+			case gone[ri]:
+			case known && old[j] == hs[j]:
+				// Unchanged: the target holds these bytes already.
+			default:
+				want[first+j] = true
+			}
+		}
+		first += len(hs)
+	}
 
 	fd, err := unix.MemfdCreate("gpuctl-devmem", unix.MFD_CLOEXEC)
 	if err != nil {
@@ -84,81 +124,31 @@ func (t *Tracker) Precopy(ctx context.Context, dev backend.DeviceMemory, between
 			f.Close()
 		}
 	}()
-	spans := l.Spans()
-	buf := make([]byte, precopyBatch+int(t.Block))
-	var sent int64
-	for lo := 0; lo < len(spans); {
-		if err := ctx.Err(); err != nil {
+	ps := pieces(spans, func(i int) bool { return want[i] })
+	if len(ps) > 0 {
+		if err := f.Truncate(l.Size); err != nil {
+			return nil, Saved{}, fmt.Errorf("size the memfd: %w", err)
+		}
+		data, err := unix.Mmap(int(f.Fd()), 0, int(l.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			return nil, Saved{}, fmt.Errorf("map the memfd: %w", err)
+		}
+		err = t.precopyPieces(ctx, dev, hold, l, spans, ps, data, next, gone)
+		_ = unix.Munmap(data)
+		if err != nil {
 			return nil, Saved{}, err
 		}
-		// One batch: consecutive blocks up to precopyBatch bytes.
-		hi, n := lo, 0
-		for hi < len(spans) && (hi == lo || n+spans[hi].Len <= precopyBatch) {
-			n += spans[hi].Len
-			hi++
-		}
-		failed := make([]bool, hi-lo)
-		offs := make([]int, hi-lo)
-		for i, pos := lo, 0; i < hi; i++ {
-			offs[i-lo] = pos
-			pos += spans[i].Len
-		}
-		// The batch's blocks are read on every core, as a save reads
-		// them: one copy at a time left the bus idle between blocks and
-		// the client waiting the longer for it.
-		hold(func() {
-			_ = parallel(hi-lo, func(k int) error {
-				s := spans[lo+k]
-				r := l.Regions[s.Region].MemRegion
-				if _, alive := next.m[keyOf(r)]; !alive {
-					failed[k] = true
-				} else if dev.ReadMem(ctx, r, s.RegOff, buf[offs[k]:offs[k]+s.Len]) != nil {
-					failed[k] = true
-				}
-				return nil
-			})
-		})
-		err := parallel(hi-lo, func(k int) error {
-			if failed[k] {
-				return nil
-			}
-			s := spans[lo+k]
-			b := buf[offs[k] : offs[k]+s.Len]
-			h := HashBlock(t.seed, b)
-			k0 := keyOf(l.Regions[s.Region].MemRegion)
-			next.m[k0][s.Index] = h // distinct elements: no race
-			if base != nil {
-				if old, ok := base.m[k0]; ok && old[s.Index] == h {
-					return nil
-				}
-			}
-			_, err := f.WriteAt(b, s.FileOff)
-			return err
-		})
-		if err != nil {
-			return nil, Saved{}, fmt.Errorf("copy device memory: %w", err)
-		}
-		for k := range failed {
-			if failed[k] {
-				// The region went away while the round ran (the client
-				// freed it): nothing of it counts as sent, and the freeze
-				// sends it whole if it is back by then.
-				delete(next.m, keyOf(l.Regions[spans[lo+k].Region].MemRegion))
-			}
-		}
-		lo = hi
 	}
-	// Which blocks went into the memfd: the ones whose hash is new.
+	var sent int64
 	for i, s := range spans {
-		k0 := keyOf(l.Regions[s.Region].MemRegion)
-		hs, alive := next.m[k0]
-		if !alive {
+		k := keyOf(l.Regions[s.Region].MemRegion)
+		if gone[s.Region] {
+			delete(next.m, k)
 			continue
 		}
-		if base != nil {
-			if old, ok := base.m[k0]; ok && old[s.Index] == hs[s.Index] {
-				continue
-			}
+		if !want[i] {
+			next.m[k][s.Index] = base.m[k][s.Index]
+			continue
 		}
 		l.setSent(i)
 		l.Changed[i/8] |= 1 << (i % 8)
@@ -179,4 +169,67 @@ func (t *Tracker) Precopy(ctx context.Context, dev backend.DeviceMemory, between
 	t.pre = next
 	ok = true
 	return f, sv, nil
+}
+
+// precopyPieces copies ps into data a batch at a time, each batch in one
+// pause on every core, and then hashes the blocks it read into next while
+// the session runs. A piece that cannot be read marks its region gone.
+func (t *Tracker) precopyPieces(ctx context.Context, dev backend.DeviceMemory, hold func(func()), l *Layout, spans []BlockSpan, ps []piece, data []byte, next *hashes, gone []bool) error {
+	// The blocks of each piece, for hashing.
+	byOff := make(map[int64]int, len(spans))
+	for i, s := range spans {
+		byOff[s.FileOff] = i
+	}
+	for lo := 0; lo < len(ps); {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		hi, n := lo, 0
+		for hi < len(ps) && (hi == lo || n+ps[hi].n <= precopyBatch) {
+			n += ps[hi].n
+			hi++
+		}
+		batch := ps[lo:hi]
+		// Fresh pages fault in on every core now, not under the pause.
+		prepare(ctx, dev, data, batch, true, false).release()
+		failed := make([]bool, len(batch))
+		hold(func() {
+			_ = parallel(len(batch), func(k int) error {
+				p := batch[k]
+				if gone[p.region] {
+					failed[k] = true
+					return nil
+				}
+				if dev.ReadMem(ctx, l.Regions[p.region].MemRegion, p.regOff, data[p.fileOff:p.fileOff+int64(p.n)]) != nil {
+					failed[k] = true
+				}
+				return nil
+			})
+		})
+		for k, p := range batch {
+			if failed[k] {
+				gone[p.region] = true
+			}
+		}
+		// The hashes of what was read, block by block, on every core.
+		var blocks []int
+		for k, p := range batch {
+			if failed[k] {
+				continue
+			}
+			for off := p.fileOff; off < p.fileOff+int64(p.n); {
+				i := byOff[off]
+				blocks = append(blocks, i)
+				off += int64(spans[i].Len)
+			}
+		}
+		_ = parallel(len(blocks), func(k int) error {
+			s := spans[blocks[k]]
+			h := HashBlock(t.seed, data[s.FileOff:s.FileOff+int64(s.Len)])
+			next.m[keyOf(l.Regions[s.Region].MemRegion)][s.Index] = h // distinct elements: no race
+			return nil
+		})
+		lo = hi
+	}
+	return nil
 }

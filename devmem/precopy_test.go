@@ -57,7 +57,10 @@ func (m *fakeMem) WriteMem(_ context.Context, r backend.MemRegion, off uint64, s
 }
 
 func (m *fakeMem) HashBlocks(_ context.Context, r backend.MemRegion, block, seed uint64, out []uint64) error {
-	b := m.data[r.ID]
+	b, ok := m.data[r.ID]
+	if !ok {
+		return fmt.Errorf("no region %#x", r.ID)
+	}
 	for i := range out {
 		lo := uint64(i) * block
 		out[i] = devmem.HashBlock(seed, b[lo:min(lo+block, uint64(len(b)))])
