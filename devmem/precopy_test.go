@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/gpuctl/gpuctl/devmem"
@@ -19,6 +20,7 @@ type fakeMem struct {
 	regs      []backend.MemRegion
 	data      map[uint64][]byte
 	afterRead func(r backend.MemRegion, off uint64)
+	read      atomic.Int64 // bytes ReadMem copied
 }
 
 func newFakeMem(sizes ...uint64) *fakeMem {
@@ -44,7 +46,7 @@ func (m *fakeMem) ReadMem(_ context.Context, r backend.MemRegion, off uint64, ds
 	if !ok {
 		return fmt.Errorf("no region %#x", r.ID)
 	}
-	copy(dst, b[off:])
+	m.read.Add(int64(copy(dst, b[off:])))
 	if m.afterRead != nil {
 		m.afterRead(r, off)
 	}
@@ -131,9 +133,14 @@ func TestPrecopyRounds(t *testing.T) {
 	if len(all) != 15 || r1.SentBytes != int64(14*mib+100) {
 		t.Fatalf("round 1 sent blocks %v (%d bytes), want all 15", all, r1.SentBytes)
 	}
-	// Nothing changed: a round relative to it sends nothing.
+	// Nothing changed: a round relative to it sends nothing, and reads
+	// nothing either (the device's hashes said so).
+	m.read.Store(0)
 	if sent, _ := round(r1.Gen); len(sent) != 0 {
 		t.Fatalf("idle round sent %v", sent)
+	}
+	if n := m.read.Load(); n != 0 {
+		t.Fatalf("idle round read %d bytes from the device, want 0", n)
 	}
 	// A round relative to a round the worker does not know sends all.
 	if sent, _ := round(12345); len(sent) != 15 {
@@ -144,9 +151,13 @@ func TestPrecopyRounds(t *testing.T) {
 	// The client writes block 1 and block 9; a round sends just those.
 	m.data[m.regs[0].ID][mib+5]++
 	m.data[m.regs[2].ID][4*mib]++
+	m.read.Store(0)
 	sent, r4 := round(r3.Gen)
 	if !slices.Equal(sent, []int{1, 9}) {
 		t.Fatalf("round after two writes sent %v, want [1 9]", sent)
+	}
+	if n := m.read.Load(); n != 2*mib {
+		t.Fatalf("round after two writes read %d bytes from the device, want the two blocks' %d", n, 2*mib)
 	}
 
 	// Work in flight lands on block 12 right after the round copied it:
