@@ -96,7 +96,7 @@ func prepare(ctx context.Context, dev backend.DeviceMemory, data []byte, ps []pi
 		_ = unix.Madvise(data, unix.MADV_HUGEPAGE)
 	}
 	var mu sync.Mutex
-	_ = parallel(len(parts), func(i int) error {
+	_ = Parallel(len(parts), func(i int) error {
 		lo := parts[i] * backend.PinPart
 		b := data[lo:min(lo+backend.PinPart, int64(len(data)))]
 		if populate {
@@ -131,7 +131,7 @@ func prepare(ctx context.Context, dev backend.DeviceMemory, data []byte, ps []pi
 
 // release unpins what prepare pinned.
 func (pr *prepared) release() {
-	_ = parallel(len(pr.unpins), func(i int) error {
+	_ = Parallel(len(pr.unpins), func(i int) error {
 		pr.unpins[i]()
 		return nil
 	})

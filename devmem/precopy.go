@@ -192,7 +192,7 @@ func (t *Tracker) precopyPieces(ctx context.Context, dev backend.DeviceMemory, h
 		}
 	}
 	_ = unix.Madvise(data, unix.MADV_HUGEPAGE) // fewer faults where offered
-	_ = parallel(len(slices), func(i int) error {
+	_ = Parallel(len(slices), func(i int) error {
 		// On a kernel without it the copies fault the pages in instead.
 		_ = unix.Madvise(data[slices[i][0]:slices[i][1]], unix.MADV_POPULATE_WRITE)
 		return nil
@@ -209,7 +209,7 @@ func (t *Tracker) precopyPieces(ctx context.Context, dev backend.DeviceMemory, h
 		batch := ps[lo:hi]
 		failed := make([]bool, len(batch))
 		hold(func() {
-			_ = parallel(len(batch), func(k int) error {
+			_ = Parallel(len(batch), func(k int) error {
 				p := batch[k]
 				if gone[p.region] {
 					failed[k] = true
@@ -238,7 +238,7 @@ func (t *Tracker) precopyPieces(ctx context.Context, dev backend.DeviceMemory, h
 				off += int64(spans[i].Len)
 			}
 		}
-		_ = parallel(len(blocks), func(k int) error {
+		_ = Parallel(len(blocks), func(k int) error {
 			s := spans[blocks[k]]
 			h := HashBlock(t.seed, data[s.FileOff:s.FileOff+int64(s.Len)])
 			next.m[keyOf(l.Regions[s.Region].MemRegion)][s.Index] = h // distinct elements: no race

@@ -259,7 +259,7 @@ func (t *Tracker) Save(ctx context.Context, dev backend.DeviceMemory, req SaveRe
 		if pr.err != nil {
 			sv.PinError = pr.err.Error()
 		}
-		err = parallel(len(ps), func(i int) error {
+		err = Parallel(len(ps), func(i int) error {
 			p := ps[i]
 			return dev.ReadMem(ctx, l.Regions[p.region].MemRegion, p.regOff, data[p.fileOff:p.fileOff+int64(p.n)])
 		})
@@ -389,7 +389,7 @@ func (t *Tracker) reloadFrom(ctx context.Context, dev backend.DeviceMemory, f *o
 	t0 := time.Now()
 	// Blocks of zeros need no copy: backed-again memory is zeroed.
 	zero := make([]bool, len(spans))
-	_ = parallel(len(spans), func(i int) error {
+	_ = Parallel(len(spans), func(i int) error {
 		s := spans[i]
 		// A mapped region's blocks are in place already.
 		zero[i] = mapped[s.Region] || isZero(data[s.FileOff:s.FileOff+int64(s.Len)])
@@ -406,7 +406,7 @@ func (t *Tracker) reloadFrom(ctx context.Context, dev backend.DeviceMemory, f *o
 	}
 	t2 := time.Now()
 	st.PinNS = t2.Sub(t1).Nanoseconds()
-	err = parallel(len(ps), func(i int) error {
+	err = Parallel(len(ps), func(i int) error {
 		p := ps[i]
 		return dev.WriteMem(ctx, l.Regions[p.region].MemRegion, p.regOff, data[p.fileOff:p.fileOff+int64(p.n)])
 	})
@@ -433,8 +433,10 @@ func isZero(b []byte) bool {
 	return true
 }
 
-// parallel runs fn(0..n-1) on every core and returns the first error.
-func parallel(n int, fn func(i int) error) error {
+// Parallel runs fn(0..n-1) on every core and returns the first error:
+// the saves, reloads and pre-copy rounds of this package and of gpud's
+// pre-copy spread their blocks over the cores with it.
+func Parallel(n int, fn func(i int) error) error {
 	workers := min(runtime.GOMAXPROCS(0), n)
 	var (
 		wg   sync.WaitGroup

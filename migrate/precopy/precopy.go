@@ -22,7 +22,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime"
 	"sync"
 	"time"
 
@@ -292,7 +291,7 @@ func (c *Copier) WaitLast() int64 {
 // Zero, any other its digest) on every core, and returns the distinct
 // digests in the order of first use.
 func digestBlocks(snap *devstore.Snapshot, spans []devmem.BlockSpan, send []int, chunks []images.Chunk) []store.Digest {
-	_ = parallelDo(len(send), func(k int) error {
+	_ = devmem.Parallel(len(send), func(k int) error {
 		i := send[k]
 		s := spans[i]
 		b := snap.Data[s.FileOff : s.FileOff+int64(s.Len)]
@@ -339,7 +338,7 @@ func (c *Copier) put(ctx context.Context, snap *devstore.Snapshot, spans []devme
 	defer in.Abort()
 	data := blockOf(snap, spans, send, chunks, ds)
 	const seg = 16
-	err := parallelDo((len(ds)+seg-1)/seg, func(k int) error {
+	err := devmem.Parallel((len(ds)+seg-1)/seg, func(k int) error {
 		part := ds[k*seg : min(len(ds), (k+1)*seg)]
 		bs := make([][]byte, len(part))
 		for j, d := range part {
@@ -421,39 +420,6 @@ func (c *Copier) send(ctx context.Context, snap *devstore.Snapshot, spans []devm
 		return n, errs.Wrap(werr, errs.KindOf(werr), "", "send the copied blocks")
 	}
 	return n, nil
-}
-
-// parallelDo runs fn(0..n-1) on every core and returns the first error.
-func parallelDo(n int, fn func(i int) error) error {
-	var (
-		mu   sync.Mutex
-		ferr error
-		next int
-		wg   sync.WaitGroup
-	)
-	for range min(runtime.GOMAXPROCS(0), n) {
-		wg.Go(func() {
-			for {
-				mu.Lock()
-				if ferr != nil || next >= n {
-					mu.Unlock()
-					return
-				}
-				i := next
-				next++
-				mu.Unlock()
-				if err := fn(i); err != nil {
-					mu.Lock()
-					if ferr == nil {
-						ferr = err
-					}
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return ferr
 }
 
 // Close ends the pre-copy: the chunks it put here are released, and those
