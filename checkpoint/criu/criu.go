@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
 	"google.golang.org/protobuf/proto"
@@ -121,10 +122,21 @@ func dump(ctx context.Context, typ rpc.CriuReqType, op, logName string, pid int,
 	if o.TrackMemory {
 		opts.TrackMem = proto.Bool(true)
 	}
-	if _, err := call(ctx, bin, &rpc.CriuReq{Type: typ.Enum(), Opts: opts}); err != nil {
-		return dirs.fail(op, logName, err)
+	wctx, stop := watch(ctx, op, dirs.logPath(logName), dir, o.stall(), time.Second)
+	defer stop()
+	if _, err := call(wctx, bin, &rpc.CriuReq{Type: typ.Enum(), Opts: opts}); err != nil {
+		return dirs.fail(op, logName, stalled(wctx, err))
 	}
 	return nil
+}
+
+// stalled is err, or the watchdog's ErrStalled when it ended the call.
+func stalled(ctx context.Context, err error) error {
+	var st *ErrStalled
+	if errors.As(context.Cause(ctx), &st) {
+		return st
+	}
+	return err
 }
 
 // Restore restores the image in dir and returns the host PID of the

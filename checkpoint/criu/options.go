@@ -19,6 +19,9 @@ type Options struct {
 	// Timeout bounds how long CRIU may take to freeze the tasks (CRIU's
 	// own --timeout, whole seconds). Zero leaves CRIU's default.
 	Timeout time.Duration
+	// Stall ends a dump whose log and image files have not grown for
+	// this long (see watch.go). Zero means DefaultStall.
+	Stall time.Duration
 
 	// LeaveRunning keeps the dumped tasks running after a dump instead of
 	// killing them, so a failure later in a pipeline can resume them.
@@ -81,4 +84,11 @@ func (o Options) logLevel() int32 {
 		return 4
 	}
 	return int32(o.LogLevel)
+}
+
+func (o Options) stall() time.Duration {
+	if o.Stall > 0 {
+		return o.Stall
+	}
+	return DefaultStall
 }

@@ -21,7 +21,7 @@ func TestEnvBreakpoints(t *testing.T) {
 		want     string // the CRIU_FAULT entry CRIU must see; "" for none
 	}{
 		{"unset", "", map[bool]string{true: "", false: "CRIU_FAULT=130"}[bp.Work]},
-		{"operator's", "0", "CRIU_FAULT=0"},
+		{"operator's", "129", "CRIU_FAULT=129"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.operator != "" {
