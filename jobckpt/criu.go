@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
 	"github.com/gpuctl/gpuctl/errs"
@@ -64,11 +65,22 @@ func runCRIU(ctx context.Context, bin, op, dir, log string, args ...string) erro
 	if err != nil {
 		return err
 	}
+	if op == "dump" {
+		// A dump that stops writing its log and images is stuck: the
+		// watchdog kills CRIU, which lets the program go on (package
+		// criubin, Watch).
+		wctx, stop := criubin.Watch(ctx, op, filepath.Join(dir, log), dir, criubin.DefaultStall, time.Second)
+		defer stop()
+		ctx = wctx
+	}
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Env = criubin.Env()
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		return nil
+	}
+	if st := criubin.Stalled(ctx, nil); st != nil {
+		return fmt.Errorf("%w; log %s", st, filepath.Join(dir, log))
 	}
 	msg := logErrors(filepath.Join(dir, log))
 	if msg == "" {

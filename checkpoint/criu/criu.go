@@ -122,21 +122,12 @@ func dump(ctx context.Context, typ rpc.CriuReqType, op, logName string, pid int,
 	if o.TrackMemory {
 		opts.TrackMem = proto.Bool(true)
 	}
-	wctx, stop := watch(ctx, op, dirs.logPath(logName), dir, o.stall(), time.Second)
+	wctx, stop := criubin.Watch(ctx, op, dirs.logPath(logName), dir, o.stall(), time.Second)
 	defer stop()
 	if _, err := call(wctx, bin, &rpc.CriuReq{Type: typ.Enum(), Opts: opts}); err != nil {
-		return dirs.fail(op, logName, stalled(wctx, err))
+		return dirs.fail(op, logName, criubin.Stalled(wctx, err))
 	}
 	return nil
-}
-
-// stalled is err, or the watchdog's ErrStalled when it ended the call.
-func stalled(ctx context.Context, err error) error {
-	var st *ErrStalled
-	if errors.As(context.Cause(ctx), &st) {
-		return st
-	}
-	return err
 }
 
 // Restore restores the image in dir and returns the host PID of the

@@ -1,6 +1,10 @@
 package criu
 
-import "time"
+import (
+	"time"
+
+	"github.com/gpuctl/gpuctl/checkpoint/criu/criubin"
+)
 
 // Options are the CRIU settings of one dump or restore, as plain data. The
 // zero value suits a gpuctl worker: the init of its own PID and mount
@@ -20,7 +24,7 @@ type Options struct {
 	// own --timeout, whole seconds). Zero leaves CRIU's default.
 	Timeout time.Duration
 	// Stall ends a dump whose log and image files have not grown for
-	// this long (see watch.go). Zero means DefaultStall.
+	// this long (criubin.Watch). Zero means criubin.DefaultStall.
 	Stall time.Duration
 
 	// LeaveRunning keeps the dumped tasks running after a dump instead of
@@ -90,5 +94,5 @@ func (o Options) stall() time.Duration {
 	if o.Stall > 0 {
 		return o.Stall
 	}
-	return DefaultStall
+	return criubin.DefaultStall
 }

@@ -1,7 +1,8 @@
-package criu
+package criubin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,7 +17,8 @@ import (
 // a call whose log and image files have not grown for a while is stuck,
 // not slow: the watchdog ends it (the call kills CRIU's process group,
 // which lets its tasks go) and the step fails with ErrStalled, which the
-// pipelines roll back like any failed dump. Restores are not watched: a
+// pipelines roll back like any failed dump (package criu's dumps, and
+// gpuctl job's, watch themselves this way). Restores are not watched: a
 // restore writes no images, and reading a large one can leave its log
 // quiet for longer than any fixed bound.
 
@@ -35,10 +37,10 @@ func (e *ErrStalled) Error() string {
 	return fmt.Sprintf("criu %s made no progress for %s and was stopped (its log ends: %q); the tasks were let go", e.Op, e.For, e.Where)
 }
 
-// watch returns a context that is cancelled with an *ErrStalled cause
+// Watch returns a context that is cancelled with an *ErrStalled cause
 // once neither the log at logPath nor the files in imagesDir have grown
 // for stall, checked every tick; stop ends the watch.
-func watch(ctx context.Context, op, logPath, imagesDir string, stall, tick time.Duration) (context.Context, func()) {
+func Watch(ctx context.Context, op, logPath, imagesDir string, stall, tick time.Duration) (context.Context, func()) {
 	wctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -114,4 +116,14 @@ func lastLogLine(p string) string {
 		b = b[:200]
 	}
 	return string(b)
+}
+
+// Stalled is err, or the watchdog's *ErrStalled when it ended the call
+// that ctx (Watch's) governed.
+func Stalled(ctx context.Context, err error) error {
+	var st *ErrStalled
+	if errors.As(context.Cause(ctx), &st) {
+		return st
+	}
+	return err
 }
