@@ -218,23 +218,36 @@ func nsInode(t *testing.T, pid int, ns string) string {
 	return s
 }
 
-func TestLeaveRunningThenRestore(t *testing.T) {
-	bin := needCRIU(t)
+// countingChild starts a worker-shaped child and waits for its first
+// report; the context ends with the test, a minute at most.
+func countingChild(t *testing.T) (bin string, ctx context.Context, rep *reports, pid int) {
+	t.Helper()
+	bin = needCRIU(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	rep, addr := listenReports(t)
-	child := startChild(t, addr)
-	pid := child.Process.Pid
+	pid = startChild(t, addr).Process.Pid
 	rep.next(t, pid, 10*time.Second)
+	return bin, ctx, rep, pid
+}
+
+// counting fails the test unless pid's count still goes up.
+func (r *reports) counting(t *testing.T, pid int, after string) {
+	t.Helper()
+	a := r.next(t, pid, 10*time.Second)
+	if b := r.next(t, pid, 10*time.Second); b <= a {
+		t.Fatalf("pid %d stopped counting after %s: %d then %d", pid, after, a, b)
+	}
+}
+
+func TestLeaveRunningThenRestore(t *testing.T) {
+	bin, ctx, rep, pid := countingChild(t)
 	img := t.TempDir()
 	if err := Dump(ctx, pid, img, Options{Binary: bin, LeaveRunning: true}); err != nil {
 		t.Fatalf("dump: %v", err)
 	}
 	// The original goes on counting...
-	a := rep.next(t, pid, 10*time.Second)
-	if b := rep.next(t, pid, 10*time.Second); b <= a {
-		t.Fatalf("original stopped counting after a leave-running dump: %d then %d", a, b)
-	}
+	rep.counting(t, pid, "a leave-running dump")
 	// ...and a copy runs beside it.
 	p, err := Restore(ctx, img, Options{Binary: bin})
 	if err != nil {
