@@ -191,7 +191,7 @@ func (c *Copier) stage(ctx context.Context, snap *devstore.Snapshot) (api.Precop
 	// needs them, and with them the store and the link can each take
 	// the blocks from memory at once, side by side, instead of the link
 	// waiting for the store and then reading the blocks back from it.
-	ds := digestBlocks(snap, spans, send, chunks)
+	ds, data := digestBlocks(snap, spans, send, chunks)
 	full := *l
 	full.Base, full.Changed = 0, nil
 	full.Sent = make([]byte, len(l.Sent))
@@ -216,11 +216,11 @@ func (c *Copier) stage(ctx context.Context, snap *devstore.Snapshot) (api.Precop
 	)
 	wg.Go(func() {
 		t0 := time.Now()
-		putErr = c.put(ctx, snap, spans, send, chunks, ds)
+		putErr = c.put(ctx, ds, data)
 		r.StoreMS = time.Since(t0).Milliseconds()
 	})
 	wg.Go(func() {
-		r.SentBytes, sendErr = c.send(ctx, snap, spans, send, chunks, ds)
+		r.SentBytes, sendErr = c.send(ctx, ds, data)
 		r.SendMS = time.Since(t1).Milliseconds()
 	})
 	wg.Wait()
@@ -289,8 +289,9 @@ func (c *Copier) WaitLast() int64 {
 
 // digestBlocks fills in the chunk of every sent block (a zero block is
 // Zero, any other its digest) on every core, and returns the distinct
-// digests in the order of first use.
-func digestBlocks(snap *devstore.Snapshot, spans []devmem.BlockSpan, send []int, chunks []images.Chunk) []store.Digest {
+// digests in the order of first use with the content of the first sent
+// block that has each.
+func digestBlocks(snap *devstore.Snapshot, spans []devmem.BlockSpan, send []int, chunks []images.Chunk) ([]store.Digest, map[store.Digest][]byte) {
 	_ = devmem.Parallel(len(send), func(k int) error {
 		i := send[k]
 		s := spans[i]
@@ -303,40 +304,23 @@ func digestBlocks(snap *devstore.Snapshot, spans []devmem.BlockSpan, send []int,
 		}
 		return nil
 	})
-	seen := map[store.Digest]bool{}
 	var ds []store.Digest
+	data := map[store.Digest][]byte{}
 	for _, i := range send {
-		if ch := chunks[i]; !ch.Zero && !seen[ch.Digest] {
-			seen[ch.Digest] = true
+		if ch := chunks[i]; !ch.Zero && data[ch.Digest] == nil {
+			s := spans[i]
+			data[ch.Digest] = snap.Data[s.FileOff : s.FileOff+int64(s.Len)]
 			ds = append(ds, ch.Digest)
 		}
 	}
-	return ds
-}
-
-// blockOf returns, for each digest of ds, the content of the first sent
-// block that has it.
-func blockOf(snap *devstore.Snapshot, spans []devmem.BlockSpan, send []int, chunks []images.Chunk, ds []store.Digest) map[store.Digest][]byte {
-	m := make(map[store.Digest][]byte, len(ds))
-	for _, i := range send {
-		ch := chunks[i]
-		if ch.Zero {
-			continue
-		}
-		if _, ok := m[ch.Digest]; !ok {
-			s := spans[i]
-			m[ch.Digest] = snap.Data[s.FileOff : s.FileOff+int64(s.Len)]
-		}
-	}
-	return m
+	return ds, data
 }
 
 // put stores the chunks ds of the sent blocks as pending chunks, on
 // every core, and holds them from gc until Close.
-func (c *Copier) put(ctx context.Context, snap *devstore.Snapshot, spans []devmem.BlockSpan, send []int, chunks []images.Chunk, ds []store.Digest) error {
+func (c *Copier) put(ctx context.Context, ds []store.Digest, data map[store.Digest][]byte) error {
 	in := c.Store.NewIngest()
 	defer in.Abort()
-	data := blockOf(snap, spans, send, chunks, ds)
 	const seg = 16
 	err := devmem.Parallel((len(ds)+seg-1)/seg, func(k int) error {
 		part := ds[k*seg : min(len(ds), (k+1)*seg)]
@@ -371,7 +355,7 @@ func (c *Copier) put(ctx context.Context, snap *devstore.Snapshot, spans []devme
 
 // send streams to the target, straight from the round's memory, the
 // chunks of ds it lacks, and returns the bytes that crossed.
-func (c *Copier) send(ctx context.Context, snap *devstore.Snapshot, spans []devmem.BlockSpan, send []int, chunks []images.Chunk, ds []store.Digest) (int64, error) {
+func (c *Copier) send(ctx context.Context, ds []store.Digest, data map[store.Digest][]byte) (int64, error) {
 	if len(ds) == 0 {
 		return 0, nil
 	}
@@ -387,7 +371,6 @@ func (c *Copier) send(ctx context.Context, snap *devstore.Snapshot, spans []devm
 	if len(missing) == 0 {
 		return 0, nil
 	}
-	data := blockOf(snap, spans, send, chunks, ds)
 	want := make([]store.Digest, len(missing))
 	bs := make([][]byte, len(missing))
 	for i, d := range missing {
