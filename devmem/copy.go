@@ -73,14 +73,45 @@ type prepared struct {
 	err    error // the first pinning failure (copies then go through the backend's buffers)
 }
 
-// prepare faults in (when populate) and, when pin, pins the
-// backend.PinPart parts of data that the pieces touch, on every core. A
+// prepare faults in the pieces' pages (when populate) and, when pin, pins
+// the backend.PinPart parts of data that the pieces touch, on every core. A
 // part that cannot be pinned is copied the slow way; nothing fails here.
 func prepare(ctx context.Context, dev backend.DeviceMemory, data []byte, ps []piece, populate, pin bool) *prepared {
 	pr := &prepared{}
 	pinner, canPin := dev.(backend.HostPinner)
 	canPin = canPin && pin
 	if len(ps) == 0 || (!canPin && !populate) {
+		return pr
+	}
+	var mu sync.Mutex
+	if populate {
+		// Large pages where the host offers them for shared memory:
+		// fewer faults and page-table entries. Harmless when refused.
+		_ = unix.Madvise(data, unix.MADV_HUGEPAGE)
+		// Fault the pieces' pages in now, a few MiB a core at a time on
+		// every core, rather than one by one under the copies (fresh
+		// memfd pages fill at about 1.4 GB/s a core on the GPU hosts;
+		// whole pinning parts left a small copy to one core). A kernel
+		// without it faults them in during the copies.
+		const slice = 4 << 20
+		var slices [][2]int64
+		for _, p := range ps {
+			for off := p.fileOff; off < p.fileOff+int64(p.n); off += slice {
+				slices = append(slices, [2]int64{off, min(off+slice, p.fileOff+int64(p.n))})
+			}
+		}
+		_ = Parallel(len(slices), func(i int) error {
+			if err := unix.Madvise(data[slices[i][0]:slices[i][1]], unix.MADV_POPULATE_WRITE); err != nil && !errors.Is(err, unix.EINVAL) {
+				mu.Lock()
+				if pr.err == nil {
+					pr.err = err
+				}
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	if !canPin {
 		return pr
 	}
 	var parts []int64
@@ -90,29 +121,9 @@ func prepare(ctx context.Context, dev backend.DeviceMemory, data []byte, ps []pi
 			parts = append(parts, k)
 		}
 	}
-	if populate {
-		// Large pages where the host offers them for shared memory:
-		// fewer faults and page-table entries. Harmless when refused.
-		_ = unix.Madvise(data, unix.MADV_HUGEPAGE)
-	}
-	var mu sync.Mutex
 	_ = Parallel(len(parts), func(i int) error {
 		lo := parts[i] * backend.PinPart
 		b := data[lo:min(lo+backend.PinPart, int64(len(data)))]
-		if populate {
-			// Fault the pages in now, on every core, rather than one by
-			// one under the copies; a kernel without it faults them then.
-			if err := unix.Madvise(b, unix.MADV_POPULATE_WRITE); err != nil && !errors.Is(err, unix.EINVAL) {
-				mu.Lock()
-				if pr.err == nil {
-					pr.err = err
-				}
-				mu.Unlock()
-			}
-		}
-		if !canPin {
-			return nil
-		}
 		unpin, err := pinner.PinHost(ctx, b)
 		mu.Lock()
 		defer mu.Unlock()
