@@ -667,6 +667,8 @@ func (p *Pipeline) store(ctx context.Context, dir string, meta images.Meta, snap
 	if t, err := devstore.TableOf(snap, m); err == nil {
 		p.Mem.Remember(meta.Session, t)
 	}
+	p.log().Info("image stored", "session", meta.Session, "image", m.ID, "bytes", stats.LogicalBytes, "stored", stats.StoredBytes,
+		"zero", stats.ZeroBytes, "took", stats.Duration, "index", stats.Index)
 	return m, stats, nil
 }
 

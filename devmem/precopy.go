@@ -134,7 +134,7 @@ func (t *Tracker) Precopy(ctx context.Context, dev backend.DeviceMemory, between
 			return nil, Saved{}, fmt.Errorf("map the memfd: %w", err)
 		}
 		err = t.precopyPieces(ctx, dev, hold, l, spans, ps, data, next, gone)
-		_ = unix.Munmap(data)
+		t.unmapLater(data)
 		if err != nil {
 			return nil, Saved{}, err
 		}

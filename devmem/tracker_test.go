@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"unsafe"
@@ -307,5 +308,35 @@ func TestSaveIntoScratch(t *testing.T) {
 	}
 	if !bytes.Equal(fileData(t, f, sv), all) {
 		t.Fatal("the memfd does not hold the device's memory")
+	}
+}
+
+// TestSettleLeavesNoMapping checks what a dump relies on: once Settle
+// returns, no mapping of a save's or a reload's memfd is left in the
+// process (the unmaps run on threads of their own, off the session's
+// wait), whatever the copies did.
+func TestSettleLeavesNoMapping(t *testing.T) {
+	ctx := context.Background()
+	fd := newFakeDev(80<<20, 3<<20)
+	tr := NewTracker()
+	want := fd.snapshot()
+	f, sv, err := tr.Save(ctx, fd, SaveRequest{All: true, Release: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := tr.Reload(ctx, fd, f, sv.LayoutOff, sv.LayoutLen); err != nil {
+		t.Fatal(err)
+	}
+	fd.equal(t, want)
+	tr.Settle()
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(maps), "\n") {
+		if strings.Contains(line, "memfd:gpuctl-devmem") {
+			t.Errorf("a memfd mapping is left after Settle: %s", line)
+		}
 	}
 }

@@ -28,6 +28,10 @@ type Stats struct {
 	Chunks       int           `json:"chunks"`       // non-zero chunks, with repeats
 	NewChunks    int           `json:"new_chunks"`   // chunks the store did not have
 	Duration     time.Duration `json:"duration_ns"`
+	// Index is the part of Duration spent making the new packs durable
+	// and indexing the image in one transaction; the rest is reading,
+	// chunking, hashing and compressing (or receiving, for an import).
+	Index time.Duration `json:"index_ns"`
 }
 
 // Commit chunks and stores every file under srcDir and indexes the image
@@ -294,7 +298,10 @@ func (c *commit) index(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.in.Commit(ctx, rec)
+	t0 := time.Now()
+	err = c.in.Commit(ctx, rec)
+	c.stats.Index = time.Since(t0)
+	return err
 }
 
 // commitSegment is how much of a file one worker chunks at a time: small

@@ -193,7 +193,7 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 		if err != nil {
 			return err
 		}
-		log.Info("image imported", "image", m.ID, "bytes", stats.LogicalBytes, "stored", stats.StoredBytes, "took", time.Since(start))
+		log.Info("image imported", "image", m.ID, "bytes", stats.LogicalBytes, "stored", stats.StoredBytes, "took", time.Since(start), "index", stats.Index)
 		if opts.Imported != nil {
 			opts.Imported(r.Context(), info)
 		}

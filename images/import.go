@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/store"
@@ -124,7 +125,10 @@ func importImage(ctx context.Context, st *store.Store, r io.Reader, opts ImportO
 	if err != nil {
 		return m, stats, err
 	}
-	return m, stats, in.Commit(ctx, rec)
+	t0 := time.Now()
+	err = in.Commit(ctx, rec)
+	stats.Index = time.Since(t0)
+	return m, stats, err
 }
 
 // acceptOwner checks that the caller may import an image of m's owner,

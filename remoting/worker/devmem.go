@@ -141,13 +141,16 @@ func (w *worker) memReload(f *os.File, at *[2]int64) error {
 	if err != nil {
 		return err
 	}
+	t0 := time.Now()
 	w.thread.run(func() { err = w.mem.Reload(context.Background(), dm, f, at[0], at[1]) })
+	took := time.Since(t0)
 	if err != nil {
 		return fmt.Errorf("reload device memory: %w", err)
 	}
 	st := w.mem.LastReload
 	ms := func(ns int64) string { return fmt.Sprintf("%.1f", float64(ns)/1e6) }
-	w.log.Info("device memory reloaded", "bytes", st.Bytes, "copied", st.Copied, "back_ms", ms(st.BackNS), "scan_ms", ms(st.ScanNS),
+	w.log.Info("device memory reloaded", "bytes", st.Bytes, "copied", st.Copied, "took_ms", ms(took.Nanoseconds()),
+		"layout_ms", ms(st.LayoutNS), "regions_ms", ms(st.RegionsNS), "back_ms", ms(st.BackNS), "map_ms", ms(st.MapNS), "scan_ms", ms(st.ScanNS),
 		"pin_ms", ms(st.PinNS), "copy_ms", ms(st.CopyNS), "unpin_ms", ms(st.UnpinNS), "untrim_ms", ms(st.UntrimNS))
 	return nil
 }

@@ -338,6 +338,11 @@ func (w *worker) run() int {
 			f = nil
 		case opDetach:
 			if err = checkNonce(req.Nonce); err == nil {
+				// The dump follows: no memfd mapping of a save or a
+				// reload may still be there for CRIU to find.
+				if w.mem != nil {
+					w.mem.Settle()
+				}
 				_ = w.send(r, -1)
 				w.detach(req.Nonce)
 				continue
