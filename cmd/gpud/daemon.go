@@ -233,6 +233,11 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 		go d.preempt.Run(pctx, 2*time.Second)
 	}
 
+	if cfg.debugAddr != "" {
+		if err := serveDebug(ctx, cfg.debugAddr, log); err != nil {
+			return errs.Wrap(err, errs.Unavailable, "", "serve the profiler on --debug-addr %s", cfg.debugAddr)
+		}
+	}
 	clientLn, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return errs.Wrap(err, errs.Unavailable, "", "listen for clients on --listen %s", cfg.listen)

@@ -92,6 +92,9 @@ type config struct {
 	// stageMaxBytes bounds the device memory staged in memory for the
 	// restores of sessions migrating here (package migrate/stage).
 	stageMaxBytes int64
+	// debugAddr, when set, serves Go's profiler (net/http/pprof) there,
+	// on a loopback address only: it has no authentication.
+	debugAddr string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -124,6 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.preempt, "preempt", true, "when an allocation does not fit on the device, preempt sessions of lower priority (checkpoint and release them, resuming them when they fit again); false: the allocation fails")
 	fs.Uint64Var(&c.preemptMem, "preempt-mem", 0, "with --preempt, the device memory in bytes that sessions share before gpud preempts (default: the GPU's size, or --emulated-mem)")
 	fs.Int64Var(&c.stageMaxBytes, "stage-max-bytes", stage.DefaultMax(), "bound of the pre-copied device memory kept in memory for the restores of sessions migrating here, in bytes (default: a quarter of the host's memory); 0 stages nothing")
+	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's profiler (/debug/pprof/) on this loopback `HOST:PORT`, for finding where a slow step's time goes; it has no authentication, so only loopback addresses are taken")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: gpud --listen HOST:PORT --api HOST:PORT --state-dir DIR [--backend auto|emulated|cuda] [--token-file FILE] [--tenants FILE] [--name NAME] [--tls-cert FILE --tls-key FILE] [--tls-ca FILE] [--registry URLS [--replicas K]]\n       gpud registry --data-dir DIR --listen HOST:PORT")
@@ -145,6 +149,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.stageMaxBytes < 0 {
 		return c, errors.New("--stage-max-bytes must be 0 (off) or a positive size")
+	}
+	if c.debugAddr != "" {
+		if err := checkLoopback(c.debugAddr); err != nil {
+			return c, fmt.Errorf("--debug-addr %s: %w", c.debugAddr, err)
+		}
 	}
 	if c.moduleCacheBytes < 0 {
 		return c, errors.New("--module-cache-bytes must be 0 (off) or a positive size")

@@ -31,6 +31,10 @@ func TestParseFlags(t *testing.T) {
 		{"registry ttl too short", append(base, "--registry", "10.0.0.1:2379", "--registry-ttl", "500ms"), "--registry-ttl must be 2s or more"},
 		{"replicas without registry", append(base, "--replicas", "1"), "--replicas needs --registry"},
 		{"negative replicas", append(base, "--registry", "10.0.0.1:2379", "--replicas", "-1"), "must not be negative"},
+		{"profiler on loopback", append(base, "--debug-addr", "127.0.0.1:6060"), ""},
+		{"profiler on localhost", append(base, "--debug-addr", "localhost:6060"), ""},
+		{"profiler on every address", append(base, "--debug-addr", "0.0.0.0:6060"), "not a loopback address"},
+		{"profiler without port", append(base, "--debug-addr", "127.0.0.1"), "--debug-addr 127.0.0.1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parseFlags(tc.args, io.Discard)
