@@ -76,14 +76,17 @@ type exportPlan struct {
 // (an `images rm` while the export streams must not cut it short) until
 // writeExport ends or release is called.
 func planExport(ctx context.Context, st *store.Store, id string, only map[store.Digest]bool) (exportPlan, error) {
-	m, err := Get(ctx, st, id)
+	m, body, err := getEncoded(ctx, st, id)
 	if err != nil {
 		return exportPlan{}, err
 	}
-	body, err := encodeManifest(m)
-	if err != nil {
-		return exportPlan{}, err
-	}
+	return planExportOf(ctx, st, m, body, only)
+}
+
+// planExportOf is planExport for a manifest read already (m, and body as
+// stored).
+func planExportOf(ctx context.Context, st *store.Store, m *Manifest, body []byte, only map[store.Digest]bool) (exportPlan, error) {
+	id := m.ID
 	refs, _ := m.Refs()
 	if only != nil {
 		sel := refs[:0:0]
@@ -147,6 +150,15 @@ func export(ctx context.Context, st *store.Store, id string, w io.Writer, only m
 		return 0, err
 	}
 	return writeExport(ctx, st, id, p, w, progress)
+}
+
+// exportOf is export for a manifest read already.
+func exportOf(ctx context.Context, st *store.Store, m *Manifest, body []byte, w io.Writer, only map[store.Digest]bool, progress store.Progress) (int64, error) {
+	p, err := planExportOf(ctx, st, m, body, only)
+	if err != nil {
+		return 0, err
+	}
+	return writeExport(ctx, st, m.ID, p, w, progress)
 }
 
 func writeExport(ctx context.Context, st *store.Store, id string, p exportPlan, w io.Writer, progress store.Progress) (int64, error) {

@@ -125,8 +125,15 @@ func (c Chunk) MarshalJSON() ([]byte, error) {
 	return append(b, ']'), nil
 }
 
-// UnmarshalJSON reads the form MarshalJSON writes.
+// UnmarshalJSON reads the form MarshalJSON writes. That exact form is
+// parsed by hand: an 8 GiB image lists about 14,000 chunks, and decoding
+// each through encoding/json three times made a manifest's decode most of
+// a migration's push (it is decoded by the push, the target's import and
+// its restore). Anything else valid goes the general way.
 func (c *Chunk) UnmarshalJSON(b []byte) error {
+	if parseChunk(b, c) {
+		return nil
+	}
 	var v []json.RawMessage
 	if err := json.Unmarshal(b, &v); err != nil || len(v) < 1 || len(v) > 2 {
 		return fmt.Errorf("chunk %s: want [size] or [size, digest]", clipJSON(b))
@@ -147,6 +154,38 @@ func (c *Chunk) UnmarshalJSON(b []byte) error {
 		c.Digest = d
 	}
 	return nil
+}
+
+// parseChunk parses [SIZE] or [SIZE,"DIGEST"] with no spaces, SIZE at
+// most 18 digits, DIGEST in hex; it reports false for anything else,
+// which the caller then parses in full (and refuses with a reason).
+func parseChunk(b []byte, c *Chunk) bool {
+	if len(b) < 3 || b[0] != '[' || b[len(b)-1] != ']' {
+		return false
+	}
+	b = b[1 : len(b)-1]
+	var size int64
+	i := 0
+	for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+		size = size*10 + int64(b[i]-'0')
+	}
+	if i == 0 || i > 18 || (b[0] == '0' && i > 1) {
+		return false
+	}
+	if i == len(b) {
+		*c = Chunk{Size: size, Zero: true}
+		return true
+	}
+	var d store.Digest
+	rest := b[i:]
+	if len(rest) != 3+hex.EncodedLen(len(d)) || rest[0] != ',' || rest[1] != '"' || rest[len(rest)-1] != '"' {
+		return false
+	}
+	if _, err := hex.Decode(d[:], rest[2:len(rest)-1]); err != nil {
+		return false
+	}
+	*c = Chunk{Size: size, Digest: d}
+	return true
 }
 
 func clipJSON(b []byte) string {

@@ -3,6 +3,7 @@ package images
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"github.com/gpuctl/gpuctl/api"
 	"path/filepath"
@@ -199,5 +200,54 @@ func TestOldImageRestores(t *testing.T) {
 	raw, err := dec.DecodeAll(body, nil)
 	if err != nil || !bytes.Contains(raw, []byte(`"version":2`)) || bytes.Contains(raw, []byte("gpuctl.gpus")) {
 		t.Errorf("the imported copy's manifest: %s, %v", raw, err)
+	}
+}
+
+// TestChunkJSON checks the hand-parsed form of a chunk against the
+// general decoder: the forms MarshalJSON writes come out the same, other
+// valid spellings still decode, and malformed ones are refused.
+func TestChunkJSON(t *testing.T) {
+	var d store.Digest
+	for i := range d {
+		d[i] = byte(i * 7)
+	}
+	hexd := hex.EncodeToString(d[:])
+	for _, tc := range []struct {
+		name, in string
+		want     Chunk
+		err      bool
+	}{
+		{"zero", `[65536]`, Chunk{Size: 65536, Zero: true}, false},
+		{"digest", `[1048576,"` + hexd + `"]`, Chunk{Size: 1 << 20, Digest: d}, false},
+		{"spaces", `[ 1048576 , "` + hexd + `" ]`, Chunk{Size: 1 << 20, Digest: d}, false},
+		{"upper-case digest", `[7,"` + strings.ToUpper(hexd) + `"]`, Chunk{Size: 7, Digest: d}, false},
+		{"size 0", `[0]`, Chunk{Size: 0, Zero: true}, false},
+		{"short digest", `[7,"abcd"]`, Chunk{}, true},
+		{"not hex", `[7,"` + strings.Repeat("zz", len(d)) + `"]`, Chunk{}, true},
+		{"three fields", `[7,"` + hexd + `",1]`, Chunk{}, true},
+		{"empty", `[]`, Chunk{}, true},
+		{"size a string", `["7"]`, Chunk{}, true},
+		{"leading zero", `[07]`, Chunk{}, true},
+		{"too large", `[123456789012345678901234]`, Chunk{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c Chunk
+			err := c.UnmarshalJSON([]byte(tc.in))
+			if tc.err {
+				if err == nil {
+					t.Fatalf("%s decoded to %+v; want an error", tc.in, c)
+				}
+				return
+			}
+			if err != nil || c != tc.want {
+				t.Fatalf("%s: %+v, %v; want %+v", tc.in, c, err, tc.want)
+			}
+			// What MarshalJSON writes reads back the same.
+			b, _ := tc.want.MarshalJSON()
+			var back Chunk
+			if err := back.UnmarshalJSON(b); err != nil || back != tc.want {
+				t.Fatalf("round trip of %s: %+v, %v", b, back, err)
+			}
+		})
 	}
 }

@@ -47,21 +47,29 @@ func List(ctx context.Context, st *store.Store) ([]api.Image, error) {
 
 // Get returns an image's manifest, validated.
 func Get(ctx context.Context, st *store.Store, id string) (*Manifest, error) {
+	m, _, err := getEncoded(ctx, st, id)
+	return m, err
+}
+
+// getEncoded is Get that also returns the manifest as stored, encoded as
+// encodeManifest encodes it (every stored manifest was written by record,
+// in the current version): an export sends those bytes as they are.
+func getEncoded(ctx context.Context, st *store.Store, id string) (*Manifest, []byte, error) {
 	if err := ids.CheckImage(id); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	_, body, err := st.GetImage(ctx, id)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	m, err := decodeManifest(body)
 	if err != nil {
-		return nil, errs.Wrap(err, errs.DataLoss, errs.Image(id), "stored manifest unreadable")
+		return nil, nil, errs.Wrap(err, errs.DataLoss, errs.Image(id), "stored manifest unreadable")
 	}
 	if err := visible(ctx, id, m.Tenant); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return m, nil
+	return m, body, nil
 }
 
 // Stat returns an image's summary.

@@ -45,7 +45,9 @@ func apiDigests(ds []store.Digest) []api.Digest {
 // the bytes sent. If the peer collected a chunk between the question and
 // the stream, it asks once more.
 func Push(ctx context.Context, st *store.Store, id string, peer *control.Client, progress store.Progress) (int64, error) {
-	m, err := Get(ctx, st, id)
+	// Read once: a large image's manifest takes tens of milliseconds to
+	// decode, and the push is in a migration's downtime.
+	m, body, err := getEncoded(ctx, st, id)
 	if err != nil {
 		return 0, err
 	}
@@ -60,7 +62,7 @@ func Push(ctx context.Context, st *store.Store, id string, peer *control.Client,
 		for _, d := range missing {
 			only[store.Digest(d)] = true
 		}
-		n, err := pushStream(ctx, st, id, peer, only, progress)
+		n, err := pushStream(ctx, st, m, body, peer, only, progress)
 		sent += n
 		if errs.IsFailedPrecondition(err) && attempt == 0 {
 			continue
@@ -69,13 +71,14 @@ func Push(ctx context.Context, st *store.Store, id string, peer *control.Client,
 	}
 }
 
-func pushStream(ctx context.Context, st *store.Store, id string, peer *control.Client, only map[store.Digest]bool, progress store.Progress) (int64, error) {
+func pushStream(ctx context.Context, st *store.Store, m *Manifest, body []byte, peer *control.Client, only map[store.Digest]bool, progress store.Progress) (int64, error) {
+	id := m.ID
 	pr, pw := io.Pipe()
 	var n int64
 	done := make(chan error, 1)
 	go func() {
 		var err error
-		n, err = export(ctx, st, id, pw, only, progress)
+		n, err = exportOf(ctx, st, m, body, pw, only, progress)
 		pw.CloseWithError(err)
 		done <- err
 	}()
