@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -153,9 +154,17 @@ func Restore(ctx context.Context, dir string, o Options) (int, error) {
 		// A mount namespace is rebuilt under a root CRIU must be told.
 		opts.Root = proto.String("/")
 	}
-	resp, err := call(ctx, bin, &rpc.CriuReq{Type: rpc.CriuReqType_RESTORE.Enum(), Opts: opts})
+	// A restore that stops making progress is ended like a dump: its
+	// log and what CRIU's processes read (the images) stand still.
+	var pgid atomic.Int64
+	logPath := dirs.logPath(RestoreLog)
+	wctx, stop := criubin.WatchProgress(ctx, "restore", logPath, func() int64 {
+		return criubin.FileSize(logPath) + criubin.GroupIO(int(pgid.Load()))
+	}, o.stall(), time.Second)
+	defer stop()
+	resp, err := callStarted(wctx, bin, &rpc.CriuReq{Type: rpc.CriuReqType_RESTORE.Enum(), Opts: opts}, func(pid int) { pgid.Store(int64(pid)) })
 	if err != nil {
-		return 0, dirs.fail("restore", RestoreLog, err)
+		return 0, dirs.fail("restore", RestoreLog, criubin.Stalled(wctx, err))
 	}
 	pid := int(resp.GetRestore().GetPid())
 	if pid <= 0 {

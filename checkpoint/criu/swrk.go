@@ -23,6 +23,12 @@ const maxResp = 64 << 10
 // call runs one request against a fresh `criu swrk` and returns CRIU's
 // final response. CRIU is reaped on every path.
 func call(ctx context.Context, bin string, req *rpc.CriuReq) (*rpc.CriuResp, error) {
+	return callStarted(ctx, bin, req, nil)
+}
+
+// callStarted is call that tells started, when set, the PID of the CRIU
+// process, which leads its own process group, once it runs.
+func callStarted(ctx context.Context, bin string, req *rpc.CriuReq, started func(pid int)) (*rpc.CriuResp, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -49,6 +55,9 @@ func call(ctx context.Context, bin string, req *rpc.CriuReq) (*rpc.CriuResp, err
 	}
 	// Only CRIU holds its end now: if it dies, our reads see EOF.
 	theirs.Close()
+	if started != nil {
+		started(cmd.Process.Pid)
+	}
 
 	done := make(chan struct{})
 	go func() {

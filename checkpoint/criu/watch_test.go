@@ -2,6 +2,11 @@ package criu
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,4 +36,68 @@ func TestDumpStallLetsTheTaskGo(t *testing.T) {
 	}
 	// Either way the task runs on.
 	rep.counting(t, pid, "the dump")
+}
+
+// TestRestoreStallIsStopped restores an image where the restore waits
+// for a breakpoint trap that never comes (an operator's CRIU_FAULT=129 on
+// a host whose breakpoints do not trap): the watchdog ends the restore
+// with criubin.ErrStalled instead of leaving the caller waiting for good.
+// Where breakpoints work, the same restore simply succeeds.
+func TestRestoreStallIsStopped(t *testing.T) {
+	forced := !criubin.Breakpoints().Work
+	bin, ctx, _, pid := countingChild(t)
+	img := t.TempDir()
+	if err := Dump(ctx, pid, img, Options{Binary: bin}); err != nil {
+		t.Fatalf("dump: %v", err)
+	}
+	t.Setenv("CRIU_FAULT", "129")
+	t0 := time.Now()
+	p, err := Restore(ctx, img, Options{Binary: bin, LogDir: t.TempDir(), Stall: 3 * time.Second})
+	if !forced {
+		if err != nil {
+			t.Fatalf("restore with working breakpoints: %v", err)
+		}
+		reap(t, p)
+		return
+	}
+	var st *criubin.ErrStalled
+	if !errors.As(err, &st) {
+		t.Fatalf("restore that waits for a breakpoint trap returned %v, want criubin.ErrStalled", err)
+	}
+	if took := time.Since(t0); took > 30*time.Second {
+		t.Errorf("the stalled restore took %v to end, with a 3 s bound", took)
+	}
+	t.Logf("stopped after %v: %v", time.Since(t0).Round(time.Millisecond), err)
+	// The task CRIU had put back runs its own code again, as our child:
+	// end it.
+	for _, c := range liveChildren(t) {
+		_ = syscall.Kill(c, syscall.SIGKILL)
+		_, _ = syscall.Wait4(c, nil, 0, nil)
+	}
+}
+
+// liveChildren lists this process's children that have not exited.
+func liveChildren(t *testing.T) []int {
+	t.Helper()
+	es, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range es {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after it.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) > 1 && f[0] != "Z" && f[1] == strconv.Itoa(os.Getpid()) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 )
 
@@ -18,9 +21,9 @@ import (
 // not slow: the watchdog ends it (the call kills CRIU's process group,
 // which lets its tasks go) and the step fails with ErrStalled, which the
 // pipelines roll back like any failed dump (package criu's dumps, and
-// gpuctl job's, watch themselves this way). Restores are not watched: a
-// restore writes no images, and reading a large one can leave its log
-// quiet for longer than any fixed bound.
+// gpuctl job's, watch themselves this way). A restore writes no images,
+// and reading a large one can leave its log quiet: it is watched through
+// its log and what CRIU's processes read and write (GroupIO).
 
 // DefaultStall is how long a CRIU dump may go without writing to its log
 // or its images before it is taken for stuck.
@@ -34,6 +37,11 @@ type ErrStalled struct {
 }
 
 func (e *ErrStalled) Error() string {
+	if e.Op == "restore" {
+		// CRIU's processes are killed; a task it had put back by then
+		// runs its own code again, detached from everything.
+		return fmt.Sprintf("criu restore made no progress for %s and was stopped (its log ends: %q); the restore failed", e.For, e.Where)
+	}
 	return fmt.Sprintf("criu %s made no progress for %s and was stopped (its log ends: %q); the tasks were let go", e.Op, e.For, e.Where)
 }
 
@@ -41,12 +49,19 @@ func (e *ErrStalled) Error() string {
 // once neither the log at logPath nor the files in imagesDir have grown
 // for stall, checked every tick; stop ends the watch.
 func Watch(ctx context.Context, op, logPath, imagesDir string, stall, tick time.Duration) (context.Context, func()) {
+	return WatchProgress(ctx, op, logPath, func() int64 { return progress(logPath, imagesDir) }, stall, tick)
+}
+
+// WatchProgress is Watch with the measure of progress given: the call is
+// stuck once progress has returned the same value for stall. logPath
+// only names where the call stopped.
+func WatchProgress(ctx context.Context, op, logPath string, progress func() int64, stall, tick time.Duration) (context.Context, func()) {
 	wctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	go func() {
 		t := time.NewTicker(tick)
 		defer t.Stop()
-		last, since := progress(logPath, imagesDir), time.Now()
+		last, since := progress(), time.Now()
 		for {
 			select {
 			case <-done:
@@ -55,7 +70,7 @@ func Watch(ctx context.Context, op, logPath, imagesDir string, stall, tick time.
 				return
 			case <-t.C:
 			}
-			if p := progress(logPath, imagesDir); p != last {
+			if p := progress(); p != last {
 				last, since = p, time.Now()
 				continue
 			}
@@ -69,6 +84,49 @@ func Watch(ctx context.Context, op, logPath, imagesDir string, stall, tick time.
 		close(done)
 		cancel(nil)
 	}
+}
+
+// GroupIO is what the processes of process group pgid have read and
+// written (rchar and wchar of /proc/PID/io, summed): a restore reads its
+// images in CRIU's processes while its log can stay quiet.
+func GroupIO(pgid int) int64 {
+	if pgid <= 0 {
+		return 0
+	}
+	es, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, e := range es {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if g, err := syscall.Getpgid(pid); err != nil || g != pgid {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "io"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, ok := strings.Cut(line, ": ")
+			if ok && (k == "rchar" || k == "wchar") {
+				x, _ := strconv.ParseInt(v, 10, 64)
+				n += x
+			}
+		}
+	}
+	return n
+}
+
+// FileSize is the size of the file at p, or 0.
+func FileSize(p string) int64 {
+	if st, err := os.Stat(p); err == nil {
+		return st.Size()
+	}
+	return 0
 }
 
 // progress is how much CRIU has written: its log's size and the sizes of
