@@ -1,6 +1,7 @@
 package emulated
 
 import (
+	"os"
 	"slices"
 	"sync/atomic"
 
@@ -30,8 +31,23 @@ type allocation struct {
 	// allocation (see vmm.go).
 	resv *reservation
 	// mapped: data maps a reloaded memory file's pages (MapMem) rather
-	// than anonymous memory.
-	mapped bool
+	// than anonymous memory; mapFile says which file (its device and
+	// inode) and where in it.
+	mapped  bool
+	mapFile fileID
+	mapOff  int64
+}
+
+// fileID names a file by its device and inode, whatever descriptor has it
+// open.
+type fileID struct{ dev, ino uint64 }
+
+func fileIDOf(f *os.File) (fileID, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return fileID{}, err
+	}
+	return fileID{dev: st.Dev, ino: st.Ino}, nil
 }
 
 func (a *allocation) end() uint64 { return a.base + uint64(len(a.data)) }

@@ -78,6 +78,11 @@ type Device struct {
 	// because the snapshot's ReleaseMem may run on any goroutine.
 	parked *parking
 	snap   atomic.Pointer[snapshot]
+	// reuse is the memfd the last Unpark mapped back, which the next
+	// Park brings up to date instead of copying everything (park.go).
+	reuse *parkReuse
+	// LastPark says what the last Park copied.
+	LastPark ParkStats
 
 	// Memory pools (pools.go), virtual memory (vmm.go) and the queues of
 	// streams blocked on a stream wait (memops.go).
@@ -214,6 +219,7 @@ func (d *Device) Close() error {
 	d.pools, d.poolOf, d.poolDefault, d.poolCurrent = map[backend.MemPool]*mempool{}, map[uint64]*mempool{}, 0, 0
 	d.blocked = map[*blockQ]*context_{}
 	d.parked = nil
+	d.dropReuse()
 	if s := d.snap.Load(); s != nil {
 		_ = s.ReleaseMem(context.Background())
 	}

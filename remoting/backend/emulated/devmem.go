@@ -122,6 +122,9 @@ func hashBlocks(b []byte, block, seed uint64, out []uint64) error {
 // ReleaseMem gives every region's pages back to the host; they read as
 // zeros until written again.
 func (d *Device) ReleaseMem(context.Context) error {
+	// Nothing maps the last park's file after this: the next Park
+	// copies everything, and no descriptor of it may go into a dump.
+	d.dropReuse()
 	for _, a := range d.mem.allocs {
 		if a.resv == nil && a.mapped {
 			// A file's pages: MADV_DONTNEED would bring the file's
@@ -129,7 +132,7 @@ func (d *Device) ReleaseMem(context.Context) error {
 			if err := remapAnon(a.data); err != nil {
 				return cu.Errorf(cu.ErrorUnknown, "release allocation %#x: %v", a.base, err)
 			}
-			a.mapped = false
+			a.mapped, a.mapFile, a.mapOff = false, fileID{}, 0
 			continue
 		}
 		if a.resv == nil && len(a.data) > 0 {
@@ -168,10 +171,15 @@ func (d *Device) MapMem(_ context.Context, r backend.MemRegion, f *os.File, off 
 	if len(b) == 0 || off%int64(os.Getpagesize()) != 0 {
 		return cu.Errorf(cu.ErrorInvalidValue, "map region %#x at file offset %d", r.ID, off)
 	}
+	id, err := fileIDOf(f)
+	if err != nil {
+		return cu.Errorf(cu.ErrorUnknown, "map region %#x: stat the file: %v", r.ID, err)
+	}
 	if _, err := unix.MmapPtr(int(f.Fd()), off, unsafe.Pointer(&b[0]), uintptr(len(b)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_FIXED); err != nil {
 		return cu.Errorf(cu.ErrorUnknown, "map region %#x: %v", r.ID, err)
 	}
-	d.mem.find(r.ID).mapped = true
+	a := d.mem.find(r.ID)
+	a.mapped, a.mapFile, a.mapOff = true, id, off
 	return nil
 }
 

@@ -2,12 +2,14 @@ package emulated
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -23,6 +25,16 @@ import (
 // it, and a kept snapshot is the same file mapped read-only elsewhere.
 // Physical allocations of virtual memory management are shared memory
 // that other mappings alias, so they get their bytes copied back instead.
+//
+// After an Unpark the allocations map the file copy-on-write, so the file
+// still holds every page the client has not written since. The next Park
+// (when the regions are the same) therefore writes only the pages the
+// client wrote into that same file, found in /proc/self/pagemap as the
+// mapping's anonymous pages, and hands it out again: a checkpoint of an
+// idle session copies nothing, where copying all of it into a fresh memfd
+// took seconds a GiB on hosts whose fresh memory fills slowly. The worker
+// keeps its own descriptor of the file only between an Unpark and the
+// next Park or release, never across a dump.
 
 var _ backend.Parker = (*Device)(nil)
 
@@ -76,6 +88,13 @@ func (d *Device) Park(ctx context.Context) ([]*os.File, error) {
 		p.size += (int64(r.Size) + page - 1) &^ (page - 1)
 		src = append(src, b)
 	}
+	if files, err := d.parkInPlace(ctx, p, src); err == nil {
+		return files, nil
+	} else if d.reuse != nil {
+		d.log.Debug("the last park's file cannot be brought up to date; copying all of device memory", "err", err)
+	}
+	d.dropReuse()
+	d.LastPark = ParkStats{Copied: p.size}
 	fd, err := unix.MemfdCreate("gpuctl-parked", unix.MFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("park device memory: memfd: %w", err)
@@ -171,6 +190,7 @@ func (d *Device) Unpark(ctx context.Context, files []*os.File, keep bool) error 
 		return fmt.Errorf("unpark device memory: %w", err)
 	}
 	d.parked = nil
+	d.keepReuse(f, p)
 	if keep {
 		d.keepSnapshot(p, view)
 	} else {
@@ -337,4 +357,180 @@ func copyAll(dst, src [][]byte) {
 		})
 	}
 	wg.Wait()
+}
+
+// ParkStats says what a Park copied: Reused when it brought the last
+// Unpark's file up to date, Copied the bytes it wrote into the file.
+type ParkStats struct {
+	Reused bool
+	Copied int64
+}
+
+// parkReuse is the file the last Unpark mapped back (the worker's own
+// descriptor of it) and its layout.
+type parkReuse struct {
+	f  *os.File
+	id fileID
+	p  *parking
+}
+
+// keepReuse keeps a descriptor of f, which Unpark just mapped back with
+// layout p, for the next Park. Failing to keep one only costs that Park
+// a full copy.
+func (d *Device) keepReuse(f *os.File, p *parking) {
+	d.dropReuse()
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	own := os.NewFile(uintptr(fd), "parked-devmem")
+	id, err := fileIDOf(own)
+	if err != nil {
+		own.Close()
+		return
+	}
+	d.reuse = &parkReuse{f: own, id: id, p: p}
+}
+
+// dropReuse closes the worker's descriptor of the last park's file.
+func (d *Device) dropReuse() {
+	if d.reuse != nil {
+		d.reuse.f.Close()
+		d.reuse = nil
+	}
+}
+
+// parkInPlace parks into the last Unpark's file when the regions are
+// those it held, every allocation still mapping it where it did: the pages
+// the client wrote since (and the physical allocations, which are shared
+// memory, whole) are written into it, the regions released and the file
+// handed out again. It fails, changing nothing the session can see, when
+// the file cannot be reused; the caller then copies everything.
+func (d *Device) parkInPlace(ctx context.Context, p *parking, src [][]byte) ([]*os.File, error) {
+	ru := d.reuse
+	if ru == nil {
+		return nil, errors.New("no file kept from the last unpark")
+	}
+	if len(ru.p.regions) != len(p.regions) || ru.p.size != p.size {
+		return nil, errors.New("the regions changed since the last unpark")
+	}
+	for i, r := range p.regions {
+		if ru.p.regions[i] != r {
+			return nil, fmt.Errorf("region %#x changed since the last unpark", r.ID)
+		}
+		if r.Kind != backend.MemAlloc {
+			continue
+		}
+		if a := d.mem.find(r.ID); a == nil || !a.mapped || a.mapFile != ru.id || a.mapOff != r.off {
+			return nil, fmt.Errorf("allocation %#x no longer maps the last park's file", r.ID)
+		}
+	}
+	// The file is about to change: no snapshot of it may be read now.
+	d.dropSnapshot()
+	var copied int64
+	for i, r := range p.regions {
+		var (
+			n   int64
+			err error
+		)
+		if r.Kind == backend.MemAlloc {
+			n, err = writeDirty(ru.f, src[i], r.off)
+		} else {
+			n, err = int64(len(src[i])), pwriteAll(ru.f, src[i], r.off)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("bring region %#x of the last park's file up to date: %w", r.ID, err)
+		}
+		copied += n
+	}
+	fd, err := unix.FcntlInt(ru.f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("copy the descriptor of the parked memory: %w", err)
+	}
+	out := os.NewFile(uintptr(fd), "parked-devmem")
+	if err := d.ReleaseMem(ctx); err != nil {
+		// The file holds every region as it is: put them back from it.
+		view, merr := unix.Mmap(int(out.Fd()), 0, int(p.size), unix.PROT_READ, unix.MAP_SHARED)
+		if merr == nil {
+			merr = d.restoreParked(ctx, p, out, view)
+			_ = unix.Munmap(view)
+		}
+		out.Close()
+		if merr != nil {
+			return nil, fmt.Errorf("park device memory: release: %w; and putting it back: %v", err, merr)
+		}
+		return nil, fmt.Errorf("park device memory: release: %w", err)
+	}
+	d.parked = p
+	d.LastPark = ParkStats{Reused: true, Copied: copied}
+	return []*os.File{out}, nil
+}
+
+// Bits of a /proc/PID/pagemap entry.
+const (
+	pmPresent = 1 << 63
+	pmSwapped = 1 << 62
+	pmFile    = 1 << 61 // a page of a file (or shared memory), not anonymous
+)
+
+// writeDirty writes into f at off the pages of b, a private mapping of f
+// at off, that no longer come from the file: those the client wrote
+// (copy-on-write made them anonymous) and any of those swapped out. It
+// returns the bytes written.
+func writeDirty(f *os.File, b []byte, off int64) (int64, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	pm, err := os.Open("/proc/self/pagemap")
+	if err != nil {
+		return 0, err
+	}
+	defer pm.Close()
+	page := os.Getpagesize()
+	pages := (len(b) + page - 1) / page
+	start := uintptr(unsafe.Pointer(&b[0])) / uintptr(page)
+	const batch = 1 << 16 // entries read at once (512 KiB)
+	buf := make([]byte, 8*batch)
+	var written int64
+	run := -1 // first page of the run of dirty pages being gathered
+	flush := func(end int) error {
+		if run < 0 {
+			return nil
+		}
+		lo, hi := run*page, min(end*page, len(b))
+		run = -1
+		written += int64(hi - lo)
+		return pwriteAll(f, b[lo:hi], off+int64(lo))
+	}
+	for i := 0; i < pages; i += batch {
+		n := min(batch, pages-i)
+		if _, err := pm.ReadAt(buf[:8*n], int64(start+uintptr(i))*8); err != nil {
+			return written, fmt.Errorf("read the page map: %w", err)
+		}
+		for j := range n {
+			e := binary.LittleEndian.Uint64(buf[8*j:])
+			dirty := e&pmSwapped != 0 || (e&pmPresent != 0 && e&pmFile == 0)
+			switch {
+			case dirty && run < 0:
+				run = i + j
+			case !dirty:
+				if err := flush(i + j); err != nil {
+					return written, err
+				}
+			}
+		}
+	}
+	return written, flush(pages)
+}
+
+// pwriteAll writes all of b into f at off.
+func pwriteAll(f *os.File, b []byte, off int64) error {
+	for len(b) > 0 {
+		n, err := unix.Pwrite(int(f.Fd()), b, off)
+		if err != nil {
+			return err
+		}
+		b, off = b[n:], off+int64(n)
+	}
+	return nil
 }

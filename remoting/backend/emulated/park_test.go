@@ -445,3 +445,101 @@ func TestSnapshotReadsRaceRelease(t *testing.T) {
 		t.Errorf("a read racing the release read wrong bytes (%v)", err)
 	}
 }
+
+// TestParkInPlace: after an Unpark, the next Park of the same regions
+// writes only what the client wrote since into the same file (and the
+// physical memory, whole), and the file then holds every region as it is;
+// the snapshot of the earlier Park is gone before the file changes. A
+// change of the regions makes the Park copy everything again.
+func TestParkInPlace(t *testing.T) {
+	ctx := context.Background()
+	page := uint64(os.Getpagesize())
+	pd := newParkDevice(t, []uint64{3<<20 + 100, 5000, 1 << 20}, true)
+	d := pd.d
+	regs, err := d.MemRegions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := d.Park(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.LastPark.Reused || d.LastPark.Copied == 0 {
+		t.Fatalf("the first park: %+v, want a full copy", d.LastPark)
+	}
+	if err := d.Unpark(ctx, files, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		f.Close()
+	}
+	snap := d.MemSnapshot()
+	if snap == nil {
+		t.Fatal("no snapshot after Unpark with keep")
+	}
+
+	// The client writes two pages of the first allocation and one byte
+	// of the third.
+	mustPut(t, d, pd.c, pd.views[0].p+backend.DevPtr(5*page), pattern(int(2*page), 0x77))
+	mustPut(t, d, pd.c, pd.views[2].p+backend.DevPtr(10), []byte{0xee})
+	want := pd.regionData(t, regs)
+
+	files, err = d.Park(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var physBytes int64
+	for _, r := range regs {
+		if r.Kind == backend.MemPhysical {
+			physBytes += int64(r.Size)
+		}
+	}
+	if wantCopied := int64(3*page) + physBytes; !d.LastPark.Reused || d.LastPark.Copied != wantCopied {
+		t.Fatalf("the second park: %+v, want the last file brought up to date with %d bytes", d.LastPark, wantCopied)
+	}
+	buf := make([]byte, 8)
+	if err := snap.ReadMem(ctx, regs[0], 0, buf); !errors.Is(err, errSnapshotReleased) {
+		t.Fatalf("a read of the first park's snapshot after the second park: %v, want %v", err, errSnapshotReleased)
+	}
+	for i, r := range d.parked.regions {
+		got := make([]byte, r.Size)
+		if _, err := files[0].ReadAt(got, r.off); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want[i]) {
+			t.Fatalf("region %#x in the file after the second park is not the device's memory", r.ID)
+		}
+	}
+	pd.checkViews(t, "parked again", zeros(regs))
+	if err := d.Unpark(ctx, files, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		f.Close()
+	}
+	pd.checkViews(t, "unparked again", want)
+
+	// A new allocation: everything is copied into a new file.
+	p, err := d.MemAlloc(ctx, pd.c, 8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, d, pd.c, p, pattern(8192, 9))
+	files, err = d.Park(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.LastPark.Reused {
+		t.Fatalf("a park after a new allocation reused the last file: %+v", d.LastPark)
+	}
+	if err := d.Unpark(ctx, files, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		f.Close()
+	}
+	pd.checkViews(t, "unparked after a new allocation", want)
+	if got := mustGet(t, d, pd.c, p, 8192); !bytes.Equal(got, pattern(8192, 9)) {
+		t.Fatal("the new allocation reads wrong after its park")
+	}
+}
