@@ -14,6 +14,12 @@ rows=()
 stalls=()
 rounds=()
 steps=()
+ckpts=()
+# all_steps: every step of the JSON on stdin with its milliseconds.
+all_steps() {
+	tr -d '\n ' | grep -o '"step":"[^"]*","duration_ns":[0-9]*' |
+		sed 's/"step":"\([^"]*\)","duration_ns":\([0-9]*\)/\1 \2/' | awk '{ printf "%s%s %d", (NR > 1 ? ", " : ""), $1, $2 / 1e6 }'
+}
 # step_ms NAME: the duration of the first step called NAME in the JSON
 # on stdin (a migration's steps, then its target's), in ms.
 step_ms() {
@@ -49,6 +55,7 @@ for mib in ${BENCH_SIZES:-16 256 1024}; do
 	dump_ms=$(tr -d '\n' <<<"$c1" | grep -o '"step": *"dump", *"duration_ns": *[0-9]*' | grep -o '[0-9]*$' | awk '{printf "%d", $1/1e6}')
 	rows+=("$mib|$dump_ms|$(jnum duration_ms <<<"$c1")|$(jnum bytes <<<"$c1")|$(jnum stored_bytes <<<"$c1")|$(jnum stored_bytes <<<"$c2")|$(jnum duration_ms <<<"$rs")|$(jnum downtime_ms <<<"$mg")|$(jnum sent_bytes <<<"$mg")")
 	rounds+=("$mib MiB idle: $(rounds_of <<<"$mg")")
+	ckpts+=("$mib MiB, 1st: $(all_steps <<<"$c1")" "$mib MiB, 2nd: $(all_steps <<<"$c2")")
 	steps+=("$mib|$(step_ms freeze <<<"$mg")|$(step_ms save <<<"$mg")|$(step_ms push <<<"$mg")|$(step_ms restore <<<"$mg")|$(step_ms criu <<<"$mg")|$(step_ms memread <<<"$mg")|$(step_ms reload <<<"$mg")|$(jnum downtime_ms <<<"$mg")")
 	kill "$app" 2>/dev/null || true
 	wait "$app" 2>/dev/null || true
@@ -130,6 +137,10 @@ for r in "${steps[@]}"; do
 done
 echo "freeze: quiesce, save (hash all, copy what changed since the last round, release), dump, store; restore: B's checkout, criu, reattach, reload."
 echo "memread@B: reading device memory for the reload (the staged file, and the store for what the freeze changed), beside criu."
+
+echo
+bold "== where the --leave-running checkpoints' time goes (ms; the stall is quiesce through resume)"
+for r in "${ckpts[@]}"; do echo "  $r"; done
 
 echo
 bold "== pre-copy rounds (blocks changed, their bytes, the round's duration)"
