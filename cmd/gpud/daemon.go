@@ -234,7 +234,7 @@ func run(ctx context.Context, cfg config, stderr io.Writer) error {
 	}
 
 	if cfg.debugAddr != "" {
-		if err := serveDebug(ctx, cfg.debugAddr, log); err != nil {
+		if _, err := serveDebug(ctx, cfg.debugAddr, log); err != nil {
 			return errs.Wrap(err, errs.Unavailable, "", "serve the profiler on --debug-addr %s", cfg.debugAddr)
 		}
 	}

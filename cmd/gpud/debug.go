@@ -31,10 +31,10 @@ func checkLoopback(addr string) error {
 // checkpoint or a migration shows where its steps spend their time
 // (go tool pprof http://ADDR/debug/pprof/profile?seconds=10, or
 // /debug/pprof/trace for waits as well as work).
-func serveDebug(ctx context.Context, addr string, log *slog.Logger) error {
+func serveDebug(ctx context.Context, addr string, log *slog.Logger) (net.Addr, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -53,5 +53,5 @@ func serveDebug(ctx context.Context, addr string, log *slog.Logger) error {
 			log.Warn("profiler stopped", "err", err)
 		}
 	}()
-	return nil
+	return ln.Addr(), nil
 }
