@@ -76,6 +76,11 @@ type Restorer struct {
 	// gpud gives back what the admission took (the registry's record of
 	// the session as live here).
 	Unadmit func(images.Meta)
+	// Adopted, when set, is told of a restore whose session was adopted
+	// here: gpud ends the restore's window in the registry at once, so a
+	// session that ends before the next reconciliation round sees it is
+	// recorded as not live (it stayed live for the whole window).
+	Adopted func(images.Meta)
 	Log     *slog.Logger
 	// Mem reads an image's saved device memory (package devmem) out of
 	// the store for the restored worker to reload; nil restores only

@@ -72,6 +72,9 @@ func (s *Service) Restore(ctx context.Context, image string) (*api.RestoreReply,
 		}
 		return nil, errs.Wrap(err, errs.KindOf(err), errs.Image(image), "register restored session %s", res.Session)
 	}
+	if s.Restorer.Adopted != nil {
+		s.Restorer.Adopted(res.Meta)
+	}
 	if a, ok := s.Sessions.(attributeSetter); ok && (res.Meta.Priority != 0 || len(res.Meta.Labels) > 0) {
 		if err := a.SetAttributes(res.Session, res.Meta.Priority, res.Meta.Labels); err != nil {
 			s.log().Warn("restored session's priority and labels not recorded", "session", res.Session, "err", err)

@@ -556,6 +556,15 @@ func (d *daemon) unadmitImage(m images.Meta) {
 	d.cluster.restoreFailed(ctx, m.Session, m.ID)
 }
 
+// adoptedImage ends, on a clustered host, the restore window of a session
+// whose restore here succeeded: from now on the reconciliation rounds
+// know it as running here or as ended.
+func (d *daemon) adoptedImage(m images.Meta) {
+	if d.cluster != nil {
+		d.cluster.inRestore(m.Session, true)
+	}
+}
+
 // restoreFailed records session id, whose restore here from image failed
 // after the registry admitted it, as not live here: in that image, which
 // this host holds.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/registry"
 	"github.com/gpuctl/gpuctl/registry/registrytest"
 	"github.com/gpuctl/gpuctl/session"
@@ -308,5 +309,31 @@ func TestEndedSessionNotLive(t *testing.T) {
 	}
 	if len(a.c.liveHere) != 0 {
 		t.Errorf("still tracked as live here: %v", a.c.liveHere)
+	}
+}
+
+// TestRestoredSessionEndsBeforeARound: a session restored here whose
+// client ends it before the next reconciliation round has seen it running
+// is recorded as not live at that round, not left live for the whole
+// restore window.
+func TestRestoredSessionEndsBeforeARound(t *testing.T) {
+	ep := registrytest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id := fmt.Sprintf("s-%012x", time.Now().UnixNano()&0xffffffffffff)
+	a := newNode(t, ep, "a-"+id)
+	const image = "img-0000000000aa"
+	if err := a.c.admitRestore(ctx, id, image, 1); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{cluster: a.c}
+	d.adoptedImage(images.Meta{ID: image, Session: id}) // restored, then ended at once
+	m, err := session.NewManager(session.Config{Host: a.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.c.reconcileOnce(ctx, m)
+	if o, err := a.conn.Owner(ctx, id); err != nil || o.Host != a.name || o.Live {
+		t.Errorf("record of a restored session that ended before a round: %+v, %v; want owner %s, not live", o, err, a.name)
 	}
 }

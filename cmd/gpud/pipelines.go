@@ -64,7 +64,7 @@ func (d *daemon) routers() ([]router, error) {
 		Restorer: &restore.Restorer{
 			WorkDir: work, CRIU: crOpts, Store: imgs, Resumer: resumer, Reattach: d.manager,
 			Backend: d.workerOp.Backend, Log: d.log, Mem: mem,
-			Admit: d.admitImage, Unadmit: d.unadmitImage,
+			Admit: d.admitImage, Unadmit: d.unadmitImage, Adopted: d.adoptedImage,
 			Staged: func(session string) restore.Staging {
 				if g := staged.Take(session); g != nil {
 					return g
