@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -237,7 +238,11 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 		{Name: "criu",
 			Do: func(ctx context.Context) error {
 				var err error
-				pid, err = criu.Restore(ctx, imgDir, opts)
+				o := opts
+				// A restore that stalls leaves what it had put back
+				// running: the session's worker, which is killed.
+				o.Stray = func(args []string) bool { return isWorkerOf(args, meta.Session) }
+				pid, err = criu.Restore(ctx, imgDir, o)
 				return err
 			},
 			Undo: func(ctx context.Context) error { return kill(pid) }},
@@ -330,4 +335,15 @@ func kill(pid int) error {
 		}
 		return nil
 	}
+}
+
+// isWorkerOf reports whether args, a process's command line, is a gpud
+// worker of session (remoting/worker starts them as EXE worker ...
+// --session ID).
+func isWorkerOf(args []string, session string) bool {
+	if len(args) < 2 || args[1] != "worker" || session == "" {
+		return false
+	}
+	i := slices.Index(args, "--session")
+	return i > 0 && i+1 < len(args) && args[i+1] == session
 }

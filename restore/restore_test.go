@@ -214,3 +214,25 @@ func TestRestoreService(t *testing.T) {
 		t.Errorf("%d live children, want 1 (the adopted restore)", n)
 	}
 }
+
+// TestIsWorkerOf: a stalled restore kills only a worker of the image's
+// session (remoting/worker's command line), nothing else gpud runs.
+func TestIsWorkerOf(t *testing.T) {
+	const id = "s-0123456789ab"
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"/usr/bin/gpud", "worker", "--backend", "cuda", "--device", "0", "--session", id}, true},
+		{[]string{"/usr/bin/gpud", "worker", "--backend", "cuda", "--session", id, "--seed", "x"}, true},
+		{[]string{"/usr/bin/gpud", "worker", "--session", "s-999999999999"}, false},
+		{[]string{"/usr/bin/gpud", "--session", id}, false},
+		{[]string{"/usr/bin/gpud", "worker", "--session"}, false},
+		{[]string{"sleep", "10"}, false},
+		{nil, false},
+	} {
+		if got := isWorkerOf(tc.args, id); got != tc.want {
+			t.Errorf("isWorkerOf(%q) = %v, want %v", tc.args, got, tc.want)
+		}
+	}
+}

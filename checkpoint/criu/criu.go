@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -162,9 +163,21 @@ func Restore(ctx context.Context, dir string, o Options) (int, error) {
 		return criubin.FileSize(logPath) + criubin.GroupIO(int(pgid.Load()))
 	}, o.stall(), time.Second)
 	defer stop()
+	var before map[int]bool
+	if o.Stray != nil {
+		before = children()
+	}
 	resp, err := callStarted(wctx, bin, &rpc.CriuReq{Type: rpc.CriuReqType_RESTORE.Enum(), Opts: opts}, func(pid int) { pgid.Store(int64(pid)) })
 	if err != nil {
-		return 0, dirs.fail("restore", RestoreLog, criubin.Stalled(wctx, err))
+		err = criubin.Stalled(wctx, err)
+		var st *criubin.ErrStalled
+		if o.Stray != nil && errors.As(err, &st) {
+			// CRIU is gone; what it had put back runs its own code.
+			if killed := killNewChildren(before, o.Stray); len(killed) > 0 {
+				err = fmt.Errorf("%w; the tasks it had put back (pids %v) were killed", err, killed)
+			}
+		}
+		return 0, dirs.fail("restore", RestoreLog, err)
 	}
 	pid := int(resp.GetRestore().GetPid())
 	if pid <= 0 {
@@ -326,4 +339,56 @@ func LogExcerpt(path string) []string {
 		out = lines[max(0, len(lines)-3):]
 	}
 	return out
+}
+
+// children lists this process's live children.
+func children() map[int]bool {
+	out := map[int]bool{}
+	self := strconv.Itoa(os.Getpid())
+	es, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range es {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// PID (COMM) STATE PPID ...: COMM may hold anything, so the
+		// fields are taken after its last parenthesis.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 1 && f[0] != "Z" && f[1] == self {
+			out[pid] = true
+		}
+	}
+	return out
+}
+
+// killNewChildren kills and reaps the live children of this process that
+// are not in before and whose command line match accepts, and returns
+// their PIDs.
+func killNewChildren(before map[int]bool, match func(args []string) bool) []int {
+	var killed []int
+	for pid := range children() {
+		if before[pid] {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		if err != nil || !match(strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")) {
+			continue
+		}
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			_, _ = syscall.Wait4(pid, nil, 0, nil)
+			killed = append(killed, pid)
+		}
+	}
+	return killed
 }

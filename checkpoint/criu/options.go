@@ -26,6 +26,11 @@ type Options struct {
 	// Stall ends a dump whose log and image files have not grown for
 	// this long (criubin.Watch). Zero means criubin.DefaultStall.
 	Stall time.Duration
+	// Stray, when set, names the tasks a restore that stalled may have
+	// put back by then: children of this process that appeared during the
+	// restore and whose command line Stray accepts are killed and reaped
+	// (a restore's root task is this process's child). Nil leaves them.
+	Stray func(args []string) bool
 
 	// LeaveRunning keeps the dumped tasks running after a dump instead of
 	// killing them, so a failure later in a pipeline can resume them.

@@ -52,7 +52,9 @@ func TestRestoreStallIsStopped(t *testing.T) {
 	}
 	t.Setenv("CRIU_FAULT", "129")
 	t0 := time.Now()
-	p, err := Restore(ctx, img, Options{Binary: bin, LogDir: t.TempDir(), Stall: 3 * time.Second})
+	self := os.Args[0]
+	p, err := Restore(ctx, img, Options{Binary: bin, LogDir: t.TempDir(), Stall: 3 * time.Second,
+		Stray: func(args []string) bool { return len(args) > 0 && args[0] == self }})
 	if !forced {
 		if err != nil {
 			t.Fatalf("restore with working breakpoints: %v", err)
@@ -68,11 +70,17 @@ func TestRestoreStallIsStopped(t *testing.T) {
 		t.Errorf("the stalled restore took %v to end, with a 3 s bound", took)
 	}
 	t.Logf("stopped after %v: %v", time.Since(t0).Round(time.Millisecond), err)
-	// The task CRIU had put back runs its own code again, as our child:
-	// end it.
-	for _, c := range liveChildren(t) {
-		_ = syscall.Kill(c, syscall.SIGKILL)
-		_, _ = syscall.Wait4(c, nil, 0, nil)
+	// The task CRIU had put back ran its own code again, as our child:
+	// Stray named it, and the restore killed it.
+	if left := liveChildren(t); len(left) > 0 {
+		t.Errorf("children left running after the stalled restore: %v", left)
+		for _, c := range left {
+			_ = syscall.Kill(c, syscall.SIGKILL)
+			_, _ = syscall.Wait4(c, nil, 0, nil)
+		}
+	}
+	if !strings.Contains(err.Error(), "were killed") {
+		t.Errorf("the error does not say the task put back was killed: %v", err)
 	}
 }
 
