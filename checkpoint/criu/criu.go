@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
 	"google.golang.org/protobuf/proto"
 
@@ -163,17 +165,15 @@ func Restore(ctx context.Context, dir string, o Options) (int, error) {
 		return criubin.FileSize(logPath) + criubin.GroupIO(int(pgid.Load()))
 	}, o.stall(), time.Second)
 	defer stop()
-	var before map[int]bool
-	if o.Stray != nil {
-		before = children()
-	}
+	// Only tasks started from here on can be what the restore put back.
+	since := bootTicks()
 	resp, err := callStarted(wctx, bin, &rpc.CriuReq{Type: rpc.CriuReqType_RESTORE.Enum(), Opts: opts}, func(pid int) { pgid.Store(int64(pid)) })
 	if err != nil {
 		err = criubin.Stalled(wctx, err)
 		var st *criubin.ErrStalled
 		if o.Stray != nil && errors.As(err, &st) {
 			// CRIU is gone; what it had put back runs its own code.
-			if killed := killNewChildren(before, o.Stray); len(killed) > 0 {
+			if killed := killNewChildren(since, o.Stray); len(killed) > 0 {
 				err = fmt.Errorf("%w; the tasks it had put back (pids %v) were killed", err, killed)
 			}
 		}
@@ -341,9 +341,23 @@ func LogExcerpt(path string) []string {
 	return out
 }
 
-// children lists this process's live children.
-func children() map[int]bool {
-	out := map[int]bool{}
+// userHZ is the unit of a process's start time in /proc/PID/stat: fixed
+// at 100 a second by the kernel's ABI.
+const userHZ = 100
+
+// bootTicks is the time since boot in /proc/PID/stat's start-time unit.
+func bootTicks() uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0
+	}
+	return uint64(ts.Sec)*userHZ + uint64(ts.Nsec)/(1e9/userHZ)
+}
+
+// children lists this process's live children and their start times.
+// Only a stalled restore reads it, so the normal path pays nothing.
+func children() map[int]uint64 {
+	out := map[int]uint64{}
 	self := strconv.Itoa(os.Getpid())
 	es, err := os.ReadDir("/proc")
 	if err != nil {
@@ -358,27 +372,32 @@ func children() map[int]bool {
 		if err != nil {
 			continue
 		}
-		// PID (COMM) STATE PPID ...: COMM may hold anything, so the
-		// fields are taken after its last parenthesis.
+		// PID (COMM) STATE PPID ... STARTTIME (the 22nd field): COMM may
+		// hold anything, so the fields are taken after its last
+		// parenthesis, where STATE is the first.
 		i := strings.LastIndexByte(string(b), ')')
 		if i < 0 {
 			continue
 		}
 		f := strings.Fields(string(b[i+1:]))
-		if len(f) > 1 && f[0] != "Z" && f[1] == self {
-			out[pid] = true
+		if len(f) < 20 || f[0] == "Z" || f[1] != self {
+			continue
+		}
+		start, err := strconv.ParseUint(f[19], 10, 64)
+		if err == nil {
+			out[pid] = start
 		}
 	}
 	return out
 }
 
 // killNewChildren kills and reaps the live children of this process that
-// are not in before and whose command line match accepts, and returns
-// their PIDs.
-func killNewChildren(before map[int]bool, match func(args []string) bool) []int {
+// started at or after since (bootTicks) and whose command line match
+// accepts, and returns their PIDs.
+func killNewChildren(since uint64, match func(args []string) bool) []int {
 	var killed []int
-	for pid := range children() {
-		if before[pid] {
+	for pid, start := range children() {
+		if start+1 < since { // a tick's rounding either way
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
