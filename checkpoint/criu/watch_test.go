@@ -3,8 +3,6 @@ package criu
 import (
 	"errors"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -72,9 +70,9 @@ func TestRestoreStallIsStopped(t *testing.T) {
 	t.Logf("stopped after %v: %v", time.Since(t0).Round(time.Millisecond), err)
 	// The task CRIU had put back ran its own code again, as our child:
 	// Stray named it, and the restore killed it.
-	if left := liveChildren(t); len(left) > 0 {
+	if left := children(); len(left) > 0 {
 		t.Errorf("children left running after the stalled restore: %v", left)
-		for _, c := range left {
+		for c := range left {
 			_ = syscall.Kill(c, syscall.SIGKILL)
 			_, _ = syscall.Wait4(c, nil, 0, nil)
 		}
@@ -82,30 +80,4 @@ func TestRestoreStallIsStopped(t *testing.T) {
 	if !strings.Contains(err.Error(), "were killed") {
 		t.Errorf("the error does not say the task put back was killed: %v", err)
 	}
-}
-
-// liveChildren lists this process's children that have not exited.
-func liveChildren(t *testing.T) []int {
-	t.Helper()
-	es, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []int
-	for _, e := range es {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so split after it.
-		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		if len(f) > 1 && f[0] != "Z" && f[1] == strconv.Itoa(os.Getpid()) {
-			out = append(out, pid)
-		}
-	}
-	return out
 }
