@@ -32,6 +32,7 @@ type piece struct {
 	regOff  uint64
 	fileOff int64
 	n       int
+	span    int // the index in spans of its first block; the rest follow
 }
 
 // pieces groups the blocks for which want holds into pieces of at most
@@ -52,7 +53,7 @@ func pieces(spans []BlockSpan, want func(i int) bool) []piece {
 				continue
 			}
 		}
-		out = append(out, piece{region: s.Region, regOff: s.RegOff, fileOff: s.FileOff, n: s.Len})
+		out = append(out, piece{region: s.Region, regOff: s.RegOff, fileOff: s.FileOff, n: s.Len, span: i})
 	}
 	return out
 }

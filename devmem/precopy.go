@@ -175,11 +175,6 @@ func (t *Tracker) Precopy(ctx context.Context, dev backend.DeviceMemory, between
 // pause on every core, and then hashes the blocks it read into next while
 // the session runs. A piece that cannot be read marks its region gone.
 func (t *Tracker) precopyPieces(ctx context.Context, dev backend.DeviceMemory, hold func(func()), l *Layout, spans []BlockSpan, ps []piece, data []byte, next *hashes, gone []bool) error {
-	// The blocks of each piece, for hashing.
-	byOff := make(map[int64]int, len(spans))
-	for i, s := range spans {
-		byOff[s.FileOff] = i
-	}
 	// Every piece's pages faulted in on every core before any pause.
 	prepare(ctx, dev, data, ps, true, false).release()
 	for lo := 0; lo < len(ps); {
@@ -217,10 +212,10 @@ func (t *Tracker) precopyPieces(ctx context.Context, dev backend.DeviceMemory, h
 			if failed[k] {
 				continue
 			}
-			for off := p.fileOff; off < p.fileOff+int64(p.n); {
-				i := byOff[off]
+			// A piece's blocks are consecutive spans from its first.
+			for i, n := p.span, 0; n < p.n; i++ {
 				blocks = append(blocks, i)
-				off += int64(spans[i].Len)
+				n += spans[i].Len
 			}
 		}
 		_ = Parallel(len(blocks), func(k int) error {
