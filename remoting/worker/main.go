@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuctl/gpuctl/devmem"
+	"github.com/gpuctl/gpuctl/procmem"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
 	"github.com/gpuctl/gpuctl/remoting/modcache"
@@ -160,6 +161,8 @@ type worker struct {
 	// carries the epoch of its image and can be told apart from a newer
 	// copy of the session.
 	epoch uint64
+	// mapped is the worker's mappings at the last quiesce.
+	mapped procmem.Snapshot
 }
 
 // useModuleCache points the session at the module cache gpud names (a
@@ -343,6 +346,7 @@ func (w *worker) run() int {
 				if w.mem != nil {
 					w.mem.Settle()
 				}
+				w.dropZeroPages()
 				_ = w.send(r, -1)
 				w.detach(req.Nonce)
 				continue
@@ -501,7 +505,13 @@ func (w *worker) quiesce() (uint64, *tlsrec.State, error) {
 	w.meter.hangUp()
 	rec := w.handback
 	w.handback = nil
+	// What is mapped before the driver's checkpoint, to tell its copy of
+	// the device state apart at the detach (dropZeroPages).
 	var err error
+	if w.mapped, err = procmem.Take(); err != nil {
+		w.log.Warn("the worker's mappings could not be read; its dump keeps the zero pages of a driver checkpoint", "err", err)
+	}
+	err = nil
 	if s, ok := w.dev.(backend.Suspender); ok {
 		w.thread.run(func() { err = s.Suspend(context.Background()) })
 	}
@@ -540,6 +550,27 @@ func (w *worker) stats() *Stats {
 // detach drops the control connection and waits for SIGUSR2, then dials
 // the nonce's abstract socket. In between the worker holds no socket at
 // all, which is when CRIU dumps it.
+// dropZeroPages drops the zero pages of what was mapped since the
+// quiesce: after a driver checkpoint, the driver's copy of the contexts'
+// state, hundreds of MiB of mostly zeros that CRIU would otherwise dump
+// and restore.
+func (w *worker) dropZeroPages() {
+	before := w.mapped
+	w.mapped = nil
+	if before == nil {
+		return
+	}
+	t0 := time.Now()
+	d, err := procmem.Drop(context.Background(), before)
+	if err != nil {
+		w.log.Warn("zero pages could not all be dropped; the dump holds the rest", "err", err)
+	}
+	if d.Regions > 0 {
+		w.log.Info("zero pages dropped before the dump", "regions", d.Regions,
+			"resident_mb", d.Scanned>>20, "zero_mb", d.Zero>>20, "took_ms", time.Since(t0).Milliseconds())
+	}
+}
+
 func (w *worker) detach(nonce string) {
 	w.mu.Lock()
 	c := w.ctrl
