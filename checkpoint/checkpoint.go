@@ -276,6 +276,7 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 		// scratchReady brings the memfd of a parked checkpoint's save,
 		// made while the checkpoint goes on.
 		scratchReady <-chan *os.File
+		scratchN     int64 // the size of that memfd, before it is started
 		isParked     bool
 		pk           devmem.Parked
 	)
@@ -305,14 +306,11 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 				}
 				// Parked, the save comes after the resume: its memfd
 				// (seconds for gigabytes on a virtual machine) is made
-				// meanwhile instead of before the checkpoint starts.
-				var n int64
-				base, into, mirror, n = p.findMem(ctx, cur, req)
-				if n > 0 {
-					ch := make(chan *os.File, 1)
-					scratchReady = ch
-					go func() { ch <- p.scratch(req, n) }()
-				}
+				// once the session runs again (startScratch), not
+				// before the checkpoint and not during the pause,
+				// where filling it slowed the driver's checkpoint and
+				// CRIU's dump down by as much as it took.
+				base, into, mirror, scratchN = p.findMem(ctx, cur, req)
 				return nil
 			}})
 	}
@@ -333,9 +331,9 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 				if err != nil {
 					// Nothing changed: copy the memory out instead.
 					p.log().Info("device memory could not be parked; copying it to the host instead", "session", req.Session, "err", err)
-					if scratchReady != nil {
-						into = <-scratchReady
-						scratchReady = nil
+					if scratchN > 0 {
+						into = p.scratch(req, scratchN)
+						scratchN = 0
 					}
 					snap, err = p.saveMem(ctx, cur.(MemWorker), req, base, into, mirror)
 					if into != nil {
@@ -417,6 +415,11 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 		fr.snap, fr.base, fr.keepSnap = snap, base, true
 		fr.parked, fr.isParked, parked = parked, isParked, nil
 		w, err := fr.Resume(ctx)
+		if scratchN > 0 && err == nil {
+			n, ch := scratchN, make(chan *os.File, 1)
+			scratchReady, scratchN = ch, 0
+			go func() { ch <- p.scratch(req, n) }()
+		}
 		fr.snap = nil // the store below still reads it
 		keep := false
 		defer func() {
