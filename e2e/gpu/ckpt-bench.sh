@@ -43,7 +43,9 @@
 # sizes that get the rewriting client's migration; default SIZES),
 # MIGRATE_SIZES (the sizes that get the idle client's migration; default
 # SIZES: at 32 GiB two stores of the session on one 64 GiB disk do not
-# fit), NVCC,
+# fit, unless B_TMPFS puts gpud b's store on a tmpfs of that many GiB),
+# CKPT_SIZES (the sizes that get the checkpoints and the restore; default
+# SIZES), NVCC,
 # CUDA_INC, CRIU, KEEP=1.
 # Exit status 0 only if every correctness check passed (targets missed are
 # reported in the table, not failed).
@@ -57,8 +59,9 @@ WORK=${WORK:-$(mktemp -d /tmp/gpuctl-ckpt-bench.XXXXXX)}
 mkdir -p "$WORK"
 SIZES=${SIZES:-"1024 4096 8192 32768"}
 REWRITE=${REWRITE:-1000}
-BUSY_SIZES=${BUSY_SIZES:-$SIZES}
-MIGRATE_SIZES=${MIGRATE_SIZES:-$SIZES}
+BUSY_SIZES=${BUSY_SIZES-$SIZES}
+MIGRATE_SIZES=${MIGRATE_SIZES-$SIZES}
+CKPT_SIZES=${CKPT_SIZES-$SIZES}
 BUDGET=${BUDGET:-450}
 NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
 CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
@@ -169,6 +172,12 @@ echo "  ${R[disk_gbs]} GB/s ($(df -T "$WORK" | awk 'NR==2 { print $1 ", " $2 ", 
 step "gpuds"
 start_gpud a "$A_LISTEN" "$A_API" 0 || { fail "gpud a did not start"; exit 1; }
 MIG=0
+# B_TMPFS=GiB: gpud b's state dir on a tmpfs of that size, for a session
+# whose two stores do not fit the disk together (32 GiB on a 64 GiB disk).
+if [[ -n ${B_TMPFS:-} ]]; then
+	mkdir -p "$WORK/b" && mount -t tmpfs -o size="${B_TMPFS}g" gpuctl-ckb "$WORK/b" && MOUNTS+=("$WORK/b") ||
+		fail "no tmpfs of ${B_TMPFS} GiB for gpud b's state dir"
+fi
 b_netns && start_gpud b "$B_LISTEN" "$B_API" 0 && MIG=1 || fail "gpud b did not start: no migrations"
 
 # ------------------------------------------------------------ gpuctl runs
@@ -184,57 +193,59 @@ gpuctl_run() {
 		stop_group "$hp"
 		return
 	fi
-	for n in 1 2; do
+	if [[ " $CKPT_SIZES " == *" $mib "* ]]; then
+		for n in 1 2; do
+			it=$(last_iter "$log")
+			if ! ctl "$A_API" checkpoint "$sid" --leave-running --json >"$OUT/ckpt$n.$mib.json" 2>"$OUT/ckpt$n.$mib.err"; then
+				fail "$mib MiB: checkpoint $n --leave-running: $(cat "$OUT/ckpt$n.$mib.err")"
+				stop_group "$hp"
+				return
+			fi
+			R[stall${n}_ms_$mib]=$(jget "$OUT/ckpt$n.$mib.json" stall_ms)
+			R[durable${n}_ms_$mib]=$(jget "$OUT/ckpt$n.$mib.json" duration_ms)
+			R[mem${n}_$mib]=$(jget "$OUT/ckpt$n.$mib.json" mem_bytes)
+			# Empty in the answer means none (the fields are omitted at 0).
+			R[sent${n}_$mib]=$(jget "$OUT/ckpt$n.$mib.json" mem_sent_bytes)
+			R[copied${n}_$mib]=$(jget "$OUT/ckpt$n.$mib.json" mem_copied_bytes)
+			[[ -n ${R[mem${n}_$mib]} ]] && R[sent${n}_$mib]=${R[sent${n}_$mib]:-0} R[copied${n}_$mib]=${R[copied${n}_$mib]:-0}
+			R[steps${n}_$mib]=$(steps "$OUT/ckpt$n.$mib.json")
+			R[bytes${n}_$mib]=$(jget "$OUT/ckpt$n.$mib.json" bytes)
+			R[stored${n}_$mib]=$(jget "$OUT/ckpt$n.$mib.json" stored_bytes)
+			R[store${n}_ms_$mib]=$(step_ms "$OUT/ckpt$n.$mib.json" store)
+			echo "  checkpoint $n: stall ${R[stall${n}_ms_$mib]} ms, durable ${R[durable${n}_ms_$mib]} ms; steps: $(steps "$OUT/ckpt$n.$mib.json")"
+			if wait_iter "$log" $((it + 3)) 60 && [[ $(bad_checks "$log") == 0 ]]; then
+				R[gap${n}_ms_$mib]=$(max_gap "$log" "$it")
+				pass "$mib MiB: checkpoint $n --leave-running; the client went on with its data intact (longest gap ${R[gap${n}_ms_$mib]} ms)"
+			else
+				fail "$mib MiB: after checkpoint $n --leave-running the client did not go on cleanly: $(tail -n 2 "$log")"
+			fi
+		done
+		# Stop-and-copy, then restore: the client's checks cover every byte.
 		it=$(last_iter "$log")
-		if ! ctl "$A_API" checkpoint "$sid" --leave-running --json >"$OUT/ckpt$n.$mib.json" 2>"$OUT/ckpt$n.$mib.err"; then
-			fail "$mib MiB: checkpoint $n --leave-running: $(cat "$OUT/ckpt$n.$mib.err")"
+		if ! ctl "$A_API" checkpoint "$sid" --json >"$OUT/ckpt3.$mib.json" 2>"$OUT/ckpt3.$mib.err"; then
+			fail "$mib MiB: checkpoint: $(cat "$OUT/ckpt3.$mib.err")"
 			stop_group "$hp"
 			return
 		fi
-		R[stall${n}_ms_$mib]=$(jget "$OUT/ckpt$n.$mib.json" stall_ms)
-		R[durable${n}_ms_$mib]=$(jget "$OUT/ckpt$n.$mib.json" duration_ms)
-		R[mem${n}_$mib]=$(jget "$OUT/ckpt$n.$mib.json" mem_bytes)
-		# Empty in the answer means none (the fields are omitted at 0).
-		R[sent${n}_$mib]=$(jget "$OUT/ckpt$n.$mib.json" mem_sent_bytes)
-		R[copied${n}_$mib]=$(jget "$OUT/ckpt$n.$mib.json" mem_copied_bytes)
-		[[ -n ${R[mem${n}_$mib]} ]] && R[sent${n}_$mib]=${R[sent${n}_$mib]:-0} R[copied${n}_$mib]=${R[copied${n}_$mib]:-0}
-		R[steps${n}_$mib]=$(steps "$OUT/ckpt$n.$mib.json")
-		R[bytes${n}_$mib]=$(jget "$OUT/ckpt$n.$mib.json" bytes)
-		R[stored${n}_$mib]=$(jget "$OUT/ckpt$n.$mib.json" stored_bytes)
-		R[store${n}_ms_$mib]=$(step_ms "$OUT/ckpt$n.$mib.json" store)
-		echo "  checkpoint $n: stall ${R[stall${n}_ms_$mib]} ms, durable ${R[durable${n}_ms_$mib]} ms; steps: $(steps "$OUT/ckpt$n.$mib.json")"
-		if wait_iter "$log" $((it + 3)) 60 && [[ $(bad_checks "$log") == 0 ]]; then
-			R[gap${n}_ms_$mib]=$(max_gap "$log" "$it")
-			pass "$mib MiB: checkpoint $n --leave-running; the client went on with its data intact (longest gap ${R[gap${n}_ms_$mib]} ms)"
-		else
-			fail "$mib MiB: after checkpoint $n --leave-running the client did not go on cleanly: $(tail -n 2 "$log")"
+		img=$(jget "$OUT/ckpt3.$mib.json" image)
+		sync
+		t0=$(ms_now)
+		if ! ctl "$A_API" restore "$img" --json >"$OUT/restore.$mib.json" 2>"$OUT/restore.$mib.err"; then
+			fail "$mib MiB: restore $img: $(cat "$OUT/restore.$mib.err")"
+			stop_group "$hp"
+			return
 		fi
-	done
-	# Stop-and-copy, then restore: the client's checks cover every byte.
-	it=$(last_iter "$log")
-	if ! ctl "$A_API" checkpoint "$sid" --json >"$OUT/ckpt3.$mib.json" 2>"$OUT/ckpt3.$mib.err"; then
-		fail "$mib MiB: checkpoint: $(cat "$OUT/ckpt3.$mib.err")"
-		stop_group "$hp"
-		return
-	fi
-	img=$(jget "$OUT/ckpt3.$mib.json" image)
-	sync
-	t0=$(ms_now)
-	if ! ctl "$A_API" restore "$img" --json >"$OUT/restore.$mib.json" 2>"$OUT/restore.$mib.err"; then
-		fail "$mib MiB: restore $img: $(cat "$OUT/restore.$mib.err")"
-		stop_group "$hp"
-		return
-	fi
-	t1=$(ms_now)
-	R[restore_s_$mib]=$(secs "$t0" "$t1")
-	R[rsteps_$mib]=$(steps "$OUT/restore.$mib.json")
-	echo "  restore steps: ${R[rsteps_$mib]}"
-	if wait_iter "$log" $((it + 3)) 60 && [[ $(bad_checks "$log") == 0 ]]; then
-		pass "$mib MiB: restored in ${R[restore_s_$mib]} s, every byte as it was (checked on the GPU)"
-	else
-		fail "$mib MiB: after the restore the client did not go on cleanly: $(tail -n 2 "$log")"
-		stop_group "$hp"
-		return
+		t1=$(ms_now)
+		R[restore_s_$mib]=$(secs "$t0" "$t1")
+		R[rsteps_$mib]=$(steps "$OUT/restore.$mib.json")
+		echo "  restore steps: ${R[rsteps_$mib]}"
+		if wait_iter "$log" $((it + 3)) 60 && [[ $(bad_checks "$log") == 0 ]]; then
+			pass "$mib MiB: restored in ${R[restore_s_$mib]} s, every byte as it was (checked on the GPU)"
+		else
+			fail "$mib MiB: after the restore the client did not go on cleanly: $(tail -n 2 "$log")"
+			stop_group "$hp"
+			return
+		fi
 	fi
 	if ((MIG)) && [[ " $MIGRATE_SIZES " == *" $mib "* ]]; then
 		it=$(last_iter "$log")

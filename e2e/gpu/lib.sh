@@ -7,6 +7,7 @@
 declare -A R          # measurements, by key
 FAILS=0 PASSES=0
 PIDS=()               # processes to stop on exit
+MOUNTS=()             # filesystems to unmount on exit
 pass() { PASSES=$((PASSES + 1)); echo "PASS  $*"; }
 FAILED=()
 fail() { FAILS=$((FAILS + 1)); FAILED+=("$*"); echo "FAIL  $*"; }
@@ -23,7 +24,7 @@ size() { (($1 % 1024 == 0)) && echo "$(($1 / 1024)) GiB" || echo "$1 MiB"; }
 div() { awk -v a="${1:-}" -v b="${2:-}" 'BEGIN{ if (a=="" || b=="" || a=="NA" || b=="NA" || b+0==0) print ""; else printf "%.2f", a/b }'; }
 
 cleanup() {
-	local p= i
+	local p= i m
 	for p in "${PIDS[@]}"; do kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; done
 	# gpud finishes in-flight calls on SIGTERM; give it a few seconds.
 	for i in $(seq 50); do
@@ -32,6 +33,7 @@ cleanup() {
 		sleep 0.1
 	done
 	for p in "${PIDS[@]}"; do kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null; done
+	for m in ${MOUNTS[@]+"${MOUNTS[@]}"}; do umount "$m" 2>/dev/null; done
 	if [[ ${KEEP:-0} != 1 ]]; then rm -rf "$WORK"; fi
 	((${#B_EXEC[@]})) && ip netns del "$B_NS" 2>/dev/null
 	# Let tee write the last lines before the suite's exit status is final.
