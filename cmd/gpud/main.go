@@ -126,7 +126,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.replicas, "replicas", 0, "with --registry, push each new image to `K` compatible peers in the background (0: keep images here only)")
 	fs.BoolVar(&c.preempt, "preempt", true, "when an allocation does not fit on the device, preempt sessions of lower priority (checkpoint and release them, resuming them when they fit again); false: the allocation fails")
 	fs.Uint64Var(&c.preemptMem, "preempt-mem", 0, "with --preempt, the device memory in bytes that sessions share before gpud preempts (default: the GPU's size, or --emulated-mem)")
-	fs.Int64Var(&c.stageMaxBytes, "stage-max-bytes", stage.DefaultMax(), "bound of the pre-copied device memory kept in memory for the restores of sessions migrating here, in bytes (default: a quarter of the host's memory); 0 stages nothing")
+	fs.Int64Var(&c.stageMaxBytes, "stage-max-bytes", stage.DefaultMax(), "bound of the pre-copied device memory kept in memory for the restores of sessions migrating here, in bytes (default: half the host's memory); 0 stages nothing")
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's profiler (/debug/pprof/) on this loopback `HOST:PORT`, for finding where a slow step's time goes; it has no authentication, so only loopback addresses are taken")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.Usage = func() {

@@ -7,8 +7,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/devmem"
@@ -204,5 +207,38 @@ func TestTable(t *testing.T) {
 	}
 	if snap.Layout.Gen != img.Layout.Gen || s.Used() != 0 {
 		t.Errorf("layout gen %x (want %x); %d bytes still staged", snap.Layout.Gen, img.Layout.Gen, s.Used())
+	}
+}
+
+// A table over the bound is not staged, and says so in the log: the
+// restore then reads the whole session from the store.
+func TestTableOverTheBound(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	blk := func(b byte) []byte { return bytes.Repeat([]byte{b}, 4<<10) }
+	round := table(t, st, blk(1), blk(2), nil, blk(3))
+	var logged bytes.Buffer
+	s := &Stager{Store: st, Max: round.Layout.Size - 1, Log: slog.New(slog.NewTextHandler(&logged, nil))}
+	const id = "s-0123456789ab"
+	if err := s.Table(ctx, id, round); err != nil {
+		t.Fatal(err)
+	}
+	g := s.Take(id)
+	defer g.Release()
+	if blocks, _, _, skipped := g.Stats(); blocks != 0 || skipped != 1 || s.Used() != 0 {
+		t.Fatalf("over the bound: %d blocks staged, %d skipped, %d bytes used; want 0, 1, 0", blocks, skipped, s.Used())
+	}
+	if !strings.Contains(logged.String(), "over the staging bound") || !strings.Contains(logged.String(), id) {
+		t.Errorf("log %q does not say the session was not staged", logged.String())
+	}
+}
+
+func TestDefaultMaxIsHalfTheMemory(t *testing.T) {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		t.Skip(err)
+	}
+	if got, want := DefaultMax(), int64(si.Totalram)*int64(si.Unit)/2; got != want {
+		t.Errorf("DefaultMax() = %d, want %d (half of %d)", got, want, 2*want)
 	}
 }
