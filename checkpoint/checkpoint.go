@@ -274,7 +274,7 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 		mirror uint64     // the save into holds, if any
 		parked []*os.File // what holds the parked memory (isParked)
 		// scratchReady brings the memfd of a parked checkpoint's save,
-		// made while the checkpoint goes on.
+		// made while the session runs again.
 		scratchReady <-chan *os.File
 		scratchN     int64 // the size of that memfd, before it is started
 		isParked     bool
@@ -306,8 +306,8 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 				}
 				// Parked, the save comes after the resume: its memfd
 				// (seconds for gigabytes on a virtual machine) is made
-				// once the session runs again (startScratch), not
-				// before the checkpoint and not during the pause,
+				// once the session runs again (after fr.Resume below),
+				// not before the checkpoint and not during the pause,
 				// where filling it slowed the driver's checkpoint and
 				// CRIU's dump down by as much as it took.
 				base, into, mirror, scratchN = p.findMem(ctx, cur, req)

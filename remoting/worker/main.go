@@ -507,11 +507,12 @@ func (w *worker) quiesce() (uint64, *tlsrec.State, error) {
 	w.handback = nil
 	// What is mapped before the driver's checkpoint, to tell its copy of
 	// the device state apart at the detach (dropZeroPages).
-	var err error
-	if w.mapped, err = procmem.Take(); err != nil {
-		w.log.Warn("the worker's mappings could not be read; its dump keeps the zero pages of a driver checkpoint", "err", err)
+	mapped, merr := procmem.Take()
+	if merr != nil {
+		w.log.Warn("the worker's mappings could not be read; its dump keeps the zero pages of a driver checkpoint", "err", merr)
 	}
-	err = nil
+	w.mapped = mapped
+	var err error
 	if s, ok := w.dev.(backend.Suspender); ok {
 		w.thread.run(func() { err = s.Suspend(context.Background()) })
 	}
@@ -547,9 +548,6 @@ func (w *worker) stats() *Stats {
 	return st
 }
 
-// detach drops the control connection and waits for SIGUSR2, then dials
-// the nonce's abstract socket. In between the worker holds no socket at
-// all, which is when CRIU dumps it.
 // dropZeroPages drops the zero pages of what was mapped since the
 // quiesce: after a driver checkpoint, the driver's copy of the contexts'
 // state, hundreds of MiB of mostly zeros that CRIU would otherwise dump
@@ -571,6 +569,9 @@ func (w *worker) dropZeroPages() {
 	}
 }
 
+// detach drops the control connection and waits for SIGUSR2, then dials
+// the nonce's abstract socket. In between the worker holds no socket at
+// all, which is when CRIU dumps it.
 func (w *worker) detach(nonce string) {
 	w.mu.Lock()
 	c := w.ctrl
