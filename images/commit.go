@@ -367,11 +367,11 @@ func record(m *Manifest, newBytes int64) (*store.ImageRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	info, err := json.Marshal(m.info(newBytes))
+	refs, _ := m.Refs()
+	info, err := json.Marshal(m.info(newBytes, len(refs)))
 	if err != nil {
 		return nil, errs.Wrap(err, errs.Internal, errs.Image(m.ID), "encode info")
 	}
-	refs, _ := m.Refs()
 	return &store.ImageRecord{ID: m.ID, Info: info, Manifest: body, Refs: refs}, nil
 }
 

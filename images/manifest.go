@@ -207,8 +207,15 @@ func (m *Manifest) Bytes() int64 {
 // Refs returns the image's distinct non-zero chunks, in first-use order,
 // with each one's size.
 func (m *Manifest) Refs() ([]store.Digest, map[store.Digest]int64) {
-	sizes := map[store.Digest]int64{}
-	var out []store.Digest
+	// Sized ahead: a 32 GiB image lists 32,768 chunks, and growing the
+	// map and the slice was most of the cost (this runs in a migration's
+	// downtime, on both hosts).
+	n := 0
+	for _, f := range m.Files {
+		n += len(f.Chunks)
+	}
+	sizes := make(map[store.Digest]int64, n)
+	out := make([]store.Digest, 0, n)
 	for _, f := range m.Files {
 		for _, c := range f.Chunks {
 			if c.Zero {
@@ -364,8 +371,7 @@ func clipPath(p string) string {
 
 // info is the image's summary, as listings show it and as the store
 // keeps it next to the manifest.
-func (m *Manifest) info(newBytes int64) api.Image {
-	refs, _ := m.Refs()
+func (m *Manifest) info(newBytes int64, chunks int) api.Image {
 	var zero int64
 	for _, f := range m.Files {
 		for _, c := range f.Chunks {
@@ -375,5 +381,5 @@ func (m *Manifest) info(newBytes int64) api.Image {
 		}
 	}
 	return api.Image{ID: m.ID, Session: m.Session, Parent: m.Parent, Created: m.Created, Host: m.Host, Backend: m.Backend,
-		Bytes: m.Bytes(), NewBytes: newBytes, Files: len(m.Files), Chunks: len(refs), ZeroBytes: zero, Tenant: m.Tenant}
+		Bytes: m.Bytes(), NewBytes: newBytes, Files: len(m.Files), Chunks: chunks, ZeroBytes: zero, Tenant: m.Tenant}
 }
