@@ -27,7 +27,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -167,9 +166,9 @@ func Drop(ctx context.Context, before Snapshot) (Dropped, error) {
 	if len(regs) == 0 {
 		return d, nil
 	}
-	pm, err := os.Open("/proc/self/pagemap")
+	pm, err := OpenPageMap()
 	if err != nil {
-		return d, fmt.Errorf("read the process's page map: %w", err)
+		return d, err
 	}
 	defer pm.Close()
 	// A garbage collection could write heap metadata into memory the
@@ -186,10 +185,9 @@ func Drop(ctx context.Context, before Snapshot) (Dropped, error) {
 	)
 	workers := min(runtime.GOMAXPROCS(0), 8)
 	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ents := make([]byte, chunk/pageSize*8)
+		wg.Go(func() {
+			pm := pm.Clone()
+			ents := make([]uint64, chunk/pageSize)
 			var scanned, zero int64
 			for j := range jobs {
 				s, z, err := dropChunk(pm, ents, j.start, j.end)
@@ -205,7 +203,7 @@ func Drop(ctx context.Context, before Snapshot) (Dropped, error) {
 			d.Scanned += scanned
 			d.Zero += zero
 			mu.Unlock()
-		}()
+		})
 	}
 feed:
 	for _, r := range regs {
@@ -226,16 +224,13 @@ feed:
 
 var zeroPage [pageSize]byte
 
-// Bits of a /proc/PID/pagemap entry.
-const pmPresent = 1 << 63
-
 // dropChunk drops the resident zero pages of [start, end), whole runs at
 // a time.
-func dropChunk(pm *os.File, ents []byte, start, end uint64) (scanned, zero int64, err error) {
+func dropChunk(pm *PageMap, ents []uint64, start, end uint64) (scanned, zero int64, err error) {
 	n := int((end - start) / pageSize)
-	ents = ents[:n*8]
-	if _, err := pm.ReadAt(ents, int64(start/pageSize*8)); err != nil {
-		return 0, 0, fmt.Errorf("read the page map at %#x: %w", start, err)
+	ents = ents[:n]
+	if err := pm.Read(start/pageSize, ents); err != nil {
+		return 0, 0, err
 	}
 	mem := unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(nil), uintptr(start))), end-start)
 	run := -1 // first page of the current run of zero pages
@@ -252,7 +247,7 @@ func dropChunk(pm *os.File, ents []byte, start, end uint64) (scanned, zero int64
 		run = -1
 	}
 	for i := range n {
-		if binary.LittleEndian.Uint64(ents[i*8:])&pmPresent == 0 {
+		if ents[i]&PagePresent == 0 {
 			flush(i)
 			continue
 		}

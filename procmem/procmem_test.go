@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -88,19 +87,18 @@ func fill(b []byte, data func(i int) bool) {
 // resident reports, per page of b, whether it is in memory.
 func resident(t *testing.T, b []byte) []bool {
 	t.Helper()
-	pm, err := os.Open("/proc/self/pagemap")
+	pm, err := OpenPageMap()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pm.Close()
-	n := len(b) / pageSize
-	ents := make([]byte, n*8)
-	if _, err := pm.ReadAt(ents, int64(uintptr(unsafe.Pointer(&b[0]))/pageSize*8)); err != nil {
+	ents := make([]uint64, len(b)/pageSize)
+	if err := pm.Read(uint64(uintptr(unsafe.Pointer(&b[0])))/pageSize, ents); err != nil {
 		t.Fatal(err)
 	}
-	out := make([]bool, n)
-	for i := range out {
-		out[i] = binary.LittleEndian.Uint64(ents[i*8:])&pmPresent != 0
+	out := make([]bool, len(ents))
+	for i, e := range ents {
+		out[i] = e&PagePresent != 0
 	}
 	return out
 }

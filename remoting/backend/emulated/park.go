@@ -2,7 +2,6 @@ package emulated
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpuctl/gpuctl/procmem"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 )
 
@@ -466,13 +466,6 @@ func (d *Device) parkInPlace(ctx context.Context, p *parking, src [][]byte) ([]*
 	return []*os.File{out}, nil
 }
 
-// Bits of a /proc/PID/pagemap entry.
-const (
-	pmPresent = 1 << 63
-	pmSwapped = 1 << 62
-	pmFile    = 1 << 61 // a page of a file (or shared memory), not anonymous
-)
-
 // writeDirty writes into f at off the pages of b, a private mapping of f
 // at off, that no longer come from the file: those the client wrote
 // (copy-on-write made them anonymous) and any of those swapped out. It
@@ -481,16 +474,16 @@ func writeDirty(f *os.File, b []byte, off int64) (int64, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	pm, err := os.Open("/proc/self/pagemap")
+	pm, err := procmem.OpenPageMap()
 	if err != nil {
 		return 0, err
 	}
 	defer pm.Close()
 	page := os.Getpagesize()
 	pages := (len(b) + page - 1) / page
-	start := uintptr(unsafe.Pointer(&b[0])) / uintptr(page)
+	start := uint64(uintptr(unsafe.Pointer(&b[0])) / uintptr(page))
 	const batch = 1 << 16 // entries read at once (512 KiB)
-	buf := make([]byte, 8*batch)
+	ents := make([]uint64, batch)
 	var written int64
 	run := -1 // first page of the run of dirty pages being gathered
 	flush := func(end int) error {
@@ -504,12 +497,11 @@ func writeDirty(f *os.File, b []byte, off int64) (int64, error) {
 	}
 	for i := 0; i < pages; i += batch {
 		n := min(batch, pages-i)
-		if _, err := pm.ReadAt(buf[:8*n], int64(start+uintptr(i))*8); err != nil {
-			return written, fmt.Errorf("read the page map: %w", err)
+		if err := pm.Read(start+uint64(i), ents[:n]); err != nil {
+			return written, err
 		}
-		for j := range n {
-			e := binary.LittleEndian.Uint64(buf[8*j:])
-			dirty := e&pmSwapped != 0 || (e&pmPresent != 0 && e&pmFile == 0)
+		for j, e := range ents[:n] {
+			dirty := e&procmem.PageSwapped != 0 || (e&procmem.PagePresent != 0 && e&procmem.PageFile == 0)
 			switch {
 			case dirty && run < 0:
 				run = i + j
