@@ -1,6 +1,7 @@
-// Package procmem drops the all-zero pages of the memory a CUDA driver
-// checkpoint leaves in a worker, so that CRIU neither dumps nor restores
-// them.
+// Package procmem is the calling process's own memory as the kernel
+// shows it (/proc/self/maps, /proc/self/pagemap), and with it the drop of
+// the all-zero pages of the memory a CUDA driver checkpoint leaves in a
+// worker, so that CRIU neither dumps nor restores them.
 //
 // When the driver checkpoints a process it copies each context's device
 // state into one new anonymous mapping of the process: about 269 MiB per
