@@ -135,9 +135,13 @@ func TestCluster(t *testing.T) {
 		return "", ""
 	}
 
-	want := w.reference()
+	// Steps enough for the client to be still running after the resume,
+	// where the registry is checked: with wlSteps it had about one step
+	// left once it was preempted, and could end before the check.
+	steps := 3 * wlSteps
+	want := w.result(<-w.start(w.a, w.stateful, wlMiB, steps, 0))
 	old := w.sessions(w.a)
-	run := w.start(w.a, w.stateful, wlMiB, wlSteps, wlSleep)
+	run := w.start(w.a, w.stateful, wlMiB, steps, wlSleep)
 	s := w.session(w.a, old...)
 	time.Sleep(time.Second)
 
