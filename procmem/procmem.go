@@ -103,17 +103,26 @@ func parseMaps(r io.Reader) (Snapshot, error) {
 }
 
 // NewRegions are the parts of now's mappings that Drop may look into:
-// the address ranges no mapping of before covered, inside private,
-// anonymous, unnamed, read-write mappings, each at least MinRegion bytes.
-// A new mapping next to an old one of the same kind is merged with it by
-// the kernel; only its new part is returned.
+// the address ranges no writable mapping of before covered, inside
+// private, anonymous, unnamed, read-write mappings, each at least
+// MinRegion bytes. A new mapping next to an old one of the same kind is
+// merged with it by the kernel; only its new part is returned. A range
+// that was reserved without access before (PROT_NONE, as allocators
+// reserve address space) and is writable now counts as new: it held no
+// content that could be written.
 func NewRegions(before, now Snapshot) []Region {
+	var written Snapshot
+	for _, r := range before {
+		if strings.Contains(r.Perms, "w") {
+			written = append(written, r)
+		}
+	}
 	var out []Region
 	for _, r := range now {
 		if r.Perms != "rw-p" || r.Inode != 0 || r.Path != "" || r.End-r.Start < MinRegion {
 			continue
 		}
-		for _, part := range before.subtract(r) {
+		for _, part := range written.subtract(r) {
 			if part.End-part.Start >= MinRegion {
 				out = append(out, part)
 			}
