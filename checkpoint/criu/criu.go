@@ -175,6 +175,9 @@ func Restore(ctx context.Context, dir string, o Options) (int, error) {
 			// CRIU is gone; what it had put back runs its own code.
 			if killed := killNewChildren(since, o.Stray); len(killed) > 0 {
 				err = fmt.Errorf("%w; the tasks it had put back (pids %v) were killed", err, killed)
+			} else {
+				// CRIU may have killed them itself before it stood still.
+				err = fmt.Errorf("%w; no task it had put back was left running", err)
 			}
 		}
 		return 0, dirs.fail("restore", RestoreLog, err)

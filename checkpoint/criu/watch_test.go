@@ -69,7 +69,8 @@ func TestRestoreStallIsStopped(t *testing.T) {
 	}
 	t.Logf("stopped after %v: %v", time.Since(t0).Round(time.Millisecond), err)
 	// The task CRIU had put back ran its own code again, as our child:
-	// Stray named it, and the restore killed it.
+	// Stray named it, and the restore killed it. (Or CRIU failed to stop
+	// it, killed it itself and then stood still: nothing is left either.)
 	if left := children(); len(left) > 0 {
 		t.Errorf("children left running after the stalled restore: %v", left)
 		for c := range left {
@@ -77,7 +78,7 @@ func TestRestoreStallIsStopped(t *testing.T) {
 			_, _ = syscall.Wait4(c, nil, 0, nil)
 		}
 	}
-	if !strings.Contains(err.Error(), "were killed") {
-		t.Errorf("the error does not say the task put back was killed: %v", err)
+	if !strings.Contains(err.Error(), "were killed") && !strings.Contains(err.Error(), "no task it had put back was left running") {
+		t.Errorf("the error does not say what became of the task put back: %v", err)
 	}
 }
