@@ -47,6 +47,12 @@ func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Ma
 // CommitWith is Commit with files that are not in srcDir but in memory,
 // cut into the blocks given (see MemFile); they follow srcDir's entries.
 func CommitWith(ctx context.Context, st *store.Store, srcDir string, meta Meta, extra []MemFile) (*Manifest, Stats, error) {
+	return commitSegmented(ctx, st, srcDir, meta, extra, 0)
+}
+
+// commitSegmented is CommitWith with the files cut into segments of
+// segment bytes (0: segmentFor).
+func commitSegmented(ctx context.Context, st *store.Store, srcDir string, meta Meta, extra []MemFile, segment int) (*Manifest, Stats, error) {
 	start := time.Now()
 	if meta.ID == "" {
 		meta.ID = ids.NewImage()
@@ -57,6 +63,7 @@ func CommitWith(ctx context.Context, st *store.Store, srcDir string, meta Meta, 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	c := newCommit(st, meta)
+	c.segment = segment
 	defer c.release()
 
 	// The steps: workers chunk, hash and compress while the walk lists
@@ -92,6 +99,7 @@ type commit struct {
 	m    *Manifest
 	subj string
 
+	segment int // the files' segment size; 0 is segmentFor's
 	segs    chan segment
 	wg      sync.WaitGroup
 	maps    [][]byte      // the files' mappings, unmapped by release
@@ -229,7 +237,11 @@ func (c *commit) queueFile(ctx context.Context, p string, size int64, f *File) e
 	f.Size = int64(len(data))
 	var cuts []int64
 	if err := faultSafe(c.subj, func() error {
-		cuts = chunker.Cuts(data, chunker.Default, commitSegment)
+		seg := c.segment
+		if seg <= 0 {
+			seg = segmentFor(int64(len(data)), c.st.Workers())
+		}
+		cuts = chunker.Cuts(data, chunker.Default, seg)
 		return nil
 	}); err != nil {
 		return errs.Wrap(err, errs.KindOf(err), c.subj, "chunk %s", p)
@@ -304,11 +316,25 @@ func (c *commit) index(ctx context.Context) error {
 	return err
 }
 
-// commitSegment is how much of a file one worker chunks at a time: small
+// commitSegment is the most of a file one worker chunks at a time: small
 // enough that a many-core host has work for every core in a
 // few-gigabyte pages file, large enough that the per-segment cost (one
-// cut search) is noise.
+// cut search, about one average chunk read) is noise.
 const commitSegment = 32 << 20
+
+// minCommitSegment is the least: a cut search costs about 1% of it.
+const minCommitSegment = 1 << 20
+
+// segmentFor is the segment for a file of size bytes with workers
+// goroutines: two segments a worker, between the two bounds. A
+// migration's process image (a CUDA worker's pages file of about 60 MB
+// once the driver's zero pages are dropped) is stored while the client
+// waits; in 32 MiB segments it kept two cores of sixteen busy. The cuts
+// are places Split ends a chunk anyway, so the segment size changes no
+// chunk.
+func segmentFor(size int64, workers int) int {
+	return int(min(max(size/int64(2*max(workers, 1)), minCommitSegment), commitSegment))
+}
 
 // segResult is what chunking one segment of a file gave.
 type segResult struct {
