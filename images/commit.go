@@ -47,12 +47,24 @@ func Commit(ctx context.Context, st *store.Store, srcDir string, meta Meta) (*Ma
 // CommitWith is Commit with files that are not in srcDir but in memory,
 // cut into the blocks given (see MemFile); they follow srcDir's entries.
 func CommitWith(ctx context.Context, st *store.Store, srcDir string, meta Meta, extra []MemFile) (*Manifest, Stats, error) {
-	return commitSegmented(ctx, st, srcDir, meta, extra, 0)
+	return commitSegmented(ctx, st, srcDir, meta, extra, 0, nil)
 }
 
-// commitSegmented is CommitWith with the files cut into segments of
+// ChunkObserver is shown the non-zero chunks of srcDir's files as a
+// commit stores them: a batch at a time, from the commit's workers at
+// once, in no order, repeats included. The slices are valid only during
+// the call. A migration sends them to its target while the store goes on.
+type ChunkObserver func(ds []store.Digest, data [][]byte)
+
+// CommitObserved is CommitWith that shows observe the chunks of srcDir's
+// files (not extra's blocks) as they are stored.
+func CommitObserved(ctx context.Context, st *store.Store, srcDir string, meta Meta, extra []MemFile, observe ChunkObserver) (*Manifest, Stats, error) {
+	return commitSegmented(ctx, st, srcDir, meta, extra, 0, observe)
+}
+
+// commitSegmented is CommitObserved with the files cut into segments of
 // segment bytes (0: segmentFor).
-func commitSegmented(ctx context.Context, st *store.Store, srcDir string, meta Meta, extra []MemFile, segment int) (*Manifest, Stats, error) {
+func commitSegmented(ctx context.Context, st *store.Store, srcDir string, meta Meta, extra []MemFile, segment int, observe ChunkObserver) (*Manifest, Stats, error) {
 	start := time.Now()
 	if meta.ID == "" {
 		meta.ID = ids.NewImage()
@@ -63,7 +75,7 @@ func commitSegmented(ctx context.Context, st *store.Store, srcDir string, meta M
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	c := newCommit(st, meta)
-	c.segment = segment
+	c.segment, c.observe = segment, observe
 	defer c.release()
 
 	// The steps: workers chunk, hash and compress while the walk lists
@@ -99,7 +111,8 @@ type commit struct {
 	m    *Manifest
 	subj string
 
-	segment int // the files' segment size; 0 is segmentFor's
+	segment int           // the files' segment size; 0 is segmentFor's
+	observe ChunkObserver // may be nil
 	segs    chan segment
 	wg      sync.WaitGroup
 	maps    [][]byte      // the files' mappings, unmapped by release
@@ -162,7 +175,7 @@ func (c *commit) startWorkers(ctx context.Context, cancel context.CancelCauseFun
 					if sg.mem != nil {
 						return memSegment(ctx, c.in, sg.data, sg.mem, &res)
 					}
-					return chunkSegment(ctx, c.in, sg.data, sg.start, sg.end, &res)
+					return chunkSegment(ctx, c.in, sg.data, sg.start, sg.end, &res, c.observe)
 				})
 				if err != nil {
 					cancel(err)
@@ -346,7 +359,7 @@ type segResult struct {
 
 // chunkSegment chunks data[start:end] and puts its non-zero chunks through
 // in, in batches.
-func chunkSegment(ctx context.Context, in *store.Ingest, data []byte, start, end int64, res *segResult) error {
+func chunkSegment(ctx context.Context, in *store.Ingest, data []byte, start, end int64, res *segResult, observe ChunkObserver) error {
 	const batch = 32
 	var (
 		pend  [][]byte
@@ -362,6 +375,9 @@ func chunkSegment(ctx context.Context, in *store.Ingest, data []byte, start, end
 		}
 		for i, d := range ds {
 			res.chunkList[slots[i]].Digest = d
+		}
+		if observe != nil {
+			observe(ds, pend)
 		}
 		res.fresh += fresh
 		pend, slots = pend[:0], slots[:0]

@@ -365,18 +365,42 @@ func WriteRawChunks(ctx context.Context, ds []store.Digest, data [][]byte, w io.
 	if len(ds) != len(data) {
 		return 0, errs.New(errs.Internal, "", "%d digests for %d chunks", len(ds), len(data))
 	}
-	ew := newRecordWriter(w)
-	defer ew.close()
-	ew.header(kindChunks)
+	cs := NewChunkStream(w)
 	for i, b := range data {
 		if err := ctx.Err(); err != nil {
-			return ew.n, err
+			cs.ew.close()
+			return cs.ew.n, err
 		}
-		ew.chunk(store.Frame{Digest: ds[i], Raw: len(b), Payload: b})
-		if ew.err != nil {
+		if cs.Put(ds[i], b) != nil {
 			break
 		}
 	}
-	ew.end()
-	return ew.n, ew.err
+	return cs.Close()
+}
+
+// ChunkStream writes a chunk stream for PutChunks one chunk at a time,
+// uncompressed, for a sender that does not have the chunks all at once
+// (a migration sends the process image's chunks as its store makes
+// them). It is not safe for concurrent use.
+type ChunkStream struct{ ew *recordWriter }
+
+// NewChunkStream starts a chunk stream on w.
+func NewChunkStream(w io.Writer) *ChunkStream {
+	ew := newRecordWriter(w)
+	ew.header(kindChunks)
+	return &ChunkStream{ew: ew}
+}
+
+// Put writes chunk b, whose digest the caller computed as d (the
+// receiver checks it); the first write error stays.
+func (cs *ChunkStream) Put(d store.Digest, b []byte) error {
+	cs.ew.chunk(store.Frame{Digest: d, Raw: len(b), Payload: b})
+	return cs.ew.err
+}
+
+// Close ends the stream with its trailer and returns the bytes written.
+func (cs *ChunkStream) Close() (int64, error) {
+	cs.ew.end()
+	cs.ew.close()
+	return cs.ew.n, cs.ew.err
 }

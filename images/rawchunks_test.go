@@ -3,8 +3,10 @@ package images
 import (
 	"bytes"
 	"context"
+	"sync"
 	"testing"
 
+	"github.com/gpuctl/gpuctl/images/imagegen"
 	"github.com/gpuctl/gpuctl/store"
 )
 
@@ -60,5 +62,74 @@ func TestWriteRawChunks(t *testing.T) {
 	}
 	if _, err := WriteRawChunks(ctx, ds[:1], blocks, &bytes.Buffer{}); err == nil {
 		t.Fatal("digests and chunks of different counts were written")
+	}
+}
+
+// TestCommitObserved: the observer is shown every non-zero chunk of the
+// committed directory's files, with their content, and none of the
+// in-memory blocks; a ChunkStream of what it saw gives another store all
+// of the files' chunks, as a migration's target gets them before the
+// push.
+func TestCommitObserved(t *testing.T) {
+	ctx := context.Background()
+	src, dst := openStore(t), openStore(t)
+	pages := imagegen.Pages(31, 8<<20, imagegen.Realistic)
+	mem := bytes.Repeat([]byte("device memory block "), 1<<15)
+	mf := MemFile{Path: "devmem.bin", Data: mem, Blocks: []MemBlock{{Off: 0, Len: len(mem) / 2}, {Off: int64(len(mem) / 2), Len: len(mem) - len(mem)/2}}}
+	var (
+		mu   sync.Mutex
+		seen = map[store.Digest][]byte{}
+	)
+	m, _, err := CommitObserved(ctx, src, dumpDir(t, pages), Meta{Session: "s-observed"}, []MemFile{mf}, func(ds []store.Digest, data [][]byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		for i, d := range ds {
+			seen[d] = bytes.Clone(data[i])
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[store.Digest]bool{}
+	for _, f := range m.Files {
+		for _, c := range f.Chunks {
+			if c.Zero {
+				continue
+			}
+			if f.Path == mf.Path {
+				if seen[c.Digest] != nil {
+					t.Fatalf("an in-memory block of %s was observed", f.Path)
+				}
+				continue
+			}
+			want[c.Digest] = true
+		}
+	}
+	if len(want) == 0 || len(seen) != len(want) {
+		t.Fatalf("observed %d distinct chunks, the files have %d", len(seen), len(want))
+	}
+	var buf bytes.Buffer
+	cs := NewChunkStream(&buf)
+	var ds []store.Digest
+	for d, b := range seen {
+		if !want[d] {
+			t.Fatalf("observed chunk %s is not one of the files'", d)
+		}
+		if store.Sum(b) != d {
+			t.Fatalf("observed chunk %s came with other content", d)
+		}
+		if err := cs.Put(d, b); err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	if _, err := cs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := PutChunks(ctx, dst, &buf); err != nil || n != len(ds) {
+		t.Fatalf("PutChunks of the observed chunks: %d, %v; want %d", n, err, len(ds))
+	}
+	if missing, err := dst.Missing(ctx, ds); err != nil || len(missing) > 0 {
+		t.Fatalf("the target lacks %d of the streamed chunks (%v)", len(missing), err)
 	}
 }
