@@ -96,16 +96,22 @@ type MigrateRequest struct {
 
 // MigrateReply is the reply to POST /v1/sessions/{id}/migrate.
 type MigrateReply struct {
-	Session    string       `json:"session"`
-	To         string       `json:"to"`
-	Listen     string       `json:"listen"` // where the client was sent
-	Image      string       `json:"image"`
-	Bytes      int64        `json:"bytes"`      // the image's logical size
-	SentBytes  int64        `json:"sent_bytes"` // what crossed the network
-	SentChunks int          `json:"sent_chunks"`
-	DowntimeMS int64        `json:"downtime_ms"` // the client's stall
-	DurationMS int64        `json:"duration_ms"`
-	Steps      []StepTiming `json:"steps"`
+	Session    string `json:"session"`
+	To         string `json:"to"`
+	Listen     string `json:"listen"` // where the client was sent
+	Image      string `json:"image"`
+	Bytes      int64  `json:"bytes"`      // the image's logical size
+	SentBytes  int64  `json:"sent_bytes"` // what crossed the network
+	SentChunks int    `json:"sent_chunks"`
+	// StreamedBytes are the process image's chunks sent to the target
+	// while the freeze stored them; PushBytes what the push after the
+	// freeze carried (the manifest, and the chunks neither the rounds
+	// nor the stream delivered). Both are part of SentBytes.
+	StreamedBytes int64        `json:"streamed_bytes"`
+	PushBytes     int64        `json:"push_bytes"`
+	DowntimeMS    int64        `json:"downtime_ms"` // the client's stall
+	DurationMS    int64        `json:"duration_ms"`
+	Steps         []StepTiming `json:"steps"`
 	// Rounds are the pre-copy rounds: device memory sent while the
 	// session ran, before the freeze.
 	Rounds []PrecopyRound `json:"rounds,omitempty"`

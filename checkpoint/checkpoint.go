@@ -173,6 +173,11 @@ type Request struct {
 	// while the dump and the store go on (a migration sends the changed
 	// blocks ahead); it must not keep snap, which the pipeline closes.
 	Saved func(snap *devstore.Snapshot)
+	// Stored, when set, is shown the process image's chunks as the store
+	// step stores them (images.ChunkObserver), when the worker saved its
+	// device memory itself (so that the process image is small): a
+	// migration sends them to its target meanwhile.
+	Stored images.ChunkObserver
 }
 
 // Result describes a stored checkpoint.
@@ -399,7 +404,7 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 	store := Step{Name: "store",
 		Do: func(ctx context.Context) error {
 			var err error
-			image, stats, err = p.store(ctx, imgDir, meta, snap, base)
+			image, stats, err = p.store(ctx, imgDir, meta, snap, base, req.Stored)
 			return err
 		}}
 	fr := &Frozen{PID: pid, p: p, Result: Result{Session: req.Session, Nonce: nonce}}
@@ -652,7 +657,7 @@ func (p *Pipeline) reloadMem(ctx context.Context, w Worker, snap *devstore.Snaps
 
 // store commits the dump, with the saved device memory when there is
 // some, and remembers the save as the session's base.
-func (p *Pipeline) store(ctx context.Context, dir string, meta images.Meta, snap *devstore.Snapshot, base *devstore.Table) (*images.Manifest, images.Stats, error) {
+func (p *Pipeline) store(ctx context.Context, dir string, meta images.Meta, snap *devstore.Snapshot, base *devstore.Table, observe images.ChunkObserver) (*images.Manifest, images.Stats, error) {
 	if snap == nil {
 		return p.Store.Commit(ctx, dir, meta)
 	}
@@ -660,7 +665,7 @@ func (p *Pipeline) store(ctx context.Context, dir string, meta images.Meta, snap
 	if err != nil {
 		return nil, images.Stats{}, errs.Wrap(err, errs.Internal, errs.Session(meta.Session), "saved device memory")
 	}
-	m, stats, err := images.CommitWith(ctx, p.Mem.Store, dir, meta, files)
+	m, stats, err := images.CommitObserved(ctx, p.Mem.Store, dir, meta, files, observe)
 	if err != nil {
 		// The base may be what failed (its chunks collected): the next
 		// save copies everything.

@@ -12,6 +12,7 @@ import (
 	"github.com/gpuctl/gpuctl/devmem/devstore"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/ids"
+	"github.com/gpuctl/gpuctl/images"
 )
 
 // Sessions is gpud's session table as the checkpoint and migration routes
@@ -160,6 +161,8 @@ type FreezeOptions struct {
 	MemBase *devstore.Table
 	// Saved is Request.Saved.
 	Saved func(snap *devstore.Snapshot)
+	// Stored is Request.Stored.
+	Stored images.ChunkObserver
 }
 
 // FreezeWith is Freeze with options.
@@ -200,7 +203,7 @@ func (s *Service) freezeWith(ctx context.Context, id string, early bool, o Freez
 	cur := w
 	resumed := false
 	req := Request{Session: id, Worker: w, Parent: parent, Tenant: s.Sessions.Owner(id),
-		Reattached: func(nw Worker) { cur = nw }, ResumeEarly: early, MemBase: o.MemBase, Saved: o.Saved,
+		Reattached: func(nw Worker) { cur = nw }, ResumeEarly: early, MemBase: o.MemBase, Saved: o.Saved, Stored: o.Stored,
 		Resumed: func(nw Worker) {
 			cur, resumed = nw, true
 			if err := s.Sessions.Resumed(id, nw); err != nil {

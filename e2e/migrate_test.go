@@ -28,13 +28,17 @@ const (
 )
 
 type migrateResult struct {
-	Session    string `json:"session"`
-	To         string `json:"to"`
-	Image      string `json:"image"`
-	Bytes      int64  `json:"bytes"`
-	SentBytes  int64  `json:"sent_bytes"`
-	DowntimeMS int64  `json:"downtime_ms"`
-	Rounds     []struct {
+	Session   string `json:"session"`
+	To        string `json:"to"`
+	Image     string `json:"image"`
+	Bytes     int64  `json:"bytes"`
+	SentBytes int64  `json:"sent_bytes"`
+	// The process image's chunks went to B while A stored them; the
+	// push then carried little more than the manifest.
+	StreamedBytes int64 `json:"streamed_bytes"`
+	PushBytes     int64 `json:"push_bytes"`
+	DowntimeMS    int64 `json:"downtime_ms"`
+	Rounds        []struct {
 		Blocks int   `json:"blocks"`
 		Bytes  int64 `json:"bytes"`
 	} `json:"rounds"`
@@ -234,6 +238,9 @@ func TestMigrateRoundTrip(t *testing.T) {
 	if m1.Session != s.ID || m1.To != w.b.API() || m1.SentBytes <= 0 || m1.DowntimeMS <= 0 {
 		t.Errorf("migrate A->B reported %+v", m1)
 	}
+	if m1.StreamedBytes <= 0 || m1.PushBytes >= m1.StreamedBytes {
+		t.Errorf("migrate A->B streamed %d bytes of the process image and pushed %d after the freeze; want most of it streamed", m1.StreamedBytes, m1.PushBytes)
+	}
 	// The device memory went ahead while the session ran: the first
 	// round sent all of it.
 	if len(m1.Rounds) == 0 || m1.Rounds[0].Bytes < wlMiB<<20 {
@@ -254,8 +261,8 @@ func TestMigrateRoundTrip(t *testing.T) {
 	if got := w.result(<-run); got != want {
 		t.Errorf("migrated run: %q, unmigrated: %q", got, want)
 	}
-	t.Logf("downtime A->B %d ms (%d of %d bytes sent), B->A %d ms (%d bytes sent)",
-		m1.DowntimeMS, m1.SentBytes, m1.Bytes, m2.DowntimeMS, m2.SentBytes)
+	t.Logf("downtime A->B %d ms (%d of %d bytes sent, %d streamed, %d pushed), B->A %d ms (%d bytes sent)",
+		m1.DowntimeMS, m1.SentBytes, m1.Bytes, m1.StreamedBytes, m1.PushBytes, m2.DowntimeMS, m2.SentBytes)
 }
 
 // TestExportKillImportRestore checkpoints a session on A, exports the

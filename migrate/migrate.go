@@ -207,7 +207,15 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 		fenced   bool      // ownership moved to the target and was not taken back
 	)
 	sess := s.Checkpoint.Sessions
-	var pc *precopy.Copier
+	var (
+		pc     *precopy.Copier
+		stream *precopy.Stream // the process image's chunks, sent while they are stored
+	)
+	defer func() {
+		if stream != nil {
+			stream.Wait() // a step between the freeze and the push failed
+		}
+	}()
 	unclaim := func() {}
 	defer func() { unclaim() }()
 	defer func() {
@@ -259,8 +267,12 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 					// target while CRIU dumps the worker.
 					opts.Saved = func(snap *devstore.Snapshot) { pc.Last(ctx, snap) }
 				}
+				// The process image's chunks go while they are stored.
+				stream = precopy.StartStream(ctx, target)
+				opts.Stored = stream.Observe
 				fr, err = s.Checkpoint.FreezeWith(ctx, id, opts)
 				if err != nil {
+					stream.Wait()
 					return err
 				}
 				if !fr.Quiesced.IsZero() {
@@ -293,8 +305,15 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 			if pc != nil {
 				res.SentBytes += pc.WaitLast()
 			}
+			streamed, skipped, serr := stream.Wait()
+			res.SentBytes += streamed
+			res.StreamedBytes = streamed
+			if serr != nil || skipped > 0 {
+				s.log().Debug("the push sends what the stream did not", "session", id, "target", to, "streamed", streamed, "skipped", skipped, "err", serr)
+			}
 			st, err := s.Push.Push(ctx, fr.Image, target)
 			res.SentBytes += st.Bytes
+			res.PushBytes = st.Bytes
 			res.SentChunks = st.Chunks
 			return errs.Wrap(err, errs.KindOf(err), host, "send image %s", fr.Image)
 		}},
