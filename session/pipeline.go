@@ -422,10 +422,20 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 	if !ok {
 		return errs.New(errs.Internal, errs.Session(id), "adopt: a worker gpud did not make")
 	}
+	// Each part is in a migration's downtime: the log line says where
+	// its time went.
+	t0 := time.Now()
+	var lap []any
+	mark := func(name string) {
+		now := time.Now()
+		lap = append(lap, name+"_ms", now.Sub(t0).Milliseconds())
+		t0 = now
+	}
 	st, err := sw.h.Stats(ctx)
 	if err != nil {
 		return err
 	}
+	mark("stats")
 	if st.SessionID != id {
 		return errs.New(errs.DataLoss, errs.Session(id), "the restored worker serves session %q", st.SessionID)
 	}
@@ -446,6 +456,7 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 	if err := sw.h.Claim(ctx, st.Epoch, next); err != nil {
 		return errs.Wrap(err, errs.FailedPrecondition, errs.Session(id), "restored worker")
 	}
+	mark("claim")
 	m.mu.Lock()
 	limits, err := m.admit(owner)
 	if err == nil {
@@ -516,6 +527,7 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 	}
 	m.persist(s)
 	m.mu.Unlock()
+	mark("record")
 	m.watch(id, sw.h)
 	// Resume the backend; a held client is served again on its own
 	// socket, with no greeting: it never left.
@@ -523,6 +535,7 @@ func (m *Manager) Adopt(ctx context.Context, id string, w checkpoint.Worker, ima
 		m.end(id, "resume after restore failed")
 		return err
 	}
-	m.log.Info("restored session adopted; waiting for its client", "session", id, "image", image, "worker_pid", sw.h.PID())
+	mark("resume")
+	m.log.Info("restored session adopted; waiting for its client", append([]any{"session", id, "image", image, "worker_pid", sw.h.PID()}, lap...)...)
 	return nil
 }
