@@ -117,7 +117,7 @@ func BenchmarkCommitProcessImage(b *testing.B) {
 				// process image's mostly are.
 				dir := dumpDir(b, imagegen.Pages(uint64(100+n), 64<<20, imagegen.Realistic))
 				b.StartTimer()
-				if _, _, err := commitSegmented(context.Background(), st, dir, Meta{Session: "s-bench"}, nil, seg.size); err != nil {
+				if _, _, err := commitSegmented(context.Background(), st, dir, Meta{Session: "s-bench"}, nil, seg.size, nil); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()
