@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 
 	"github.com/gpuctl/gpuctl/images/chunker"
@@ -31,16 +29,7 @@ func TestParallelCommitChunksLikeOnePass(t *testing.T) {
 	// Many workers cut the same files into 1 MiB segments, few into
 	// 32 MiB ones.
 	for _, workers := range []int{1, 2, 64} {
-		st, err := store.Open(context.Background(), t.TempDir(), store.Options{Workers: workers, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := st.Check(context.Background()); err != nil {
-				t.Errorf("consistency check: %v", err)
-			}
-			_ = st.Close()
-		})
+		st := openStoreWorkers(t, workers)
 		for _, tt := range tests {
 			t.Run(fmt.Sprintf("%s, %d workers", tt.name, workers), func(t *testing.T) {
 				commitLikeOnePass(t, st, tt.pages)

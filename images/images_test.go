@@ -23,7 +23,13 @@ import (
 // runs when the test ends.
 func openStore(t testing.TB) *store.Store {
 	t.Helper()
-	st, err := store.Open(context.Background(), t.TempDir(), store.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return openStoreWorkers(t, 0)
+}
+
+// openStoreWorkers is openStore with that many workers (0: one a core).
+func openStoreWorkers(t testing.TB, workers int) *store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), t.TempDir(), store.Options{Workers: workers, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
