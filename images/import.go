@@ -368,8 +368,7 @@ func WriteRawChunks(ctx context.Context, ds []store.Digest, data [][]byte, w io.
 	cs := NewChunkStream(w)
 	for i, b := range data {
 		if err := ctx.Err(); err != nil {
-			cs.ew.close()
-			return cs.ew.n, err
+			return cs.abort(), err
 		}
 		if cs.Put(ds[i], b) != nil {
 			break
@@ -396,6 +395,13 @@ func NewChunkStream(w io.Writer) *ChunkStream {
 func (cs *ChunkStream) Put(d store.Digest, b []byte) error {
 	cs.ew.chunk(store.Frame{Digest: d, Raw: len(b), Payload: b})
 	return cs.ew.err
+}
+
+// abort stops the stream without its trailer, so that the receiver
+// refuses it as truncated, and returns the bytes written.
+func (cs *ChunkStream) abort() int64 {
+	cs.ew.close()
+	return cs.ew.n
 }
 
 // Close ends the stream with its trailer and returns the bytes written.

@@ -213,7 +213,7 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 	)
 	defer func() {
 		if stream != nil {
-			stream.Wait() // a step between the freeze and the push failed
+			stream.Wait() // the freeze or a step before the push failed
 		}
 	}()
 	unclaim := func() {}
@@ -272,8 +272,7 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 				opts.Stored = stream.Observe
 				fr, err = s.Checkpoint.FreezeWith(ctx, id, opts)
 				if err != nil {
-					stream.Wait()
-					return err
+					return err // the deferred Wait ends the stream
 				}
 				if !fr.Quiesced.IsZero() {
 					// The freeze prepared its save while the client was
