@@ -78,7 +78,12 @@ const (
 	RoutePutChunks     = methodPut + " " + ChunksPath
 	RouteDropStaged    = methodDelete + " " + StagedChunksPath + idSegment
 	RouteStageTable    = methodPut + " " + StagedChunksPath + idSegment
-	RouteMetrics       = methodGet + " " + MetricsPath
+	// RoutePrepareRestore has a migration's target restore the session
+	// from the dump's files (a tar stream, PrepareRestoreMeta first) and
+	// the device memory staged for it, ahead of its image; the restore
+	// of the image then adopts it.
+	RoutePrepareRestore = methodPut + " " + StagedChunksPath + idSegment + "/restore"
+	RouteMetrics        = methodGet + " " + MetricsPath
 	// RouteImageChunks answers which chunks an image is made of, so that
 	// a placement can ask other hosts how much of it they hold.
 	RouteImageChunks = methodGet + " " + ImagesPath + idSegment + "/chunks"
@@ -93,7 +98,7 @@ const (
 func Routes() []string {
 	return []string{RouteHost, RouteSessions, RouteSession, RouteCheckpoint, RouteMigrate, RouteImages, RouteImage,
 		RouteRemoveImage, RouteRestore, RouteExport, RouteImport, RouteVerify, RouteGC, RouteMissingChunks, RoutePutChunks, RouteMetrics,
-		RoutePreempt, RouteResume, RouteDropStaged, RouteStageTable, RouteImageChunks, RoutePushImage}
+		RoutePreempt, RouteResume, RouteDropStaged, RouteStageTable, RouteImageChunks, RoutePushImage, RoutePrepareRestore}
 }
 
 // SessionPath is the path of GET /v1/sessions/{id}.

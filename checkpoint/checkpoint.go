@@ -178,6 +178,11 @@ type Request struct {
 	// device memory itself (so that the process image is small): a
 	// migration sends them to its target meanwhile.
 	Stored images.ChunkObserver
+	// Dumped, when set, is shown the dump's directory and the image's
+	// metadata as soon as CRIU wrote it, before the store step: a
+	// migration restores it on its target meanwhile. It must not keep
+	// dir, which the pipeline removes once the image is stored.
+	Dumped func(dir string, meta images.Meta)
 }
 
 // Result describes a stored checkpoint.
@@ -399,7 +404,15 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 				return nil
 			}},
 		Step{Name: "dump",
-			Do: func(ctx context.Context) error { return criu.Dump(ctx, pid, imgDir, opts) }},
+			Do: func(ctx context.Context) error {
+				if err := criu.Dump(ctx, pid, imgDir, opts); err != nil {
+					return err
+				}
+				if req.Dumped != nil {
+					req.Dumped(imgDir, meta)
+				}
+				return nil
+			}},
 	)
 	store := Step{Name: "store",
 		Do: func(ctx context.Context) error {

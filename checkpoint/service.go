@@ -163,6 +163,8 @@ type FreezeOptions struct {
 	Saved func(snap *devstore.Snapshot)
 	// Stored is Request.Stored.
 	Stored images.ChunkObserver
+	// Dumped is Request.Dumped.
+	Dumped func(dir string, meta images.Meta)
 }
 
 // FreezeWith is Freeze with options.
@@ -203,7 +205,7 @@ func (s *Service) freezeWith(ctx context.Context, id string, early bool, o Freez
 	cur := w
 	resumed := false
 	req := Request{Session: id, Worker: w, Parent: parent, Tenant: s.Sessions.Owner(id),
-		Reattached: func(nw Worker) { cur = nw }, ResumeEarly: early, MemBase: o.MemBase, Saved: o.Saved, Stored: o.Stored,
+		Reattached: func(nw Worker) { cur = nw }, ResumeEarly: early, MemBase: o.MemBase, Saved: o.Saved, Stored: o.Stored, Dumped: o.Dumped,
 		Resumed: func(nw Worker) {
 			cur, resumed = nw, true
 			if err := s.Sessions.Resumed(id, nw); err != nil {

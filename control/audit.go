@@ -208,6 +208,8 @@ func Action(route string) string {
 		return "chunks.unstage"
 	case api.RouteStageTable:
 		return "chunks.stage"
+	case api.RoutePrepareRestore:
+		return "session.prepare_restore"
 	case api.RouteMetrics:
 		return "metrics.get"
 	case api.RouteImageChunks:

@@ -260,6 +260,17 @@ func (c *Client) DropStaged(ctx context.Context, session string) error {
 	return c.do(ctx, http.MethodDelete, api.StagedChunksSessionPath(session), nil, nil)
 }
 
+// PrepareRestore is PUT /v1/chunks/staged/{id}/restore: the target
+// restores session from r (the dump's files as a tar stream, the
+// restore's header first) and the device memory staged for it, ahead of
+// its image, and answers the steps it ran.
+func (c *Client) PrepareRestore(ctx context.Context, session string, r io.Reader) (*api.RestoreReply, error) {
+	if err := need("session", session); err != nil {
+		return nil, err
+	}
+	return streamDecode[api.RestoreReply](ctx, c, http.MethodPut, api.StagedChunksSessionPath(session)+"/restore", r, "decode prepared restore reply")
+}
+
 // StageTable is PUT /v1/chunks/staged/{id}: a pre-copy round's table
 // (the layout of session's device memory and each block's chunk), which
 // the target lays its staging out by before the round's chunks arrive.

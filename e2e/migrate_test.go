@@ -42,6 +42,20 @@ type migrateResult struct {
 		Blocks int   `json:"blocks"`
 		Bytes  int64 `json:"bytes"`
 	} `json:"rounds"`
+	TargetSteps []struct {
+		Step string `json:"step"`
+	} `json:"target_steps"`
+}
+
+// prepared says whether the target restored the session ahead of its
+// image (its restore's steps end in "prepared").
+func (m migrateResult) prepared() bool {
+	for _, s := range m.TargetSteps {
+		if s.Step == "prepared" {
+			return true
+		}
+	}
+	return false
 }
 
 type checkpointResult struct {
@@ -249,6 +263,10 @@ func TestMigrateRoundTrip(t *testing.T) {
 	if got := w.find(w.b, s.ID); got.State == "stopped" {
 		t.Errorf("session on B after the migration: %+v", got)
 	}
+	// B restored the dump while A stored and pushed the image.
+	if !m1.prepared() {
+		t.Errorf("migrate A->B: the target did not restore the session ahead of its image; its steps: %+v", m1.TargetSteps)
+	}
 	time.Sleep(time.Second)
 	w.ctlJSON(w.b, &m2, "migrate", s.ID, "--to", w.a.API())
 	// A still holds the first image's chunks: the way back sends no more
@@ -263,6 +281,57 @@ func TestMigrateRoundTrip(t *testing.T) {
 	}
 	t.Logf("downtime A->B %d ms (%d of %d bytes sent, %d streamed, %d pushed), B->A %d ms (%d bytes sent)",
 		m1.DowntimeMS, m1.SentBytes, m1.Bytes, m1.StreamedBytes, m1.PushBytes, m2.DowntimeMS, m2.SentBytes)
+}
+
+// TestMigratePreparedFaults fails a migration after its target began to
+// restore the session from the dump (faults at the push and at the
+// restore step, while or after the target prepares it): each fails with
+// one error naming the session and the step, leaves the session running
+// on A and no worker of it on B. The migration after them is prepared
+// on B, and the program finishes as if it had never moved.
+func TestMigratePreparedFaults(t *testing.T) {
+	fp := filepath.Join(t.TempDir(), "failpoints")
+	w := newWorldWith(t, true, harness.HostOptions{Env: []string{"GPUD_FAILPOINTS=" + fp}})
+	const steps = 80
+	want := w.result(<-w.start(w.a, w.stateful, wlMiB, steps, 0))
+	old := w.sessions(w.a)
+	run := w.start(w.a, w.stateful, wlMiB, steps, wlSleep)
+	s := w.session(w.a, old...)
+	time.Sleep(500 * time.Millisecond)
+	onB := map[uint64]bool{netnsInode(t, w.b.NS): true}
+	for _, step := range []string{"push", "restore"} {
+		arm(t, fp, "migrate/"+step+" fail")
+		out, err := w.ctl(w.a, "migrate", s.ID, "--to", w.b.API())
+		arm(t, fp, "")
+		if err == nil {
+			t.Fatalf("%s: the migration succeeded: %s", step, out)
+		}
+		for _, want := range []string{s.ID, step} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: the error does not say %q: %v", step, want, err)
+			}
+		}
+		if got := w.find(w.a, s.ID); got.State != "running" && got.State != "detached" {
+			t.Errorf("%s: session on A after the failed migration: %+v", step, got)
+		}
+		// B kills what it prepared when A drops the staging.
+		deadline := time.Now().Add(10 * time.Second)
+		for len(workerPIDs(w.c.Build.Gpud, onB)[s.ID]) > 0 {
+			if time.Now().After(deadline) {
+				t.Errorf("%s: a worker of the session still runs on B after the failed migration: %v", step, workerPIDs(w.c.Build.Gpud, onB)[s.ID])
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	var m migrateResult
+	w.ctlJSON(w.a, &m, "migrate", s.ID, "--to", w.b.API())
+	if !m.prepared() {
+		t.Errorf("the migration after the failed ones was not prepared on B; its steps: %+v", m.TargetSteps)
+	}
+	if got := w.result(<-run); got != want {
+		t.Errorf("after two failed migrations and a good one: %q, never migrated: %q", got, want)
+	}
 }
 
 // TestExportKillImportRestore checkpoints a session on A, exports the

@@ -59,6 +59,7 @@ import (
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/failpoint"
 	"github.com/gpuctl/gpuctl/ids"
+	"github.com/gpuctl/gpuctl/images"
 	"github.com/gpuctl/gpuctl/migrate/precopy"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/store"
@@ -122,6 +123,9 @@ type Service struct {
 	// while it runs, before the freeze (package precopy); nil, or a
 	// session it returns no worker for, moves by stop-and-copy.
 	Precopy *Precopy
+	// NoPrepare keeps the target from restoring the session from the
+	// dump ahead of its image (see preparing).
+	NoPrepare bool
 	// ClientWait bounds how long a migration waits, after the moved
 	// notice, to see the client served on the target (downtime_ms ends
 	// there); zero means 5 s.
@@ -210,10 +214,17 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 	var (
 		pc     *precopy.Copier
 		stream *precopy.Stream // the process image's chunks, sent while they are stored
+		prep   *preparing      // the target's restore of the dump, ahead of the image
 	)
 	defer func() {
 		if stream != nil {
 			stream.Wait() // the freeze or a step before the push failed
+		}
+	}()
+	defer func() {
+		if prep != nil {
+			prep.cancel()
+			_ = prep.wait()
 		}
 	}()
 	unclaim := func() {}
@@ -270,6 +281,13 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 				// The process image's chunks go while they are stored.
 				stream = precopy.StartStream(ctx, target)
 				opts.Stored = stream.Observe
+				if base != nil && !shared && s.Fence == nil && !s.NoPrepare {
+					// And the target restores the dump meanwhile.
+					gen := pc.StagedGen()
+					opts.Dumped = func(dir string, meta images.Meta) {
+						prep = s.startPrepare(ctx, target, id, dir, meta, gen)
+					}
+				}
 				fr, err = s.Checkpoint.FreezeWith(ctx, id, opts)
 				if err != nil {
 					return err // the deferred Wait ends the stream
@@ -367,6 +385,13 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 				return s.RestoreHere(ctx, fr.Image)
 			}},
 		{Name: "restore", Do: func(ctx context.Context) error {
+			if prep != nil {
+				// The restore below adopts what it prepared, or restores
+				// from the store when it prepared nothing.
+				if err := prep.wait(); err != nil {
+					s.log().Info("the target did not restore the session ahead of its image; it restores it from its store", "session", id, "target", to, "err", err)
+				}
+			}
 			rr, err := target.Restore(ctx, fr.Image)
 			if err != nil {
 				return errs.Wrap(err, errs.KindOf(err), host, "restore there")
@@ -386,6 +411,11 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 	}
 	timings, err := checkpoint.Run(ctx, s.log(), "migrate", errs.Session(id), steps)
 	if err != nil {
+		if prep != nil {
+			// Ended before the drop below, which kills what it prepared.
+			prep.cancel()
+			_ = prep.wait()
+		}
 		if pc != nil {
 			// No restore there takes what the rounds staged.
 			pc.Unstage(context.WithoutCancel(ctx))

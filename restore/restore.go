@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -91,6 +92,16 @@ type Restorer struct {
 	// session's restore (package migrate/stage), or nil. Device memory is
 	// then read from there, and only what is not staged from the store.
 	Staged func(session string) Staging
+	// PrepareIdle bounds how long a prepared restore waits for the
+	// Restore that commits it before it is killed; zero means 1 minute.
+	PrepareIdle time.Duration
+
+	// The restores Prepare made, by session, and how many times each
+	// session's was dropped (so that a Prepare a drop overtook is not
+	// kept).
+	mu       sync.Mutex
+	prepared map[string]*prepared
+	drops    map[string]uint64
 }
 
 // Staging is device memory a migration staged for a restore.
@@ -100,6 +111,8 @@ type Staging interface {
 	Load(ctx context.Context, st *store.Store, t *devstore.Table) (*devstore.Snapshot, int, error)
 	// Release gives the staged memory back; it follows Load.
 	Release()
+	// Table is the staged table: the last one the source sent.
+	Table() *devstore.Table
 }
 
 // ExceptStore is a Store that can leave files out of a checkout: saved
@@ -117,15 +130,44 @@ type Result struct {
 	Steps      []checkpoint.Timing `json:"steps,omitempty"`
 	Meta       images.Meta         `json:"-"`
 	Worker     checkpoint.Worker   `json:"-"`
+	// A prepared restore's reloaded save and its table, remembered as
+	// the session's base when its image commits it.
+	mem   *devstore.Snapshot
+	table *devstore.Table
 }
 
 // Restore restores image as a live worker. On failure nothing is left
-// running and the error names the step and the image.
+// running and the error names the step and the image. A restore that
+// Prepare made ahead of this image (the same checkpoint, the same device
+// memory) is the result at once.
 func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
-	t0 := time.Now()
-	subject := errs.Image(image)
 	if image == "" {
 		return nil, errs.New(errs.InvalidArgument, "", "no image id given; list images with `gpuctl images ls`")
+	}
+	if res := r.takePrepared(ctx, image); res != nil {
+		return res, nil
+	}
+	return r.restore(ctx, image, nil)
+}
+
+// early is what a prepared restore starts from instead of the store:
+// the dump's files, the image's metadata, and the generation of the save
+// whose device memory is staged for it.
+type early struct {
+	files func(dir string) error
+	meta  images.Meta
+	gen   uint64
+}
+
+// restore runs the restore pipeline, from the store, or from pre when
+// it is set (Prepare): the files are written into the work directory,
+// the device memory comes from the staging alone, and the save is not
+// remembered as the session's base until the image commits it.
+func (r *Restorer) restore(ctx context.Context, image string, pre *early) (*Result, error) {
+	t0 := time.Now()
+	subject := errs.Image(image)
+	if pre != nil {
+		subject = errs.Session(pre.meta.Session)
 	}
 	work, err := os.MkdirTemp(r.WorkDir, "rst-")
 	if err != nil {
@@ -154,6 +196,7 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 		memHits  int           // blocks that came from the staging
 		admitted bool          // Admit let it through
 		fromHost int64         // bytes of device memory kept in host memory here (Keeper.Stash)
+		keptSnap *devstore.Snapshot // a prepared restore's reloaded save
 	)
 	defer func() {
 		if memLoad != nil {
@@ -167,6 +210,33 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 		{Name: "checkout", Do: func(ctx context.Context) error {
 			if err := os.Mkdir(imgDir, 0o700); err != nil {
 				return err
+			}
+			if pre != nil {
+				if err := pre.files(imgDir); err != nil {
+					return err
+				}
+				meta = pre.meta
+				var sg Staging
+				if r.Staged != nil && r.Mem != nil {
+					sg = r.Staged(meta.Session)
+				}
+				if sg == nil {
+					return errs.New(errs.FailedPrecondition, subject, "no device memory is staged for it here")
+				}
+				if memTable = sg.Table(); memTable.Gen() != pre.gen || pre.gen == 0 {
+					sg.Release()
+					return errs.New(errs.FailedPrecondition, subject, "the staged device memory is of save %x, not %x", memTable.Gen(), pre.gen)
+				}
+				memLoad = make(chan error, 1)
+				go func() {
+					t0 := time.Now()
+					var err error
+					memSnap, memHits, err = sg.Load(ctx, r.Mem.Store, memTable)
+					sg.Release()
+					memTook = time.Since(t0)
+					memLoad <- err
+				}()
+				return r.admit(meta, subject, &admitted)
 			}
 			var m *images.Manifest
 			var err error
@@ -216,24 +286,7 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 					}()
 				}
 			}
-			if meta.AttachNonce == "" {
-				return errs.New(errs.DataLoss, subject, "the manifest has no worker nonce; the image cannot be reattached")
-			}
-			if r.Backend != "" && meta.Backend != "" && meta.Backend != r.Backend {
-				return errs.New(errs.FailedPrecondition, subject, "made on the %s backend, this host runs %s; restore it on a %s host", meta.Backend, r.Backend, meta.Backend)
-			}
-			if r.Admit != nil {
-				if err := r.Admit(meta); err != nil {
-					return err // it names the session; the step error names the image
-				}
-				admitted = true
-			}
-			if c, ok := r.Resumer.(Checker); ok {
-				if err := c.Check(meta.GPUs, meta.Driver); err != nil {
-					return errs.Wrap(err, errs.KindOf(err), subject, "this host cannot run it")
-				}
-			}
-			return nil
+			return r.admit(meta, subject, &admitted)
 		}},
 		{Name: "criu",
 			Do: func(ctx context.Context) error {
@@ -277,11 +330,16 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 		if err := mw.ReloadMem(ctx, memSnap.File, memSnap.Saved.LayoutOff, memSnap.Saved.LayoutLen); err != nil {
 			return err
 		}
+		kept = true
+		if pre != nil {
+			// Remembered when the image commits it (takePrepared).
+			keptSnap = memSnap
+			return nil
+		}
 		r.Mem.Remember(meta.Session, memTable)
 		// The worker runs from a complete copy of that save: the next
 		// checkpoint copies only what changes from here.
 		r.Mem.KeepMirror(meta.Session, memSnap)
-		kept = true
 		return nil
 	}})
 	timings, err := checkpoint.Run(ctx, r.Log, "restore", subject, steps)
@@ -305,7 +363,31 @@ func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
 	return &Result{
 		Session: meta.Session, Image: image, PID: pid, Meta: meta, Worker: w,
 		DurationMS: time.Since(t0).Milliseconds(), Steps: timings,
+		mem: keptSnap, table: memTable,
 	}, nil
+}
+
+// admit checks meta against this host and has gpud admit it (Admit);
+// *admitted says whether Unadmit must follow a failure.
+func (r *Restorer) admit(meta images.Meta, subject string, admitted *bool) error {
+	if meta.AttachNonce == "" {
+		return errs.New(errs.DataLoss, subject, "the manifest has no worker nonce; the image cannot be reattached")
+	}
+	if r.Backend != "" && meta.Backend != "" && meta.Backend != r.Backend {
+		return errs.New(errs.FailedPrecondition, subject, "made on the %s backend, this host runs %s; restore it on a %s host", meta.Backend, r.Backend, meta.Backend)
+	}
+	if r.Admit != nil {
+		if err := r.Admit(meta); err != nil {
+			return err // it names the session; the step error names the image
+		}
+		*admitted = true
+	}
+	if c, ok := r.Resumer.(Checker); ok {
+		if err := c.Check(meta.GPUs, meta.Driver); err != nil {
+			return errs.Wrap(err, errs.KindOf(err), subject, "this host cannot run it")
+		}
+	}
+	return nil
 }
 
 func (r *Restorer) log() *slog.Logger {

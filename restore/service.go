@@ -4,12 +4,14 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/ids"
+	"github.com/gpuctl/gpuctl/tenant"
 )
 
 // Adopter is gpud's session table as the restore route uses it.
@@ -40,8 +42,33 @@ type Service struct {
 	Log    *slog.Logger
 }
 
-// Register adds POST /v1/images/{id}/restore to mux.
+// Register adds POST /v1/images/{id}/restore and PUT
+// /v1/chunks/staged/{id}/restore (the administrator's, as the other
+// staging routes) to mux.
 func (s *Service) Register(mux *http.ServeMux) {
+	mux.Handle(api.RoutePrepareRestore, control.Handle(func(w http.ResponseWriter, r *http.Request) error {
+		if err := tenant.RequireAdmin(r.Context(), "preparing a migration's restore"); err != nil {
+			return err
+		}
+		id := control.PathID(r)
+		if err := ids.CheckSession(id); err != nil {
+			return err
+		}
+		h, files, err := readPrepare(r.Body)
+		if err != nil {
+			return errs.Wrap(err, errs.InvalidArgument, errs.Session(id), "prepared restore")
+		}
+		if h.Meta.Session != id {
+			return errs.New(errs.InvalidArgument, errs.Session(id), "prepared restore: the header is of session %q", h.Meta.Session)
+		}
+		t0 := time.Now()
+		steps, err := s.Restorer.Prepare(r.Context(), files, h.Meta, h.Gen)
+		if err != nil {
+			return err
+		}
+		control.WriteJSON(w, &api.RestoreReply{Session: id, Listen: s.Listen, DurationMS: time.Since(t0).Milliseconds(), Steps: checkpoint.StepTimings(steps)})
+		return nil
+	}))
 	mux.Handle(api.RouteRestore, control.Handle(func(w http.ResponseWriter, r *http.Request) error {
 		res, err := s.Restore(r.Context(), control.PathID(r))
 		if err != nil {

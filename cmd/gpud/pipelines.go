@@ -76,6 +76,7 @@ func (d *daemon) routers() ([]router, error) {
 		Listen:   advertised(d.cfg.listen, ""),
 		Log:      d.log,
 	}
+	staged.OnDrop = rst.Restorer.DropPrepared
 	return append([]router{d.manager, ckpt, rst, d.preemptRouter(ckpt, rst, imgs), staged}, d.transferRouters(ckpt, rst, imgs, staged)...), nil
 }
 

@@ -276,6 +276,23 @@ func (c *Copier) Last(ctx context.Context, snap *devstore.Snapshot) {
 	}()
 }
 
+// StagedGen returns what waits for the sending Last started, if any, and
+// then says the generation of the save whose table the target staged
+// last (0 when it stages nothing). Call it where Last was called; the
+// function it returns may be called from any goroutine, once.
+func (c *Copier) StagedGen() func() uint64 {
+	done := c.last
+	return func() uint64 {
+		if done != nil {
+			<-done
+		}
+		if !c.staging {
+			return 0
+		}
+		return c.gen
+	}
+}
+
 // WaitLast waits for what Last started and returns the bytes it sent.
 func (c *Copier) WaitLast() int64 {
 	if c.last != nil {

@@ -61,6 +61,10 @@ type Stager struct {
 	// long (its source died or gave up); zero means 5 minutes.
 	Idle time.Duration
 	Log  *slog.Logger
+	// OnDrop, when set, is told of each session whose source dropped
+	// its staging (the migration failed): gpud kills a restore prepared
+	// from it (restore.Restorer.DropPrepared).
+	OnDrop func(session string)
 
 	mu     sync.Mutex
 	used   int64
@@ -438,6 +442,17 @@ func (g *Group) Load(ctx context.Context, st *store.Store, t *devstore.Table) (*
 	return file, hits, nil
 }
 
+// Table is the last table laid out for the group (nil for none).
+func (g *Group) Table() *devstore.Table {
+	if g == nil {
+		return nil
+	}
+	g.fills.Wait()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.tab
+}
+
 // Release gives the group's memory back. A nil group is a no-op.
 func (g *Group) Release() {
 	if g == nil {
@@ -502,6 +517,10 @@ func (s *Stager) Register(mux *http.ServeMux) {
 			return err
 		}
 		dropped := s.Drop(id)
+		if s.OnDrop != nil {
+			// What was restored from the staging goes with it.
+			s.OnDrop(id)
+		}
 		control.WriteJSON(w, map[string]bool{"dropped": dropped})
 		return nil
 	}))

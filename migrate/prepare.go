@@ -1,0 +1,101 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/gpuctl/gpuctl/api"
+	"github.com/gpuctl/gpuctl/control"
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/images"
+	"github.com/gpuctl/gpuctl/restore"
+)
+
+// preparing is the target's restore of a frozen session ahead of its
+// image (restore.Restorer.Prepare): as soon as CRIU has dumped the
+// worker, the dump's files go to the target, which restores the process,
+// has the driver restore its GPU state and reloads its device memory from
+// the staging, while this host stores the image and pushes it. The
+// restore step's Restore of the image then only adopts the worker. Only
+// for a target that does not share this host's socket names (the frozen
+// worker must stay until the target has the session) and outside a
+// cluster (whose registry hands the session over only with its image);
+// the target refuses a prepare whose staging is not the freeze's save,
+// and kills a prepared worker that the image does not match, so the
+// migration then restores from the store as before.
+type preparing struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	reply  *api.RestoreReply
+	err    error
+}
+
+// startPrepare sends the dump in dir, with meta, to the target's prepare
+// route, once gen (precopy.Copier.StagedGen) says what is staged there.
+// The files are linked first: the freeze removes dir after its store.
+func (s *Service) startPrepare(ctx context.Context, target *control.Client, id, dir string, meta images.Meta, gen func() uint64) *preparing {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &preparing{cancel: cancel, done: make(chan struct{})}
+	own, err := linkTree(dir)
+	if err != nil {
+		p.err = errs.Wrap(err, errs.Internal, errs.Session(id), "keep the dump for the target")
+		close(p.done)
+		return p
+	}
+	go func() {
+		defer close(p.done)
+		defer os.RemoveAll(own)
+		g := gen()
+		if g == 0 {
+			p.err = errors.New("no device memory is staged there")
+			return
+		}
+		pr, pw := io.Pipe()
+		wrote := make(chan struct{})
+		go func() {
+			defer close(wrote)
+			pw.CloseWithError(restore.WritePrepare(ctx, pw, restore.PrepareHeader{Meta: meta, Gen: g}, own))
+		}()
+		p.reply, p.err = target.PrepareRestore(ctx, id, pr)
+		pr.CloseWithError(io.ErrClosedPipe)
+		<-wrote // before the files go
+	}()
+	return p
+}
+
+// wait waits for the prepare and returns its error.
+func (p *preparing) wait() error {
+	<-p.done
+	return p.err
+}
+
+// linkTree hard-links dir's files into a new directory beside it and
+// returns that directory.
+func linkTree(dir string) (string, error) {
+	own, err := os.MkdirTemp(filepath.Dir(dir), "prep-")
+	if err != nil {
+		return "", err
+	}
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return os.Mkdir(filepath.Join(own, rel), 0o700)
+		}
+		return os.Link(p, filepath.Join(own, rel))
+	})
+	if err != nil {
+		os.RemoveAll(own)
+		return "", err
+	}
+	return own, nil
+}

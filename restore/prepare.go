@@ -1,0 +1,162 @@
+package restore
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/gpuctl/gpuctl/checkpoint"
+	"github.com/gpuctl/gpuctl/devmem/devstore"
+	"github.com/gpuctl/gpuctl/errs"
+	"github.com/gpuctl/gpuctl/images"
+)
+
+// A prepared restore is a live migration's session restored here ahead
+// of its image: its source sent the dump's files as soon as CRIU wrote
+// them, and its device memory is staged here, so CRIU, the driver's
+// restore and the reload run while the source stores the image and
+// pushes it. The worker waits, quiesced and unregistered, serving no one,
+// until the Restore of that image adopts it; anything else (DropPrepared,
+// PrepareIdle, a Restore of another checkpoint of the session) kills it.
+type prepared struct {
+	res   *Result
+	timer *time.Timer
+}
+
+// Prepare restores session from the dump files writes into the restore's
+// directory, meta (the image's metadata to be), and the device memory
+// staged here for it, which must be of save gen, up to the reload, and
+// keeps it for the Restore that commits it. It returns the steps' times.
+func (r *Restorer) Prepare(ctx context.Context, files func(dir string) error, meta images.Meta, gen uint64) ([]checkpoint.Timing, error) {
+	subject := errs.Session(meta.Session)
+	if r.Mem == nil || r.Staged == nil {
+		return nil, errs.New(errs.FailedPrecondition, subject, "this host restores device memory from its store only; restore the image")
+	}
+	r.mu.Lock()
+	drops := r.drops[meta.Session]
+	r.mu.Unlock()
+	res, err := r.restore(ctx, "", &early{files: files, meta: meta, gen: gen})
+	if err != nil {
+		return nil, err
+	}
+	p := &prepared{res: res}
+	r.mu.Lock()
+	if r.drops[meta.Session] != drops || ctx.Err() != nil {
+		// Dropped (the migration failed) while it was restored.
+		r.mu.Unlock()
+		r.discard(p, "its migration gave up on it")
+		return nil, errs.New(errs.FailedPrecondition, subject, "the prepared restore was dropped while it ran")
+	}
+	if r.prepared == nil {
+		r.prepared = map[string]*prepared{}
+	}
+	old := r.prepared[meta.Session]
+	r.prepared[meta.Session] = p
+	p.timer = time.AfterFunc(r.prepareIdle(), func() { r.expire(meta.Session, p) })
+	r.mu.Unlock()
+	if old != nil {
+		r.discard(old, "a newer one replaced it")
+	}
+	r.log().Info("restore prepared ahead of its image", "session", meta.Session, "pid", res.PID, "took_ms", res.DurationMS)
+	return res.Steps, nil
+}
+
+// DropPrepared kills session's prepared restore, if any, and makes a
+// Prepare still running for it throw its result away.
+func (r *Restorer) DropPrepared(session string) {
+	r.mu.Lock()
+	if r.drops == nil {
+		r.drops = map[string]uint64{}
+	}
+	r.drops[session]++
+	p := r.prepared[session]
+	delete(r.prepared, session)
+	r.mu.Unlock()
+	if p != nil {
+		p.timer.Stop()
+		r.discard(p, "its migration dropped it")
+	}
+}
+
+func (r *Restorer) expire(session string, p *prepared) {
+	r.mu.Lock()
+	if r.prepared[session] != p {
+		r.mu.Unlock()
+		return
+	}
+	delete(r.prepared, session)
+	r.mu.Unlock()
+	r.discard(p, "no image committed it in time")
+}
+
+// takePrepared returns the prepared restore of image's checkpoint,
+// registered as image's restore, or nil when there is none; one of the
+// session that does not match the image (another checkpoint, other
+// device memory) is killed.
+func (r *Restorer) takePrepared(ctx context.Context, image string) *Result {
+	r.mu.Lock()
+	n := len(r.prepared)
+	r.mu.Unlock()
+	if n == 0 || r.Mem == nil {
+		return nil
+	}
+	m, err := images.Get(ctx, r.Mem.Store, image)
+	if err != nil {
+		return nil // the restore from the store says what is wrong
+	}
+	s := m.Meta.Session
+	r.mu.Lock()
+	p := r.prepared[s]
+	delete(r.prepared, s)
+	r.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	p.timer.Stop()
+	t, err := devstore.FromManifest(ctx, r.Mem.Store, m)
+	switch {
+	case err != nil:
+		r.discard(p, "the image's device memory could not be read: "+err.Error())
+		return nil
+	case m.Meta.AttachNonce != p.res.Meta.AttachNonce:
+		r.discard(p, "it is of another checkpoint than image "+image)
+		return nil
+	case !sameTable(t, p.res.table):
+		r.discard(p, "its device memory is not image "+image+"'s")
+		return nil
+	}
+	res := p.res
+	// The worker runs from a complete copy of the image's save: the next
+	// checkpoint copies only what changes from here.
+	r.Mem.Remember(s, t)
+	r.Mem.KeepMirror(s, res.mem)
+	res.mem, res.table = nil, nil
+	res.Image, res.Meta = image, m.Meta
+	res.Steps = append(slices.Clone(res.Steps), checkpoint.Timing{Step: "prepared"})
+	return res
+}
+
+// discard kills a prepared restore's worker and gives back what it held.
+func (r *Restorer) discard(p *prepared, why string) {
+	res := p.res
+	if err := kill(res.PID); err != nil {
+		r.log().Error("prepared restore's worker left running", "session", res.Session, "pid", res.PID, "err", err)
+	}
+	res.mem.Close()
+	if r.Unadmit != nil {
+		r.Unadmit(res.Meta)
+	}
+	r.log().Info("prepared restore dropped", "session", res.Session, "pid", res.PID, "why", why)
+}
+
+func (r *Restorer) prepareIdle() time.Duration {
+	if r.PrepareIdle > 0 {
+		return r.PrepareIdle
+	}
+	return time.Minute
+}
+
+// sameTable reports whether a and b are the same save, block for block.
+func sameTable(a, b *devstore.Table) bool {
+	return a != nil && b != nil && devstore.SameBlocks(a.Layout, b.Layout) && slices.Equal(a.Chunks, b.Chunks)
+}
