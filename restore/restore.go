@@ -192,10 +192,10 @@ func (r *Restorer) restore(ctx context.Context, image string, pre *early) (*Resu
 		memTable *devstore.Table
 		memSnap  *devstore.Snapshot
 		memLoad  chan error
-		memTook  time.Duration // reading device memory, beside criu
-		memHits  int           // blocks that came from the staging
-		admitted bool          // Admit let it through
-		fromHost int64         // bytes of device memory kept in host memory here (Keeper.Stash)
+		memTook  time.Duration      // reading device memory, beside criu
+		memHits  int                // blocks that came from the staging
+		admitted bool               // Admit let it through
+		fromHost int64              // bytes of device memory kept in host memory here (Keeper.Stash)
 		keptSnap *devstore.Snapshot // a prepared restore's reloaded save
 	)
 	defer func() {
