@@ -41,6 +41,14 @@ const (
 	// StageParam, on PUT /v1/chunks, names the session whose restore the
 	// chunks are staged for: the target keeps their content in memory.
 	StageParam = "stage"
+	// PreparedParam, on POST /v1/images/{id}/restore, names the session
+	// whose restore the caller prepared (PUT
+	// /v1/chunks/staged/{id}/restore, sent in full): the target waits for
+	// that prepare before it restores the image.
+	PreparedParam = "prepared"
+	// NonceParam, beside PreparedParam, names the checkpoint (its attach
+	// nonce) whose restore was prepared.
+	NonceParam = "nonce"
 
 	idSegment = "/{" + IDWildcard + "}"
 )

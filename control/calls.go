@@ -59,6 +59,17 @@ func (c *Client) Restore(ctx context.Context, image string) (*api.RestoreReply, 
 	return call[api.RestoreReply](ctx, c, "image", image, http.MethodPost, api.ImageRestorePath(image), nil)
 }
 
+// RestorePrepared is Restore of an image whose session's restore the
+// caller prepared there (PrepareRestore): the target waits for that
+// prepare first, and adopts what it prepared when it is the image's.
+func (c *Client) RestorePrepared(ctx context.Context, image, session, nonce string) (*api.RestoreReply, error) {
+	if err := need("session", session); err != nil {
+		return nil, err
+	}
+	path := api.ImageRestorePath(image) + "?" + api.PreparedParam + "=" + url.QueryEscape(session) + "&" + api.NonceParam + "=" + url.QueryEscape(nonce)
+	return call[api.RestoreReply](ctx, c, "image", image, http.MethodPost, path, nil)
+}
+
 // Migrate is POST /v1/sessions/{id}/migrate: the host moves the session to
 // req.To.
 func (c *Client) Migrate(ctx context.Context, id string, req api.MigrateRequest) (*api.MigrateReply, error) {

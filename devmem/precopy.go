@@ -129,7 +129,7 @@ func (t *Tracker) Precopy(ctx context.Context, dev backend.DeviceMemory, between
 		if err := f.Truncate(l.Size); err != nil {
 			return nil, Saved{}, fmt.Errorf("size the memfd: %w", err)
 		}
-		data, err := unix.Mmap(int(f.Fd()), 0, int(l.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		data, err := mapFile(f, l.Size)
 		if err != nil {
 			return nil, Saved{}, fmt.Errorf("map the memfd: %w", err)
 		}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -134,12 +135,35 @@ type Tracker struct {
 // the reload. Nothing reads the mapping after a copy; Settle waits for
 // the unmaps, and the worker settles before every dump, which must not
 // find the mapping.
+//
+// It unmaps the mapping a piece at a time: munmap holds the process's
+// mmap lock for writing while it tears a piece down, and anything in the
+// worker that maps memory meanwhile (the Go runtime growing its heap for
+// the next request's reply) waited for all of an 8 GiB unmap, 0.5 to
+// 0.6 s of a migration's downtime on the H200 after the reload.
 func (t *Tracker) unmapLater(b []byte) {
 	t.unmaps.Add(1)
 	go func() {
 		defer t.unmaps.Done()
-		_ = unix.Munmap(b)
+		for len(b) > 0 {
+			n := min(len(b), unmapPiece)
+			_ = unix.MunmapPtr(unsafe.Pointer(unsafe.SliceData(b)), uintptr(n))
+			b = b[n:]
+		}
 	}()
+}
+
+// unmapPiece is what unmapLater unmaps at once: about 4 ms of the lock.
+const unmapPiece = 64 << 20
+
+// mapFile maps size bytes of f shared, for reading and writing, for
+// unmapLater to drop (it is not known to unix.Munmap).
+func mapFile(f *os.File, size int64) ([]byte, error) {
+	p, err := unix.MmapPtr(int(f.Fd()), 0, nil, uintptr(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*byte)(p), size), nil
 }
 
 // Settle waits until every mapping unmapLater was given is gone.
@@ -262,7 +286,7 @@ func (t *Tracker) Save(ctx context.Context, dev backend.DeviceMemory, req SaveRe
 	}
 	copied := time.Now()
 	if l.Size > 0 {
-		data, err := unix.Mmap(int(f.Fd()), 0, int(l.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		data, err := mapFile(f, l.Size)
 		if err != nil {
 			return nil, Saved{}, fmt.Errorf("map the memfd: %w", err)
 		}
@@ -412,7 +436,7 @@ func (t *Tracker) reloadFrom(ctx context.Context, dev backend.DeviceMemory, f *o
 	}
 	// Writable, so that the backend may pin it (pinning wants write
 	// access); nothing here writes to it.
-	data, err := unix.Mmap(int(f.Fd()), 0, int(l.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	data, err := mapFile(f, l.Size)
 	if err != nil {
 		return fmt.Errorf("map the device memory file: %w", err)
 	}

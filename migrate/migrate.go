@@ -386,13 +386,23 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 			}},
 		{Name: "restore", Do: func(ctx context.Context) error {
 			if prep != nil {
-				// The restore below adopts what it prepared, or restores
-				// from the store when it prepared nothing.
-				if err := prep.wait(); err != nil {
-					s.log().Info("the target did not restore the session ahead of its image; it restores it from its store", "session", id, "target", to, "err", err)
-				}
+				// The target's restore of the image waits for the
+				// prepare, then adopts what it prepared, or restores from
+				// its store when it prepared nothing.
+				prep.whenSent()
+				defer func() {
+					if err := prep.wait(); err != nil {
+						s.log().Info("the target did not restore the session ahead of its image; it restored it from its store", "session", id, "target", to, "err", err)
+					}
+				}()
 			}
-			rr, err := target.Restore(ctx, fr.Image)
+			var rr *api.RestoreReply
+			var err error
+			if prep != nil && prep.sentAll() {
+				rr, err = target.RestorePrepared(ctx, fr.Image, id, prep.nonce)
+			} else {
+				rr, err = target.Restore(ctx, fr.Image)
+			}
 			if err != nil {
 				return errs.Wrap(err, errs.KindOf(err), host, "restore there")
 			}

@@ -29,9 +29,15 @@ import (
 // migration then restores from the store as before.
 type preparing struct {
 	cancel context.CancelFunc
-	done   chan struct{}
-	reply  *api.RestoreReply
-	err    error
+	// sent is closed once the dump is sent (or failed to be): the
+	// target is then preparing, and its restore of the image waits for
+	// the prepare to end.
+	sent  chan struct{}
+	wrote bool   // the whole dump went (read after sent)
+	nonce string // the checkpoint's (images.Meta.AttachNonce)
+	done  chan struct{}
+	reply *api.RestoreReply
+	err   error
 }
 
 // startPrepare sends the dump in dir, with meta, to the target's prepare
@@ -39,10 +45,11 @@ type preparing struct {
 // The files are linked first: the freeze removes dir after its store.
 func (s *Service) startPrepare(ctx context.Context, target *control.Client, id, dir string, meta images.Meta, gen func() uint64) *preparing {
 	ctx, cancel := context.WithCancel(ctx)
-	p := &preparing{cancel: cancel, done: make(chan struct{})}
+	p := &preparing{cancel: cancel, sent: make(chan struct{}), done: make(chan struct{}), nonce: meta.AttachNonce}
 	own, err := linkTree(dir)
 	if err != nil {
 		p.err = errs.Wrap(err, errs.Internal, errs.Session(id), "keep the dump for the target")
+		close(p.sent)
 		close(p.done)
 		return p
 	}
@@ -52,13 +59,17 @@ func (s *Service) startPrepare(ctx context.Context, target *control.Client, id, 
 		g := gen()
 		if g == 0 {
 			p.err = errors.New("no device memory is staged there")
+			close(p.sent)
 			return
 		}
 		pr, pw := io.Pipe()
 		wrote := make(chan struct{})
 		go func() {
 			defer close(wrote)
-			pw.CloseWithError(restore.WritePrepare(ctx, pw, restore.PrepareHeader{Meta: meta, Gen: g}, own))
+			defer close(p.sent)
+			err := restore.WritePrepare(ctx, pw, restore.PrepareHeader{Meta: meta, Gen: g}, own)
+			p.wrote = err == nil
+			pw.CloseWithError(err)
 		}()
 		p.reply, p.err = target.PrepareRestore(ctx, id, pr)
 		pr.CloseWithError(io.ErrClosedPipe)
@@ -66,6 +77,14 @@ func (s *Service) startPrepare(ctx context.Context, target *control.Client, id, 
 	}()
 	return p
 }
+
+// whenSent waits until the whole dump has been sent: the target has
+// read (nearly) all of it, so its prepare is under way, and its restore
+// of the image will wait for it.
+func (p *preparing) whenSent() { <-p.sent }
+
+// sentAll says, after whenSent, whether the whole dump went.
+func (p *preparing) sentAll() bool { return p.wrote }
 
 // wait waits for the prepare and returns its error.
 func (p *preparing) wait() error {

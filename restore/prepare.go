@@ -34,6 +34,10 @@ func (r *Restorer) Prepare(ctx context.Context, files func(dir string) error, me
 	}
 	r.mu.Lock()
 	drops := r.drops[meta.Session]
+	if r.begun == nil {
+		r.begun = map[string]string{}
+	}
+	r.begun[meta.Session] = meta.AttachNonce
 	r.mu.Unlock()
 	res, err := r.restore(ctx, "", &early{files: files, meta: meta, gen: gen})
 	if err != nil {
@@ -89,13 +93,53 @@ func (r *Restorer) expire(session string, p *prepared) {
 	r.discard(p, "no image committed it in time")
 }
 
+// Preparing marks a prepare of session as under way until the function
+// it returns is called: a Restore meanwhile waits for it. The prepare
+// route calls it before it reads the request, so that a source that has
+// sent the whole dump may ask for the image's restore at once.
+func (r *Restorer) Preparing(session string) func() {
+	ch := make(chan struct{})
+	r.mu.Lock()
+	if r.inflight == nil {
+		r.inflight = map[string]chan struct{}{}
+	}
+	r.inflight[session] = ch
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		if r.inflight[session] == ch {
+			delete(r.inflight, session)
+		}
+		r.mu.Unlock()
+		close(ch)
+	}
+}
+
+// awaitPrepare waits, for up to d, until a prepare of session is under
+// way, done, or was begun for the checkpoint nonce names (and failed).
+func (r *Restorer) awaitPrepare(ctx context.Context, session, nonce string, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for {
+		r.mu.Lock()
+		_, busy := r.inflight[session]
+		_, done := r.prepared[session]
+		seen := nonce != "" && r.begun[session] == nonce
+		r.mu.Unlock()
+		if busy || done || seen || time.Now().After(deadline) || ctx.Err() != nil {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // takePrepared returns the prepared restore of image's checkpoint,
 // registered as image's restore, or nil when there is none; one of the
 // session that does not match the image (another checkpoint, other
-// device memory) is killed.
+// device memory) is killed. It reads the image's manifest while a
+// prepare of the session is still under way, then waits for it.
 func (r *Restorer) takePrepared(ctx context.Context, image string) *Result {
 	r.mu.Lock()
-	n := len(r.prepared)
+	n := len(r.prepared) + len(r.inflight)
 	r.mu.Unlock()
 	if n == 0 || r.Mem == nil {
 		return nil
@@ -105,6 +149,17 @@ func (r *Restorer) takePrepared(ctx context.Context, image string) *Result {
 		return nil // the restore from the store says what is wrong
 	}
 	s := m.Meta.Session
+	t, terr := devstore.FromManifest(ctx, r.Mem.Store, m)
+	r.mu.Lock()
+	busy := r.inflight[s]
+	r.mu.Unlock()
+	if busy != nil {
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil
+		}
+	}
 	r.mu.Lock()
 	p := r.prepared[s]
 	delete(r.prepared, s)
@@ -113,10 +168,9 @@ func (r *Restorer) takePrepared(ctx context.Context, image string) *Result {
 		return nil
 	}
 	p.timer.Stop()
-	t, err := devstore.FromManifest(ctx, r.Mem.Store, m)
 	switch {
-	case err != nil:
-		r.discard(p, "the image's device memory could not be read: "+err.Error())
+	case terr != nil:
+		r.discard(p, "the image's device memory could not be read: "+terr.Error())
 		return nil
 	case m.Meta.AttachNonce != p.res.Meta.AttachNonce:
 		r.discard(p, "it is of another checkpoint than image "+image)

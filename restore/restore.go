@@ -102,6 +102,8 @@ type Restorer struct {
 	mu       sync.Mutex
 	prepared map[string]*prepared
 	drops    map[string]uint64
+	inflight map[string]chan struct{} // Preparing
+	begun    map[string]string        // the checkpoint nonce of each session's last Prepare
 }
 
 // Staging is device memory a migration staged for a restore.
@@ -141,8 +143,19 @@ type Result struct {
 // Prepare made ahead of this image (the same checkpoint, the same device
 // memory) is the result at once.
 func (r *Restorer) Restore(ctx context.Context, image string) (*Result, error) {
+	return r.RestoreAfter(ctx, image, "", "")
+}
+
+// RestoreAfter is Restore, when session names one, after the prepare of
+// session's restore (of the checkpoint nonce names) that the caller sent
+// in full: it waits for that prepare to begin (for up to 5 s: the
+// request may still be on its way) and to end.
+func (r *Restorer) RestoreAfter(ctx context.Context, image, session, nonce string) (*Result, error) {
 	if image == "" {
 		return nil, errs.New(errs.InvalidArgument, "", "no image id given; list images with `gpuctl images ls`")
+	}
+	if session != "" {
+		r.awaitPrepare(ctx, session, nonce, 5*time.Second)
 	}
 	if res := r.takePrepared(ctx, image); res != nil {
 		return res, nil

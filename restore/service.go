@@ -54,6 +54,7 @@ func (s *Service) Register(mux *http.ServeMux) {
 		if err := ids.CheckSession(id); err != nil {
 			return err
 		}
+		defer s.Restorer.Preparing(id)()
 		h, files, err := readPrepare(r.Body)
 		if err != nil {
 			return errs.Wrap(err, errs.InvalidArgument, errs.Session(id), "prepared restore")
@@ -70,7 +71,8 @@ func (s *Service) Register(mux *http.ServeMux) {
 		return nil
 	}))
 	mux.Handle(api.RouteRestore, control.Handle(func(w http.ResponseWriter, r *http.Request) error {
-		res, err := s.Restore(r.Context(), control.PathID(r))
+		q := r.URL.Query()
+		res, err := s.RestoreAfter(r.Context(), control.PathID(r), q.Get(api.PreparedParam), q.Get(api.NonceParam))
 		if err != nil {
 			return err
 		}
@@ -82,10 +84,21 @@ func (s *Service) Register(mux *http.ServeMux) {
 
 // Restore restores image and registers its session here.
 func (s *Service) Restore(ctx context.Context, image string) (*api.RestoreReply, error) {
+	return s.RestoreAfter(ctx, image, "", "")
+}
+
+// RestoreAfter is Restore after the prepared restore of session, when
+// it names one (Restorer.RestoreAfter).
+func (s *Service) RestoreAfter(ctx context.Context, image, session, nonce string) (*api.RestoreReply, error) {
 	if err := ids.CheckImage(image); err != nil {
 		return nil, err
 	}
-	res, err := s.Restorer.Restore(ctx, image)
+	if session != "" {
+		if err := ids.CheckSession(session); err != nil {
+			return nil, err
+		}
+	}
+	res, err := s.Restorer.RestoreAfter(ctx, image, session, nonce)
 	if err != nil {
 		return nil, err
 	}

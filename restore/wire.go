@@ -2,6 +2,7 @@ package restore
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,7 +33,9 @@ const maxPrepareFiles = 8 << 30
 // WritePrepare writes h and the files of dir (regular files and
 // directories) to w as a prepared restore's stream.
 func WritePrepare(ctx context.Context, w io.Writer, h PrepareHeader, dir string) error {
-	tw := tar.NewWriter(w)
+	// Large writes: the dump is tens of MB, and it is in the downtime.
+	bw := bufio.NewWriterSize(w, 1<<20)
+	tw := tar.NewWriter(bw)
 	hj, err := json.Marshal(h)
 	if err != nil {
 		return err
@@ -79,14 +82,17 @@ func WritePrepare(ctx context.Context, w io.Writer, h PrepareHeader, dir string)
 	if err != nil {
 		return err
 	}
-	return tw.Close()
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return bw.Flush()
 }
 
 // readPrepare reads a prepared restore's header from r; files then
 // writes the rest of the stream into a directory.
 func readPrepare(r io.Reader) (PrepareHeader, func(dir string) error, error) {
 	var h PrepareHeader
-	tr := tar.NewReader(r)
+	tr := tar.NewReader(bufio.NewReaderSize(r, 1<<20))
 	th, err := tr.Next()
 	if err != nil || th.Name != headerName || th.Size > 64<<20 {
 		return h, nil, errors.New("the stream does not start with its header: " + headerName)
