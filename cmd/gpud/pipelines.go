@@ -22,7 +22,7 @@ import (
 // manager is their session table and reattacher, the host store holds the
 // images.
 func (d *daemon) routers() ([]router, error) {
-	crOpts := criu.Options{LogDir: filepath.Join(d.cfg.stateDir, "work"), Binary: d.criu.Path}
+	crOpts := criu.Options{LogDir: filepath.Join(d.cfg.stateDir, "work"), Binary: d.criu.Path, LogLevel: d.cfg.criuLogLevel}
 	work := filepath.Join(d.cfg.stateDir, "work")
 	imgs := imageStore{st: d.store}
 

@@ -146,7 +146,7 @@ start_gpud() {
 	# gpud must load NVIDIA's libcuda, never the interposer.
 	"${pre[@]}" "${NATIVE[@]}" GPUCTL_CRIU="$CRIU" setsid "$GPUD" --listen "$listen" --api "$api" \
 		--state-dir "$WORK/$name" --backend cuda --token-file "$TOKEN" --name "$name" ${GPU_FLAG:+$GPU_FLAG "$uuid"} \
-		>"$OUT/gpud-$name.log" 2>&1 &
+		${GPUD_ARGS:-} >"$OUT/gpud-$name.log" 2>&1 &
 	PIDS+=($!)
 	local deadline=$(($(date +%s) + 30))
 	while (($(date +%s) < deadline)); do
