@@ -184,14 +184,7 @@ func TestCorruptBlock(t *testing.T) {
 // the next checkpoint parks again and the program finishes as if nothing
 // had happened.
 func TestParkedCheckpointFaults(t *testing.T) {
-	fp := filepath.Join(t.TempDir(), "failpoints")
-	w := newWorldWith(t, false, harness.HostOptions{Env: []string{"GPUD_FAILPOINTS=" + fp}})
-	const steps = 80
-	want := w.result(<-w.start(w.a, w.stateful, wlMiB, steps, 0))
-	old := w.sessions(w.a)
-	run := w.start(w.a, w.stateful, wlMiB, steps, wlSleep)
-	s := w.session(w.a, old...)
-	time.Sleep(500 * time.Millisecond)
+	w, fp, want, run, s := faultedRun(t, false)
 	for _, c := range []struct{ point, says string }{
 		{"checkpoint/detach", "detach"},
 		{"checkpoint/dump", "dump"},
@@ -227,4 +220,19 @@ func TestParkedCheckpointFaults(t *testing.T) {
 		t.Errorf("after four failed checkpoints and a good one: %q, never checkpointed: %q", got, want)
 	}
 	w.cleanAfterGC(w.a)
+}
+
+// faultedRun starts a world whose gpud a reads failpoints from fp, and on
+// a a long run of the stateful client, whose unfaulted result is want.
+func faultedRun(t *testing.T, withB bool) (w *world, fp, want string, run <-chan harness.Result, s sessionInfo) {
+	t.Helper()
+	fp = filepath.Join(t.TempDir(), "failpoints")
+	w = newWorldWith(t, withB, harness.HostOptions{Env: []string{"GPUD_FAILPOINTS=" + fp}})
+	const steps = 80
+	want = w.result(<-w.start(w.a, w.stateful, wlMiB, steps, 0))
+	old := w.sessions(w.a)
+	run = w.start(w.a, w.stateful, wlMiB, steps, wlSleep)
+	s = w.session(w.a, old...)
+	time.Sleep(500 * time.Millisecond)
+	return w, fp, want, run, s
 }

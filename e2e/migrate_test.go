@@ -290,14 +290,7 @@ func TestMigrateRoundTrip(t *testing.T) {
 // on A and no worker of it on B. The migration after them is prepared
 // on B, and the program finishes as if it had never moved.
 func TestMigratePreparedFaults(t *testing.T) {
-	fp := filepath.Join(t.TempDir(), "failpoints")
-	w := newWorldWith(t, true, harness.HostOptions{Env: []string{"GPUD_FAILPOINTS=" + fp}})
-	const steps = 80
-	want := w.result(<-w.start(w.a, w.stateful, wlMiB, steps, 0))
-	old := w.sessions(w.a)
-	run := w.start(w.a, w.stateful, wlMiB, steps, wlSleep)
-	s := w.session(w.a, old...)
-	time.Sleep(500 * time.Millisecond)
+	w, fp, want, run, s := faultedRun(t, true)
 	onB := map[uint64]bool{netnsInode(t, w.b.NS): true}
 	for _, step := range []string{"push", "restore"} {
 		arm(t, fp, "migrate/"+step+" fail")
