@@ -398,7 +398,7 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 			}
 			var rr *api.RestoreReply
 			var err error
-			if prep != nil && prep.sentAll() {
+			if prep != nil && prep.sentAll() && !prep.failed() {
 				rr, err = target.RestorePrepared(ctx, fr.Image, id, prep.nonce)
 			} else {
 				rr, err = target.Restore(ctx, fr.Image)

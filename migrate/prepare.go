@@ -86,6 +86,17 @@ func (p *preparing) whenSent() { <-p.sent }
 // sentAll says, after whenSent, whether the whole dump went.
 func (p *preparing) sentAll() bool { return p.wrote }
 
+// failed says whether the prepare has ended with an error already (a
+// target that refused it: the restore then need not wait for one).
+func (p *preparing) failed() bool {
+	select {
+	case <-p.done:
+		return p.err != nil
+	default:
+		return false
+	}
+}
+
 // wait waits for the prepare and returns its error.
 func (p *preparing) wait() error {
 	<-p.done
