@@ -282,10 +282,11 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 				stream = precopy.StartStream(ctx, target)
 				opts.Stored = stream.Observe
 				if base != nil && !shared && s.Fence == nil && !s.NoPrepare {
-					// And the target restores the dump meanwhile.
-					gen := pc.StagedGen()
+					// And the target restores the dump meanwhile. The
+					// hook runs after the save step started Last, whose
+					// sending StagedGen must wait for.
 					opts.Dumped = func(dir string, meta images.Meta) {
-						prep = s.startPrepare(ctx, target, id, dir, meta, gen)
+						prep = s.startPrepare(ctx, target, id, dir, meta, pc.StagedGen())
 					}
 				}
 				fr, err = s.Checkpoint.FreezeWith(ctx, id, opts)

@@ -154,8 +154,18 @@ func TestRounds(t *testing.T) {
 	if sv.SentBytes != 1<<20 || snap.Layout.SentCount() != 1 {
 		t.Fatalf("freeze after pre-copy copied %d blocks (%d bytes); want the one written", snap.Layout.SentCount(), sv.SentBytes)
 	}
-	// The changed block goes to the target while the freeze goes on.
+	// Before the freeze's save is sent, the target's table is the last
+	// round's.
+	if g := cp.StagedGen()(); g != base.Gen() {
+		t.Errorf("StagedGen before Last: %x, want the last round's %x", g, base.Gen())
+	}
+	// The changed block goes to the target while the freeze goes on;
+	// StagedGen asked after Last waits for it and names the save.
 	cp.Last(ctx, snap)
+	gen := cp.StagedGen()
+	if g := gen(); g != snap.Layout.Gen || g == base.Gen() {
+		t.Errorf("StagedGen after Last: %x, want the freeze's save %x", g, snap.Layout.Gen)
+	}
 	if sent := cp.WaitLast(); sent <= 0 {
 		t.Errorf("the freeze's changed block was not sent ahead (%d bytes)", sent)
 	}
@@ -174,6 +184,9 @@ func TestRounds(t *testing.T) {
 	// The target staged every chunk the rounds sent; its restore takes
 	// all but the block written after them from memory.
 	g := sg.Take("s-000000000001")
+	if tg := g.Table().Gen(); tg != snap.Layout.Gen {
+		t.Errorf("the target's staged table is of save %x, StagedGen said %x", tg, snap.Layout.Gen)
+	}
 	if blocks, n, b, _ := g.Stats(); blocks != 8 || n != 0 || b != 7<<20+512 {
 		t.Fatalf("the target staged %d blocks and %d chunks, %d bytes; want 8, 0, %d", blocks, n, b, 7<<20+512)
 	}
