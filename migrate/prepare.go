@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/images"
@@ -36,7 +35,6 @@ type preparing struct {
 	wrote bool   // the whole dump went (read after sent)
 	nonce string // the checkpoint's (images.Meta.AttachNonce)
 	done  chan struct{}
-	reply *api.RestoreReply
 	err   error
 }
 
@@ -71,7 +69,7 @@ func (s *Service) startPrepare(ctx context.Context, target *control.Client, id, 
 			p.wrote = err == nil
 			pw.CloseWithError(err)
 		}()
-		p.reply, p.err = target.PrepareRestore(ctx, id, pr)
+		_, p.err = target.PrepareRestore(ctx, id, pr)
 		pr.CloseWithError(io.ErrClosedPipe)
 		<-wrote // before the files go
 	}()

@@ -93,11 +93,11 @@ func (r *Restorer) expire(session string, p *prepared) {
 	r.discard(p, "no image committed it in time")
 }
 
-// Preparing marks a prepare of session as under way until the function
+// preparing marks a prepare of session as under way until the function
 // it returns is called: a Restore meanwhile waits for it. The prepare
 // route calls it before it reads the request, so that a source that has
 // sent the whole dump may ask for the image's restore at once.
-func (r *Restorer) Preparing(session string) func() {
+func (r *Restorer) preparing(session string) func() {
 	ch := make(chan struct{})
 	r.mu.Lock()
 	if r.inflight == nil {

@@ -102,7 +102,7 @@ type Restorer struct {
 	mu       sync.Mutex
 	prepared map[string]*prepared
 	drops    map[string]uint64
-	inflight map[string]chan struct{} // Preparing
+	inflight map[string]chan struct{} // preparing
 	begun    map[string]string        // the checkpoint nonce of each session's last Prepare
 }
 
@@ -217,6 +217,24 @@ func (r *Restorer) restore(ctx context.Context, image string, pre *early) (*Resu
 			memSnap.Close()
 		}
 	}()
+	// loadMem reads memTable's device memory, from sg (then released)
+	// when there is one, else from the store, while CRIU restores the
+	// process: the reload step then waits on memory, not on the store.
+	loadMem := func(ctx context.Context, sg Staging) {
+		memLoad = make(chan error, 1)
+		go func() {
+			t0 := time.Now()
+			var err error
+			if sg != nil {
+				memSnap, memHits, err = sg.Load(ctx, r.Mem.Store, memTable)
+				sg.Release()
+			} else {
+				memSnap, err = devstore.Load(ctx, r.Mem.Store, memTable)
+			}
+			memTook = time.Since(t0)
+			memLoad <- err
+		}()
+	}
 	opts := r.CRIU
 	opts.LogDir = work
 	steps := []checkpoint.Step{
@@ -240,15 +258,7 @@ func (r *Restorer) restore(ctx context.Context, image string, pre *early) (*Resu
 					sg.Release()
 					return errs.New(errs.FailedPrecondition, subject, "the staged device memory is of save %x, not %x", memTable.Gen(), pre.gen)
 				}
-				memLoad = make(chan error, 1)
-				go func() {
-					t0 := time.Now()
-					var err error
-					memSnap, memHits, err = sg.Load(ctx, r.Mem.Store, memTable)
-					sg.Release()
-					memTook = time.Since(t0)
-					memLoad <- err
-				}()
+				loadMem(ctx, sg)
 				return r.admit(meta, subject, &admitted)
 			}
 			var m *images.Manifest
@@ -278,25 +288,11 @@ func (r *Restorer) restore(ctx context.Context, image string, pre *early) (*Resu
 					memLoad = make(chan error, 1)
 					memLoad <- nil
 				} else if memTable != nil {
-					// Read while CRIU restores the process: the reload
-					// step then waits on memory, not on the store.
 					var sg Staging
 					if r.Staged != nil {
 						sg = r.Staged(meta.Session)
 					}
-					memLoad = make(chan error, 1)
-					go func() {
-						t0 := time.Now()
-						var err error
-						if sg != nil {
-							memSnap, memHits, err = sg.Load(ctx, r.Mem.Store, memTable)
-							sg.Release()
-						} else {
-							memSnap, err = devstore.Load(ctx, r.Mem.Store, memTable)
-						}
-						memTook = time.Since(t0)
-						memLoad <- err
-					}()
+					loadMem(ctx, sg)
 				}
 			}
 			return r.admit(meta, subject, &admitted)

@@ -54,7 +54,7 @@ func (s *Service) Register(mux *http.ServeMux) {
 		if err := ids.CheckSession(id); err != nil {
 			return err
 		}
-		defer s.Restorer.Preparing(id)()
+		defer s.Restorer.preparing(id)()
 		h, files, err := readPrepare(r.Body)
 		if err != nil {
 			return errs.Wrap(err, errs.InvalidArgument, errs.Session(id), "prepared restore")
