@@ -49,6 +49,12 @@ const (
 	// NonceParam, beside PreparedParam, names the checkpoint (its attach
 	// nonce) whose restore was prepared.
 	NonceParam = "nonce"
+	// MemoryParam, with the value "1" on PUT /v1/chunks beside StageParam
+	// and on PUT /v1/chunks/staged/{id}, stages in memory only: the
+	// target checks the chunks and keeps them in the session's staging,
+	// not in its store (a memory pre-copy). A table it cannot stage whole
+	// is refused, and so are chunks with no staging laid out for them.
+	MemoryParam = "memory"
 
 	idSegment = "/{" + IDWildcard + "}"
 )
@@ -91,7 +97,12 @@ const (
 	// the device memory staged for it, ahead of its image; the restore
 	// of the image then adopts it.
 	RoutePrepareRestore = methodPut + " " + StagedChunksPath + idSegment + "/restore"
-	RouteMetrics        = methodGet + " " + MetricsPath
+	// RouteAdoptPrepared has a migration's target take over the session
+	// it prepared (RoutePrepareRestore) from its staged memory alone,
+	// with no image (a memory pre-copy, whose image follows): the body
+	// names the checkpoint and the save (AdoptRequest).
+	RouteAdoptPrepared = methodPost + " " + StagedChunksPath + idSegment + "/adopt"
+	RouteMetrics       = methodGet + " " + MetricsPath
 	// RouteImageChunks answers which chunks an image is made of, so that
 	// a placement can ask other hosts how much of it they hold.
 	RouteImageChunks = methodGet + " " + ImagesPath + idSegment + "/chunks"
@@ -106,7 +117,7 @@ const (
 func Routes() []string {
 	return []string{RouteHost, RouteSessions, RouteSession, RouteCheckpoint, RouteMigrate, RouteImages, RouteImage,
 		RouteRemoveImage, RouteRestore, RouteExport, RouteImport, RouteVerify, RouteGC, RouteMissingChunks, RoutePutChunks, RouteMetrics,
-		RoutePreempt, RouteResume, RouteDropStaged, RouteStageTable, RouteImageChunks, RoutePushImage, RoutePrepareRestore}
+		RoutePreempt, RouteResume, RouteDropStaged, RouteStageTable, RouteImageChunks, RoutePushImage, RoutePrepareRestore, RouteAdoptPrepared}
 }
 
 // SessionPath is the path of GET /v1/sessions/{id}.

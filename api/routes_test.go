@@ -35,6 +35,7 @@ func TestRoutesAreTheContract(t *testing.T) {
 		RouteImageChunks:    "GET /v1/images/{id}/chunks",
 		RoutePushImage:      "POST /v1/images/{id}/push",
 		RoutePrepareRestore: "PUT /v1/chunks/staged/{id}/restore",
+		RouteAdoptPrepared:  "POST /v1/chunks/staged/{id}/adopt",
 	}
 	for got, want := range contract {
 		if got != want {

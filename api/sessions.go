@@ -74,6 +74,15 @@ type StepTiming struct {
 	Duration time.Duration `json:"duration_ns"`
 }
 
+// AdoptRequest is the body of POST /v1/chunks/staged/{id}/adopt: the
+// checkpoint whose prepared restore the target takes over (its attach
+// nonce) and the save its staged device memory must be (its generation,
+// as a decimal string: JSON numbers lose 64-bit values).
+type AdoptRequest struct {
+	Nonce string `json:"nonce"`
+	Gen   uint64 `json:"gen,string"`
+}
+
 // RestoreReply is the reply to POST /v1/images/{id}/restore, which takes
 // no body.
 type RestoreReply struct {
@@ -120,6 +129,14 @@ type MigrateReply struct {
 	// FreezeSteps are the steps of the freeze's checkpoint (quiesce,
 	// save, dump, store, ...).
 	FreezeSteps []StepTiming `json:"freeze_steps,omitempty"`
+	// Memory says the pre-copy staged the session's device memory in
+	// the target's memory only, not in either store: the target took the
+	// session over from its staging, and the image (Image) was stored
+	// here and sent there after the client ran on the target, outside
+	// the downtime. ImageError says why there is no image when that
+	// failed: the session runs on the target all the same.
+	Memory     bool   `json:"memory,omitempty"`
+	ImageError string `json:"image_error,omitempty"`
 }
 
 // PrecopyRound is one pass of a live migration's pre-copy.

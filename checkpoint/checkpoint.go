@@ -183,6 +183,17 @@ type Request struct {
 	// migration restores it on its target meanwhile. It must not keep
 	// dir, which the pipeline removes once the image is stored.
 	Dumped func(dir string, meta images.Meta)
+	// MemComplete, when set, fills in the blocks the save did not copy
+	// from a copy of MemBase's device memory this host holds in memory (a
+	// memory pre-copy's mirror), because this host's store does not hold
+	// MemBase's blocks: a rollback reloads the worker from the completed
+	// save, and the store step stores every block (devstore.FilesAll).
+	MemComplete func(snap *devstore.Snapshot) error
+	// DeferStore ends the checkpoint after the dump, the session frozen
+	// and no image stored yet: Frozen.Store stores it later. A migration
+	// whose target took the session over from its staged memory stores
+	// the image once the client runs there, outside its downtime.
+	DeferStore bool
 }
 
 // Result describes a stored checkpoint.
@@ -225,6 +236,10 @@ type Frozen struct {
 	snap     *devstore.Snapshot
 	base     *devstore.Table
 	keepSnap bool // the early resume: the store step reads snap after it
+	// complete is Request.MemComplete; deferred the store DeferStore
+	// left for Store.
+	complete func(*devstore.Snapshot) error
+	deferred *deferredStore
 	// parked holds the session's parked memory (isParked) until Resume
 	// gives it back; unparked says it did, with the snapshot kept.
 	parked             []*os.File
@@ -255,13 +270,15 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 	if err := os.MkdirAll(imgDir, 0o700); err != nil {
 		return nil, errs.Wrap(err, errs.Internal, subject, "create the checkpoint work directory")
 	}
-	ok := false
+	ok, keepWork := false, false
 	defer func() {
 		// The image is in the store or the checkpoint failed: either way
 		// the dump is no longer needed. A failed run keeps CRIU's log,
 		// which its error names.
 		if ok {
-			os.RemoveAll(work)
+			if !keepWork {
+				os.RemoveAll(work)
+			}
 		} else {
 			os.RemoveAll(imgDir)
 		}
@@ -358,7 +375,7 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 			Undo: func(ctx context.Context) error {
 				if !isParked {
 					defer snap.Close()
-					return p.reloadMem(ctx, cur, snap, base)
+					return p.reloadMem(ctx, cur, snap, base, req.MemComplete)
 				}
 				err := cur.(MemParker).UnparkMem(ctx, parked, devmem.UnparkRequest{})
 				closeFiles(parked)
@@ -381,7 +398,7 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 			},
 			Undo: func(ctx context.Context) error {
 				defer snap.Close()
-				return p.reloadMem(ctx, cur, snap, base)
+				return p.reloadMem(ctx, cur, snap, base, req.MemComplete)
 			}})
 	}
 	if p.Suspender != nil {
@@ -417,10 +434,10 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 	store := Step{Name: "store",
 		Do: func(ctx context.Context) error {
 			var err error
-			image, stats, err = p.store(ctx, imgDir, meta, snap, base, req.Stored)
+			image, stats, err = p.store(ctx, imgDir, meta, snap, base, req.Stored, req.MemComplete)
 			return err
 		}}
-	fr := &Frozen{PID: pid, p: p, Result: Result{Session: req.Session, Nonce: nonce}}
+	fr := &Frozen{PID: pid, p: p, Result: Result{Session: req.Session, Nonce: nonce}, complete: req.MemComplete}
 	var stall time.Duration
 	if req.ResumeEarly && saving {
 		// The session runs again as soon as it is dumped; the store then
@@ -487,6 +504,19 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 		}
 		keep = true
 		fr.Steps = timings
+	} else if req.DeferStore {
+		timings, err := Run(ctx, p.Log, "checkpoint", subject, steps)
+		if err != nil {
+			snap.Close()
+			return nil, err
+		}
+		fr.snap, fr.base, fr.Steps = snap, base, memTimings(timings, snap)
+		stall = time.Since(tq)
+		keepWork = true
+		fr.deferred = &deferredStore{work: work, store: func(ctx context.Context) (*images.Manifest, images.Stats, error) {
+			err := store.Do(ctx)
+			return image, stats, err
+		}}
 	} else {
 		steps = append(steps, store)
 		timings, err := Run(ctx, p.Log, "checkpoint", subject, steps)
@@ -498,6 +528,14 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 		stall = time.Since(tq)
 	}
 	ok = true
+	if fr.deferred != nil {
+		fr.Result.DurationMS, fr.Result.StallMS, fr.Result.Quiesced = time.Since(t0).Milliseconds(), stall.Milliseconds(), tq
+		if snap != nil {
+			fr.MemBytes, fr.MemSentBytes, fr.MemCopiedBytes = snap.Saved.Bytes, snap.Saved.SentBytes, snap.Saved.CopiedBytes
+		}
+		fr.deferred.t0 = t0
+		return fr, nil
+	}
 	fr.Result = Result{
 		Image: image.ID, Session: req.Session,
 		Bytes: stats.LogicalBytes, StoredBytes: stats.StoredBytes,
@@ -657,10 +695,15 @@ func memTimings(ts []Timing, snap *devstore.Snapshot) []Timing {
 
 // reloadMem puts saved device memory back into a worker: the blocks the
 // save did not copy come from the store.
-func (p *Pipeline) reloadMem(ctx context.Context, w Worker, snap *devstore.Snapshot, base *devstore.Table) error {
+func (p *Pipeline) reloadMem(ctx context.Context, w Worker, snap *devstore.Snapshot, base *devstore.Table, complete func(*devstore.Snapshot) error) error {
 	mw, ok := w.(MemWorker)
 	if !ok {
 		return errs.New(errs.Internal, "", "the worker cannot reload its device memory")
+	}
+	if complete != nil {
+		if err := complete(snap); err != nil {
+			return errs.Wrap(err, errs.Internal, "", "complete the device memory from the host's copy")
+		}
 	}
 	if err := devstore.Complete(ctx, p.Mem.Store, snap, base); err != nil {
 		return errs.Wrap(err, errs.KindOf(err), "", "read the unchanged device memory back from the store")
@@ -670,11 +713,20 @@ func (p *Pipeline) reloadMem(ctx context.Context, w Worker, snap *devstore.Snaps
 
 // store commits the dump, with the saved device memory when there is
 // some, and remembers the save as the session's base.
-func (p *Pipeline) store(ctx context.Context, dir string, meta images.Meta, snap *devstore.Snapshot, base *devstore.Table, observe images.ChunkObserver) (*images.Manifest, images.Stats, error) {
+func (p *Pipeline) store(ctx context.Context, dir string, meta images.Meta, snap *devstore.Snapshot, base *devstore.Table, observe images.ChunkObserver, complete func(*devstore.Snapshot) error) (*images.Manifest, images.Stats, error) {
 	if snap == nil {
 		return p.Store.Commit(ctx, dir, meta)
 	}
-	files, err := devstore.Files(snap, base)
+	var files []images.MemFile
+	var err error
+	if complete != nil {
+		// The base's blocks are not in this store: store them all.
+		if err = complete(snap); err == nil {
+			files, err = devstore.FilesAll(snap)
+		}
+	} else {
+		files, err = devstore.Files(snap, base)
+	}
 	if err != nil {
 		return nil, images.Stats{}, errs.Wrap(err, errs.Internal, errs.Session(meta.Session), "saved device memory")
 	}
@@ -693,6 +745,47 @@ func (p *Pipeline) store(ctx context.Context, dir string, meta images.Meta, snap
 	return m, stats, nil
 }
 
+// deferredStore is the store step a DeferStore checkpoint left, with
+// the work directory that holds its dump.
+type deferredStore struct {
+	work  string
+	t0    time.Time
+	store func(ctx context.Context) (*images.Manifest, images.Stats, error)
+}
+
+// Store stores the image of a checkpoint made with Request.DeferStore,
+// from its dump and its saved device memory, and fills in the result's
+// image. It must come before Release, which lets the saved memory go;
+// the session stays frozen meanwhile. It can be called once.
+func (f *Frozen) Store(ctx context.Context) error {
+	d := f.deferred
+	if d == nil {
+		return errs.New(errs.FailedPrecondition, errs.Session(f.Session), "no image is left to store: the checkpoint stored it, or it was stored, resumed or released")
+	}
+	if f.settled {
+		return errs.New(errs.FailedPrecondition, errs.Session(f.Session), "checkpoint already resumed or released: its saved device memory is gone")
+	}
+	f.deferred = nil
+	defer os.RemoveAll(d.work)
+	t0 := time.Now()
+	m, stats, err := d.store(ctx)
+	if err != nil {
+		return errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "store the image")
+	}
+	f.Image, f.Bytes, f.StoredBytes = m.ID, stats.LogicalBytes, stats.StoredBytes
+	f.Steps = append(f.Steps, Timing{Step: "store", Duration: time.Since(t0)})
+	f.DurationMS = time.Since(d.t0).Milliseconds()
+	return nil
+}
+
+// dropDeferred removes the dump a deferred store did not take.
+func (f *Frozen) dropDeferred() {
+	if f.deferred != nil {
+		os.RemoveAll(f.deferred.work)
+		f.deferred = nil
+	}
+}
+
 // Resume brings the frozen original back: reattach, backend resume,
 // worker resume. The returned worker replaces the session's old handle.
 func (f *Frozen) Resume(ctx context.Context) (Worker, error) {
@@ -700,6 +793,7 @@ func (f *Frozen) Resume(ctx context.Context) (Worker, error) {
 		return nil, errs.New(errs.FailedPrecondition, errs.Session(f.Session), "checkpoint already resumed or released")
 	}
 	f.settled = true
+	f.dropDeferred()
 	t0 := time.Now()
 	lap := func(step string) {
 		now := time.Now()
@@ -739,7 +833,7 @@ func (f *Frozen) Resume(ctx context.Context) (Worker, error) {
 		lap("resume.unpark")
 	}
 	if f.snap != nil {
-		err := f.p.reloadMem(ctx, w, f.snap, f.base)
+		err := f.p.reloadMem(ctx, w, f.snap, f.base, f.complete)
 		if !f.keepSnap {
 			f.snap.Close()
 			f.snap = nil
@@ -764,6 +858,7 @@ func (f *Frozen) Release(ctx context.Context) error {
 		return errs.New(errs.FailedPrecondition, errs.Session(f.Session), "checkpoint already resumed or released")
 	}
 	f.settled = true
+	f.dropDeferred()
 	if f.p.Mem != nil {
 		f.p.Mem.Forget(f.Session)
 		if f.Stash {

@@ -165,6 +165,11 @@ type FreezeOptions struct {
 	Stored images.ChunkObserver
 	// Dumped is Request.Dumped.
 	Dumped func(dir string, meta images.Meta)
+	// MemComplete is Request.MemComplete.
+	MemComplete func(snap *devstore.Snapshot) error
+	// DeferStore is Request.DeferStore: the caller stores the image
+	// (Frozen.Store).
+	DeferStore bool
 }
 
 // FreezeWith is Freeze with options.
@@ -206,6 +211,7 @@ func (s *Service) freezeWith(ctx context.Context, id string, early bool, o Freez
 	resumed := false
 	req := Request{Session: id, Worker: w, Parent: parent, Tenant: s.Sessions.Owner(id),
 		Reattached: func(nw Worker) { cur = nw }, ResumeEarly: early, MemBase: o.MemBase, Saved: o.Saved, Stored: o.Stored, Dumped: o.Dumped,
+		MemComplete: o.MemComplete, DeferStore: o.DeferStore,
 		Resumed: func(nw Worker) {
 			cur, resumed = nw, true
 			if err := s.Sessions.Resumed(id, nw); err != nil {

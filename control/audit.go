@@ -210,6 +210,8 @@ func Action(route string) string {
 		return "chunks.stage"
 	case api.RoutePrepareRestore:
 		return "session.prepare_restore"
+	case api.RouteAdoptPrepared:
+		return "session.adopt_prepared"
 	case api.RouteMetrics:
 		return "metrics.get"
 	case api.RouteImageChunks:

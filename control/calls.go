@@ -253,12 +253,13 @@ func (p *progressReader) Read(b []byte) (int, error) {
 }
 
 // PutChunksStaged is PutChunks whose chunks the target also keeps in
-// memory for session's restore (PUT /v1/chunks?stage=SESSION).
-func (c *Client) PutChunksStaged(ctx context.Context, session string, r io.Reader) (*api.PutChunksReply, error) {
+// memory for session's restore (PUT /v1/chunks?stage=SESSION); with
+// memory, only there, not in its store (api.MemoryParam).
+func (c *Client) PutChunksStaged(ctx context.Context, session string, r io.Reader, memory bool) (*api.PutChunksReply, error) {
 	if err := need("session", session); err != nil {
 		return nil, err
 	}
-	path := api.ChunksPath + "?" + api.StageParam + "=" + url.QueryEscape(session)
+	path := api.ChunksPath + "?" + api.StageParam + "=" + url.QueryEscape(session) + memoryQuery(memory, "&")
 	return streamDecode[api.PutChunksReply](ctx, c, http.MethodPut, path, r, "decode chunk upload reply")
 }
 
@@ -284,12 +285,26 @@ func (c *Client) PrepareRestore(ctx context.Context, session string, r io.Reader
 
 // StageTable is PUT /v1/chunks/staged/{id}: a pre-copy round's table
 // (the layout of session's device memory and each block's chunk), which
-// the target lays its staging out by before the round's chunks arrive.
-func (c *Client) StageTable(ctx context.Context, session string, table any) error {
+// the target lays its staging out by before the round's chunks arrive;
+// memory asks it to stage the whole table in memory (api.MemoryParam).
+func (c *Client) StageTable(ctx context.Context, session string, table any, memory bool) error {
 	if err := need("session", session); err != nil {
 		return err
 	}
-	return c.do(ctx, http.MethodPut, api.StagedChunksSessionPath(session), table, nil)
+	return c.do(ctx, http.MethodPut, api.StagedChunksSessionPath(session)+memoryQuery(memory, "?"), table, nil)
+}
+
+// AdoptPrepared is POST /v1/chunks/staged/{id}/adopt: the target takes
+// over the session it prepared from its staged memory, with no image.
+func (c *Client) AdoptPrepared(ctx context.Context, session string, req api.AdoptRequest) (*api.RestoreReply, error) {
+	return call[api.RestoreReply](ctx, c, "session", session, http.MethodPost, api.StagedChunksSessionPath(session)+"/adopt", req)
+}
+
+func memoryQuery(memory bool, sep string) string {
+	if !memory {
+		return ""
+	}
+	return sep + api.MemoryParam + "=1"
 }
 
 // call checks the id of the request's subject (kind names it in the

@@ -38,9 +38,14 @@ type migrateResult struct {
 	StreamedBytes int64 `json:"streamed_bytes"`
 	PushBytes     int64 `json:"push_bytes"`
 	DowntimeMS    int64 `json:"downtime_ms"`
-	Rounds        []struct {
-		Blocks int   `json:"blocks"`
-		Bytes  int64 `json:"bytes"`
+	// Memory: the rounds were staged in B's memory only, and the image
+	// stored and pushed after B ran the session.
+	Memory     bool   `json:"memory"`
+	ImageError string `json:"image_error"`
+	Rounds     []struct {
+		Blocks    int   `json:"blocks"`
+		Bytes     int64 `json:"bytes"`
+		SentBytes int64 `json:"sent_bytes"`
 	} `json:"rounds"`
 	TargetSteps []struct {
 		Step string `json:"step"`
@@ -238,9 +243,11 @@ func (w *world) find(h *harness.Host, id string) sessionInfo {
 }
 
 // TestMigrateRoundTrip migrates a running workload A -> B -> A; its
-// result must be bit-identical to a run without migration.
+// result must be bit-identical to a run without migration. A -> B is a
+// memory pre-copy (the default), B -> A goes through the stores (B runs
+// with --durable-precopy), streaming the process image as it is stored.
 func TestMigrateRoundTrip(t *testing.T) {
-	w := newWorld(t, true)
+	w := newWorld(t, true, "--durable-precopy")
 	want := w.reference()
 
 	old := w.sessions(w.a)
@@ -252,8 +259,14 @@ func TestMigrateRoundTrip(t *testing.T) {
 	if m1.Session != s.ID || m1.To != w.b.API() || m1.SentBytes <= 0 || m1.DowntimeMS <= 0 {
 		t.Errorf("migrate A->B reported %+v", m1)
 	}
-	if m1.StreamedBytes <= 0 || m1.PushBytes >= m1.StreamedBytes {
-		t.Errorf("migrate A->B streamed %d bytes of the process image and pushed %d after the freeze; want most of it streamed", m1.StreamedBytes, m1.PushBytes)
+	if !m1.Memory || m1.StreamedBytes != 0 {
+		t.Errorf("migrate A->B: memory pre-copy %v, %d bytes streamed; want a memory pre-copy, whose image follows the adoption", m1.Memory, m1.StreamedBytes)
+	}
+	// Its image was stored after the adoption and pushed to B.
+	if m1.Image == "" || m1.ImageError != "" {
+		t.Errorf("migrate A->B left no image (%q)", m1.ImageError)
+	} else if out, err := w.ctl(w.b, "images", "ls", "--json"); err != nil || !strings.Contains(out, m1.Image) {
+		t.Errorf("B does not list the migration's image %s (%v): %s", m1.Image, err, out)
 	}
 	// The device memory went ahead while the session ran: the first
 	// round sent all of it.
@@ -269,18 +282,25 @@ func TestMigrateRoundTrip(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 	w.ctlJSON(w.b, &m2, "migrate", s.ID, "--to", w.a.API())
-	// A still holds the first image's chunks: the way back sends no more
-	// (give or take the session's buffer, which the client rewrites
-	// every step: it is sent once more when a step lands between the
-	// pre-copy round and the freeze).
-	if m2.SentBytes >= m1.SentBytes+wlMiB<<20 {
-		t.Errorf("B->A sent %d bytes, A->B %d: chunks A had were sent again", m2.SentBytes, m1.SentBytes)
+	// A still holds the first image's chunks: beside the stream (which
+	// sends the whole process image as it is stored), the way back sends
+	// little more than the session's buffer, which the client rewrites
+	// every step: once in the round, and again when a step lands between
+	// the round and the freeze.
+	if rest := m2.SentBytes - m2.StreamedBytes; rest >= wlMiB<<21+512<<10 {
+		t.Errorf("B->A sent %d bytes beside the stream, the session holds %d MiB: chunks A had were sent again", rest, wlMiB)
+	}
+	if m2.Memory || m2.StreamedBytes <= 0 || m2.PushBytes >= m2.StreamedBytes {
+		t.Errorf("migrate B->A (durable): memory %v, streamed %d bytes of the process image and pushed %d after the freeze; want most of it streamed", m2.Memory, m2.StreamedBytes, m2.PushBytes)
+	}
+	if !m2.prepared() {
+		t.Errorf("migrate B->A: the target did not restore the session ahead of its image; its steps: %+v", m2.TargetSteps)
 	}
 	if got := w.result(<-run); got != want {
 		t.Errorf("migrated run: %q, unmigrated: %q", got, want)
 	}
-	t.Logf("downtime A->B %d ms (%d of %d bytes sent, %d streamed, %d pushed), B->A %d ms (%d bytes sent)",
-		m1.DowntimeMS, m1.SentBytes, m1.Bytes, m1.StreamedBytes, m1.PushBytes, m2.DowntimeMS, m2.SentBytes)
+	t.Logf("downtime A->B %d ms (%d of %d bytes sent, %d streamed, %d pushed, rounds %+v), B->A %d ms (%d bytes sent, %d streamed, %d pushed, rounds %+v)",
+		m1.DowntimeMS, m1.SentBytes, m1.Bytes, m1.StreamedBytes, m1.PushBytes, m1.Rounds, m2.DowntimeMS, m2.SentBytes, m2.StreamedBytes, m2.PushBytes, m2.Rounds)
 }
 
 // TestMigratePreparedFaults fails a migration after its target began to
@@ -317,10 +337,18 @@ func TestMigratePreparedFaults(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+	// The last one's image fails after B took the session over: the
+	// session runs on B all the same, and the reply says why there is no
+	// image.
+	arm(t, fp, "migrate/image fail")
 	var m migrateResult
 	w.ctlJSON(w.a, &m, "migrate", s.ID, "--to", w.b.API())
+	arm(t, fp, "")
 	if !m.prepared() {
 		t.Errorf("the migration after the failed ones was not prepared on B; its steps: %+v", m.TargetSteps)
+	}
+	if !m.Memory || m.Image != "" || !strings.Contains(m.ImageError, "migrate/image") {
+		t.Errorf("a memory pre-copy whose image failed reported memory %v, image %q, image_error %q", m.Memory, m.Image, m.ImageError)
 	}
 	if got := w.result(<-run); got != want {
 		t.Errorf("after two failed migrations and a good one: %q, never migrated: %q", got, want)

@@ -26,6 +26,10 @@ type RouteOptions struct {
 	// that keeps each received chunk's content for that session's
 	// restore (package migrate/stage); nil keeps nothing.
 	Stage func(session string) func(store.Digest, []byte)
+	// StageMemory, when set, gives PUT /v1/chunks?stage=SESSION&memory=1
+	// the function that stages each chunk for that session in memory
+	// only, or an error when nothing is laid out to take them.
+	StageMemory func(session string) (func(store.Digest, []byte), error)
 	// Dial returns a client of another gpud's control API (the host's
 	// token and peer TLS), for POST /v1/images/{id}/push; nil refuses
 	// pushes.
@@ -268,6 +272,21 @@ func Register(mux *http.ServeMux, st *store.Store, opts RouteOptions) {
 		return nil
 	})
 	h(api.RoutePutChunks, func(w http.ResponseWriter, r *http.Request) error {
+		if sess := r.URL.Query().Get(api.StageParam); sess != "" && r.URL.Query().Get(api.MemoryParam) == "1" {
+			if opts.StageMemory == nil {
+				return errs.New(errs.FailedPrecondition, errs.Session(sess), "this host does not stage device memory; migrate with its store")
+			}
+			keep, err := opts.StageMemory(sess)
+			if err != nil {
+				return err
+			}
+			n, err := StageChunks(r.Context(), st, r.Body, keep)
+			if err != nil {
+				return err
+			}
+			control.WriteJSON(w, api.PutChunksReply{Chunks: int64(n)})
+			return nil
+		}
 		var keep func(store.Digest, []byte)
 		if sess := r.URL.Query().Get(api.StageParam); sess != "" && opts.Stage != nil {
 			keep = opts.Stage(sess)

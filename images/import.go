@@ -179,6 +179,18 @@ func receiveChunks(ctx context.Context, st *store.Store, in *store.Ingest, rr *r
 				if ctx.Err() != nil {
 					continue
 				}
+				if in == nil {
+					// Staged in memory only: checked, not stored.
+					for _, f := range fs {
+						raw, err := st.DecodeFrame(f)
+						if err != nil {
+							cancel(err)
+							break
+						}
+						keep(f.Digest, raw)
+					}
+					continue
+				}
 				if _, err := in.PutFrames(ctx, fs); err != nil {
 					cancel(err)
 					continue
@@ -334,6 +346,33 @@ func PutChunksKeep(ctx context.Context, st *store.Store, r io.Reader, keep func(
 		return fail(err)
 	}
 	return len(got), stored, nil
+}
+
+// StageChunks receives a chunk stream as PutChunks does, checking every
+// chunk, but hands each to keep only and stores none: a memory pre-copy's
+// target stages a session's device memory this way (api.MemoryParam). It
+// returns how many chunks came.
+func StageChunks(ctx context.Context, st *store.Store, r io.Reader, keep func(store.Digest, []byte)) (int, error) {
+	if err := tenant.RequireAdmin(ctx, "the chunk transfer between hosts"); err != nil {
+		return 0, err
+	}
+	rr := newRecordReader(r, nil)
+	defer rr.close()
+	fail := func(err error) (int, error) {
+		kind := errs.KindOf(err)
+		if kind == errs.Unknown {
+			kind = errs.InvalidArgument
+		}
+		return 0, errs.Wrap(err, kind, "", "chunk stream refused")
+	}
+	if err := rr.header(kindChunks); err != nil {
+		return fail(err)
+	}
+	got, err := receiveChunks(ctx, st, nil, rr, nil, keep)
+	if err != nil {
+		return fail(err)
+	}
+	return len(got), nil
 }
 
 // WriteChunks writes ds from st as a chunk stream for PutChunks.

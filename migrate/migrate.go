@@ -124,8 +124,14 @@ type Service struct {
 	// session it returns no worker for, moves by stop-and-copy.
 	Precopy *Precopy
 	// NoPrepare keeps the target from restoring the session from the
-	// dump ahead of its image (see preparing).
+	// dump ahead of its image (see preparing); it implies
+	// DurablePrecopy.
 	NoPrepare bool
+	// DurablePrecopy stores every pre-copy round on both hosts instead
+	// of a memory pre-copy (precopy.Copier.Memory), which is used
+	// wherever the target is prepared (outside a cluster's registry and
+	// the handover).
+	DurablePrecopy bool
 	// ClientWait bounds how long a migration waits, after the moved
 	// notice, to see the client served on the target (downtime_ms ends
 	// there); zero means 5 s.
@@ -215,6 +221,11 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 		pc     *precopy.Copier
 		stream *precopy.Stream // the process image's chunks, sent while they are stored
 		prep   *preparing      // the target's restore of the dump, ahead of the image
+		// memory: a memory pre-copy, whose target adopts the session
+		// from its staging before any image exists; saveGen is the
+		// freeze's save, which its staging must hold.
+		memory  bool
+		saveGen uint64
 	)
 	defer func() {
 		if stream != nil {
@@ -257,8 +268,10 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 			if err != nil || w == nil {
 				return err
 			}
-			pc = &precopy.Copier{Store: s.Precopy.Store, Target: target, Session: id, Policy: s.Precopy.Policy, Log: s.log()}
+			pc = &precopy.Copier{Store: s.Precopy.Store, Target: target, Session: id, Policy: s.Precopy.Policy, Log: s.log(),
+				Memory: s.prepares(shared) && !s.DurablePrecopy}
 			res.Rounds, err = pc.Run(ctx, w)
+			res.Memory = pc.InMemory()
 			for _, r := range res.Rounds {
 				res.SentBytes += r.SentBytes
 			}
@@ -271,17 +284,28 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 				var base *devstore.Table
 				if pc != nil {
 					base = pc.Base()
+					memory = base != nil && pc.InMemory()
 				}
 				opts := checkpoint.FreezeOptions{Claimed: true, MemBase: base}
 				if base != nil {
 					// The blocks changed since the last round go to the
 					// target while CRIU dumps the worker.
-					opts.Saved = func(snap *devstore.Snapshot) { pc.Last(ctx, snap) }
+					opts.Saved = func(snap *devstore.Snapshot) {
+						saveGen = snap.Layout.Gen
+						pc.Last(ctx, snap)
+					}
 				}
-				// The process image's chunks go while they are stored.
-				stream = precopy.StartStream(ctx, target)
-				opts.Stored = stream.Observe
-				if base != nil && !shared && s.Fence == nil && !s.NoPrepare {
+				if memory {
+					// Neither store has the rounds' blocks: the save is
+					// completed from the mirror, and the image stored
+					// once the target runs the session.
+					opts.MemComplete, opts.DeferStore = pc.MemComplete, true
+				} else {
+					// The process image's chunks go while they are stored.
+					stream = precopy.StartStream(ctx, target)
+					opts.Stored = stream.Observe
+				}
+				if base != nil && s.prepares(shared) {
 					// And the target restores the dump meanwhile. The
 					// hook runs after the save step started Last, whose
 					// sending StagedGen must wait for.
@@ -322,6 +346,9 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 		{Name: "push", Do: func(ctx context.Context) error {
 			if pc != nil {
 				res.SentBytes += pc.WaitLast()
+			}
+			if memory {
+				return nil // the image follows the adoption
 			}
 			streamed, skipped, serr := stream.Wait()
 			res.SentBytes += streamed
@@ -399,7 +426,16 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 			}
 			var rr *api.RestoreReply
 			var err error
-			if prep != nil && prep.sentAll() && !prep.failed() {
+			if memory {
+				if prep == nil || !prep.sentAll() || prep.failed() {
+					perr := errors.New("the dump was not sent")
+					if prep != nil && prep.failed() {
+						perr = prep.wait()
+					}
+					return errs.Wrap(perr, errs.FailedPrecondition, host, "restore there from the staged device memory")
+				}
+				rr, err = target.AdoptPrepared(ctx, id, api.AdoptRequest{Nonce: prep.nonce, Gen: saveGen})
+			} else if prep != nil && prep.sentAll() && !prep.failed() {
 				rr, err = target.RestorePrepared(ctx, fr.Image, id, prep.nonce)
 			} else {
 				rr, err = target.Restore(ctx, fr.Image)
@@ -457,6 +493,20 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 	res.Listen = listen
 	// The session lives on the target now; what is left here is a frozen
 	// copy that must not run again.
+	// The client's stall ends when the target serves it: wait for it to
+	// attach there (it reconnects on the moved notice). A client that does
+	// not come back in time leaves the stall measured to the notice.
+	awaitClient := func() {
+		if at, ok := s.awaitClient(ctx, target, id); told && ok {
+			res.DowntimeMS = at.Sub(tq).Milliseconds()
+		}
+	}
+	if memory {
+		// The image is made from the frozen worker's save, after the
+		// client runs on the target: it is not part of the downtime.
+		awaitClient()
+		s.storeAfter(ctx, id, fr, target, res)
+	}
 	if !released {
 		if err := fr.Release(ctx); err != nil {
 			s.log().Error("frozen worker not released after migration", "session", id, "err", err)
@@ -465,11 +515,8 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 			s.log().Warn("session record not updated after migration", "session", id, "err", err)
 		}
 	}
-	// The client's stall ends when the target serves it: wait for it to
-	// attach there (it reconnects on the moved notice). A client that does
-	// not come back in time leaves the stall measured to the notice.
-	if at, ok := s.awaitClient(ctx, target, id); told && ok {
-		res.DowntimeMS = at.Sub(tq).Milliseconds()
+	if !memory {
+		awaitClient()
 	}
 	res.DurationMS = time.Since(t0).Milliseconds()
 	if s.OnMigrated != nil {
@@ -477,6 +524,42 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 	}
 	s.log().Info("session migrated", "session", id, "to", to, "downtime_ms", res.DowntimeMS, "sent_bytes", res.SentBytes)
 	return res, nil
+}
+
+// prepares says whether a migration's target restores the session from
+// the dump ahead of its image (see preparing): not for a target that
+// shares this host's socket names (a handover) nor in a cluster, whose
+// registry hands the session over only with its image.
+func (s *Service) prepares(shared bool) bool {
+	return !shared && s.Fence == nil && !s.NoPrepare
+}
+
+// storeAfter stores the image of a memory pre-copy's freeze, now that
+// the target runs the session, and sends it there: the session's image
+// on the target, restorable as any other. A failure loses no session (it
+// runs on the target); the reply says why there is no image.
+func (s *Service) storeAfter(ctx context.Context, id string, fr *checkpoint.Frozen, target *control.Client, res *api.MigrateReply) {
+	t0 := time.Now()
+	err := failpoint.Inject(ctx, "migrate/image") // a test fails the store here
+	if err == nil {
+		err = fr.Store(ctx)
+	}
+	if err == nil {
+		var st PushStats
+		st, err = s.Push.Push(ctx, fr.Image, target)
+		res.SentBytes += st.Bytes
+		res.PushBytes = st.Bytes
+		res.SentChunks = st.Chunks
+		err = errs.Wrap(err, errs.KindOf(err), errs.Host(target.Addr()), "send image %s", fr.Image)
+	}
+	res.FreezeSteps = checkpoint.StepTimings(fr.Steps)
+	res.Steps = append(res.Steps, api.StepTiming{Step: "image", Duration: time.Since(t0)})
+	if err != nil {
+		res.ImageError = err.Error()
+		s.log().Warn("the migrated session runs on its target with no image of the migration", "session", id, "target", target.Addr(), "err", err)
+		return
+	}
+	res.Image, res.Bytes = fr.Image, fr.Bytes
 }
 
 // abandon gives up a frozen session that must not resume here: the

@@ -101,10 +101,11 @@ func (p *preparing) wait() error {
 	return p.err
 }
 
-// linkTree hard-links dir's files into a new directory beside it and
-// returns that directory.
+// linkTree hard-links dir's files into a new directory beside dir's
+// parent (the checkpoint's work directory, which the freeze removes whole
+// once the image is stored) and returns that directory.
 func linkTree(dir string) (string, error) {
-	own, err := os.MkdirTemp(filepath.Dir(dir), "prep-")
+	own, err := os.MkdirTemp(filepath.Dir(filepath.Dir(dir)), "prep-")
 	if err != nil {
 		return "", err
 	}

@@ -190,6 +190,51 @@ func (r *Restorer) takePrepared(ctx context.Context, image string) *Result {
 	return res
 }
 
+// AdoptPrepared takes session's prepared restore over with no image: a
+// memory pre-copy staged the session's device memory here and in no
+// store, and its image follows once the session runs here. The prepare
+// must be of the checkpoint nonce names and have reloaded save gen (the
+// freeze's, whose changed blocks the source sent last); anything else is
+// killed and refused, and the source resumes the session where it was.
+// It waits, as RestoreAfter does, for a prepare sent in full.
+func (r *Restorer) AdoptPrepared(ctx context.Context, session, nonce string, gen uint64) (*Result, error) {
+	subject := errs.Session(session)
+	r.awaitPrepare(ctx, session, nonce, 5*time.Second)
+	r.mu.Lock()
+	busy := r.inflight[session]
+	r.mu.Unlock()
+	if busy != nil {
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil, errs.Wrap(ctx.Err(), errs.Unavailable, subject, "wait for the prepared restore")
+		}
+	}
+	r.mu.Lock()
+	p := r.prepared[session]
+	delete(r.prepared, session)
+	r.mu.Unlock()
+	if p == nil {
+		return nil, errs.New(errs.FailedPrecondition, subject, "no restore was prepared for it here (it failed, or was dropped); its source keeps it")
+	}
+	p.timer.Stop()
+	switch {
+	case p.res.Meta.AttachNonce != nonce:
+		r.discard(p, "it is of another checkpoint than the one adopted")
+		return nil, errs.New(errs.FailedPrecondition, subject, "the prepared restore is of another checkpoint; its source keeps it")
+	case p.res.table.Gen() != gen || gen == 0:
+		r.discard(p, "its device memory is not the freeze's save")
+		return nil, errs.New(errs.FailedPrecondition, subject, "the prepared restore reloaded save %x, not the freeze's %x; its source keeps it", p.res.table.Gen(), gen)
+	}
+	res := p.res
+	// No store here holds the save's blocks yet: it cannot be the base
+	// of the next checkpoint, which copies everything.
+	res.mem.Close()
+	res.mem, res.table = nil, nil
+	res.Steps = append(slices.Clone(res.Steps), checkpoint.Timing{Step: "prepared"})
+	return res, nil
+}
+
 // discard kills a prepared restore's worker and gives back what it held.
 func (r *Restorer) discard(p *prepared, why string) {
 	res := p.res

@@ -70,6 +70,29 @@ func (s *Service) Register(mux *http.ServeMux) {
 		control.WriteJSON(w, &api.RestoreReply{Session: id, Listen: s.Listen, DurationMS: time.Since(t0).Milliseconds(), Steps: checkpoint.StepTimings(steps)})
 		return nil
 	}))
+	mux.Handle(api.RouteAdoptPrepared, control.Handle(func(w http.ResponseWriter, r *http.Request) error {
+		if err := tenant.RequireAdmin(r.Context(), "adopting a migration's prepared restore"); err != nil {
+			return err
+		}
+		id := control.PathID(r)
+		if err := ids.CheckSession(id); err != nil {
+			return err
+		}
+		var req api.AdoptRequest
+		if err := control.DecodeJSON(r, &req); err != nil {
+			return err
+		}
+		res, err := s.Restorer.AdoptPrepared(r.Context(), id, req.Nonce, req.Gen)
+		if err != nil {
+			return err
+		}
+		rep, err := s.register(r.Context(), res, "")
+		if err != nil {
+			return err
+		}
+		control.WriteJSON(w, rep)
+		return nil
+	}))
 	mux.Handle(api.RouteRestore, control.Handle(func(w http.ResponseWriter, r *http.Request) error {
 		q := r.URL.Query()
 		res, err := s.RestoreAfter(r.Context(), control.PathID(r), q.Get(api.PreparedParam), q.Get(api.NonceParam))
@@ -102,6 +125,16 @@ func (s *Service) RestoreAfter(ctx context.Context, image, session, nonce string
 	if err != nil {
 		return nil, err
 	}
+	return s.register(ctx, res, image)
+}
+
+// register adopts a restored worker as its session here; image is what
+// it was restored from ("" for none yet).
+func (s *Service) register(ctx context.Context, res *Result, image string) (*api.RestoreReply, error) {
+	subject := errs.Image(image)
+	if image == "" {
+		subject = errs.Session(res.Session)
+	}
 	if err := s.Sessions.Adopt(ctx, res.Session, res.Worker, image, res.Meta.Tenant); err != nil {
 		// Nothing may run that no session owns.
 		if kerr := kill(res.PID); kerr != nil {
@@ -110,7 +143,7 @@ func (s *Service) RestoreAfter(ctx context.Context, image, session, nonce string
 		if s.Restorer.Unadmit != nil {
 			s.Restorer.Unadmit(res.Meta)
 		}
-		return nil, errs.Wrap(err, errs.KindOf(err), errs.Image(image), "register restored session %s", res.Session)
+		return nil, errs.Wrap(err, errs.KindOf(err), subject, "register restored session %s", res.Session)
 	}
 	if s.Restorer.Adopted != nil {
 		s.Restorer.Adopted(res.Meta)

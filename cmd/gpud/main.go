@@ -94,6 +94,8 @@ type config struct {
 	stageMaxBytes int64
 	// criuLogLevel is CRIU's verbosity (criu.Options.LogLevel).
 	criuLogLevel int
+	// durablePrecopy is migrate.Service.DurablePrecopy.
+	durablePrecopy bool
 	// debugAddr, when set, serves Go's profiler (net/http/pprof) there,
 	// on a loopback address only: it has no authentication.
 	debugAddr string
@@ -118,6 +120,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.cudaPlainMem, "cuda-plain-memory", false, "cuda backend: serve cuMemAlloc from the driver's allocator instead of memory the worker maps and saves itself; checkpoints then copy device memory through the driver's checkpoint (slower)")
 	fs.BoolVar(&c.park, "park", true, "checkpoints that leave the session running park its device memory (snapshot it on the device and hold it outside the worker across the dump) instead of copying it to the host while the client waits; false always copies")
 	fs.Int64Var(&c.moduleCacheBytes, "module-cache-bytes", modcache.DefaultBytes, "bound of the module cache (DIR/modules) that sessions share, in bytes; 0 turns it off")
+	fs.BoolVar(&c.durablePrecopy, "durable-precopy", false, "store each live migration's pre-copy rounds on both hosts instead of staging them in the target's memory (slower rounds, which a session rewriting its memory faster than the disks may never finish)")
 	fs.IntVar(&c.criuLogLevel, "criu-log-level", 4, "CRIU's verbosity, 1 (errors) to 4 (debug), in the logs a failed dump or restore keeps; lower is a little faster for workers with many mappings")
 	fs.StringVar(&c.criu, "criu", "", "the criu `BINARY` (>= 4.1) for checkpoints (default: GPUCTL_CRIU, criu/criu beside gpud, the checkout's .deps/criu/criu for build/bin/gpud, or criu on PATH)")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve --api (HTTPS) and --listen over TLS 1.3 with this PEM certificate `FILE` (with --tls-key; default: plaintext)")

@@ -24,7 +24,7 @@ import (
 func (d *daemon) transferRouters(ckpt *checkpoint.Service, rst *restore.Service, imgs imageStore, staged *stage.Stager) []router {
 	mig := &migrate.Service{
 		Checkpoint: ckpt, Push: imgs, Token: d.token, TLS: d.peerTLS, Backend: d.workerOp.Backend, Log: d.log,
-		SocketNS: d.socketNS, CheckTarget: d.checkTarget,
+		SocketNS: d.socketNS, CheckTarget: d.checkTarget, DurablePrecopy: d.cfg.durablePrecopy,
 		SessionBytes: func(ctx context.Context, id string) (uint64, error) {
 			for _, s := range d.manager.List(ctx) {
 				if s.ID == id {
@@ -58,7 +58,7 @@ func (d *daemon) transferRouters(ckpt *checkpoint.Service, rst *restore.Service,
 			return pw, nil
 		}}
 	}
-	return []router{mig, imageRoutes{st: d.store, opts: images.RouteOptions{Logger: d.log, Known: d.tenants.Known, Stage: staged.Keep,
+	return []router{mig, imageRoutes{st: d.store, opts: images.RouteOptions{Logger: d.log, Known: d.tenants.Known, Stage: staged.Keep, StageMemory: staged.KeepMemory,
 		Dial:  func(addr string) *control.Client { return control.NewClient(addr, d.token, control.WithTLS(d.peerTLS)) },
 		InUse: d.imageInUse, Imported: d.copyAdded, Removed: d.copyRemoved}}}
 }

@@ -135,11 +135,20 @@ func (s *Snapshot) Close() {
 // baseChunk finds, for each block of l, the chunk base holds for the same
 // block of the same region; -1 where base has none.
 func baseChunks(l *devmem.Layout, base *Table) []int {
+	if base == nil {
+		return blockMap(l, nil)
+	}
+	return blockMap(l, base.Layout)
+}
+
+// blockMap maps each block of l to the same block (the same region, by
+// kind, id and size, and index) of bl, or to -1 where bl has none.
+func blockMap(l, bl *devmem.Layout) []int {
 	out := make([]int, l.Blocks)
 	for i := range out {
 		out[i] = -1
 	}
-	if base == nil {
+	if bl == nil || bl.Block != l.Block {
 		return out
 	}
 	type rkey struct {
@@ -148,12 +157,9 @@ func baseChunks(l *devmem.Layout, base *Table) []int {
 	}
 	first := map[rkey]int{}
 	n := 0
-	for _, r := range base.Layout.Regions {
+	for _, r := range bl.Regions {
 		first[rkey{r.Kind, r.ID, r.Size}] = n
-		n += devmem.BlocksOf(r.Size, base.Layout.Block)
-	}
-	if base.Layout.Block != l.Block {
-		return out
+		n += devmem.BlocksOf(r.Size, bl.Block)
 	}
 	for i, s := range l.Spans() {
 		r := l.Regions[s.Region]

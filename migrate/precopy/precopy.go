@@ -14,6 +14,15 @@
 // pending chunks too: the image pushed after the freeze then carries only
 // the last changes and the process image, and the target restores from
 // its own disk, not from the network.
+//
+// A memory pre-copy (Copier.Memory) stores nothing while it runs: each
+// round goes to the target's staging only (api.MemoryParam), and this
+// host keeps a mirror of the session's device memory as the last round
+// left it, so that the freeze's save (only what changed since) can be
+// completed in host memory for a rollback or for the image stored after
+// the target took the session over. The rounds then go at the speed of
+// the link, not of two disks, and a session that rewrites its memory
+// faster than its store could write still converges.
 package precopy
 
 import (
@@ -53,8 +62,8 @@ type Target interface {
 // for the session's restore (package migrate/stage), and lets go of them
 // when the migration fails.
 type StagingTarget interface {
-	StageTable(ctx context.Context, session string, table any) error
-	PutChunksStaged(ctx context.Context, session string, r io.Reader) (*api.PutChunksReply, error)
+	StageTable(ctx context.Context, session string, table any, memory bool) error
+	PutChunksStaged(ctx context.Context, session string, r io.Reader, memory bool) (*api.PutChunksReply, error)
 	DropStaged(ctx context.Context, session string) error
 }
 
@@ -91,6 +100,10 @@ type Copier struct {
 	Session string
 	Policy  Policy
 	Log     *slog.Logger
+	// Memory asks for a memory pre-copy (see the package comment); a
+	// target that cannot stage the whole session in memory gets the
+	// rounds through the stores instead.
+	Memory bool
 
 	gen      uint64                  // the last round
 	table    *devstore.Table         // the last round, every block with its chunk
@@ -100,6 +113,10 @@ type Copier struct {
 	staging  bool          // the target was asked to stage chunks
 	last     chan struct{} // closed when Last's sending is done
 	lastSent int64         // what it sent
+	memory   bool          // the rounds are staged in the target's memory only
+	// mirror is, in a memory pre-copy, every block as the last round
+	// copied it (MemComplete reads it).
+	mirror *devstore.Snapshot
 }
 
 type rkey struct {
@@ -110,6 +127,22 @@ type rkey struct {
 // Base is what the target holds after the rounds, for the freeze's save
 // to be compared with; nil before the first round completes.
 func (c *Copier) Base() *devstore.Table { return c.table }
+
+// InMemory says whether the rounds were staged in the target's memory
+// only: neither store holds Base's blocks, so the freeze must complete
+// its save with MemComplete and the target take the session over from
+// its staging.
+func (c *Copier) InMemory() bool { return c.memory }
+
+// MemComplete fills in the blocks a save relative to Base did not copy
+// from this host's mirror of the rounds (checkpoint.Request.MemComplete).
+// It must not be called after Close.
+func (c *Copier) MemComplete(snap *devstore.Snapshot) error {
+	if c.mirror == nil {
+		return errs.New(errs.Internal, errs.Session(c.Session), "no host copy of the pre-copied device memory is left")
+	}
+	return devstore.CompleteFrom(snap, c.mirror)
+}
 
 // Run does the rounds and reports each.
 func (c *Copier) Run(ctx context.Context, w Worker) ([]api.PrecopyRound, error) {
@@ -151,8 +184,12 @@ func (c *Copier) round(ctx context.Context, w Worker) (api.PrecopyRound, error) 
 	if err != nil {
 		return r, errs.Wrap(err, errs.Internal, "", "read the copied device memory")
 	}
-	defer snap.Close()
-	r, err = c.stage(ctx, snap)
+	defer func() {
+		if c.mirror != snap {
+			snap.Close()
+		}
+	}()
+	r, err = c.stage(ctx, snap, false)
 	r.CopyMS = copied.Milliseconds()
 	r.PauseMS = sv.PauseNS / 1e6
 	r.DurationMS = time.Since(t0).Milliseconds()
@@ -161,8 +198,9 @@ func (c *Copier) round(ctx context.Context, w Worker) (api.PrecopyRound, error) 
 
 // stage stores the blocks snap holds (those changed since the last
 // round), sends the target the round's table and the chunks it lacks,
-// and makes snap the last round.
-func (c *Copier) stage(ctx context.Context, snap *devstore.Snapshot) (api.PrecopyRound, error) {
+// and makes snap the last round. In a memory pre-copy nothing is stored,
+// and a round's blocks (not the freeze's: last) go into the mirror.
+func (c *Copier) stage(ctx context.Context, snap *devstore.Snapshot, last bool) (api.PrecopyRound, error) {
 	var r api.PrecopyRound
 	l := snap.Layout
 	if l.Base != 0 && l.Base != c.gen {
@@ -203,7 +241,20 @@ func (c *Copier) stage(ctx context.Context, snap *devstore.Snapshot) (api.Precop
 		// The target lays its staging out by the round's table before
 		// the chunks come, so that each lands where it belongs.
 		c.staging = true
-		if err := st.StageTable(ctx, c.Session, stage.TableBody{Layout: &full, Chunks: chunks}); err != nil {
+		body := stage.TableBody{Layout: &full, Chunks: chunks}
+		mem := c.memory || (c.Memory && c.table == nil)
+		err := st.StageTable(ctx, c.Session, body, mem)
+		switch {
+		case err == nil:
+			c.memory = mem
+		case c.memory:
+			// Earlier rounds are in its memory only: no going back.
+			return r, errs.Wrap(err, errs.KindOf(err), errs.Host(c.Target.Addr()), "stage the round's table")
+		case mem:
+			c.log().Info("the target cannot stage the session in memory; the pre-copy goes through the stores", "session", c.Session, "target", c.Target.Addr(), "err", err)
+			err = st.StageTable(ctx, c.Session, body, false)
+		}
+		if err != nil && !c.memory {
 			// Staging only spares the restore reading the store: a
 			// target that cannot stage still takes the chunks.
 			c.log().Debug("the target did not stage the round's table", "session", c.Session, "target", c.Target.Addr(), "err", err)
@@ -216,7 +267,13 @@ func (c *Copier) stage(ctx context.Context, snap *devstore.Snapshot) (api.Precop
 	)
 	wg.Go(func() {
 		t0 := time.Now()
-		putErr = c.put(ctx, ds, data)
+		if c.memory {
+			if !last {
+				putErr = c.remirror(snap)
+			}
+		} else {
+			putErr = c.put(ctx, ds, data)
+		}
 		r.StoreMS = time.Since(t0).Milliseconds()
 	})
 	wg.Go(func() {
@@ -252,7 +309,9 @@ func (c *Copier) stage(ctx context.Context, snap *devstore.Snapshot) (api.Precop
 // snap meanwhile. Failing costs only time (the push sends what the
 // target lacks); WaitLast waits for it.
 func (c *Copier) Last(ctx context.Context, snap *devstore.Snapshot) {
-	if c.table == nil || snap == nil || snap.Layout.SentCount() == 0 {
+	// A memory pre-copy's target adopts the session only from the
+	// freeze's own save: its table goes even when nothing changed.
+	if c.table == nil || snap == nil || (snap.Layout.SentCount() == 0 && !c.memory) {
 		return
 	}
 	fd, err := unix.Dup(int(snap.File.Fd()))
@@ -268,7 +327,7 @@ func (c *Copier) Last(ctx context.Context, snap *devstore.Snapshot) {
 	go func() {
 		defer close(done)
 		defer own.Close()
-		r, err := c.stage(ctx, own)
+		r, err := c.stage(ctx, own, true)
 		if err != nil {
 			c.log().Debug("the freeze's changed blocks were not sent ahead; the push sends them", "session", c.Session, "err", err)
 		}
@@ -406,7 +465,7 @@ func (c *Copier) send(ctx context.Context, ds []store.Digest, data map[store.Dig
 		done <- err
 	}()
 	if st, ok := c.Target.(StagingTarget); ok {
-		_, err = st.PutChunksStaged(ctx, c.Session, pr)
+		_, err = st.PutChunksStaged(ctx, c.Session, pr, c.memory)
 		c.staging = true
 	} else {
 		_, err = c.Target.PutChunks(ctx, pr)
@@ -427,6 +486,8 @@ func (c *Copier) send(ctx context.Context, ds []store.Digest, data map[store.Dig
 // left for the next gc rather than kept for the pending grace.
 func (c *Copier) Close(ctx context.Context) {
 	c.WaitLast()
+	c.mirror.Close()
+	c.mirror = nil
 	for _, h := range c.holds {
 		h()
 	}
@@ -452,6 +513,37 @@ func (c *Copier) Unstage(ctx context.Context) {
 		c.log().Warn("the target's staged device memory was not dropped; it drops it when idle", "session", c.Session, "target", c.Target.Addr(), "err", err)
 	}
 	c.staging = false
+}
+
+// remirror brings the mirror up to snap, a round: snap itself when it is
+// the first, complete round; otherwise its blocks are copied in, into a
+// new mirror laid out as snap when the session's regions changed.
+func (c *Copier) remirror(snap *devstore.Snapshot) error {
+	l := snap.Layout
+	if c.mirror == nil && c.table == nil && l.SentCount() == l.Blocks {
+		c.mirror = snap // round() leaves it open
+		return nil
+	}
+	if c.mirror == nil && c.table != nil {
+		return errs.New(errs.Internal, errs.Session(c.Session), "the host copy of the pre-copied device memory is gone")
+	}
+	if c.mirror == nil || !devstore.SameBlocks(c.mirror.Layout, l) {
+		nl := *l
+		nl.Sent = make([]byte, len(l.Sent))
+		m, err := devstore.Create(&nl)
+		if err != nil {
+			// Without it a rollback could not reload the session: the
+			// round fails, with the session running here.
+			return errs.Wrap(err, errs.ResourceExhausted, errs.Session(c.Session), "keep a host copy of the pre-copied device memory")
+		}
+		if c.mirror != nil {
+			devstore.CopyBlocks(m, c.mirror, func(int) bool { return true })
+			c.mirror.Close()
+		}
+		c.mirror = m
+	}
+	devstore.CopyBlocks(c.mirror, snap, func(int) bool { return true })
+	return nil
 }
 
 func (c *Copier) log() *slog.Logger {

@@ -86,10 +86,14 @@ func target(t *testing.T, st *store.Store) (*control.Client, *httptest.Server) {
 }
 
 func stagingTarget(t *testing.T, st *store.Store) (*control.Client, *httptest.Server, *stage.Stager) {
+	return stagingTargetMax(t, st, 1<<30)
+}
+
+func stagingTargetMax(t *testing.T, st *store.Store, max int64) (*control.Client, *httptest.Server, *stage.Stager) {
 	t.Helper()
 	mux := http.NewServeMux()
-	sg := &stage.Stager{Store: st, Max: 1 << 30}
-	images.Register(mux, st, images.RouteOptions{Logger: slog.New(slog.DiscardHandler), Stage: sg.Keep})
+	sg := &stage.Stager{Store: st, Max: max}
+	images.Register(mux, st, images.RouteOptions{Logger: slog.New(slog.DiscardHandler), Stage: sg.Keep, StageMemory: sg.KeepMemory})
 	sg.Register(mux)
 	srv := httptest.NewServer(control.RequireToken("tok", mux))
 	t.Cleanup(srv.Close)
@@ -325,4 +329,137 @@ func (w *writer) PrecopyMem(ctx context.Context, req devmem.PrecopyRequest) (*os
 	w.n++
 	_ = w.dev.MemcpyHtoD(context.Background(), w.c, w.p, io.LimitReader(bytes.NewReader(bytes.Repeat([]byte{w.n}, 64<<10)), 64<<10), 64<<10, 0)
 	return f, sv, err
+}
+
+// TestMemoryRounds: a memory pre-copy stores nothing on either host, the
+// target stages every block, and the freeze's save (only the block
+// written after the rounds) is completed from this host's mirror into a
+// complete save, the device memory as it is, that stores as a
+// self-contained image; the target's staging alone restores it.
+func TestMemoryRounds(t *testing.T) {
+	ctx := context.Background()
+	w, c, ptrs := newWorker(t)
+	stA, stB := openStore(t), openStore(t)
+	cl, _, sg := stagingTarget(t, stB)
+	const id = "s-000000000005"
+	cp := &precopy.Copier{Store: stA, Target: cl, Session: id, Policy: precopy.Policy{SmallBytes: 1}, Memory: true}
+	defer cp.Close(ctx)
+	if _, err := cp.Run(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	if !cp.InMemory() {
+		t.Fatal("a target with room staged the rounds through the stores")
+	}
+	base := cp.Base()
+	ds := digests(base)
+	for name, st := range map[string]*store.Store{"source": stA, "target": stB} {
+		if missing, err := st.Missing(ctx, ds); err != nil || len(missing) != len(ds) {
+			t.Errorf("the %s's store holds %d of the %d pre-copied chunks (%v), want none", name, len(ds)-len(missing), len(ds), err)
+		}
+	}
+	if err := w.dev.MemcpyHtoD(ctx, c, ptrs[0]+7, bytes.NewReader([]byte{42}), 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	want := readAll(t, w, c, ptrs)
+	f, sv, err := w.tr.Save(ctx, w.dev, devmem.SaveRequest{Base: base.Gen(), Release: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := devstore.Open(f, sv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Close()
+	if snap.Layout.SentCount() != 1 {
+		t.Fatalf("the freeze copied %d blocks, want the one written", snap.Layout.SentCount())
+	}
+	cp.Last(ctx, snap)
+	if g := cp.StagedGen()(); g != snap.Layout.Gen {
+		t.Errorf("StagedGen after Last: %x, want the freeze's save %x", g, snap.Layout.Gen)
+	}
+	cp.WaitLast()
+	if err := cp.MemComplete(snap); err != nil {
+		t.Fatal(err)
+	}
+	if n := snap.Layout.SentCount(); n != snap.Layout.Blocks {
+		t.Fatalf("the completed save holds %d of %d blocks", n, snap.Layout.Blocks)
+	}
+	// The completed save is the device memory, block for block.
+	if err := w.tr.Reload(ctx, w.dev, snap.File, snap.Saved.LayoutOff, snap.Saved.LayoutLen); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, w, c, ptrs); !bytes.Equal(got, want) {
+		t.Fatal("the save completed from the mirror reloads other bytes than the device held")
+	}
+	files, err := devstore.FilesAll(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := images.CommitWith(ctx, stA, t.TempDir(), images.Meta{ID: "i-memory", Session: id, Backend: "emulated"}, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := devstore.FromManifest(ctx, stA, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if missing, err := stA.Missing(ctx, digests(tab)); err != nil || len(missing) != 0 {
+		t.Fatalf("the image lacks %d chunks in its own store (%v)", len(missing), err)
+	}
+	// The target restores from its staging alone: its store is empty.
+	g := sg.Take(id)
+	back, hits, err := g.Load(ctx, stB, g.Table())
+	g.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	if hits != snap.Layout.Blocks {
+		t.Errorf("%d of %d blocks came from the staging", hits, snap.Layout.Blocks)
+	}
+	if !bytes.Equal(back.Data, snap.Data) {
+		t.Error("the target's staging holds other bytes than the freeze's completed save")
+	}
+}
+
+// TestMemoryRefused: a target whose staging bound the session passes
+// refuses a memory pre-copy, which then goes through both stores; chunks
+// sent for memory staging that nothing laid out are refused.
+func TestMemoryRefused(t *testing.T) {
+	ctx := context.Background()
+	w, _, _ := newWorker(t)
+	stA, stB := openStore(t), openStore(t)
+	cl, _, _ := stagingTargetMax(t, stB, 1<<20)
+	cp := &precopy.Copier{Store: stA, Target: cl, Session: "s-000000000006", Policy: precopy.Policy{SmallBytes: 1}, Memory: true}
+	defer cp.Close(ctx)
+	if _, err := cp.Run(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	if cp.InMemory() {
+		t.Fatal("a target without room took a memory pre-copy")
+	}
+	if missing, err := stB.Missing(ctx, digests(cp.Base())); err != nil || len(missing) != 0 {
+		t.Errorf("the durable rounds left %d chunks out of the target's store (%v)", len(missing), err)
+	}
+	var buf bytes.Buffer
+	b := []byte("x")
+	if _, err := images.WriteRawChunks(ctx, []store.Digest{store.Sum(b)}, [][]byte{b}, &buf); err != nil {
+		t.Fatal(err)
+	}
+	_, err := cl.PutChunksStaged(ctx, "s-000000000007", &buf, true)
+	if errs.KindOf(err) != errs.FailedPrecondition || !strings.Contains(err.Error(), "s-000000000007") {
+		t.Errorf("memory chunks for a session with no staging: %v, want a failed precondition naming it", err)
+	}
+}
+
+// readAll reads the worker's three allocations back.
+func readAll(t *testing.T, w *worker, c backend.Ctx, ptrs []backend.DevPtr) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	for i, n := range []uint64{4<<20 + 512, 2 << 20, 1 << 20} {
+		if err := w.dev.MemcpyDtoH(context.Background(), c, &out, ptrs[i], n, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out.Bytes()
 }

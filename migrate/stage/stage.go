@@ -92,6 +92,9 @@ type Group struct {
 	skipped int   // chunks or tables left out: over the bound
 	timer   *time.Timer
 	taken   bool
+	// memory: the source stages this session in memory only (a memory
+	// pre-copy), so the staging holds blocks no store here has.
+	memory bool
 }
 
 func (s *Stager) group(session string) *Group {
@@ -134,8 +137,10 @@ func (s *Stager) unreserve(n int64) {
 // of the round's chunks: blocks already holding their chunk stay, blocks
 // whose chunk is staged or in st are filled (those from st in the
 // background), and the others wait for their chunk to arrive. A table of
-// other regions starts the file over; one over the bound drops it.
-func (s *Stager) Table(ctx context.Context, session string, t *devstore.Table) error {
+// other regions starts the file over; one over the bound drops it, or,
+// with memory (a memory pre-copy, whose chunks no store here will hold),
+// is refused.
+func (s *Stager) Table(ctx context.Context, session string, t *devstore.Table, memory bool) error {
 	st := s.Store
 	g := s.group(session)
 	if g == nil {
@@ -148,12 +153,19 @@ func (s *Stager) Table(ctx context.Context, session string, t *devstore.Table) e
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.taken {
+		if memory {
+			return errs.New(errs.FailedPrecondition, errs.Session(session), "staged device memory already taken by a restore")
+		}
 		return nil
 	}
+	g.memory = g.memory || memory
 	if g.file == nil || !devstore.SameBlocks(g.tab.Layout, t.Layout) {
 		g.dropFile()
 		if !s.reserve(t.Layout.Size) {
 			g.skipped++
+			if g.memory {
+				return errs.New(errs.ResourceExhausted, errs.Session(session), "staging %d MiB of device memory would pass this host's staging bound of %d MiB (gpud --stage-max-bytes)", t.Layout.Size>>20, s.Max>>20)
+			}
 			s.log().Warn("device memory not staged: over the staging bound; the restore reads it from the store, and the downtime grows with it (raise gpud --stage-max-bytes)",
 				"session", session, "bytes", t.Layout.Size, "bound", s.Max)
 			return nil
@@ -278,6 +290,29 @@ func (s *Stager) Keep(session string) func(d store.Digest, raw []byte) {
 		return nil
 	}
 	return g.add
+}
+
+// KeepMemory is Keep for chunks staged in memory only: it refuses a
+// session whose source laid out no memory staging here (none, or one
+// dropped, taken or left out for the bound), whose chunks would be lost.
+func (s *Stager) KeepMemory(session string) (func(d store.Digest, raw []byte), error) {
+	if s == nil {
+		return nil, errs.New(errs.FailedPrecondition, errs.Session(session), "this host does not stage device memory")
+	}
+	s.mu.Lock()
+	g := s.groups[session]
+	s.mu.Unlock()
+	if g == nil {
+		return nil, errs.New(errs.FailedPrecondition, errs.Session(session), "no device memory is staged for it here (dropped, taken, or never laid out); the migration must start over")
+	}
+	g.mu.Lock()
+	ok := g.memory && g.file != nil && !g.taken
+	g.mu.Unlock()
+	if !ok {
+		return nil, errs.New(errs.FailedPrecondition, errs.Session(session), "its staging here is not laid out for memory pre-copy; the migration must start over")
+	}
+	g.timer.Reset(s.idle())
+	return g.add, nil
 }
 
 func (g *Group) add(d store.Digest, raw []byte) {
@@ -502,7 +537,8 @@ func (s *Stager) Register(mux *http.ServeMux) {
 		if err := dec.Decode(&body); err != nil || body.Layout == nil {
 			return errs.Wrap(cmp.Or(err, errors.New("no layout")), errs.InvalidArgument, errs.Session(id), "staged table")
 		}
-		if err := s.Table(r.Context(), id, &devstore.Table{Layout: body.Layout, Chunks: body.Chunks}); err != nil {
+		memory := r.URL.Query().Get(api.MemoryParam) == "1"
+		if err := s.Table(r.Context(), id, &devstore.Table{Layout: body.Layout, Chunks: body.Chunks}, memory); err != nil {
 			return err
 		}
 		control.WriteJSON(w, map[string]bool{"staged": true})

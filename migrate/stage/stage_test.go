@@ -182,7 +182,7 @@ func TestTable(t *testing.T) {
 	// staging a table whose block 0 is new content.
 	fresh := blk(9)
 	round1.Chunks[0].Digest = store.Sum(fresh)
-	if err := s.Table(ctx, id, round1); err != nil {
+	if err := s.Table(ctx, id, round1, false); err != nil {
 		t.Fatal(err)
 	}
 	s.Keep(id)(round1.Chunks[0].Digest, fresh)
@@ -220,7 +220,7 @@ func TestTableOverTheBound(t *testing.T) {
 	var logged bytes.Buffer
 	s := &Stager{Store: st, Max: round.Layout.Size - 1, Log: slog.New(slog.NewTextHandler(&logged, nil))}
 	const id = "s-0123456789ab"
-	if err := s.Table(ctx, id, round); err != nil {
+	if err := s.Table(ctx, id, round, false); err != nil {
 		t.Fatal(err)
 	}
 	g := s.Take(id)
