@@ -189,6 +189,13 @@ type Request struct {
 	// MemBase's blocks: a rollback reloads the worker from the completed
 	// save, and the store step stores every block (devstore.FilesAll).
 	MemComplete func(snap *devstore.Snapshot) error
+	// MemInto, with MemBase, is the memfd the save goes into: every block
+	// of save MemMirror (MemBase's) laid out as that save laid it out, so
+	// that only the changed blocks are copied, into pages already there,
+	// and the save is complete (devmem.SaveRequest.Mirror). The pipeline
+	// closes it.
+	MemInto   *os.File
+	MemMirror uint64
 	// DeferStore ends the checkpoint after the dump, the session frozen
 	// and no image stored yet: Frozen.Store stores it later. A migration
 	// whose target took the session over from its staged memory stores
@@ -580,7 +587,9 @@ func (p *Pipeline) findMem(ctx context.Context, w Worker, req Request) (base *de
 		m.Close()
 	}
 	if req.MemBase != nil {
-		return base, nil, 0, 0 // pre-copied: the save copies the last changes only
+		// Pre-copied: the save copies the last changes only, into the
+		// rounds' mirror when the caller holds one.
+		return base, req.MemInto, req.MemMirror, 0
 	}
 	sz, ok := w.(MemSizer)
 	if !ok {

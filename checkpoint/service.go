@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -170,6 +171,9 @@ type FreezeOptions struct {
 	// DeferStore is Request.DeferStore: the caller stores the image
 	// (Frozen.Store).
 	DeferStore bool
+	// MemInto and MemMirror are Request.MemInto and Request.MemMirror.
+	MemInto   *os.File
+	MemMirror uint64
 }
 
 // FreezeWith is Freeze with options.
@@ -211,7 +215,7 @@ func (s *Service) freezeWith(ctx context.Context, id string, early bool, o Freez
 	resumed := false
 	req := Request{Session: id, Worker: w, Parent: parent, Tenant: s.Sessions.Owner(id),
 		Reattached: func(nw Worker) { cur = nw }, ResumeEarly: early, MemBase: o.MemBase, Saved: o.Saved, Stored: o.Stored, Dumped: o.Dumped,
-		MemComplete: o.MemComplete, DeferStore: o.DeferStore,
+		MemComplete: o.MemComplete, DeferStore: o.DeferStore, MemInto: o.MemInto, MemMirror: o.MemMirror,
 		Resumed: func(nw Worker) {
 			cur, resumed = nw, true
 			if err := s.Sessions.Resumed(id, nw); err != nil {

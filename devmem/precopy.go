@@ -76,6 +76,9 @@ func (t *Tracker) Precopy(ctx context.Context, dev backend.DeviceMemory, between
 		n := BlocksOf(r.Size, t.Block)
 		l.Blocks += n
 		next.m[keyOf(r)] = make([]uint64, n)
+		// The regions in layout order: a freeze's save into a mirror of
+		// this round (SaveRequest.Mirror) checks it has the same ones.
+		next.regs = append(next.regs, keyOf(r))
 	}
 	l.Sent = make([]byte, (l.Blocks+7)/8)
 	l.Changed = make([]byte, len(l.Sent))

@@ -300,6 +300,10 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 					// completed from the mirror, and the image stored
 					// once the target runs the session.
 					opts.MemComplete, opts.DeferStore = pc.MemComplete, true
+					// The save writes into the mirror's pages, there
+					// already: no memfd is faulted in while the client
+					// waits, and the save comes out complete.
+					opts.MemInto, opts.MemMirror = pc.Mirror()
 				} else {
 					// The process image's chunks go while they are stored.
 					stream = precopy.StartStream(ctx, target)
@@ -310,7 +314,15 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 					// hook runs after the save step started Last, whose
 					// sending StagedGen must wait for.
 					opts.Dumped = func(dir string, meta images.Meta) {
-						prep = s.startPrepare(ctx, target, id, dir, meta, pc.StagedGen())
+						gen := pc.StagedGen()
+						if memory {
+							// The target restores the process while
+							// the freeze's last blocks arrive, and
+							// waits for them only to reload
+							// (restore.Restorer.AwaitStaged).
+							gen = func() uint64 { return saveGen }
+						}
+						prep = s.startPrepare(ctx, target, id, dir, meta, gen)
 					}
 				}
 				fr, err = s.Checkpoint.FreezeWith(ctx, id, opts)
@@ -345,7 +357,11 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 		{Name: "migrating", Do: func(ctx context.Context) error { return sess.Migrating(id) }},
 		{Name: "push", Do: func(ctx context.Context) error {
 			if pc != nil {
-				res.SentBytes += pc.WaitLast()
+				n, err := pc.WaitLast()
+				res.SentBytes += n
+				if err != nil {
+					return errs.Wrap(err, errs.KindOf(err), host, "send the freeze's changed device memory")
+				}
 			}
 			if memory {
 				return nil // the image follows the adoption

@@ -229,7 +229,9 @@ func (r *Restorer) AdoptPrepared(ctx context.Context, session, nonce string, gen
 	res := p.res
 	// No store here holds the save's blocks yet: it cannot be the base
 	// of the next checkpoint, which copies everything.
-	res.mem.Close()
+	// Unmapping and freeing gigabytes takes about a second on the GPU
+	// hosts: not in the downtime.
+	go res.mem.Close()
 	res.mem, res.table = nil, nil
 	res.Steps = append(slices.Clone(res.Steps), checkpoint.Timing{Step: "prepared"})
 	return res, nil

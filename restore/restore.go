@@ -92,6 +92,10 @@ type Restorer struct {
 	// session's restore (package migrate/stage), or nil. Device memory is
 	// then read from there, and only what is not staged from the store.
 	Staged func(session string) Staging
+	// AwaitStaged, when set, waits until session's staging holds save
+	// gen whole (the last blocks of a migration's freeze may arrive while
+	// the prepared restore runs), or says why it will not.
+	AwaitStaged func(ctx context.Context, session string, gen uint64) error
 	// PrepareIdle bounds how long a prepared restore waits for the
 	// Restore that commits it before it is killed; zero means 1 minute.
 	PrepareIdle time.Duration
@@ -211,7 +215,9 @@ func (r *Restorer) restore(ctx context.Context, image string, pre *early) (*Resu
 		fromHost int64              // bytes of device memory kept in host memory here (Keeper.Stash)
 		keptSnap *devstore.Snapshot // a prepared restore's reloaded save
 	)
+	loadCtx, cancelLoad := context.WithCancel(ctx)
 	defer func() {
+		cancelLoad() // a load still waiting for its staging gives up
 		if memLoad != nil {
 			<-memLoad
 			memSnap.Close()
@@ -247,18 +253,37 @@ func (r *Restorer) restore(ctx context.Context, image string, pre *early) (*Resu
 					return err
 				}
 				meta = pre.meta
-				var sg Staging
-				if r.Staged != nil && r.Mem != nil {
-					sg = r.Staged(meta.Session)
-				}
-				if sg == nil {
+				if r.Staged == nil || r.Mem == nil || pre.gen == 0 {
 					return errs.New(errs.FailedPrecondition, subject, "no device memory is staged for it here")
 				}
-				if memTable = sg.Table(); memTable.Gen() != pre.gen || pre.gen == 0 {
-					sg.Release()
-					return errs.New(errs.FailedPrecondition, subject, "the staged device memory is of save %x, not %x", memTable.Gen(), pre.gen)
+				if r.AwaitStaged == nil {
+					sg, err := r.takeStaged(meta.Session, pre.gen)
+					if err != nil {
+						return err
+					}
+					memTable = sg.Table()
+					loadMem(loadCtx, sg)
+					return r.admit(meta, subject, &admitted)
 				}
-				loadMem(ctx, sg)
+				// The freeze's last blocks may still be on their way:
+				// CRIU and the driver restore the process meanwhile,
+				// and the reload waits for the staging.
+				memLoad = make(chan error, 1)
+				go func() {
+					t0 := time.Now()
+					err := r.AwaitStaged(loadCtx, meta.Session, pre.gen)
+					var sg Staging
+					if err == nil {
+						sg, err = r.takeStaged(meta.Session, pre.gen)
+					}
+					if err == nil {
+						memTable = sg.Table()
+						memSnap, memHits, err = sg.Load(loadCtx, r.Mem.Store, memTable)
+						sg.Release()
+					}
+					memTook = time.Since(t0)
+					memLoad <- err
+				}()
 				return r.admit(meta, subject, &admitted)
 			}
 			var m *images.Manifest
@@ -374,6 +399,19 @@ func (r *Restorer) restore(ctx context.Context, image string, pre *early) (*Resu
 		DurationMS: time.Since(t0).Milliseconds(), Steps: timings,
 		mem: keptSnap, table: memTable,
 	}, nil
+}
+
+// takeStaged takes session's staging, which must be of save gen.
+func (r *Restorer) takeStaged(session string, gen uint64) (Staging, error) {
+	sg := r.Staged(session)
+	if sg == nil {
+		return nil, errs.New(errs.FailedPrecondition, errs.Session(session), "no device memory is staged for it here")
+	}
+	if t := sg.Table(); t.Gen() != gen {
+		sg.Release()
+		return nil, errs.New(errs.FailedPrecondition, errs.Session(session), "the staged device memory is of save %x, not %x", t.Gen(), gen)
+	}
+	return sg, nil
 }
 
 // admit checks meta against this host and has gpud admit it (Admit);

@@ -71,6 +71,7 @@ func (d *daemon) routers() ([]router, error) {
 				}
 				return nil
 			},
+			AwaitStaged: staged.Await,
 		},
 		Sessions: d.manager,
 		Listen:   advertised(d.cfg.listen, ""),

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/gpuctl/gpuctl/control"
@@ -86,16 +87,27 @@ func target(t *testing.T, st *store.Store) (*control.Client, *httptest.Server) {
 }
 
 func stagingTarget(t *testing.T, st *store.Store) (*control.Client, *httptest.Server, *stage.Stager) {
-	return stagingTargetMax(t, st, 1<<30)
+	return stagingTargetMax(t, st, 1<<30, nil)
 }
 
-func stagingTargetMax(t *testing.T, st *store.Store, max int64) (*control.Client, *httptest.Server, *stage.Stager) {
+// stagingTargetMax is stagingTarget with a staging bound, counting the
+// chunk streams it receives in puts when that is set.
+func stagingTargetMax(t *testing.T, st *store.Store, max int64, puts *atomic.Int64) (*control.Client, *httptest.Server, *stage.Stager) {
 	t.Helper()
 	mux := http.NewServeMux()
 	sg := &stage.Stager{Store: st, Max: max}
 	images.Register(mux, st, images.RouteOptions{Logger: slog.New(slog.DiscardHandler), Stage: sg.Keep, StageMemory: sg.KeepMemory})
 	sg.Register(mux)
-	srv := httptest.NewServer(control.RequireToken("tok", mux))
+	var h http.Handler = mux
+	if puts != nil {
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPut && r.URL.Path == "/v1/chunks" {
+				puts.Add(1)
+			}
+			mux.ServeHTTP(w, r)
+		})
+	}
+	srv := httptest.NewServer(control.RequireToken("tok", h))
 	t.Cleanup(srv.Close)
 	return control.NewClient(strings.TrimPrefix(srv.URL, "http://"), "tok"), srv, sg
 }
@@ -170,7 +182,7 @@ func TestRounds(t *testing.T) {
 	if g := gen(); g != snap.Layout.Gen || g == base.Gen() {
 		t.Errorf("StagedGen after Last: %x, want the freeze's save %x", g, snap.Layout.Gen)
 	}
-	if sent := cp.WaitLast(); sent <= 0 {
+	if sent, err := cp.WaitLast(); sent <= 0 || err != nil {
 		t.Errorf("the freeze's changed block was not sent ahead (%d bytes)", sent)
 	}
 	files, err := devstore.Files(snap, base)
@@ -332,23 +344,29 @@ func (w *writer) PrecopyMem(ctx context.Context, req devmem.PrecopyRequest) (*os
 }
 
 // TestMemoryRounds: a memory pre-copy stores nothing on either host, the
-// target stages every block, and the freeze's save (only the block
-// written after the rounds) is completed from this host's mirror into a
-// complete save, the device memory as it is, that stores as a
+// target stages every block (sent in several streams), and the freeze's
+// save into this host's mirror (copying only the block written after the
+// rounds) is a complete save, the device memory as it is, that stores as a
 // self-contained image; the target's staging alone restores it.
 func TestMemoryRounds(t *testing.T) {
 	ctx := context.Background()
 	w, c, ptrs := newWorker(t)
 	stA, stB := openStore(t), openStore(t)
-	cl, _, sg := stagingTarget(t, stB)
+	var puts atomic.Int64
+	cl, _, sg := stagingTargetMax(t, stB, 1<<30, &puts)
 	const id = "s-000000000005"
-	cp := &precopy.Copier{Store: stA, Target: cl, Session: id, Policy: precopy.Policy{SmallBytes: 1}, Memory: true}
+	// The first round's 7 MiB go in three streams of at least 2 MiB.
+	defer precopy.SetShardMin(2 << 20)()
+	cp := &precopy.Copier{Store: stA, Target: cl, Session: id, Policy: precopy.Policy{SmallBytes: 1}, Memory: true, Streams: 4}
 	defer cp.Close(ctx)
 	if _, err := cp.Run(ctx, w); err != nil {
 		t.Fatal(err)
 	}
 	if !cp.InMemory() {
 		t.Fatal("a target with room staged the rounds through the stores")
+	}
+	if n := puts.Load(); n != 3 {
+		t.Errorf("the first round went in %d chunk streams, want 3 (7 MiB, at least 2 MiB each, at most 4)", n)
 	}
 	base := cp.Base()
 	ds := digests(base)
@@ -361,7 +379,15 @@ func TestMemoryRounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := readAll(t, w, c, ptrs)
-	f, sv, err := w.tr.Save(ctx, w.dev, devmem.SaveRequest{Base: base.Gen(), Release: true})
+	// The freeze saves into the mirror: it copies the one block written
+	// and comes out complete.
+	into, gen := cp.Mirror()
+	if into == nil || gen != base.Gen() {
+		t.Fatalf("mirror of round %x, want the last round %x", gen, base.Gen())
+	}
+	// In process, the tracker answers with into itself (a worker sends a
+	// descriptor of its own): the snapshot takes it.
+	f, sv, err := w.tr.Save(ctx, w.dev, devmem.SaveRequest{Base: base.Gen(), Release: true, Into: into, Mirror: gen})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,14 +396,16 @@ func TestMemoryRounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer snap.Close()
-	if snap.Layout.SentCount() != 1 {
-		t.Fatalf("the freeze copied %d blocks, want the one written", snap.Layout.SentCount())
+	if sv.CopiedBytes != 1<<20 || snap.Layout.SentCount() != snap.Layout.Blocks {
+		t.Fatalf("the freeze into the mirror copied %d bytes and holds %d of %d blocks; want the one block written, and all", sv.CopiedBytes, snap.Layout.SentCount(), snap.Layout.Blocks)
 	}
 	cp.Last(ctx, snap)
 	if g := cp.StagedGen()(); g != snap.Layout.Gen {
 		t.Errorf("StagedGen after Last: %x, want the freeze's save %x", g, snap.Layout.Gen)
 	}
-	cp.WaitLast()
+	if n, err := cp.WaitLast(); err != nil || n <= 0 || n > 2<<20 {
+		t.Fatalf("the freeze sent %d bytes ahead (%v); want the one block it changed, not the unchanged ones its save holds", n, err)
+	}
 	if err := cp.MemComplete(snap); err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +457,7 @@ func TestMemoryRefused(t *testing.T) {
 	ctx := context.Background()
 	w, _, _ := newWorker(t)
 	stA, stB := openStore(t), openStore(t)
-	cl, _, _ := stagingTargetMax(t, stB, 1<<20)
+	cl, _, _ := stagingTargetMax(t, stB, 1<<20, nil)
 	cp := &precopy.Copier{Store: stA, Target: cl, Session: "s-000000000006", Policy: precopy.Policy{SmallBytes: 1}, Memory: true}
 	defer cp.Close(ctx)
 	if _, err := cp.Run(ctx, w); err != nil {

@@ -354,6 +354,51 @@ func (g *Group) add(d store.Digest, raw []byte) {
 	g.bytes += n
 }
 
+// awaitMax bounds Await: the source sends a freeze's last blocks within
+// seconds, or has failed.
+const awaitMax = time.Minute
+
+// Await waits until session's staging holds save gen and, staged in
+// memory only, every block of it: a migration's target restores the
+// process while the freeze's last blocks still arrive, and reloads once
+// they are in. A staging that holds nothing (over the bound) or was
+// taken returns at once; what to make of it is the restore's to say.
+func (s *Stager) Await(ctx context.Context, session string, gen uint64) error {
+	deadline := time.Now().Add(awaitMax)
+	for {
+		s.mu.Lock()
+		g := s.groups[session]
+		s.mu.Unlock()
+		if g == nil {
+			return errs.New(errs.FailedPrecondition, errs.Session(session), "no device memory is staged for it here")
+		}
+		g.mu.Lock()
+		done := g.file == nil || g.taken || (g.tab.Gen() == gen && (!g.memory || g.full()))
+		g.mu.Unlock()
+		if done {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errs.New(errs.Unavailable, errs.Session(session), "the staged device memory did not reach save %x within %v; its source stopped sending", gen, awaitMax)
+		}
+		select {
+		case <-ctx.Done():
+			return errs.Wrap(ctx.Err(), errs.Unavailable, errs.Session(session), "wait for the staged device memory")
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// full says whether every block holds its table's chunk (g.mu held).
+func (g *Group) full() bool {
+	for i, ok := range g.ok {
+		if !ok || g.at[i] != g.tab.Chunks[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // Take removes session's staging from the stager and hands it to the
 // caller (a restore), or returns nil when nothing is staged for it.
 func (s *Stager) Take(session string) *Group {

@@ -242,3 +242,55 @@ func TestDefaultMaxIsHalfTheMemory(t *testing.T) {
 		t.Errorf("DefaultMax() = %d, want %d (half of %d)", got, want, 2*want)
 	}
 }
+
+// TestMemoryStaging: a memory staging is refused over the bound, takes
+// chunks only once laid out, and Await returns once every block of the
+// awaited save holds its chunk (and not before, nor for another save).
+func TestMemoryStaging(t *testing.T) {
+	ctx := context.Background()
+	blk := func(b byte) []byte { return bytes.Repeat([]byte{b}, 4<<10) }
+	// The blocks' digests only: the target's store holds none of them.
+	tab := table(t, openStore(t), blk(1), blk(2), nil, blk(4))
+	const id = "s-0123456789ab"
+	if err := (&Stager{Store: openStore(t), Max: 8 << 10}).Table(ctx, id, tab, true); err == nil || !strings.Contains(err.Error(), "staging bound") {
+		t.Errorf("a memory staging over the bound: %v, want refused", err)
+	}
+	s := &Stager{Store: openStore(t), Max: 1 << 20}
+	if _, err := s.KeepMemory(id); err == nil {
+		t.Error("memory chunks were taken with no staging laid out")
+	}
+	if err := s.Table(ctx, id, tab, true); err != nil {
+		t.Fatal(err)
+	}
+	keep, err := s.KeepMemory(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := s.Await(short, id, tab.Gen()); err == nil {
+		t.Fatal("Await returned with three blocks still to come")
+	}
+	keep(tab.Chunks[0].Digest, blk(1))
+	keep(tab.Chunks[1].Digest, blk(2))
+	done := make(chan error, 1)
+	go func() { done <- s.Await(ctx, id, tab.Gen()) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Await returned (%v) with block 3 still to come", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	keep(tab.Chunks[3].Digest, blk(4))
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	other, cancel2 := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel2()
+	if err := s.Await(other, id, tab.Gen()+1); err == nil {
+		t.Error("Await returned for a save the staging does not hold")
+	}
+	s.Drop(id)
+	if err := s.Await(ctx, id, tab.Gen()); err == nil {
+		t.Error("Await of a dropped staging returned no error")
+	}
+}
