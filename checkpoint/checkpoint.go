@@ -114,6 +114,11 @@ type Pipeline struct {
 	// NoPark copies device memory to the host while the client waits
 	// even where the worker could park it (MemParker).
 	NoPark bool
+	// Departed, when set, is told of each frozen worker Release ends
+	// before it is killed: gpud keeps its PID namespace, whose number
+	// names the driver's socket that the session carries wherever it is
+	// restored (worker.Departed).
+	Departed interface{ Keep(pid int) error }
 }
 
 // MemParker is a MemWorker that can park its device memory for a
@@ -877,6 +882,11 @@ func (f *Frozen) Release(ctx context.Context) error {
 	}
 	f.snap.Close()
 	f.snap = nil
+	if f.p.Departed != nil {
+		if err := f.p.Departed.Keep(f.PID); err != nil {
+			f.p.log().Warn("a new session here may take the driver's socket name this one keeps; migrating both to one host could then fail", "session", f.Session, "err", err)
+		}
+	}
 	// The worker may already be gone and reaped, its PID someone else's:
 	// childproc only ever signals this gpud's own child.
 	if err := childproc.Kill(f.PID); err != nil {

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -131,4 +132,51 @@ func unescapeMount(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// Departed keeps the PID namespaces of workers whose sessions left this
+// host, so that the kernel does not give their namespaces' inode numbers
+// to new workers here. The NVIDIA driver names an abstract unix socket
+// after its process's PID namespace and PID in it (@cuda-uvmfd-<pidns
+// inode>-<pid>; a worker is PID 1 of its own namespace), CRIU restores
+// the socket under that name, and the kernel hands a freed namespace's
+// inode number to the next namespace made: the next session started here
+// got the name of the one that had just migrated away, and its own
+// migration to the same target failed in CRIU ("unix: Can't bind ...
+// Address already in use"), measured on the H200 with driver 580. An
+// open descriptor keeps a namespace (a few hundred bytes) and its number.
+// The zero value keeps up to 4096, the oldest let go first.
+type Departed struct {
+	// Max bounds the namespaces kept; zero means 4096.
+	Max int
+
+	mu sync.Mutex
+	fs []*os.File
+}
+
+// Keep holds the PID namespace of process pid, which must still run.
+func (d *Departed) Keep(pid int) error {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/pid", pid))
+	if err != nil {
+		return fmt.Errorf("keep the PID namespace of worker %d: %w", pid, err)
+	}
+	max := d.Max
+	if max <= 0 {
+		max = 4096
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.fs = append(d.fs, f)
+	for len(d.fs) > max {
+		d.fs[0].Close()
+		d.fs = d.fs[1:]
+	}
+	return nil
+}
+
+// Len is how many namespaces are kept.
+func (d *Departed) Len() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.fs)
 }
