@@ -133,3 +133,56 @@ func TestCommitObserved(t *testing.T) {
 		t.Fatalf("the target lacks %d of the streamed chunks (%v)", len(missing), err)
 	}
 }
+
+// TestStageChunks: a memory pre-copy's stream hands every chunk, checked,
+// to keep and stores none; a chunk that does not match its digest fails
+// the stream and is never kept.
+func TestStageChunks(t *testing.T) {
+	ctx := context.Background()
+	blocks := [][]byte{bytes.Repeat([]byte{3}, 1<<20), []byte("short"), bytes.Repeat([]byte{5, 6}, 8192)}
+	ds := make([]store.Digest, len(blocks))
+	for i, b := range blocks {
+		ds[i] = store.Sum(b)
+	}
+	for _, tamper := range []bool{false, true} {
+		st := openStore(t)
+		data := make([][]byte, len(blocks))
+		for i, b := range blocks {
+			data[i] = bytes.Clone(b)
+		}
+		if tamper {
+			data[2][1] ^= 0xff
+		}
+		var buf bytes.Buffer
+		if _, err := WriteRawChunks(ctx, ds, data, &buf); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		kept := map[store.Digest][]byte{}
+		n, err := StageChunks(ctx, st, &buf, func(d store.Digest, b []byte) {
+			mu.Lock()
+			kept[d] = bytes.Clone(b)
+			mu.Unlock()
+		})
+		if missing, merr := st.Missing(ctx, ds); merr != nil || len(missing) != len(ds) {
+			t.Errorf("tampered %v: the store took %d chunks of a staging-only stream (%v)", tamper, len(ds)-len(missing), merr)
+		}
+		if tamper {
+			if err == nil {
+				t.Errorf("a chunk that does not match its digest was staged (%d chunks)", n)
+			}
+			if _, ok := kept[ds[2]]; ok {
+				t.Error("the tampered chunk was kept")
+			}
+			continue
+		}
+		if err != nil || n != len(blocks) {
+			t.Fatalf("StageChunks: %d chunks, %v; want %d", n, err, len(blocks))
+		}
+		for i, d := range ds {
+			if !bytes.Equal(kept[d], blocks[i]) {
+				t.Errorf("chunk %d kept as %d bytes, want its %d", i, len(kept[d]), len(blocks[i]))
+			}
+		}
+	}
+}
