@@ -81,6 +81,10 @@ type StepTiming struct {
 type AdoptRequest struct {
 	Nonce string `json:"nonce"`
 	Gen   uint64 `json:"gen,string"`
+	// Image, sent again once the session runs on the target, is that
+	// checkpoint's image, pushed there since: the target makes it the
+	// session's parent and its save the base of the next checkpoint.
+	Image string `json:"image,omitempty"`
 }
 
 // RestoreReply is the reply to POST /v1/images/{id}/restore, which takes

@@ -296,6 +296,11 @@ func TestMigrateRoundTrip(t *testing.T) {
 	if !m2.prepared() {
 		t.Errorf("migrate B->A: the target did not restore the session ahead of its image; its steps: %+v", m2.TargetSteps)
 	}
+	// B took A->B's image, pushed after the adoption, as the session's
+	// parent: B's image of the way back names it.
+	if out, err := w.ctl(w.a, "images", "inspect", m2.Image, "--json"); err != nil || !strings.Contains(out, `"parent": "`+m1.Image+`"`) {
+		t.Errorf("B->A's image %s does not name A->B's %s as its parent (%v): %.400s", m2.Image, m1.Image, err, out)
+	}
 	if got := w.result(<-run); got != want {
 		t.Errorf("migrated run: %q, unmigrated: %q", got, want)
 	}

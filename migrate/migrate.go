@@ -521,7 +521,7 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 		// The image is made from the frozen worker's save, after the
 		// client runs on the target: it is not part of the downtime.
 		awaitClient()
-		s.storeAfter(ctx, id, fr, target, res)
+		s.storeAfter(ctx, id, fr, saveGen, target, res)
 	}
 	if !released {
 		if err := fr.Release(ctx); err != nil {
@@ -554,7 +554,7 @@ func (s *Service) prepares(shared bool) bool {
 // the target runs the session, and sends it there: the session's image
 // on the target, restorable as any other. A failure loses no session (it
 // runs on the target); the reply says why there is no image.
-func (s *Service) storeAfter(ctx context.Context, id string, fr *checkpoint.Frozen, target *control.Client, res *api.MigrateReply) {
+func (s *Service) storeAfter(ctx context.Context, id string, fr *checkpoint.Frozen, gen uint64, target *control.Client, res *api.MigrateReply) {
 	t0 := time.Now()
 	err := failpoint.Inject(ctx, "migrate/image") // a test fails the store here
 	if err == nil {
@@ -576,6 +576,11 @@ func (s *Service) storeAfter(ctx context.Context, id string, fr *checkpoint.Froz
 		return
 	}
 	res.Image, res.Bytes = fr.Image, fr.Bytes
+	// The target makes the image the session's base: its next
+	// checkpoint copies only what changed.
+	if _, err := target.AdoptPrepared(ctx, id, api.AdoptRequest{Nonce: fr.Nonce, Gen: gen, Image: fr.Image}); err != nil {
+		s.log().Warn("the target did not take the migration's image as the session's base; its next checkpoint there copies all of its memory", "session", id, "target", target.Addr(), "image", fr.Image, "err", err)
+	}
 }
 
 // abandon gives up a frozen session that must not resume here: the

@@ -227,14 +227,91 @@ func (r *Restorer) AdoptPrepared(ctx context.Context, session, nonce string, gen
 		return nil, errs.New(errs.FailedPrecondition, subject, "the prepared restore reloaded save %x, not the freeze's %x; its source keeps it", p.res.table.Gen(), gen)
 	}
 	res := p.res
-	// No store here holds the save's blocks yet: it cannot be the base
-	// of the next checkpoint, which copies everything.
-	// Unmapping and freeing gigabytes takes about a second on the GPU
-	// hosts: not in the downtime.
-	go res.mem.Close()
+	// No store here holds the save's blocks yet: it becomes the base of
+	// the next checkpoint (and the reloaded copy its mirror) only when
+	// its image arrives (CommitAdopted). Until then it is kept, not
+	// closed: unmapping gigabytes takes a second, not for the downtime.
+	a := &adoptedMem{nonce: nonce, mem: res.mem, table: res.table}
+	r.mu.Lock()
+	if r.adopted == nil {
+		r.adopted = map[string]*adoptedMem{}
+	}
+	old := r.adopted[session]
+	r.adopted[session] = a
+	a.timer = time.AfterFunc(adoptIdle, func() { r.dropAdopted(session, a) })
+	r.mu.Unlock()
+	if old != nil {
+		old.release()
+	}
 	res.mem, res.table = nil, nil
 	res.Steps = append(slices.Clone(res.Steps), checkpoint.Timing{Step: "prepared"})
 	return res, nil
+}
+
+// adoptIdle bounds how long an adopted session's reloaded save waits for
+// its image (the source stores and pushes the whole session after the
+// adoption: about 15 s for 8 GiB on the H200 host).
+const adoptIdle = 10 * time.Minute
+
+// adoptedMem is what a session adopted with no image reloaded from.
+type adoptedMem struct {
+	nonce string
+	mem   *devstore.Snapshot
+	table *devstore.Table
+	timer *time.Timer
+}
+
+func (a *adoptedMem) release() {
+	a.timer.Stop()
+	go a.mem.Close()
+}
+
+func (r *Restorer) dropAdopted(session string, a *adoptedMem) {
+	r.mu.Lock()
+	if r.adopted[session] != a {
+		r.mu.Unlock()
+		return
+	}
+	delete(r.adopted, session)
+	r.mu.Unlock()
+	a.release()
+}
+
+// CommitAdopted makes image, the image of the checkpoint whose prepared
+// restore session was adopted from (AdoptPrepared, nonce), the session's
+// base here: the next checkpoint copies only what changed since, into
+// the copy it was reloaded from. An image of another checkpoint or other
+// device memory is refused.
+func (r *Restorer) CommitAdopted(ctx context.Context, session, nonce, image string) error {
+	subject := errs.Session(session)
+	r.mu.Lock()
+	a := r.adopted[session]
+	if a != nil && a.nonce == nonce {
+		delete(r.adopted, session)
+	}
+	r.mu.Unlock()
+	if a == nil || a.nonce != nonce {
+		return errs.New(errs.FailedPrecondition, subject, "no session adopted here from checkpoint %q waits for its image", nonce)
+	}
+	m, err := images.Get(ctx, r.Mem.Store, image)
+	if err == nil && (m.Meta.Session != session || m.Meta.AttachNonce != nonce) {
+		err = errs.New(errs.InvalidArgument, errs.Image(image), "is of session %s, checkpoint %q, not of session %s, checkpoint %q", m.Meta.Session, m.Meta.AttachNonce, session, nonce)
+	}
+	var t *devstore.Table
+	if err == nil {
+		t, err = devstore.FromManifest(ctx, r.Mem.Store, m)
+	}
+	if err == nil && !sameTable(t, a.table) {
+		err = errs.New(errs.InvalidArgument, errs.Image(image), "its device memory is not the save session %s was adopted from", session)
+	}
+	if err != nil {
+		a.release()
+		return err
+	}
+	a.timer.Stop()
+	r.Mem.Remember(session, t)
+	r.Mem.KeepMirror(session, a.mem)
+	return nil
 }
 
 // discard kills a prepared restore's worker and gives back what it held.

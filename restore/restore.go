@@ -108,6 +108,7 @@ type Restorer struct {
 	drops    map[string]uint64
 	inflight map[string]chan struct{} // preparing
 	begun    map[string]string        // the checkpoint nonce of each session's last Prepare
+	adopted  map[string]*adoptedMem   // sessions AdoptPrepared took, waiting for their image
 }
 
 // Staging is device memory a migration staged for a restore.

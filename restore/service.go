@@ -82,6 +82,19 @@ func (s *Service) Register(mux *http.ServeMux) {
 		if err := control.DecodeJSON(r, &req); err != nil {
 			return err
 		}
+		if req.Image != "" {
+			if err := ids.CheckImage(req.Image); err != nil {
+				return err
+			}
+			if err := s.Restorer.CommitAdopted(r.Context(), id, req.Nonce, req.Image); err != nil {
+				return err
+			}
+			if is, ok := s.Sessions.(imageSetter); ok && !is.SetImage(id, req.Image) {
+				s.log().Info("the migrated session's image arrived after it had another; kept the other", "session", id, "image", req.Image)
+			}
+			control.WriteJSON(w, &api.RestoreReply{Session: id, Image: req.Image, Listen: s.Listen})
+			return nil
+		}
 		res, err := s.Restorer.AdoptPrepared(r.Context(), id, req.Nonce, req.Gen)
 		if err != nil {
 			return err
@@ -103,6 +116,11 @@ func (s *Service) Register(mux *http.ServeMux) {
 		control.WriteJSON(w, res)
 		return nil
 	}))
+}
+
+// imageSetter is the session table's SetImage (session.Manager).
+type imageSetter interface {
+	SetImage(id, image string) bool
 }
 
 // Restore restores image and registers its session here.

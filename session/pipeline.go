@@ -333,6 +333,22 @@ func (m *Manager) Released(id string) error {
 	return m.setState(s, Stopped)
 }
 
+// SetImage records image as what live session id was restored from, when
+// it has none yet: a session a memory pre-copy brought here was adopted
+// before its image existed, and the image it arrived in (pushed after)
+// is the parent of its next checkpoint. It reports whether it did.
+func (m *Manager) SetImage(id, image string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.session(id)
+	if err != nil || s.rec.Image != "" || s.worker == nil {
+		return false
+	}
+	s.rec.Image = image
+	m.persist(s)
+	return true
+}
+
 // LastImage is the image the session was last restored from here, or "".
 func (m *Manager) LastImage(_ context.Context, id string) (string, error) {
 	m.mu.Lock()

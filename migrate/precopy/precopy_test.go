@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -436,6 +437,12 @@ func TestMemoryRounds(t *testing.T) {
 	}
 	// The target restores from its staging alone: its store is empty.
 	g := sg.Take(id)
+	// The image's table is the staged one, chunk for chunk (zero blocks
+	// too): the target takes the image as the session's base by it
+	// (restore.Restorer.CommitAdopted).
+	if st := g.Table(); !devstore.SameBlocks(st.Layout, tab.Layout) || !slices.Equal(st.Chunks, tab.Chunks) {
+		t.Error("the image's device-memory table differs from the one the target staged")
+	}
 	back, hits, err := g.Load(ctx, stB, g.Table())
 	g.Release()
 	if err != nil {
