@@ -83,7 +83,9 @@ type AdoptRequest struct {
 	Gen   uint64 `json:"gen,string"`
 	// Image, sent again once the session runs on the target, is that
 	// checkpoint's image, pushed there since: the target makes it the
-	// session's parent and its save the base of the next checkpoint.
+	// session's parent and its save the base of the next checkpoint
+	// (Gen is not needed then: the image's table is checked against the
+	// save the session was adopted from).
 	Image string `json:"image,omitempty"`
 }
 

@@ -516,21 +516,10 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 		}
 		keep = true
 		fr.Steps = timings
-	} else if req.DeferStore {
-		timings, err := Run(ctx, p.Log, "checkpoint", subject, steps)
-		if err != nil {
-			snap.Close()
-			return nil, err
-		}
-		fr.snap, fr.base, fr.Steps = snap, base, memTimings(timings, snap)
-		stall = time.Since(tq)
-		keepWork = true
-		fr.deferred = &deferredStore{work: work, store: func(ctx context.Context) (*images.Manifest, images.Stats, error) {
-			err := store.Do(ctx)
-			return image, stats, err
-		}}
 	} else {
-		steps = append(steps, store)
+		if !req.DeferStore {
+			steps = append(steps, store)
+		}
 		timings, err := Run(ctx, p.Log, "checkpoint", subject, steps)
 		if err != nil {
 			snap.Close()
@@ -538,21 +527,21 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 		}
 		fr.snap, fr.base, fr.Steps = snap, base, memTimings(timings, snap)
 		stall = time.Since(tq)
+		if req.DeferStore {
+			keepWork = true
+			fr.deferred = &deferredStore{work: work, t0: t0, store: func(ctx context.Context) (*images.Manifest, images.Stats, error) {
+				err := store.Do(ctx)
+				return image, stats, err
+			}}
+		}
 	}
 	ok = true
-	if fr.deferred != nil {
-		fr.Result.DurationMS, fr.Result.StallMS, fr.Result.Quiesced = time.Since(t0).Milliseconds(), stall.Milliseconds(), tq
-		if snap != nil {
-			fr.MemBytes, fr.MemSentBytes, fr.MemCopiedBytes = snap.Saved.Bytes, snap.Saved.SentBytes, snap.Saved.CopiedBytes
-		}
-		fr.deferred.t0 = t0
-		return fr, nil
-	}
 	fr.Result = Result{
-		Image: image.ID, Session: req.Session,
-		Bytes: stats.LogicalBytes, StoredBytes: stats.StoredBytes,
-		DurationMS: time.Since(t0).Milliseconds(), Steps: fr.Steps, Nonce: nonce,
+		Session: req.Session, DurationMS: time.Since(t0).Milliseconds(), Steps: fr.Steps, Nonce: nonce,
 		StallMS: stall.Milliseconds(), Early: early, Quiesced: tq,
+	}
+	if image != nil { // not yet for DeferStore: Frozen.Store fills these in
+		fr.Image, fr.Bytes, fr.StoredBytes = image.ID, stats.LogicalBytes, stats.StoredBytes
 	}
 	if snap != nil {
 		fr.MemBytes, fr.MemSentBytes, fr.MemCopiedBytes = snap.Saved.Bytes, snap.Saved.SentBytes, snap.Saved.CopiedBytes

@@ -320,30 +320,15 @@ func PutChunks(ctx context.Context, st *store.Store, r io.Reader) (int, int64, e
 // once the store has checked it: a migration target stages pre-copied
 // device memory that way (package migrate/stage).
 func PutChunksKeep(ctx context.Context, st *store.Store, r io.Reader, keep func(store.Digest, []byte)) (int, int64, error) {
-	if err := tenant.RequireAdmin(ctx, "the chunk transfer between hosts"); err != nil {
-		return 0, 0, err
-	}
-	rr := newRecordReader(r, nil)
-	defer rr.close()
 	in := st.NewIngest()
 	defer in.Abort()
-	fail := func(err error) (int, int64, error) {
-		kind := errs.KindOf(err)
-		if kind == errs.Unknown {
-			kind = errs.InvalidArgument
-		}
-		return 0, 0, errs.Wrap(err, kind, "", "chunk stream refused")
-	}
-	if err := rr.header(kindChunks); err != nil {
-		return fail(err)
-	}
-	got, err := receiveChunks(ctx, st, in, rr, nil, keep)
+	got, err := acceptChunks(ctx, st, in, r, keep)
 	if err != nil {
-		return fail(err)
+		return 0, 0, err
 	}
 	stored := in.StoredBytes()
 	if err := in.Commit(ctx, nil); err != nil {
-		return fail(err)
+		return 0, 0, refused(err)
 	}
 	return len(got), stored, nil
 }
@@ -353,26 +338,36 @@ func PutChunksKeep(ctx context.Context, st *store.Store, r io.Reader, keep func(
 // target stages a session's device memory this way (api.MemoryParam). It
 // returns how many chunks came.
 func StageChunks(ctx context.Context, st *store.Store, r io.Reader, keep func(store.Digest, []byte)) (int, error) {
+	got, err := acceptChunks(ctx, st, nil, r, keep)
+	return len(got), err
+}
+
+// acceptChunks reads a chunk stream from another host into in (nil:
+// checked and kept only) and keep.
+func acceptChunks(ctx context.Context, st *store.Store, in *store.Ingest, r io.Reader, keep func(store.Digest, []byte)) (map[store.Digest]bool, error) {
 	if err := tenant.RequireAdmin(ctx, "the chunk transfer between hosts"); err != nil {
-		return 0, err
+		return nil, err
 	}
 	rr := newRecordReader(r, nil)
 	defer rr.close()
-	fail := func(err error) (int, error) {
-		kind := errs.KindOf(err)
-		if kind == errs.Unknown {
-			kind = errs.InvalidArgument
-		}
-		return 0, errs.Wrap(err, kind, "", "chunk stream refused")
-	}
 	if err := rr.header(kindChunks); err != nil {
-		return fail(err)
+		return nil, refused(err)
 	}
-	got, err := receiveChunks(ctx, st, nil, rr, nil, keep)
+	got, err := receiveChunks(ctx, st, in, rr, nil, keep)
 	if err != nil {
-		return fail(err)
+		return nil, refused(err)
 	}
-	return len(got), nil
+	return got, nil
+}
+
+// refused is a chunk stream's error: the sender's fault unless it says
+// otherwise.
+func refused(err error) error {
+	kind := errs.KindOf(err)
+	if kind == errs.Unknown {
+		kind = errs.InvalidArgument
+	}
+	return errs.Wrap(err, kind, "", "chunk stream refused")
 }
 
 // WriteChunks writes ds from st as a chunk stream for PutChunks.

@@ -372,11 +372,7 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 			if serr != nil || skipped > 0 {
 				s.log().Debug("the push sends what the stream did not", "session", id, "target", to, "streamed", streamed, "skipped", skipped, "err", serr)
 			}
-			st, err := s.Push.Push(ctx, fr.Image, target)
-			res.SentBytes += st.Bytes
-			res.PushBytes = st.Bytes
-			res.SentChunks = st.Chunks
-			return errs.Wrap(err, errs.KindOf(err), host, "send image %s", fr.Image)
+			return s.push(ctx, fr.Image, target, res)
 		}},
 		{Name: "transfer",
 			Do: func(ctx context.Context) error {
@@ -507,8 +503,6 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 	res.Steps = checkpoint.StepTimings(timings)
 	res.DowntimeMS = time.Since(tq).Milliseconds()
 	res.Listen = listen
-	// The session lives on the target now; what is left here is a frozen
-	// copy that must not run again.
 	// The client's stall ends when the target serves it: wait for it to
 	// attach there (it reconnects on the moved notice). A client that does
 	// not come back in time leaves the stall measured to the notice.
@@ -521,8 +515,10 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 		// The image is made from the frozen worker's save, after the
 		// client runs on the target: it is not part of the downtime.
 		awaitClient()
-		s.storeAfter(ctx, id, fr, saveGen, target, res)
+		s.storeAfter(ctx, id, fr, target, res)
 	}
+	// The session lives on the target now; what is left here is a frozen
+	// copy that must not run again.
 	if !released {
 		if err := fr.Release(ctx); err != nil {
 			s.log().Error("frozen worker not released after migration", "session", id, "err", err)
@@ -554,19 +550,14 @@ func (s *Service) prepares(shared bool) bool {
 // the target runs the session, and sends it there: the session's image
 // on the target, restorable as any other. A failure loses no session (it
 // runs on the target); the reply says why there is no image.
-func (s *Service) storeAfter(ctx context.Context, id string, fr *checkpoint.Frozen, gen uint64, target *control.Client, res *api.MigrateReply) {
+func (s *Service) storeAfter(ctx context.Context, id string, fr *checkpoint.Frozen, target *control.Client, res *api.MigrateReply) {
 	t0 := time.Now()
 	err := failpoint.Inject(ctx, "migrate/image") // a test fails the store here
 	if err == nil {
 		err = fr.Store(ctx)
 	}
 	if err == nil {
-		var st PushStats
-		st, err = s.Push.Push(ctx, fr.Image, target)
-		res.SentBytes += st.Bytes
-		res.PushBytes = st.Bytes
-		res.SentChunks = st.Chunks
-		err = errs.Wrap(err, errs.KindOf(err), errs.Host(target.Addr()), "send image %s", fr.Image)
+		err = s.push(ctx, fr.Image, target, res)
 	}
 	res.FreezeSteps = checkpoint.StepTimings(fr.Steps)
 	res.Steps = append(res.Steps, api.StepTiming{Step: "image", Duration: time.Since(t0)})
@@ -578,9 +569,19 @@ func (s *Service) storeAfter(ctx context.Context, id string, fr *checkpoint.Froz
 	res.Image, res.Bytes = fr.Image, fr.Bytes
 	// The target makes the image the session's base: its next
 	// checkpoint copies only what changed.
-	if _, err := target.AdoptPrepared(ctx, id, api.AdoptRequest{Nonce: fr.Nonce, Gen: gen, Image: fr.Image}); err != nil {
+	if _, err := target.AdoptPrepared(ctx, id, api.AdoptRequest{Nonce: fr.Nonce, Image: fr.Image}); err != nil {
 		s.log().Warn("the target did not take the migration's image as the session's base; its next checkpoint there copies all of its memory", "session", id, "target", target.Addr(), "image", fr.Image, "err", err)
 	}
+}
+
+// push sends image to target (the chunks it lacks, then the manifest)
+// and counts what crossed in res.
+func (s *Service) push(ctx context.Context, image string, target *control.Client, res *api.MigrateReply) error {
+	st, err := s.Push.Push(ctx, image, target)
+	res.SentBytes += st.Bytes
+	res.PushBytes = st.Bytes
+	res.SentChunks = st.Chunks
+	return errs.Wrap(err, errs.KindOf(err), errs.Host(target.Addr()), "send image %s", image)
 }
 
 // abandon gives up a frozen session that must not resume here: the

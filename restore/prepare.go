@@ -83,14 +83,21 @@ func (r *Restorer) DropPrepared(session string) {
 }
 
 func (r *Restorer) expire(session string, p *prepared) {
-	r.mu.Lock()
-	if r.prepared[session] != p {
-		r.mu.Unlock()
-		return
+	if takeIf(r, &r.prepared, session, p) {
+		r.discard(p, "no image committed it in time")
 	}
-	delete(r.prepared, session)
-	r.mu.Unlock()
-	r.discard(p, "no image committed it in time")
+}
+
+// takeIf deletes (*m)[key] when it is still v, and reports whether it
+// did; m is one of r's maps, read under r.mu.
+func takeIf[V comparable](r *Restorer, m *map[string]V, key string, v V) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if (*m)[key] != v {
+		return false
+	}
+	delete(*m, key)
+	return true
 }
 
 // preparing marks a prepare of session as under way until the function
@@ -267,14 +274,9 @@ func (a *adoptedMem) release() {
 }
 
 func (r *Restorer) dropAdopted(session string, a *adoptedMem) {
-	r.mu.Lock()
-	if r.adopted[session] != a {
-		r.mu.Unlock()
-		return
+	if takeIf(r, &r.adopted, session, a) {
+		a.release()
 	}
-	delete(r.adopted, session)
-	r.mu.Unlock()
-	a.release()
 }
 
 // CommitAdopted makes image, the image of the checkpoint whose prepared

@@ -224,18 +224,24 @@ func (r *Restorer) restore(ctx context.Context, image string, pre *early) (*Resu
 			memSnap.Close()
 		}
 	}()
-	// loadMem reads memTable's device memory, from sg (then released)
+	// loadMem reads memTable's device memory (the staging's table when
+	// memTable is unset), from the staging take returns (then released)
 	// when there is one, else from the store, while CRIU restores the
 	// process: the reload step then waits on memory, not on the store.
-	loadMem := func(ctx context.Context, sg Staging) {
+	loadMem := func(ctx context.Context, take func() (Staging, error)) {
 		memLoad = make(chan error, 1)
 		go func() {
 			t0 := time.Now()
-			var err error
-			if sg != nil {
+			sg, err := take()
+			switch {
+			case err != nil:
+			case sg != nil:
+				if memTable == nil {
+					memTable = sg.Table()
+				}
 				memSnap, memHits, err = sg.Load(ctx, r.Mem.Store, memTable)
 				sg.Release()
-			} else {
+			default:
 				memSnap, err = devstore.Load(ctx, r.Mem.Store, memTable)
 			}
 			memTook = time.Since(t0)
@@ -257,34 +263,17 @@ func (r *Restorer) restore(ctx context.Context, image string, pre *early) (*Resu
 				if r.Staged == nil || r.Mem == nil || pre.gen == 0 {
 					return errs.New(errs.FailedPrecondition, subject, "no device memory is staged for it here")
 				}
-				if r.AwaitStaged == nil {
-					sg, err := r.takeStaged(meta.Session, pre.gen)
-					if err != nil {
-						return err
-					}
-					memTable = sg.Table()
-					loadMem(loadCtx, sg)
-					return r.admit(meta, subject, &admitted)
-				}
 				// The freeze's last blocks may still be on their way:
 				// CRIU and the driver restore the process meanwhile,
 				// and the reload waits for the staging.
-				memLoad = make(chan error, 1)
-				go func() {
-					t0 := time.Now()
-					err := r.AwaitStaged(loadCtx, meta.Session, pre.gen)
-					var sg Staging
-					if err == nil {
-						sg, err = r.takeStaged(meta.Session, pre.gen)
+				loadMem(loadCtx, func() (Staging, error) {
+					if r.AwaitStaged != nil {
+						if err := r.AwaitStaged(loadCtx, meta.Session, pre.gen); err != nil {
+							return nil, err
+						}
 					}
-					if err == nil {
-						memTable = sg.Table()
-						memSnap, memHits, err = sg.Load(loadCtx, r.Mem.Store, memTable)
-						sg.Release()
-					}
-					memTook = time.Since(t0)
-					memLoad <- err
-				}()
+					return r.takeStaged(meta.Session, pre.gen)
+				})
 				return r.admit(meta, subject, &admitted)
 			}
 			var m *images.Manifest
@@ -318,7 +307,7 @@ func (r *Restorer) restore(ctx context.Context, image string, pre *early) (*Resu
 					if r.Staged != nil {
 						sg = r.Staged(meta.Session)
 					}
-					loadMem(ctx, sg)
+					loadMem(ctx, func() (Staging, error) { return sg, nil })
 				}
 			}
 			return r.admit(meta, subject, &admitted)

@@ -47,11 +47,8 @@ type Service struct {
 // staging routes) to mux.
 func (s *Service) Register(mux *http.ServeMux) {
 	mux.Handle(api.RoutePrepareRestore, control.Handle(func(w http.ResponseWriter, r *http.Request) error {
-		if err := tenant.RequireAdmin(r.Context(), "preparing a migration's restore"); err != nil {
-			return err
-		}
-		id := control.PathID(r)
-		if err := ids.CheckSession(id); err != nil {
+		id, err := adminSession(r, "preparing a migration's restore")
+		if err != nil {
 			return err
 		}
 		defer s.Restorer.preparing(id)()
@@ -71,11 +68,8 @@ func (s *Service) Register(mux *http.ServeMux) {
 		return nil
 	}))
 	mux.Handle(api.RouteAdoptPrepared, control.Handle(func(w http.ResponseWriter, r *http.Request) error {
-		if err := tenant.RequireAdmin(r.Context(), "adopting a migration's prepared restore"); err != nil {
-			return err
-		}
-		id := control.PathID(r)
-		if err := ids.CheckSession(id); err != nil {
+		id, err := adminSession(r, "adopting a migration's prepared restore")
+		if err != nil {
 			return err
 		}
 		var req api.AdoptRequest
@@ -116,6 +110,16 @@ func (s *Service) Register(mux *http.ServeMux) {
 		control.WriteJSON(w, res)
 		return nil
 	}))
+}
+
+// adminSession checks that the administrator makes request r (what names
+// it in the refusal) and returns the session id in its path.
+func adminSession(r *http.Request, what string) (string, error) {
+	if err := tenant.RequireAdmin(r.Context(), what); err != nil {
+		return "", err
+	}
+	id := control.PathID(r)
+	return id, ids.CheckSession(id)
 }
 
 // imageSetter is the session table's SetImage (session.Manager).

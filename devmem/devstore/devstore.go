@@ -259,7 +259,13 @@ func Complete(ctx context.Context, st *store.Store, s *Snapshot, base *Table) er
 	// store.
 	full := *l
 	full.Sent = allSent(l.Blocks)
-	lj, err := json.Marshal(&full)
+	return s.writeLayout(&full)
+}
+
+// writeLayout rewrites the layout s's file holds after its data as l,
+// and makes it s's.
+func (s *Snapshot) writeLayout(l *devmem.Layout) error {
+	lj, err := json.Marshal(l)
 	if err != nil {
 		return err
 	}
@@ -270,7 +276,7 @@ func Complete(ctx context.Context, st *store.Store, s *Snapshot, base *Table) er
 	if _, err := s.File.WriteAt(lj, off); err != nil {
 		return err
 	}
-	s.Layout = &full
+	s.Layout = l
 	s.Saved.LayoutOff, s.Saved.LayoutLen = off, int64(len(lj))
 	return nil
 }
@@ -383,19 +389,10 @@ func (s *Snapshot) SetLayout(l *devmem.Layout) error {
 	if l.Size != s.Layout.Size || len(l.Regions) != len(s.Layout.Regions) {
 		return fmt.Errorf("saved device memory: a layout of %d bytes in %d regions for data of %d in %d", l.Size, len(l.Regions), s.Layout.Size, len(s.Layout.Regions))
 	}
-	lj, err := json.Marshal(l)
-	if err != nil {
+	if err := s.writeLayout(l); err != nil {
 		return err
 	}
-	off := (l.Size + 4095) &^ 4095
-	if err := s.File.Truncate(off); err != nil {
-		return err
-	}
-	if _, err := s.File.WriteAt(lj, off); err != nil {
-		return err
-	}
-	s.Layout = l
-	s.Saved = devmem.Saved{LayoutOff: off, LayoutLen: int64(len(lj)), Gen: l.Gen, Bytes: l.Size}
+	s.Saved = devmem.Saved{LayoutOff: s.Saved.LayoutOff, LayoutLen: s.Saved.LayoutLen, Gen: l.Gen, Bytes: l.Size}
 	return nil
 }
 

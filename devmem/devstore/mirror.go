@@ -1,7 +1,6 @@
 package devstore
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/gpuctl/gpuctl/devmem"
@@ -49,19 +48,7 @@ func CompleteFrom(s, src *Snapshot) error {
 	if n := l.SentCount(); n != l.Blocks {
 		return fmt.Errorf("saved device memory: %d of %d blocks are neither in the save nor in the host's copy of its base", l.Blocks-n, l.Blocks)
 	}
-	lj, err := json.Marshal(l)
-	if err != nil {
-		return err
-	}
-	off := (l.Size + 4095) &^ 4095
-	if err := s.File.Truncate(off); err != nil {
-		return err
-	}
-	if _, err := s.File.WriteAt(lj, off); err != nil {
-		return err
-	}
-	s.Saved.LayoutOff, s.Saved.LayoutLen = off, int64(len(lj))
-	return nil
+	return s.writeLayout(l)
 }
 
 // FilesAll is Files for a complete save whose base is not in this host's

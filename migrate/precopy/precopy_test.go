@@ -38,6 +38,20 @@ func (w *worker) PrecopyMem(ctx context.Context, req devmem.PrecopyRequest) (*os
 	return w.tr.Precopy(ctx, w.dev, func(f func()) { f() }, req)
 }
 
+// freeze has the worker save as a migration's freeze does, and opens it.
+func (w *worker) freeze(t *testing.T, req devmem.SaveRequest) *devstore.Snapshot {
+	t.Helper()
+	f, sv, err := w.tr.Save(context.Background(), w.dev, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := devstore.Open(f, sv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
+}
+
 // newWorker has allocations of random data (6 MiB), and one of zeros.
 func newWorker(t *testing.T) (*worker, backend.Ctx, []backend.DevPtr) {
 	t.Helper()
@@ -159,15 +173,9 @@ func TestRounds(t *testing.T) {
 	if err := w.dev.MemcpyHtoD(ctx, c, ptrs[1]+5, bytes.NewReader([]byte{9}), 1, 0); err != nil {
 		t.Fatal(err)
 	}
-	f, sv, err := w.tr.Save(ctx, w.dev, devmem.SaveRequest{Base: base.Gen(), Release: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := devstore.Open(f, sv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap := w.freeze(t, devmem.SaveRequest{Base: base.Gen(), Release: true})
 	defer snap.Close()
+	sv := snap.Saved
 	if sv.SentBytes != 1<<20 || snap.Layout.SentCount() != 1 {
 		t.Fatalf("freeze after pre-copy copied %d blocks (%d bytes); want the one written", snap.Layout.SentCount(), sv.SentBytes)
 	}
@@ -388,15 +396,9 @@ func TestMemoryRounds(t *testing.T) {
 	}
 	// In process, the tracker answers with into itself (a worker sends a
 	// descriptor of its own): the snapshot takes it.
-	f, sv, err := w.tr.Save(ctx, w.dev, devmem.SaveRequest{Base: base.Gen(), Release: true, Into: into, Mirror: gen})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := devstore.Open(f, sv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap := w.freeze(t, devmem.SaveRequest{Base: base.Gen(), Release: true, Into: into, Mirror: gen})
 	defer snap.Close()
+	sv := snap.Saved
 	if sv.CopiedBytes != 1<<20 || snap.Layout.SentCount() != snap.Layout.Blocks {
 		t.Fatalf("the freeze into the mirror copied %d bytes and holds %d of %d blocks; want the one block written, and all", sv.CopiedBytes, snap.Layout.SentCount(), snap.Layout.Blocks)
 	}
