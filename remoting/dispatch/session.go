@@ -65,6 +65,8 @@ type Session struct {
 
 	executed atomic.Uint64
 	stopReq  atomic.Bool
+	// changes and launches are Changes' counts.
+	changes, launches atomic.Uint64
 
 	// mu makes Stop and the start of Serve one after the other: a Stop
 	// either comes before Serve clears the request and is forgotten, or
@@ -352,6 +354,7 @@ func (s *Session) handle(ctx context.Context, x *call, bw *bufio.Writer) error {
 		}
 	}
 	s.executed.Store(h.Seq)
+	s.count(x)
 	if errors.Is(err, errFatal) {
 		return err
 	}

@@ -13,7 +13,7 @@ var libraryOps = []Op{
 	// (cuLaunchKernelEx's attributes, cuLaunchCooperativeKernel): cluster
 	// dimensions (all 1 for none) and flags (LaunchExCooperative).
 	// cuBLASLt launches its Hopper GEMM kernels in clusters.
-	{Code: 400, Name: "LaunchEx", Ctx: true, Async: true, Custom: true, In: []Field{
+	{Code: 400, Name: "LaunchEx", Launches: true, Ctx: true, Async: true, Custom: true, In: []Field{
 		fn,
 		f("gx", U32, "uint32"), f("gy", U32, "uint32"), f("gz", U32, "uint32"),
 		f("bx", U32, "uint32"), f("by", U32, "uint32"), f("bz", U32, "uint32"),
@@ -26,7 +26,7 @@ var libraryOps = []Op{
 	// driver: besides the stack, heap and printf sizes, CUDA 12.5 and
 	// later report the shared memory available to kernels and whether the
 	// context shares the GPU with graphics (CIG), which cuBLAS asks.
-	{Code: 401, Name: "CtxGetLimit", Ctx: true, In: []Field{f("limit", I32, "int32")}, Out: []Field{f("value", U64, "uint64")}},
+	{Code: 401, Name: "CtxGetLimit", Keeps: true, Ctx: true, In: []Field{f("limit", I32, "int32")}, Out: []Field{f("value", U64, "uint64")}},
 	{Code: 402, Name: "CtxSetLimit", Ctx: true, In: []Field{f("limit", I32, "int32"), f("value", U64, "uint64")}},
 
 	// Thread-block cluster occupancy of a function for a launch shape,
@@ -35,7 +35,7 @@ var libraryOps = []Op{
 	// cuOccupancyMaxActiveClusters, ClusterQueryMaxSize
 	// cuOccupancyMaxPotentialClusterSize. A zero cluster dimension leaves
 	// the shape to the function's own (compile-time) cluster size.
-	{Code: 403, Name: "OccupancyClusters", Ctx: true, Custom: true, In: []Field{
+	{Code: 403, Name: "OccupancyClusters", Keeps: true, Ctx: true, Custom: true, In: []Field{
 		fn,
 		f("gx", U32, "uint32"), f("gy", U32, "uint32"), f("gz", U32, "uint32"),
 		f("bx", U32, "uint32"), f("by", U32, "uint32"), f("bz", U32, "uint32"),
@@ -47,12 +47,12 @@ var libraryOps = []Op{
 	// private table 1734dc26, slot 4): for each TPC, the GPC it belongs
 	// to and its index within that GPC, one byte each. The answer comes
 	// from the server's driver; see docs/export-tables.md.
-	{Code: 404, Name: "TPCLayout", Ctx: true, Custom: true,
+	{Code: 404, Name: "TPCLayout", Keeps: true, Ctx: true, Custom: true,
 		Out: []Field{f("gpc", Bytes, "[]byte"), f("local", Bytes, "[]byte")}},
 	// A stream's unique number (cuStreamGetId), which cuBLASLt also
 	// reads through its table's slot 39. s is a stream handle or
 	// CU_STREAM_LEGACY (1) or CU_STREAM_PER_THREAD (2).
-	{Code: 405, Name: "StreamGetId", Ctx: true, Custom: true, In: []Field{stream}, Out: []Field{f("id", U64, "uint64")}},
+	{Code: 405, Name: "StreamGetId", Keeps: true, Ctx: true, Custom: true, In: []Field{stream}, Out: []Field{f("id", U64, "uint64")}},
 	// One more reference to a physical allocation, which MemRelease
 	// drops: what cuMemImportFromShareableHandle hands out for a handle
 	// the same process exported.

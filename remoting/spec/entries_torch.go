@@ -29,7 +29,7 @@ var torchOps = []Op{
 	// DeviceAttributes answers every attribute below count at once, each
 	// as (u32 result, i32 value), so the client fills its cache of them
 	// with one round trip.
-	{Code: 300, Name: "DeviceAttributes", Custom: true, In: []Field{dev, f("count", U32, "uint32")},
+	{Code: 300, Name: "DeviceAttributes", Keeps: true, Custom: true, In: []Field{dev, f("count", U32, "uint32")},
 		Out: []Field{f("values", Bytes, "[]byte")}},
 
 	// Module upload once: ModuleLoadCached loads the image whose SHA-256
@@ -50,7 +50,7 @@ var torchOps = []Op{
 	{Code: 313, Name: "MemPoolCreate", In: []Field{allocType, handleTy, locType, locID, f("maxSize", U64, "uint64")}, Out: []Field{pool}},
 	{Code: 314, Name: "MemPoolDestroy", In: []Field{pool}},
 	{Code: 315, Name: "MemPoolSetAttribute", In: []Field{pool, f("attr", I32, "int32"), f("value", U64, "uint64")}},
-	{Code: 316, Name: "MemPoolGetAttribute", In: []Field{pool, f("attr", I32, "int32")}, Out: []Field{f("value", U64, "uint64")}},
+	{Code: 316, Name: "MemPoolGetAttribute", Keeps: true, In: []Field{pool, f("attr", I32, "int32")}, Out: []Field{f("value", U64, "uint64")}},
 	{Code: 317, Name: "MemPoolTrimTo", In: []Field{pool, f("keep", U64, "uint64")}},
 	{Code: 318, Name: "MemAllocAsync", Ctx: true, In: []Field{size, pool, stream}, Out: []Field{ptr}},
 	{Code: 319, Name: "MemFreeAsync", Ctx: true, Async: true, In: []Field{ptr, stream}},
@@ -66,8 +66,8 @@ var torchOps = []Op{
 	{Code: 325, Name: "MemUnmap", In: []Field{ptr, size}},
 	// descs: count x (u32 location type, i32 location id, u32 flags).
 	{Code: 326, Name: "MemSetAccess", Custom: true, In: []Field{ptr, size, f("descs", Bytes, "[]byte")}},
-	{Code: 327, Name: "MemGetAccess", In: []Field{locType, locID, ptr}, Out: []Field{f("flags", U64, "uint64")}},
-	{Code: 328, Name: "MemGetAllocationGranularity", In: []Field{allocType, handleTy, locType, locID, f("option", U32, "uint32")},
+	{Code: 327, Name: "MemGetAccess", Keeps: true, In: []Field{locType, locID, ptr}, Out: []Field{f("flags", U64, "uint64")}},
+	{Code: 328, Name: "MemGetAllocationGranularity", Keeps: true, In: []Field{allocType, handleTy, locType, locID, f("option", U32, "uint32")},
 		Out: []Field{f("granularity", U64, "uint64")}},
 	{Code: 329, Name: "MemRetainAllocationHandle", In: []Field{ptr}, Out: []Field{memHandle}},
 
@@ -82,22 +82,22 @@ var torchOps = []Op{
 
 	// TensorMapEncode encodes a CUtensorMap on the device's driver; kind
 	// 0 is tiled, 1 im2col; params are laid out as docs/protocol.md says.
-	{Code: 335, Name: "TensorMapEncode", Custom: true, In: []Field{f("kind", U32, "uint32"), f("params", Bytes, "[]byte")},
+	{Code: 335, Name: "TensorMapEncode", Keeps: true, Custom: true, In: []Field{f("kind", U32, "uint32"), f("params", Bytes, "[]byte")},
 		Out: []Field{f("tmap", Bytes, "[]byte")}},
 
 	// Pitched copies (cuMemcpy2D/3D): the host side travels packed, row
 	// after row; the device side is described by base, pitch and height
 	// (rows per slice).
-	{Code: 340, Name: "MemcpyHtoD3D", Ctx: true, Async: true, Custom: true, Bulk: BulkIn,
+	{Code: 340, Name: "MemcpyHtoD3D", Keeps: true, Ctx: true, Async: true, Custom: true, Bulk: BulkIn,
 		In: []Field{f("dst", U64, "backend.DevPtr"), f("dstPitch", U64, "uint64"), f("dstHeight", U64, "uint64"), width, height, depth, stream}},
-	{Code: 341, Name: "MemcpyDtoH3D", Ctx: true, Custom: true, Bulk: BulkOut,
+	{Code: 341, Name: "MemcpyDtoH3D", Keeps: true, Ctx: true, Custom: true, Bulk: BulkOut,
 		In: []Field{f("src", U64, "backend.DevPtr"), f("srcPitch", U64, "uint64"), f("srcHeight", U64, "uint64"), width, height, depth, stream}},
-	{Code: 342, Name: "MemcpyDtoD3D", Ctx: true, Async: true, Custom: true,
+	{Code: 342, Name: "MemcpyDtoD3D", Keeps: true, Ctx: true, Async: true, Custom: true,
 		In: []Field{f("dst", U64, "backend.DevPtr"), f("dstPitch", U64, "uint64"), f("dstHeight", U64, "uint64"),
 			f("src", U64, "backend.DevPtr"), f("srcPitch", U64, "uint64"), f("srcHeight", U64, "uint64"), width, height, depth, stream}},
 	// MemcpyPeer copies between two contexts; the op's context is the
 	// calling thread's, which the stream belongs to.
-	{Code: 343, Name: "MemcpyPeer", Ctx: true, Async: true,
+	{Code: 343, Name: "MemcpyPeer", Keeps: true, Ctx: true, Async: true,
 		In: []Field{f("dst", U64, "backend.DevPtr"), f("dstCtx", U64, "backend.Ctx"), f("src", U64, "backend.DevPtr"),
 			f("srcCtx", U64, "backend.Ctx"), f("n", U64, "uint64"), stream}},
 }

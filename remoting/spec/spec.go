@@ -67,6 +67,17 @@ type Op struct {
 	// decoded inputs instead of a backend method, because the op streams
 	// bulk data or needs a structure built.
 	Custom bool
+	// Keeps: the op leaves the worker's host state as it was. It only
+	// reads, waits, or writes device memory a checkpoint saves itself
+	// (the session's allocations) or checks (its modules' variables), so
+	// a checkpoint of a session that ran only such ops since its worker
+	// was last dumped reuses that dump (docs/checkpoint.md, "Reusing the
+	// process image"). An op not marked is taken to change the state.
+	Keeps bool
+	// Launches: the op runs kernels. It keeps the host state when the
+	// backend can account for everything its kernels can write
+	// (backend.UntrackedState).
+	Launches bool
 }
 
 func f(name, wire, gotype string) Field { return Field{name, wire, gotype} }
@@ -91,37 +102,37 @@ var Ops = slices.Concat(coreOps, torchOps, libraryOps, sessionOps)
 
 // coreOps are the ops of driver-API programs.
 var coreOps = []Op{
-	{Code: 1, Name: "DriverVersion", Out: []Field{f("version", I32, "int32")}},
-	{Code: 2, Name: "DeviceCount", Out: []Field{f("count", I32, "int32")}},
-	{Code: 3, Name: "DeviceName", In: []Field{dev}, Out: []Field{f("name", Str, "string")}},
-	{Code: 4, Name: "DeviceUUID", In: []Field{dev}, Out: []Field{f("uuid", UUID, "[16]byte")}},
-	{Code: 5, Name: "DeviceTotalMem", In: []Field{dev}, Out: []Field{f("bytes", U64, "uint64")}},
-	{Code: 6, Name: "DeviceAttribute", In: []Field{f("attr", I32, "int32"), dev}, Out: []Field{f("value", I32, "int32")}},
-	{Code: 7, Name: "DevicePCIBusID", In: []Field{dev}, Out: []Field{f("busid", Str, "string")}},
+	{Code: 1, Name: "DriverVersion", Keeps: true, Out: []Field{f("version", I32, "int32")}},
+	{Code: 2, Name: "DeviceCount", Keeps: true, Out: []Field{f("count", I32, "int32")}},
+	{Code: 3, Name: "DeviceName", Keeps: true, In: []Field{dev}, Out: []Field{f("name", Str, "string")}},
+	{Code: 4, Name: "DeviceUUID", Keeps: true, In: []Field{dev}, Out: []Field{f("uuid", UUID, "[16]byte")}},
+	{Code: 5, Name: "DeviceTotalMem", Keeps: true, In: []Field{dev}, Out: []Field{f("bytes", U64, "uint64")}},
+	{Code: 6, Name: "DeviceAttribute", Keeps: true, In: []Field{f("attr", I32, "int32"), dev}, Out: []Field{f("value", I32, "int32")}},
+	{Code: 7, Name: "DevicePCIBusID", Keeps: true, In: []Field{dev}, Out: []Field{f("busid", Str, "string")}},
 
 	{Code: 16, Name: "PrimaryCtxRetain", In: []Field{dev}, Out: []Field{f("ctx", U64, "backend.Ctx")}},
 	{Code: 17, Name: "PrimaryCtxRelease", In: []Field{dev}},
 	{Code: 18, Name: "PrimaryCtxReset", In: []Field{dev}},
-	{Code: 19, Name: "PrimaryCtxState", In: []Field{dev}, Out: []Field{f("flags", U32, "uint32"), f("active", Bool, "bool")}},
+	{Code: 19, Name: "PrimaryCtxState", Keeps: true, In: []Field{dev}, Out: []Field{f("flags", U32, "uint32"), f("active", Bool, "bool")}},
 	{Code: 20, Name: "PrimaryCtxSetFlags", In: []Field{dev, f("flags", U32, "uint32")}},
 	{Code: 21, Name: "CtxCreate", In: []Field{dev, f("flags", U32, "uint32")}, Out: []Field{f("ctx", U64, "backend.Ctx")}},
 	// CtxDestroy, CtxDevice and CtxSynchronize name their context as their
 	// Ctx field; there is no second copy.
 	{Code: 22, Name: "CtxDestroy", Ctx: true},
-	{Code: 23, Name: "CtxDevice", Ctx: true, Out: []Field{dev}},
-	{Code: 24, Name: "CtxSynchronize", Ctx: true},
+	{Code: 23, Name: "CtxDevice", Keeps: true, Ctx: true, Out: []Field{dev}},
+	{Code: 24, Name: "CtxSynchronize", Keeps: true, Ctx: true},
 
 	{Code: 32, Name: "MemAlloc", Ctx: true, In: []Field{f("size", U64, "uint64")}, Out: []Field{ptr}},
 	{Code: 33, Name: "MemFree", Ctx: true, In: []Field{ptr}},
-	{Code: 34, Name: "MemGetInfo", Ctx: true, Out: []Field{f("free", U64, "uint64"), f("total", U64, "uint64")}},
-	{Code: 35, Name: "MemGetAddressRange", Ctx: true, In: []Field{ptr}, Out: []Field{f("base", U64, "backend.DevPtr"), f("size", U64, "uint64")}},
-	{Code: 36, Name: "MemcpyHtoD", Ctx: true, Async: true, Bulk: BulkIn, Custom: true,
+	{Code: 34, Name: "MemGetInfo", Keeps: true, Ctx: true, Out: []Field{f("free", U64, "uint64"), f("total", U64, "uint64")}},
+	{Code: 35, Name: "MemGetAddressRange", Keeps: true, Ctx: true, In: []Field{ptr}, Out: []Field{f("base", U64, "backend.DevPtr"), f("size", U64, "uint64")}},
+	{Code: 36, Name: "MemcpyHtoD", Keeps: true, Ctx: true, Async: true, Bulk: BulkIn, Custom: true,
 		In: []Field{f("dst", U64, "backend.DevPtr"), f("n", U64, "uint64"), stream}},
-	{Code: 37, Name: "MemcpyDtoH", Ctx: true, Bulk: BulkOut, Custom: true,
+	{Code: 37, Name: "MemcpyDtoH", Keeps: true, Ctx: true, Bulk: BulkOut, Custom: true,
 		In: []Field{f("src", U64, "backend.DevPtr"), f("n", U64, "uint64"), stream}},
-	{Code: 38, Name: "MemcpyDtoD", Ctx: true, Async: true,
+	{Code: 38, Name: "MemcpyDtoD", Keeps: true, Ctx: true, Async: true,
 		In: []Field{f("dst", U64, "backend.DevPtr"), f("src", U64, "backend.DevPtr"), f("n", U64, "uint64"), stream}},
-	{Code: 39, Name: "Memset", Ctx: true, Async: true,
+	{Code: 39, Name: "Memset", Keeps: true, Ctx: true, Async: true,
 		In: []Field{f("dst", U64, "backend.DevPtr"), f("value", U32, "uint32"), f("elemSize", I32, "int"), f("count", U64, "uint64"), stream}},
 
 	{Code: 48, Name: "ModuleLoad", Ctx: true, Bulk: BulkIn, Custom: true, Out: []Field{mod}},
@@ -133,7 +144,7 @@ var coreOps = []Op{
 	{Code: 52, Name: "FuncGetAttribute", Ctx: true, In: []Field{fn, f("attr", I32, "int32")}, Out: []Field{f("value", I32, "int32")}},
 	{Code: 53, Name: "FuncSetAttribute", Ctx: true, In: []Field{fn, f("attr", I32, "int32"), f("value", I32, "int32")}},
 
-	{Code: 64, Name: "Launch", Ctx: true, Async: true, Custom: true, In: []Field{
+	{Code: 64, Name: "Launch", Launches: true, Ctx: true, Async: true, Custom: true, In: []Field{
 		fn,
 		f("gx", U32, "uint32"), f("gy", U32, "uint32"), f("gz", U32, "uint32"),
 		f("bx", U32, "uint32"), f("by", U32, "uint32"), f("bz", U32, "uint32"),
@@ -142,15 +153,15 @@ var coreOps = []Op{
 
 	{Code: 80, Name: "StreamCreate", Ctx: true, In: []Field{f("flags", U32, "uint32"), f("priority", I32, "int32")}, Out: []Field{stream}},
 	{Code: 81, Name: "StreamDestroy", Ctx: true, In: []Field{stream}},
-	{Code: 82, Name: "StreamQuery", Ctx: true, In: []Field{stream}},
-	{Code: 83, Name: "StreamSynchronize", Ctx: true, In: []Field{stream}},
-	{Code: 84, Name: "StreamWaitEvent", Ctx: true, Async: true, In: []Field{stream, event, f("flags", U32, "uint32")}},
+	{Code: 82, Name: "StreamQuery", Keeps: true, Ctx: true, In: []Field{stream}},
+	{Code: 83, Name: "StreamSynchronize", Keeps: true, Ctx: true, In: []Field{stream}},
+	{Code: 84, Name: "StreamWaitEvent", Keeps: true, Ctx: true, Async: true, In: []Field{stream, event, f("flags", U32, "uint32")}},
 
 	{Code: 96, Name: "EventCreate", Ctx: true, In: []Field{f("flags", U32, "uint32")}, Out: []Field{event}},
 	{Code: 97, Name: "EventDestroy", Ctx: true, In: []Field{event}},
 	{Code: 98, Name: "EventRecord", Ctx: true, Async: true, In: []Field{event, stream}},
-	{Code: 99, Name: "EventQuery", Ctx: true, In: []Field{event}},
-	{Code: 100, Name: "EventSynchronize", Ctx: true, In: []Field{event}},
-	{Code: 101, Name: "EventElapsedTime", Ctx: true, In: []Field{f("start", U64, "backend.Event"), f("end", U64, "backend.Event")},
+	{Code: 99, Name: "EventQuery", Keeps: true, Ctx: true, In: []Field{event}},
+	{Code: 100, Name: "EventSynchronize", Keeps: true, Ctx: true, In: []Field{event}},
+	{Code: 101, Name: "EventElapsedTime", Keeps: true, Ctx: true, In: []Field{f("start", U64, "backend.Event"), f("end", U64, "backend.Event")},
 		Out: []Field{f("ms", F32, "float32")}},
 }

@@ -286,3 +286,22 @@ func (o Op) BulkReply() bool {
 	}
 	return false
 }
+
+// Keeps reports whether o leaves the worker's host state as it was
+// (spec.Op.Keeps).
+func (o Op) Keeps() bool {
+	switch o {
+	case OpDriverVersion, OpDeviceCount, OpDeviceName, OpDeviceUUID, OpDeviceTotalMem, OpDeviceAttribute, OpDevicePCIBusID, OpPrimaryCtxState, OpCtxDevice, OpCtxSynchronize, OpMemGetInfo, OpMemGetAddressRange, OpMemcpyHtoD, OpMemcpyDtoH, OpMemcpyDtoD, OpMemset, OpStreamQuery, OpStreamSynchronize, OpStreamWaitEvent, OpEventQuery, OpEventSynchronize, OpEventElapsedTime, OpDeviceAttributes, OpMemPoolGetAttribute, OpMemGetAccess, OpMemGetAllocationGranularity, OpTensorMapEncode, OpMemcpyHtoD3D, OpMemcpyDtoH3D, OpMemcpyDtoD3D, OpMemcpyPeer, OpCtxGetLimit, OpOccupancyClusters, OpTPCLayout, OpStreamGetId:
+		return true
+	}
+	return false
+}
+
+// Launches reports whether o runs kernels (spec.Op.Launches).
+func (o Op) Launches() bool {
+	switch o {
+	case OpLaunch, OpLaunchEx:
+		return true
+	}
+	return false
+}

@@ -100,7 +100,28 @@ func opsGo() []byte {
 		}
 	}
 	w.WriteString(":\n\t\treturn true\n\t}\n\treturn false\n}\n")
+	writeOpSet(&w, "// Keeps reports whether o leaves the worker's host state as it was\n"+
+		"// (spec.Op.Keeps).\nfunc (o Op) Keeps() bool {\n", func(op spec.Op) bool { return op.Keeps })
+	writeOpSet(&w, "// Launches reports whether o runs kernels (spec.Op.Launches).\n"+
+		"func (o Op) Launches() bool {\n", func(op spec.Op) bool { return op.Launches })
 	return w.Bytes()
+}
+
+// writeOpSet writes the body of a method of Op, after head, that says
+// whether an op is one of those in returns true for.
+func writeOpSet(w *bytes.Buffer, head string, in func(spec.Op) bool) {
+	w.WriteString("\n" + head + "\tswitch o {\n\tcase ")
+	n := 0
+	for _, op := range spec.Ops {
+		if in(op) {
+			if n > 0 {
+				w.WriteString(", ")
+			}
+			fmt.Fprintf(w, "Op%s", op.Name)
+			n++
+		}
+	}
+	w.WriteString(":\n\t\treturn true\n\t}\n\treturn false\n}\n")
 }
 
 func decodeExpr(fl spec.Field) string {
