@@ -111,3 +111,19 @@ type Parker interface {
 	// RestoreMem are refused.
 	MemSnapshot() DeviceMemory
 }
+
+// UntrackedState is a DeviceMemory that can account for the device
+// memory outside MemRegions that a session's kernels and copies can
+// write: its modules' variables (on the emulated device they are
+// allocations, in MemRegions). A checkpoint reuses the worker's last dump
+// only when this digest is what it was at that dump (docs/checkpoint.md,
+// "Reusing the process image"): the dump holds that memory, and nothing
+// else can hold a change.
+type UntrackedState interface {
+	// UntrackedState digests that memory, or returns ok false when there
+	// is device memory the backend cannot account for: allocations from
+	// the driver's own pools, a module whose image it cannot read, or a
+	// module that allocates on the device heap. Called while the session
+	// is quiesced.
+	UntrackedState(ctx context.Context) (digest [32]byte, ok bool, err error)
+}

@@ -10,12 +10,18 @@ import (
 	"unsafe"
 
 	"github.com/gpuctl/gpuctl/remoting/backend"
+	"github.com/gpuctl/gpuctl/remoting/backend/cuda/modimage"
 	"github.com/gpuctl/gpuctl/remoting/cu"
 )
 
 type module struct {
 	raw   C.CUmodule
 	funcs map[C.CUfunction]backend.Function
+	// vars is what the image defines that kernels and copies can
+	// change outside the session's allocations; known is false when the
+	// image could not be read with certainty (UntrackedState).
+	vars  modimage.Info
+	known bool
 }
 
 // function is a kernel the client looked up, with its parameter layout.
@@ -113,7 +119,8 @@ func (d *Device) ModuleLoad(_ context.Context, h backend.Ctx, image []byte) (bac
 		return 0, err
 	}
 	m := backend.Module(d.newID())
-	c.modules[m] = &module{raw: raw, funcs: map[C.CUfunction]backend.Function{}}
+	vars, known := modimage.Inspect(image)
+	c.modules[m] = &module{raw: raw, funcs: map[C.CUfunction]backend.Function{}, vars: vars, known: known}
 	return m, nil
 }
 
