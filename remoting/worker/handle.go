@@ -183,8 +183,8 @@ func (h *Handle) readLoop(c *net.UnixConn, end chan struct{}) {
 	for {
 		var r reply
 		fs, err := recvMsg(c, &r)
-		if len(fs) > 0 && (r.ID == 0 || (r.Mem == nil && r.Parked == nil)) {
-			closeFiles(fs) // only memsave and mempark replies carry descriptors
+		if len(fs) > 0 && (r.ID == 0 || (r.Mem == nil && r.Parked == nil && !r.State)) {
+			closeFiles(fs) // only memsave, mempark and reuse replies carry descriptors
 			fs = nil
 		}
 		if len(fs) > 0 {
@@ -679,5 +679,30 @@ func (h *Handle) UnparkMem(ctx context.Context, files []*os.File, req devmem.Unp
 		fds[i] = int(f.Fd())
 	}
 	_, err := h.callFiles(ctx, request{Op: opMemUnpark, MemUnpark: &req}, fds)
+	return err
+}
+
+// ReuseDump asks the quiesced worker whether it is, but for its device
+// memory and protocol state, what it was when dumped for nonce (reuse.go).
+// It returns that protocol state in a memfd, or nil and why not.
+func (h *Handle) ReuseDump(ctx context.Context, nonce string) (*os.File, string, error) {
+	r, err := h.call(ctx, request{Op: opReuse, Nonce: nonce}, -1)
+	if err != nil {
+		if r.file != nil {
+			r.file.Close()
+		}
+		return nil, "", err
+	}
+	if r.file == nil && r.Reason == "" {
+		return nil, "", errs.New(errs.Internal, errs.Session(h.sess), "worker: reuse: neither a protocol state nor a reason in the reply")
+	}
+	return r.file, r.Reason, nil
+}
+
+// ImportState puts the protocol state in f (what ReuseDump returned,
+// stored with an image) into a worker restored from the dump it reused,
+// and moves the worker to the image's epoch.
+func (h *Handle) ImportState(ctx context.Context, f *os.File, epoch uint64) error {
+	_, err := h.call(ctx, request{Op: opImport, Epoch: epoch}, int(f.Fd()))
 	return err
 }

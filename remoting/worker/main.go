@@ -163,6 +163,10 @@ type worker struct {
 	epoch uint64
 	// mapped is the worker's mappings at the last quiesce.
 	mapped procmem.Snapshot
+	// quiesced is what the worker was at the last quiesce, dumped at the
+	// last detach, for the dump of dumpNonce (reuse.go).
+	quiesced, dumped stateMark
+	dumpNonce        string
 }
 
 // useModuleCache points the session at the module cache gpud names (a
@@ -347,10 +351,29 @@ func (w *worker) run() int {
 					w.mem.Settle()
 				}
 				w.dropZeroPages()
+				w.dumped, w.dumpNonce = w.quiesced, req.Nonce
 				_ = w.send(r, -1)
 				w.detach(req.Nonce)
 				continue
 			}
+		case opReuse:
+			var sf *os.File
+			sf, r.Reason, err = w.reuse(req.Nonce)
+			if sf != nil {
+				r.State = true
+				err = w.send(r, int(sf.Fd()))
+				sf.Close()
+				if f != nil {
+					f.Close()
+				}
+				if err != nil {
+					w.shutdown()
+					return 5
+				}
+				continue
+			}
+		case opImport:
+			err = w.importState(f, req.Epoch)
 		case opExit:
 			w.shutdown()
 			_ = w.send(r, -1)
@@ -516,6 +539,7 @@ func (w *worker) quiesce() (uint64, *tlsrec.State, error) {
 	if s, ok := w.dev.(backend.Suspender); ok {
 		w.thread.run(func() { err = s.Suspend(context.Background()) })
 	}
+	w.quiesced = w.mark()
 	return w.sess.ExecutedSeq(), rec, err
 }
 

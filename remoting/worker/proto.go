@@ -42,6 +42,13 @@ const (
 	// back from the descriptors passed.
 	opMemPark   = "mempark"
 	opMemUnpark = "memunpark"
+	// opReuse asks the quiesced worker whether it is, but for its device
+	// memory and its protocol state, what it was when dumped for the
+	// nonce given; if so the reply carries that protocol state in a
+	// memfd (reuse.go). opImport puts such a state into a worker restored
+	// from that dump.
+	opReuse  = "reuse"
+	opImport = "import"
 )
 
 // evEnded is the worker's unsolicited report that its client went away
@@ -115,7 +122,11 @@ type reply struct {
 	Mem *devmem.Saved `json:"mem,omitempty"`
 	// Parked describes the descriptors a mempark reply carries.
 	Parked *devmem.Parked `json:"parked,omitempty"`
-	Files  int            `json:"files,omitempty"`
+	// Reason answers a reuse that cannot be: why not; State marks the
+	// answer of one that can, which carries the protocol state's memfd.
+	Reason string `json:"reason,omitempty"`
+	State  bool   `json:"state,omitempty"`
+	Files  int    `json:"files,omitempty"`
 	// Goodbye marks an ended event whose client said goodbye (its
 	// program exited); Epoch is the worker's epoch then.
 	Goodbye bool   `json:"goodbye,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -443,5 +444,122 @@ func TestWorkerQuota(t *testing.T) {
 	cconn.Close()
 	if err := h2.Exit(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A quiesced worker says its last dump still describes it while its
+// client only copied and queried since, and hands its protocol state
+// over; after a call that changes it (an allocation), or for another
+// dump's nonce, it says why not. The state goes into a worker (the one
+// restored from the dump) only at its epoch or a later one.
+func TestReuseDump(t *testing.T) {
+	requireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := Start(ctx, testOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Kill()
+	srv, cconn := tcpPair(t)
+	defer cconn.Close()
+	if err := h.Attach(ctx, srv, nil, dispatch.WelcomeInfo{SessionID: "s-0123456789ab", Secret: "sekrit"}, false, 1); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := testclient.Greeted(cconn, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cl.PrimaryCtxRetain(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := cl.MemAlloc(c, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("reuse!!!"), 512)
+	if err := cl.MemcpyHtoD(c, p, data); err != nil {
+		t.Fatal(err)
+	}
+	// A checkpoint's dump: quiesce, detach for nonce r1, back.
+	back, err := h.Quiesce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, reason, err := h.ReuseDump(ctx, "r1"); err != nil || f != nil || reason == "" {
+		t.Fatalf("reuse before any dump: %v, %q, %v; want a reason", f, reason, err)
+	}
+	if err := h.Detach(ctx, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	if h, err = Reattach(ctx, h.PID(), "r1", nil, testOptions(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Resume(ctx, srv, back, 1); err != nil {
+		t.Fatal(err)
+	}
+	quiesced := func(call func() error) (*os.File, string) {
+		t.Helper()
+		if err := call(); err != nil {
+			t.Fatal(err)
+		}
+		back, err := h.Quiesce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, reason, err := h.ReuseDump(ctx, "r1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Resume(ctx, srv, back, 1); err != nil {
+			t.Fatal(err)
+		}
+		return f, reason
+	}
+	// Copies and queries keep the host state.
+	f, reason := quiesced(func() error {
+		if err := cl.MemcpyHtoD(c, p, data[:64]); err != nil {
+			return err
+		}
+		_, err := cl.MemcpyDtoH(c, p, 64)
+		return err
+	})
+	if f == nil {
+		t.Fatalf("after copies only, the worker says its dump is stale: %s", reason)
+	}
+	st, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<30))
+	f.Close()
+	if err != nil || !bytes.Contains(st, []byte(`"executed":`)) {
+		t.Fatalf("protocol state %q, %v", st, err)
+	}
+	// An allocation changes it.
+	f, reason = quiesced(func() error { _, err := cl.MemAlloc(c, 4096); return err })
+	if f != nil || !strings.Contains(reason, "1 calls") {
+		t.Fatalf("after an allocation: file %v, reason %q; want a reason naming 1 call", f, reason)
+	}
+	if _, err := h.Quiesce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f, reason, err := h.ReuseDump(ctx, "r2"); err != nil || f != nil || reason == "" {
+		t.Fatalf("reuse of another dump: %v, %q, %v; want a reason", f, reason, err)
+	}
+	// Import: refused below the worker's epoch, taken at a later one.
+	sf, err := memfdWith(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sf.Close()
+	if err := h.Claim(ctx, 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.ImportState(ctx, sf, 2); err == nil || !strings.Contains(err.Error(), "older") {
+		t.Fatalf("import at an older epoch: %v", err)
+	}
+	if err := h.ImportState(ctx, sf, 4); err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	if ws, err := h.Stats(ctx); err != nil || ws.Epoch != 4 {
+		t.Fatalf("after the import: stats %+v, %v; want epoch 4", ws, err)
 	}
 }
