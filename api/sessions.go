@@ -65,6 +65,11 @@ type CheckpointReply struct {
 	// MemBytes when gpud kept the session's last save in host memory and
 	// only the changed blocks had to come across.
 	MemCopiedBytes int64 `json:"mem_copied_bytes,omitempty"`
+	// ProcessOf is set when the checkpoint reused the dump of the worker
+	// that this earlier image holds, because the worker changed nothing
+	// but its device memory since: neither the driver's checkpoint nor
+	// CRIU ran, and the image shares that dump's chunks.
+	ProcessOf string `json:"process_of,omitempty"`
 }
 
 // StepTiming is how long one step of a checkpoint, restore or migration

@@ -26,6 +26,7 @@
 package checkpoint
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -114,6 +115,9 @@ type Pipeline struct {
 	// NoPark copies device memory to the host while the client waits
 	// even where the worker could park it (MemParker).
 	NoPark bool
+	// NoReuse dumps the worker at every checkpoint, even when its last
+	// dump still describes it (Reuser).
+	NoReuse bool
 	// Departed, when set, is told of each frozen worker Release ends
 	// before it is killed: gpud keeps its PID namespace, whose number
 	// names the driver's socket that the session carries wherever it is
@@ -132,6 +136,28 @@ type MemParker interface {
 	ParkMem(ctx context.Context) ([]*os.File, devmem.Parked, error)
 	UnparkMem(ctx context.Context, files []*os.File, req devmem.UnparkRequest) error
 }
+
+// Reuser is a MemWorker that can tell whether its last dump still
+// describes it: since the dump for nonce it ran only calls that keep its
+// host state, and its device memory outside the session's allocations is
+// as it was (remoting/worker, reuse.go). If so ReuseDump returns its
+// protocol state in a file, which the image stores as StateFile with the
+// device memory and the earlier image's dump; otherwise nil and why not.
+// The checkpoint then needs neither the driver's checkpoint nor CRIU.
+type Reuser interface {
+	ReuseDump(ctx context.Context, nonce string) (state *os.File, reason string, err error)
+}
+
+// StateImporter is a worker restored from a dump that an image reuses:
+// ImportState puts the image's protocol state (StateFile) into it and
+// moves it to the image's epoch.
+type StateImporter interface {
+	ImportState(ctx context.Context, state *os.File, epoch uint64) error
+}
+
+// StateFile is the image file that holds the protocol state of a
+// checkpoint that reused its session's last dump (Reuser).
+const StateFile = "gpuctl-worker-state.json"
 
 // MemWorker is a Worker that saves its device memory itself (package
 // devmem).
@@ -229,6 +255,9 @@ type Result struct {
 	// Quiesced is when the client's pause began (the quiesce step),
 	// after the prepare step that runs while it is still served.
 	Quiesced time.Time `json:"-"`
+	// ProcessOf is set when the checkpoint reused the dump of the
+	// worker that image holds (Reuser): no driver checkpoint, no CRIU.
+	ProcessOf string `json:"process_of,omitempty"`
 }
 
 // Frozen is a checkpointed session whose original worker is still alive,
@@ -258,6 +287,10 @@ type Frozen struct {
 	isParked, unparked bool
 	// resumed is where Resume's time went, step by step.
 	resumed []Timing
+	// reused: the checkpoint reused the last dump (Reuser), so the
+	// worker, w, was only quiesced: Resume resumes it, no more.
+	reused bool
+	w      Worker
 }
 
 // Checkpoint runs quiesce, suspend, detach, dump and store. On success the
@@ -318,6 +351,10 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 		scratchN     int64 // the size of that memfd, before it is started
 		isParked     bool
 		pk           devmem.Parked
+		// reuse is the session's last image when the worker may still
+		// be what it holds the dump of (Reuser); reused says it is.
+		reuse  *images.Manifest
+		reused bool
 	)
 	defer func() {
 		if scratchReady != nil {
@@ -334,11 +371,19 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 	saving = saving && p.Mem != nil
 	_, parking := cur.(MemParker)
 	parking = parking && saving && req.ResumeEarly && req.Saved == nil && req.MemBase == nil && !p.NoPark
+	_, reusing := cur.(Reuser)
+	reusing = reusing && saving && !p.NoReuse && req.MemBase == nil && req.Saved == nil &&
+		req.Dumped == nil && req.Stored == nil && req.MemComplete == nil && !req.DeferStore
 	var steps []Step
 	if saving {
 		// Before the pause: what the save will write into.
 		steps = append(steps, Step{Name: "prepare",
 			Do: func(ctx context.Context) error {
+				defer func() {
+					if reusing {
+						reuse = p.lastDump(ctx, req, base)
+					}
+				}()
 				if !parking {
 					base, into, mirror = p.prepareMem(ctx, cur, req)
 					return nil
@@ -361,8 +406,34 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 			},
 			Undo: func(ctx context.Context) error { return cur.Resume(ctx) }},
 	)
+	if reusing {
+		steps = append(steps, Step{Name: "reuse",
+			Skip: func() bool { return reuse == nil },
+			Do: func(ctx context.Context) error {
+				var err error
+				reused, err = p.reuseDump(ctx, cur.(Reuser), req, reuse, imgDir)
+				if reused {
+					meta.AttachNonce, meta.ProcessOf = reuse.AttachNonce, cmp.Or(reuse.ProcessOf, reuse.ID)
+					scratchN = 0 // no parked save follows
+				}
+				return err
+			}},
+			// The worker keeps its device memory: it is not dumped.
+			Step{Name: "save",
+				Skip: func() bool { return !reused },
+				Do: func(ctx context.Context) error {
+					var err error
+					snap, err = p.saveWith(ctx, cur.(MemWorker), req, base, devmem.SaveRequest{Base: base.Gen(), Into: into, Mirror: mirror})
+					if into != nil {
+						into.Close()
+						into = nil
+					}
+					return err
+				}})
+	}
+	ifReused := func() bool { return reused }
 	if parking {
-		steps = append(steps, Step{Name: "park",
+		steps = append(steps, Step{Name: "park", Skip: ifReused,
 			Do: func(ctx context.Context) error {
 				var err error
 				parked, pk, err = cur.(MemParker).ParkMem(ctx)
@@ -395,7 +466,7 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 				return err
 			}})
 	} else if saving {
-		steps = append(steps, Step{Name: "save",
+		steps = append(steps, Step{Name: "save", Skip: ifReused,
 			Do: func(ctx context.Context) error {
 				var err error
 				snap, err = p.saveMem(ctx, cur.(MemWorker), req, base, into, mirror)
@@ -414,12 +485,12 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 			}})
 	}
 	if p.Suspender != nil {
-		steps = append(steps, Step{Name: "suspend",
+		steps = append(steps, Step{Name: "suspend", Skip: ifReused,
 			Do:   func(ctx context.Context) error { return p.Suspender.Suspend(ctx, pid) },
 			Undo: func(ctx context.Context) error { return p.Suspender.Resume(ctx, pid) }})
 	}
 	steps = append(steps,
-		Step{Name: "detach",
+		Step{Name: "detach", Skip: ifReused,
 			Do: func(ctx context.Context) error { return cur.Detach(ctx, nonce) },
 			Undo: func(ctx context.Context) error {
 				w, err := p.Reattach.Reattach(ctx, pid, nonce)
@@ -432,7 +503,7 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 				}
 				return nil
 			}},
-		Step{Name: "dump",
+		Step{Name: "dump", Skip: ifReused,
 			Do: func(ctx context.Context) error {
 				if err := criu.Dump(ctx, pid, imgDir, opts); err != nil {
 					return err
@@ -446,7 +517,13 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 	store := Step{Name: "store",
 		Do: func(ctx context.Context) error {
 			var err error
-			image, stats, err = p.store(ctx, imgDir, meta, snap, base, req.Stored, req.MemComplete)
+			var process []images.MemFile
+			if reused {
+				if process, err = reusedFiles(reuse); err != nil {
+					return err
+				}
+			}
+			image, stats, err = p.store(ctx, imgDir, meta, snap, base, process, req.Stored, req.MemComplete)
 			return err
 		}}
 	fr := &Frozen{PID: pid, p: p, Result: Result{Session: req.Session, Nonce: nonce}, complete: req.MemComplete}
@@ -461,6 +538,7 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 		}
 		fr.snap, fr.base, fr.keepSnap = snap, base, true
 		fr.parked, fr.isParked, parked = parked, isParked, nil
+		fr.reused, fr.w = reused, cur
 		w, err := fr.Resume(ctx)
 		if scratchN > 0 && err == nil {
 			n, ch := scratchN, make(chan *os.File, 1)
@@ -526,6 +604,7 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 			return nil, err
 		}
 		fr.snap, fr.base, fr.Steps = snap, base, memTimings(timings, snap)
+		fr.reused, fr.w = reused, cur
 		stall = time.Since(tq)
 		if req.DeferStore {
 			keepWork = true
@@ -537,8 +616,8 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 	}
 	ok = true
 	fr.Result = Result{
-		Session: req.Session, DurationMS: time.Since(t0).Milliseconds(), Steps: fr.Steps, Nonce: nonce,
-		StallMS: stall.Milliseconds(), Early: early, Quiesced: tq,
+		Session: req.Session, DurationMS: time.Since(t0).Milliseconds(), Steps: fr.Steps, Nonce: meta.AttachNonce,
+		StallMS: stall.Milliseconds(), Early: early, Quiesced: tq, ProcessOf: meta.ProcessOf,
 	}
 	if image != nil { // not yet for DeferStore: Frozen.Store fills these in
 		fr.Image, fr.Bytes, fr.StoredBytes = image.ID, stats.LogicalBytes, stats.StoredBytes
@@ -716,7 +795,10 @@ func (p *Pipeline) reloadMem(ctx context.Context, w Worker, snap *devstore.Snaps
 
 // store commits the dump, with the saved device memory when there is
 // some, and remembers the save as the session's base.
-func (p *Pipeline) store(ctx context.Context, dir string, meta images.Meta, snap *devstore.Snapshot, base *devstore.Table, observe images.ChunkObserver, complete func(*devstore.Snapshot) error) (*images.Manifest, images.Stats, error) {
+//
+// process, when set, is the files of the dump the checkpoint reused
+// (reusedFiles), listed as the earlier image holds them.
+func (p *Pipeline) store(ctx context.Context, dir string, meta images.Meta, snap *devstore.Snapshot, base *devstore.Table, process []images.MemFile, observe images.ChunkObserver, complete func(*devstore.Snapshot) error) (*images.Manifest, images.Stats, error) {
 	if snap == nil {
 		return p.Store.Commit(ctx, dir, meta)
 	}
@@ -733,6 +815,7 @@ func (p *Pipeline) store(ctx context.Context, dir string, meta images.Meta, snap
 	if err != nil {
 		return nil, images.Stats{}, errs.Wrap(err, errs.Internal, errs.Session(meta.Session), "saved device memory")
 	}
+	files = append(files, process...)
 	m, stats, err := images.CommitObserved(ctx, p.Mem.Store, dir, meta, files, observe)
 	if err != nil {
 		// The base may be what failed (its chunks collected): the next
@@ -803,6 +886,9 @@ func (f *Frozen) Resume(ctx context.Context) (Worker, error) {
 		f.resumed = append(f.resumed, Timing{Step: step, Duration: now.Sub(t0)})
 		t0 = now
 	}
+	if f.reused {
+		return f.resumeReused(ctx, lap)
+	}
 	w, err := f.p.Reattach.Reattach(ctx, f.PID, f.Nonce)
 	if err != nil {
 		return nil, errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "resume after checkpoint %s: reattach worker %d", f.Image, f.PID)
@@ -845,6 +931,28 @@ func (f *Frozen) Resume(ctx context.Context) (Worker, error) {
 			return w, errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "resume after checkpoint %s: reload device memory", f.Image)
 		}
 		lap("resume.reload")
+	}
+	if err := w.Resume(ctx); err != nil {
+		return w, errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "resume after checkpoint %s: worker resume", f.Image)
+	}
+	lap("resume.worker")
+	return w, nil
+}
+
+// resumeReused resumes a worker that was only quiesced (Frozen.reused):
+// it keeps its device memory and was never detached. It moves to the
+// next epoch first, as after any stored image.
+func (f *Frozen) resumeReused(ctx context.Context, lap func(string)) (Worker, error) {
+	w := f.w
+	if f.snap != nil && !f.keepSnap {
+		f.snap.Close()
+		f.snap = nil
+	}
+	if fw, ok := w.(Fencer); ok {
+		if err := fw.Fence(ctx); err != nil {
+			return w, errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "resume after checkpoint %s", f.Image)
+		}
+		lap("resume.fence")
 	}
 	if err := w.Resume(ctx); err != nil {
 		return w, errs.Wrap(err, errs.KindOf(err), errs.Session(f.Session), "resume after checkpoint %s: worker resume", f.Image)

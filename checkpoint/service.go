@@ -143,7 +143,7 @@ func (s *Service) Checkpoint(ctx context.Context, id string, req api.CheckpointR
 func (r *Result) reply() *api.CheckpointReply {
 	return &api.CheckpointReply{Image: r.Image, Session: r.Session, Bytes: r.Bytes, StoredBytes: r.StoredBytes,
 		DurationMS: r.DurationMS, Steps: StepTimings(r.Steps), Nonce: r.Nonce,
-		StallMS: r.StallMS, MemBytes: r.MemBytes, MemSentBytes: r.MemSentBytes, MemCopiedBytes: r.MemCopiedBytes}
+		StallMS: r.StallMS, MemBytes: r.MemBytes, MemSentBytes: r.MemSentBytes, MemCopiedBytes: r.MemCopiedBytes, ProcessOf: r.ProcessOf}
 }
 
 // Freeze claims the session, runs the pipeline and records the session as

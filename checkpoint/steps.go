@@ -19,6 +19,10 @@ type Step struct {
 	Do   func(ctx context.Context) error
 	// Undo reverts a completed Do; nil when there is nothing to revert.
 	Undo func(ctx context.Context) error
+	// Skip, when set, is asked as the step comes up: true passes over
+	// it (no Do, no timing, nothing to undo), because an earlier step
+	// made it needless.
+	Skip func() bool
 }
 
 // Timing is how long one step took.
@@ -77,7 +81,11 @@ func Run(ctx context.Context, log *slog.Logger, pipeline, subject string, steps 
 		log = slog.Default()
 	}
 	timings := make([]Timing, 0, len(steps))
-	for i, s := range steps {
+	done := make([]Step, 0, len(steps))
+	for _, s := range steps {
+		if s.Skip != nil && s.Skip() {
+			continue
+		}
 		t0 := time.Now()
 		err := ctx.Err()
 		if err == nil {
@@ -89,10 +97,11 @@ func Run(ctx context.Context, log *slog.Logger, pipeline, subject string, steps 
 		timings = append(timings, Timing{Step: s.Name, Duration: time.Since(t0)})
 		if err == nil {
 			log.Debug("step done", "pipeline", pipeline, "subject", subject, "step", s.Name, "took", time.Since(t0))
+			done = append(done, s)
 			continue
 		}
 		se := &StepError{Pipeline: pipeline, Step: s.Name, Subject: subject, Err: err}
-		se.Undo = Undo(ctx, log, pipeline, subject, steps[:i])
+		se.Undo = Undo(ctx, log, pipeline, subject, done)
 		log.Warn("step failed; rolled back", "pipeline", pipeline, "subject", subject, "step", s.Name, "err", err, "undo_errors", len(se.Undo))
 		kind := errs.KindOf(err)
 		if kind == errs.Unknown {

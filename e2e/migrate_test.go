@@ -73,6 +73,7 @@ type checkpointResult struct {
 	MemBytes    int64  `json:"mem_bytes"`
 	MemSent     int64  `json:"mem_sent_bytes"`
 	MemCopied   int64  `json:"mem_copied_bytes"`
+	ProcessOf   string `json:"process_of"`
 	Steps       []struct {
 		Step string `json:"step"`
 	} `json:"steps"`
@@ -483,7 +484,11 @@ func TestRestoreFromHostMemory(t *testing.T) {
 }
 
 // TestIdleCheckpointsDedup checkpoints an idle session twice: the second
-// checkpoint stores at most 10% new bytes.
+// checkpoint stores at most 10% new bytes, and reuses the first one's dump
+// of the worker (it changed nothing). A third checkpoint ends the session,
+// reusing that dump again, and the session restored from it finishes with
+// its memory intact: the restored worker took the third checkpoint's
+// protocol state.
 func TestIdleCheckpointsDedup(t *testing.T) {
 	w := newWorld(t, false)
 	old := w.sessions(w.a)
@@ -508,14 +513,17 @@ func TestIdleCheckpointsDedup(t *testing.T) {
 	if c2.StallMS <= 0 || c2.StallMS > c2.DurationMS {
 		t.Errorf("second checkpoint: stall %d ms, duration %d ms", c2.StallMS, c2.DurationMS)
 	}
-	// The session ran on from parked memory (a snapshot held outside the
-	// worker across the dump), and the snapshot was saved after.
-	for _, c := range []checkpointResult{c1, c2} {
-		for _, step := range []string{"park", "resume.unpark", "save", "store"} {
-			if !c.has(step) {
-				t.Errorf("checkpoint %s has no step %q: %+v", c.Image, step, c.Steps)
-			}
+	// The first ran on from parked memory (a snapshot held outside the
+	// worker across the dump), and the snapshot was saved after. The
+	// second dumped nothing: it saved what changed on the device and
+	// kept the first's dump.
+	for _, step := range []string{"park", "resume.unpark", "dump", "save", "store"} {
+		if !c1.has(step) {
+			t.Errorf("checkpoint %s has no step %q: %+v", c1.Image, step, c1.Steps)
 		}
+	}
+	if c1.ProcessOf != "" || c2.ProcessOf != c1.Image || !c2.has("reuse") || !c2.has("save") || c2.has("dump") || c2.has("park") {
+		t.Errorf("the second checkpoint reused the dump of %q (want %s): %+v", c2.ProcessOf, c1.Image, c2.Steps)
 	}
 	// gpud kept the first save in host memory: the second copied only
 	// the changed blocks into it, not the session's whole memory.
@@ -524,5 +532,24 @@ func TestIdleCheckpointsDedup(t *testing.T) {
 	}
 	t.Logf("first: %d bytes, %d stored, stall %d ms of %d; second: %d bytes, %d stored, stall %d ms of %d, %d of %d bytes of device memory changed",
 		c1.Bytes, c1.StoredBytes, c1.StallMS, c1.DurationMS, c2.Bytes, c2.StoredBytes, c2.StallMS, c2.DurationMS, c2.MemSent, c2.MemBytes)
+	var c3 checkpointResult
+	w.ctlJSON(w.a, &c3, "checkpoint", s.ID)
+	if c3.ProcessOf != c1.Image || c3.has("dump") {
+		t.Errorf("the checkpoint that ended the session reused the dump of %q (want %s): %+v", c3.ProcessOf, c1.Image, c3.Steps)
+	}
+	var rs struct {
+		Session string `json:"session"`
+		Steps   []struct {
+			Step string `json:"step"`
+		} `json:"steps"`
+	}
+	w.ctlJSON(w.a, &rs, "restore", c3.Image)
+	state := false
+	for _, st := range rs.Steps {
+		state = state || st.Step == "state"
+	}
+	if rs.Session != s.ID || !state {
+		t.Errorf("restore of %s: session %q, steps %+v; want %s with the image's protocol state (step state)", c3.Image, rs.Session, rs.Steps, s.ID)
+	}
 	w.result(<-run) // and the session's memory is still intact
 }

@@ -63,6 +63,12 @@ type Meta struct {
 	// where the session has reached a later epoch refuses to restore the
 	// image (docs/checkpoint.md, "Fencing"). 0: not recorded.
 	Epoch uint64 `json:"epoch,omitempty"`
+	// ProcessOf is the image whose dump of the worker (its CRIU files)
+	// this image holds, reused because the worker changed nothing but
+	// its device memory and its protocol state since (docs/checkpoint.md,
+	// "Reusing the process image"); AttachNonce is then that dump's. The
+	// protocol state is in WorkerStateFile. Empty: the image's own dump.
+	ProcessOf string `json:"process_of,omitempty"`
 
 	// Labels decorate an image: the session's labels (api.Labels), which
 	// a restore gives back to the session; nothing gpuctl needs to

@@ -3,6 +3,7 @@ package images
 import (
 	"context"
 	"encoding/binary"
+	"io/fs"
 	"path"
 
 	"github.com/gpuctl/gpuctl/errs"
@@ -19,6 +20,33 @@ type MemFile struct {
 	Path   string // a top-level name
 	Data   []byte
 	Blocks []MemBlock
+	Mode   fs.FileMode // permission bits; 0 is 0600
+}
+
+// ReuseFiles lists the regular files of image m that keep says to keep
+// as MemFiles of reused chunks only: a new image that holds them as they
+// are, reading and storing nothing (a checkpoint that reuses its
+// session's last process image). Only top-level regular files can be
+// listed so; anything else kept is an error.
+func ReuseFiles(m *Manifest, keep func(path string) bool) ([]MemFile, error) {
+	var out []MemFile
+	for _, f := range m.Files {
+		if !keep(f.Path) {
+			continue
+		}
+		if f.Type != TypeFile || path.Base(f.Path) != f.Path {
+			return nil, errs.New(errs.FailedPrecondition, errs.Image(m.ID), "%s %q is not a top-level regular file; its files cannot be reused", f.Type, f.Path)
+		}
+		mf := MemFile{Path: f.Path, Mode: f.Mode, Blocks: make([]MemBlock, len(f.Chunks))}
+		var off int64
+		for i := range f.Chunks {
+			c := f.Chunks[i]
+			mf.Blocks[i] = MemBlock{Off: off, Len: int(c.Size), Reuse: &c}
+			off += c.Size
+		}
+		out = append(out, mf)
+	}
+	return out, nil
 }
 
 // MemBlock is one block of a MemFile.
@@ -63,8 +91,12 @@ func (c *commit) queueMem(ctx context.Context, files []MemFile) error {
 			}
 			pos += int64(b.Len)
 		}
+		mode := mf.Mode
+		if mode == 0 {
+			mode = 0o600
+		}
 		pf := pendingFile{index: len(c.m.Files)}
-		c.m.Files = append(c.m.Files, File{Path: mf.Path, Type: TypeFile, Mode: 0o600, Size: pos})
+		c.m.Files = append(c.m.Files, File{Path: mf.Path, Type: TypeFile, Mode: mode, Size: pos})
 		for i := 0; i < len(mf.Blocks); i += memSegmentBlocks {
 			res := &segResult{}
 			pf.segs = append(pf.segs, res)

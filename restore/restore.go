@@ -332,7 +332,12 @@ func (r *Restorer) restore(ctx context.Context, image string, pre *early) (*Resu
 		var err error
 		w, err = r.Reattach.Reattach(ctx, pid, meta.AttachNonce)
 		return err
-	}}, checkpoint.Step{Name: "reload", Do: func(ctx context.Context) error {
+	}}, checkpoint.Step{Name: "state",
+		// The image reused an earlier image's dump: the worker goes on
+		// from this image's protocol state, not from the dump's.
+		Skip: func() bool { return meta.ProcessOf == "" },
+		Do:   func(ctx context.Context) error { return importState(ctx, w, imgDir, meta, subject) },
+	}, checkpoint.Step{Name: "reload", Do: func(ctx context.Context) error {
 		if memLoad == nil {
 			return nil // the device memory came with the process
 		}
@@ -465,4 +470,22 @@ func isWorkerOf(args []string, session string) bool {
 	}
 	i := slices.Index(args, "--session")
 	return i > 0 && i+1 < len(args) && args[i+1] == session
+}
+
+// importState puts the protocol state an image stored (checkpoint.StateFile)
+// into the worker restored from the earlier dump the image reuses.
+func importState(ctx context.Context, w checkpoint.Worker, dir string, meta images.Meta, subject string) error {
+	si, ok := w.(checkpoint.StateImporter)
+	if !ok {
+		return errs.New(errs.Internal, subject, "the restored worker cannot take the protocol state the image holds")
+	}
+	f, err := os.Open(filepath.Join(dir, checkpoint.StateFile))
+	if err != nil {
+		return errs.Wrap(err, errs.DataLoss, subject, "the image reuses the dump of %s but holds no protocol state", meta.ProcessOf)
+	}
+	defer f.Close()
+	if err := si.ImportState(ctx, f, meta.Epoch); err != nil {
+		return errs.Wrap(err, errs.KindOf(err), subject, "put the image's protocol state into the restored worker")
+	}
+	return nil
 }

@@ -98,6 +98,16 @@ func (w *sessionWorker) ReloadMem(ctx context.Context, f *os.File, off, n int64)
 	return w.h.ReloadMem(ctx, f, off, n)
 }
 
+// ReuseDump and ImportState make the worker a checkpoint.Reuser and a
+// checkpoint.StateImporter.
+func (w *sessionWorker) ReuseDump(ctx context.Context, nonce string) (*os.File, string, error) {
+	return w.h.ReuseDump(ctx, nonce)
+}
+
+func (w *sessionWorker) ImportState(ctx context.Context, f *os.File, epoch uint64) error {
+	return w.h.ImportState(ctx, f, epoch)
+}
+
 // ParkMem and UnparkMem make the worker a checkpoint.MemParker.
 func (w *sessionWorker) ParkMem(ctx context.Context) ([]*os.File, devmem.Parked, error) {
 	return w.h.ParkMem(ctx)

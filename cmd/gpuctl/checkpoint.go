@@ -59,6 +59,9 @@ func runCheckpoint(ctx context.Context, e *env, cl *control.Client, id string, l
 		}
 		e.printf("\n")
 	}
+	if res.ProcessOf != "" {
+		e.printf("the worker changed nothing but its device memory since its dump in %s: the image shares that dump\n", res.ProcessOf)
+	}
 	printSteps(e, res.Steps)
 	return nil
 }

@@ -83,6 +83,9 @@ type config struct {
 	// park has checkpoints that leave the session running park its
 	// device memory (checkpoint.MemParker) instead of copying it.
 	park bool
+	// reuseDump lets a checkpoint reuse the session's last dump when the
+	// worker changed nothing it holds since (checkpoint.Reuser).
+	reuseDump bool
 	// preempt: gpud preempts sessions of lower priority when the device
 	// is full (on by default).
 	preempt bool
@@ -120,6 +123,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.cudaPlainMem, "cuda-plain-memory", false, "cuda backend: serve cuMemAlloc from the driver's allocator instead of memory the worker maps and saves itself; checkpoints then copy device memory through the driver's checkpoint (slower)")
 	fs.BoolVar(&c.park, "park", true, "checkpoints that leave the session running park its device memory (snapshot it on the device and hold it outside the worker across the dump) instead of copying it to the host while the client waits; false always copies")
 	fs.Int64Var(&c.moduleCacheBytes, "module-cache-bytes", modcache.DefaultBytes, "bound of the module cache (DIR/modules) that sessions share, in bytes; 0 turns it off")
+	fs.BoolVar(&c.reuseDump, "reuse-dump", true, "a checkpoint of a session whose worker ran only copies, launches, waits and queries since its last image keeps that image's dump of the worker and stores the device memory and the protocol state only (no driver checkpoint, no CRIU); false dumps the worker every time")
 	fs.BoolVar(&c.durablePrecopy, "durable-precopy", false, "store each live migration's pre-copy rounds on both hosts instead of staging them in the target's memory (slower rounds, which a session rewriting its memory faster than the disks may never finish)")
 	fs.IntVar(&c.criuLogLevel, "criu-log-level", 4, "CRIU's verbosity, 1 (errors) to 4 (debug), in the logs a failed dump or restore keeps; lower is a little faster for workers with many mappings")
 	fs.StringVar(&c.criu, "criu", "", "the criu `BINARY` (>= 4.1) for checkpoints (default: GPUCTL_CRIU, criu/criu beside gpud, the checkout's .deps/criu/criu for build/bin/gpud, or criu on PATH)")

@@ -51,7 +51,7 @@ func (d *daemon) routers() ([]router, error) {
 		Pipeline: &checkpoint.Pipeline{
 			WorkDir: work, CRIU: crOpts, Suspender: suspender, Store: imgs, Reattach: d.manager,
 			Host: d.cfg.name, Backend: d.workerOp.Backend, Driver: d.host.DriverVersion, GPUs: gpus, Log: d.log,
-			Mem: mem, NoPark: !d.cfg.park, Departed: &worker.Departed{},
+			Mem: mem, NoPark: !d.cfg.park, NoReuse: !d.cfg.reuseDump, Departed: &worker.Departed{},
 		},
 		Sessions: d.sessionTable(),
 		Log:      d.log,

@@ -28,6 +28,10 @@ import (
 type Table struct {
 	Layout *devmem.Layout
 	Chunks []images.Chunk
+	// Image is the image that holds the save, when it was read from one
+	// or stored in one here (FromManifest, TableOf); empty for a
+	// migration's pre-copy round.
+	Image string
 }
 
 // Gen is the save's generation, or 0 for no table.
@@ -80,7 +84,7 @@ func FromManifest(ctx context.Context, st *store.Store, m *images.Manifest) (*Ta
 			return nil, errs.New(errs.DataLoss, subj, "%s: chunk %d is %d bytes, its block %d", devmem.DataFile, i, data.Chunks[i].Size, s.Len)
 		}
 	}
-	return &Table{Layout: l, Chunks: data.Chunks}, nil
+	return &Table{Layout: l, Chunks: data.Chunks, Image: m.ID}, nil
 }
 
 // Snapshot is a save as gpud holds it: the worker's memfd, mapped.
@@ -223,7 +227,7 @@ func allSent(n int) []byte {
 func TableOf(s *Snapshot, m *images.Manifest) (*Table, error) {
 	for _, f := range m.Files {
 		if f.Path == devmem.DataFile {
-			return &Table{Layout: complete(s.Layout), Chunks: f.Chunks}, nil
+			return &Table{Layout: complete(s.Layout), Chunks: f.Chunks, Image: m.ID}, nil
 		}
 	}
 	return nil, fmt.Errorf("image %s has no %s", m.ID, devmem.DataFile)
