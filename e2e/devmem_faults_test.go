@@ -55,7 +55,10 @@ func (w *world) onlyImage(host *harness.Host, session, good string) {
 // saves its device memory: the checkpoint fails naming the session, no
 // image of it is left, and the session's last good image restores.
 func TestWorkerKilledMidSave(t *testing.T) {
-	w := newWorld(t, false)
+	// The idle session's second checkpoint would reuse the first one's
+	// dump and save only what changed, done before the kill lands: this
+	// gpud dumps every time, so that the save is the long one.
+	w := newWorldWith(t, false, harness.HostOptions{Args: []string{"--reuse-dump=false"}})
 	old := w.sessions(w.a)
 	run := w.start(w.a, w.workload, 256, 0, 60000)
 	s := w.session(w.a, old...)
