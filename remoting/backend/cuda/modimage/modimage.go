@@ -157,6 +157,11 @@ func (s *scan) elf(b []byte) (ok bool) {
 	if len(b) < 64 || b[elf.EI_CLASS] != byte(elf.ELFCLASS64) || b[elf.EI_DATA] != byte(elf.ELFDATA2LSB) {
 		return false
 	}
+	// nvcc writes its ABI version (124 for CUDA 12) into e_version,
+	// which debug/elf refuses unless it reads EV_CURRENT: read a copy
+	// that says so.
+	b = slices.Clone(b)
+	binary.LittleEndian.PutUint32(b[20:], uint32(elf.EV_CURRENT))
 	f, err := elf.NewFile(bytes.NewReader(b))
 	if err != nil || f.Machine != elf.EM_CUDA {
 		return false
@@ -166,10 +171,11 @@ func (s *scan) elf(b []byte) (ok bool) {
 		return false // no symbol table: nothing says what the sections hold
 	}
 	for _, sec := range f.Sections {
-		// Writable memory the module keeps between launches, in a
-		// section we do not know, could hold state no name reaches.
+		// Writable memory in a section we do not know could hold state
+		// that outlives a launch and that no name reaches. Shared and
+		// local memory (.nv_debug.shared with -G) do not outlive one.
 		w := elf.SHF_ALLOC | elf.SHF_WRITE
-		if sec.Flags&w == w && sec.Size > 0 && !stateSection(sec.Name) &&
+		if sec.Flags&w == w && sec.Size > 0 && !stateSection(sec.Name) && sec.Name != ".nv_debug.shared" &&
 			!strings.HasPrefix(sec.Name, ".nv.shared") && !strings.HasPrefix(sec.Name, ".nv.local") {
 			return false
 		}
