@@ -137,7 +137,8 @@ func (s *Stager) unreserve(n int64) {
 // of the round's chunks: blocks already holding their chunk stay, blocks
 // whose chunk is staged or in st are filled (those from st in the
 // background), and the others wait for their chunk to arrive. A table of
-// other regions starts the file over; one over the bound drops it, or,
+// other regions gets a new file, into which the blocks whose chunk the old
+// one held are copied; one over the bound drops it, or,
 // with memory (a memory pre-copy, whose chunks no store here will hold),
 // is refused.
 func (s *Stager) Table(ctx context.Context, session string, t *devstore.Table, memory bool) error {
@@ -160,8 +161,13 @@ func (s *Stager) Table(ctx context.Context, session string, t *devstore.Table, m
 	}
 	g.memory = g.memory || memory
 	if g.file == nil || !devstore.SameBlocks(g.tab.Layout, t.Layout) {
-		g.dropFile()
+		// The session's regions changed since the last table (memory
+		// allocated or freed between the rounds, or between the last
+		// round and the freeze). The source sends only the blocks that
+		// changed, so the blocks it kept must come from the old file:
+		// in a memory pre-copy no store here has them.
 		if !s.reserve(t.Layout.Size) {
+			g.dropFile()
 			g.skipped++
 			if g.memory {
 				return errs.New(errs.ResourceExhausted, errs.Session(session), "staging %d MiB of device memory would pass this host's staging bound of %d MiB (gpud --stage-max-bytes)", t.Layout.Size>>20, s.Max>>20)
@@ -173,13 +179,21 @@ func (s *Stager) Table(ctx context.Context, session string, t *devstore.Table, m
 		f, err := devstore.Create(t.Layout)
 		if err != nil {
 			s.unreserve(t.Layout.Size)
+			g.dropFile()
 			return errs.Wrap(err, errs.Internal, errs.Session(session), "stage device memory")
 		}
+		oldFile, oldTab, oldAt, oldOK := g.file, g.tab, g.at, g.ok
 		g.file, g.bytes = f, g.bytes+t.Layout.Size
 		g.at, g.ok = make([]images.Chunk, t.Layout.Blocks), make([]bool, t.Layout.Blocks)
 		for i := range g.ok {
 			// A new file reads as zeros.
 			g.at[i], g.ok[i] = images.Chunk{Size: t.Chunks[i].Size, Zero: true}, true
+		}
+		if oldFile != nil {
+			g.carry(oldFile, oldTab, oldAt, oldOK, t)
+			oldFile.Close()
+			s.unreserve(oldTab.Layout.Size)
+			g.bytes -= oldTab.Layout.Size
 		}
 	}
 	g.tab = t
@@ -247,6 +261,34 @@ func (s *Stager) Table(ctx context.Context, session string, t *devstore.Table, m
 		}()
 	}
 	return nil
+}
+
+// carry copies into the new file (g.file, laid out as t) every block of
+// t whose chunk the old file held, wherever it held it (g.mu held).
+func (g *Group) carry(old *devstore.Snapshot, oldTab *devstore.Table, at []images.Chunk, ok []bool, t *devstore.Table) {
+	held := make(map[store.Digest][]byte)
+	for i, sp := range oldTab.Layout.Spans() {
+		if c := at[i]; ok[i] && !c.Zero && c.Digest != (store.Digest{}) {
+			held[c.Digest] = old.Data[sp.FileOff : sp.FileOff+int64(sp.Len)]
+		}
+	}
+	if len(held) == 0 {
+		return
+	}
+	spans := t.Layout.Spans()
+	_ = devmem.Parallel(len(t.Chunks), func(i int) error {
+		c := t.Chunks[i]
+		if c.Zero {
+			return nil
+		}
+		if b := held[c.Digest]; b != nil {
+			if dst := g.block(spans[i]); len(dst) == len(b) {
+				copy(dst, b)
+				g.at[i] = c // each i is its own: no two goroutines share one
+			}
+		}
+		return nil
+	})
 }
 
 // block is span's bytes in the file.

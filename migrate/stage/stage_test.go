@@ -294,3 +294,61 @@ func TestMemoryStaging(t *testing.T) {
 		t.Error("Await of a dropped staging returned no error")
 	}
 }
+
+// TestMemoryStagingRegionsChange: a memory pre-copy's freeze finds the
+// session's regions changed since the last round (one freed, one
+// allocated): the source sends only the new region's blocks, and the
+// blocks it kept come from the old file, so the staging completes.
+func TestMemoryStagingRegionsChange(t *testing.T) {
+	ctx := context.Background()
+	blk := func(b byte) []byte { return bytes.Repeat([]byte{b}, 4<<10) }
+	src := openStore(t) // the source's digests: the target's store holds none
+	round := table(t, src, blk(1), blk(2), nil, blk(4))
+	const id = "s-0123456789ab"
+	s := &Stager{Store: openStore(t), Max: 1 << 20}
+	if err := s.Table(ctx, id, round, true); err != nil {
+		t.Fatal(err)
+	}
+	keep, err := s.KeepMemory(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range [][]byte{blk(1), blk(2), nil, blk(4)} {
+		if b != nil {
+			keep(round.Chunks[i].Digest, b)
+		}
+	}
+	if err := s.Await(ctx, id, round.Gen()); err != nil {
+		t.Fatal(err)
+	}
+	// The freeze: region 1 freed, region 2 kept, a region 3 allocated.
+	freeze := table(t, src, blk(4), nil, blk(7), blk(8))
+	freeze.Chunks[0] = round.Chunks[3]
+	freeze.Chunks[1] = round.Chunks[2]
+	freeze.Layout.Gen = 8
+	freeze.Layout.Regions = []devmem.Region{round.Layout.Regions[1], {MemRegion: backend.MemRegion{ID: 3 << 20, Size: 8 << 10}, Off: 8 << 10}}
+	freeze.Layout.Regions[0].Off = 0
+	if err := s.Table(ctx, id, freeze, true); err != nil {
+		t.Fatal(err)
+	}
+	keep(freeze.Chunks[2].Digest, blk(7))
+	keep(freeze.Chunks[3].Digest, blk(8))
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := s.Await(short, id, freeze.Gen()); err != nil {
+		t.Fatalf("the kept blocks did not come from the old file: %v", err)
+	}
+	g := s.Take(id)
+	snap, _, err := g.Load(ctx, s.Store, freeze)
+	g.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Close()
+	if want := slices.Concat(blk(4), make([]byte, 4<<10), blk(7), blk(8)); !bytes.Equal(snap.Data, want) {
+		t.Error("the staged file does not hold the freeze's bytes")
+	}
+	if s.Used() != 0 {
+		t.Errorf("%d bytes still staged after the release", s.Used())
+	}
+}
