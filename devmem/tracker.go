@@ -355,40 +355,15 @@ func (t *Tracker) Save(ctx context.Context, dev backend.DeviceMemory, req SaveRe
 // or by gpud from an image) with the layout's JSON at layoutOff. Every
 // block must be in the data; the regions must be the worker's own.
 func (t *Tracker) Reload(ctx context.Context, dev backend.DeviceMemory, f *os.File, layoutOff, layoutLen int64) error {
-	if layoutLen <= 0 || layoutLen > 256<<20 {
-		return fmt.Errorf("device memory layout of %d bytes", layoutLen)
-	}
-	tl := time.Now()
-	lj := make([]byte, layoutLen)
-	if _, err := f.ReadAt(lj, layoutOff); err != nil {
-		return fmt.Errorf("read the device memory layout: %w", err)
-	}
-	l, err := ParseLayout(lj)
+	l, err := t.savedFor(ctx, dev, f, layoutOff, layoutLen)
 	if err != nil {
 		return err
-	}
-	layoutNS := time.Since(tl).Nanoseconds()
-	tr := time.Now()
-	regs, err := dev.MemRegions(ctx)
-	if err != nil {
-		return err
-	}
-	regionsNS := time.Since(tr).Nanoseconds()
-	if len(regs) != len(l.Regions) {
-		return fmt.Errorf("the saved device memory has %d regions, the session %d", len(l.Regions), len(regs))
-	}
-	for i, r := range regs {
-		if keyOf(r) != keyOf(l.Regions[i].MemRegion) {
-			return fmt.Errorf("saved device memory region %d is %d/%#x of %d bytes, the session's %d/%#x of %d bytes",
-				i, l.Regions[i].Kind, l.Regions[i].ID, l.Regions[i].Size, r.Kind, r.ID, r.Size)
-		}
 	}
 	for i := range l.Blocks {
 		if !l.IsSent(i) {
 			return fmt.Errorf("saved device memory lacks block %d", i)
 		}
 	}
-	t.LastReload = Reloaded{Bytes: l.Size, LayoutNS: layoutNS, RegionsNS: regionsNS}
 	t0 := time.Now()
 	if err := dev.RestoreMem(ctx); err != nil {
 		return fmt.Errorf("back device memory again: %w", err)
@@ -407,6 +382,92 @@ func (t *Tracker) Reload(ctx context.Context, dev backend.DeviceMemory, f *os.Fi
 		t.LastReload.UntrimNS = time.Since(t1).Nanoseconds()
 	}
 	return nil
+}
+
+// savedFor reads the layout of the save in f (its JSON at layoutOff) and
+// checks that it is of dev's regions; it starts t.LastReload.
+func (t *Tracker) savedFor(ctx context.Context, dev backend.DeviceMemory, f *os.File, layoutOff, layoutLen int64) (*Layout, error) {
+	if layoutLen <= 0 || layoutLen > 256<<20 {
+		return nil, fmt.Errorf("device memory layout of %d bytes", layoutLen)
+	}
+	tl := time.Now()
+	lj := make([]byte, layoutLen)
+	if _, err := f.ReadAt(lj, layoutOff); err != nil {
+		return nil, fmt.Errorf("read the device memory layout: %w", err)
+	}
+	l, err := ParseLayout(lj)
+	if err != nil {
+		return nil, err
+	}
+	layoutNS := time.Since(tl).Nanoseconds()
+	tr := time.Now()
+	regs, err := dev.MemRegions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	regionsNS := time.Since(tr).Nanoseconds()
+	if len(regs) != len(l.Regions) {
+		return nil, fmt.Errorf("the saved device memory has %d regions, the session %d", len(l.Regions), len(regs))
+	}
+	for i, r := range regs {
+		if keyOf(r) != keyOf(l.Regions[i].MemRegion) {
+			return nil, fmt.Errorf("saved device memory region %d is %d/%#x of %d bytes, the session's %d/%#x of %d bytes",
+				i, l.Regions[i].Kind, l.Regions[i].ID, l.Regions[i].Size, r.Kind, r.ID, r.Size)
+		}
+	}
+	t.LastReload = Reloaded{Bytes: l.Size, LayoutNS: layoutNS, RegionsNS: regionsNS}
+	return l, nil
+}
+
+// Patch copies into dev's memory, backed and holding an earlier save of
+// the same regions, the blocks of f's save (laid out as Save writes it)
+// that want marks, one bit per block: a migration's target restored the
+// session before the freeze, from the staged round, and brings it to the
+// freeze's save. Zero blocks are copied too: the memory holds the
+// earlier save's bytes, not zeros.
+func (t *Tracker) Patch(ctx context.Context, dev backend.DeviceMemory, f *os.File, layoutOff, layoutLen int64, want []byte) error {
+	l, err := t.savedFor(ctx, dev, f, layoutOff, layoutLen)
+	if err != nil {
+		return err
+	}
+	if len(want) != (l.Blocks+7)/8 {
+		return fmt.Errorf("patch of %d bits for %d blocks", 8*len(want), l.Blocks)
+	}
+	wanted := func(i int) bool { return want[i/8]&(1<<(i%8)) != 0 }
+	for i := range l.Blocks {
+		if wanted(i) && !l.IsSent(i) {
+			return fmt.Errorf("the patch's device memory lacks block %d", i)
+		}
+	}
+	ps := pieces(l.Spans(), wanted)
+	st := &t.LastReload
+	st.Copied = piecesBytes(ps)
+	if len(ps) == 0 {
+		return nil
+	}
+	tm := time.Now()
+	data, err := mapFile(f, l.Size)
+	if err != nil {
+		return fmt.Errorf("map the device memory file: %w", err)
+	}
+	defer t.unmapLater(data)
+	t1 := time.Now()
+	st.MapNS = t1.Sub(tm).Nanoseconds()
+	pr := &prepared{}
+	if st.Copied >= directMin {
+		pr = prepare(ctx, dev, data, ps, false, t.Pin)
+	}
+	t2 := time.Now()
+	st.PinNS = t2.Sub(t1).Nanoseconds()
+	err = Parallel(len(ps), func(i int) error {
+		p := ps[i]
+		return dev.WriteMem(ctx, l.Regions[p.region].MemRegion, p.regOff, data[p.fileOff:p.fileOff+int64(p.n)])
+	})
+	t3 := time.Now()
+	st.CopyNS = t3.Sub(t2).Nanoseconds()
+	pr.release()
+	st.UnpinNS = time.Since(t3).Nanoseconds()
+	return err
 }
 
 // reloadFrom copies every block of l from f into dev.

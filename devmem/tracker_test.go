@@ -340,3 +340,62 @@ func TestSettleLeavesNoMapping(t *testing.T) {
 		}
 	}
 }
+
+// TestPatch: a device holding an earlier save is brought to a later one
+// by copying only the blocks marked, zero blocks included; a patch of
+// other regions, of the wrong size or naming a block the save lacks is
+// refused.
+func TestPatch(t *testing.T) {
+	ctx := context.Background()
+	fd := newFakeDev(4<<20, 2<<20)
+	tr := NewTracker()
+	f1, sv1, err := tr.Save(ctx, fd, SaveRequest{All: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f1.Close()
+	old := fd.snapshot()
+	// The session moves on: block 1 rewritten, block 4 (region 2's
+	// first) zeroed.
+	r0, r1 := fd.regs[0].ID, fd.regs[1].ID
+	for i := range DefaultBlock {
+		fd.mem[r0][DefaultBlock+i] ^= 0x5a
+		fd.mem[r1][i] = 0
+	}
+	want := fd.snapshot()
+	f2, sv2, err := tr.Save(ctx, fd, SaveRequest{All: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f2.Close()
+	// A device restored from the first save.
+	for id, b := range old {
+		copy(fd.mem[id], b)
+	}
+	fd.written = 0
+	patch := []byte{1<<1 | 1<<4}
+	if err := tr.Patch(ctx, fd, f2, sv2.LayoutOff, sv2.LayoutLen, patch); err != nil {
+		t.Fatal(err)
+	}
+	fd.equal(t, want)
+	if fd.written != 2*DefaultBlock || tr.LastReload.Copied != 2*DefaultBlock {
+		t.Errorf("the patch wrote %d bytes (reported %d), want two blocks", fd.written, tr.LastReload.Copied)
+	}
+	if err := tr.Patch(ctx, fd, f2, sv2.LayoutOff, sv2.LayoutLen, []byte{1, 0}); err == nil {
+		t.Error("a patch of 16 bits for 6 blocks was taken")
+	}
+	other := newFakeDev(4 << 20)
+	if err := tr.Patch(ctx, other, f1, sv1.LayoutOff, sv1.LayoutLen, patch); err == nil {
+		t.Error("a patch of other regions was taken")
+	}
+	// A save that copied only what changed lacks the other blocks.
+	fd.mem[r0][0] ^= 1
+	f3, sv3, err := tr.Save(ctx, fd, SaveRequest{Base: sv2.Gen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f3.Close()
+	if err := tr.Patch(ctx, fd, f3, sv3.LayoutOff, sv3.LayoutLen, []byte{1 << 2}); err == nil {
+		t.Error("a patch naming a block the save lacks was taken")
+	}
+}

@@ -98,6 +98,11 @@ func (w *sessionWorker) ReloadMem(ctx context.Context, f *os.File, off, n int64)
 	return w.h.ReloadMem(ctx, f, off, n)
 }
 
+// PatchMem makes the worker a checkpoint.MemPatcher.
+func (w *sessionWorker) PatchMem(ctx context.Context, f *os.File, off, n int64, want []byte) error {
+	return w.h.PatchMem(ctx, f, off, n, want)
+}
+
 // ReuseDump and ImportState make the worker a checkpoint.Reuser and a
 // checkpoint.StateImporter.
 func (w *sessionWorker) ReuseDump(ctx context.Context, nonce string) (*os.File, string, error) {

@@ -155,6 +155,29 @@ func (w *worker) memReload(f *os.File, at *[2]int64) error {
 	return nil
 }
 
+// memPatch brings the quiesced worker's device memory, an earlier save,
+// to the save in f by copying the blocks want marks.
+func (w *worker) memPatch(f *os.File, at *[2]int64, want []byte) error {
+	if f == nil || at == nil {
+		return errors.New("mempatch: no memory file or layout offset passed")
+	}
+	if w.serving != nil {
+		return errors.New("mempatch: the worker is serving a client; quiesce it first")
+	}
+	dm, err := w.devMem()
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	w.thread.run(func() { err = w.mem.Patch(context.Background(), dm, f, at[0], at[1], want) })
+	if err != nil {
+		return fmt.Errorf("patch device memory: %w", err)
+	}
+	st := w.mem.LastReload
+	w.log.Info("device memory patched", "bytes", st.Bytes, "copied", st.Copied, "took_ms", fmt.Sprintf("%.1f", float64(time.Since(t0).Nanoseconds())/1e6))
+	return nil
+}
+
 // memPrecopy runs a pre-copy round from the control goroutine while the
 // session may be serving: the tracker reads device memory between the
 // session's requests (dispatch.Session.Between), never during one.

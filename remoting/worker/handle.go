@@ -635,6 +635,14 @@ func (h *Handle) ReloadMem(ctx context.Context, f *os.File, layoutOff, layoutLen
 	return err
 }
 
+// PatchMem asks the quiesced worker to copy the blocks want marks (one
+// bit per block) from the save in f into its device memory, which holds
+// an earlier save of the same regions.
+func (h *Handle) PatchMem(ctx context.Context, f *os.File, layoutOff, layoutLen int64, want []byte) error {
+	_, err := h.call(ctx, request{Op: opMemPatch, MemLayout: &[2]int64{layoutOff, layoutLen}, MemPatch: want}, int(f.Fd()))
+	return err
+}
+
 // PrecopyMem asks the worker for a pre-copy round (package devmem): the
 // device memory that changed since round req.Base, read while the session
 // runs, in a memfd. A worker whose backend cannot save its memory answers

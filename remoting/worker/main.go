@@ -322,6 +322,8 @@ func (w *worker) run() int {
 			}
 		case opMemReload:
 			err = w.memReload(f, req.MemLayout)
+		case opMemPatch:
+			err = w.memPatch(f, req.MemLayout, req.MemPatch)
 		case opMemPark:
 			var files []*os.File
 			files, r.Parked, err = w.memPark()

@@ -33,6 +33,10 @@ const (
 	// from the memfd passed.
 	opMemSave   = "memsave"
 	opMemReload = "memreload"
+	// opMemPatch copies only the blocks MemPatch marks from the memfd
+	// passed into memory that holds an earlier save of the same regions
+	// (a migration's target restored the session ahead of its freeze).
+	opMemPatch = "mempatch"
 	// opMemPrecopy copies, while the session runs, the device memory
 	// that changed since the previous round into a memfd sent back with
 	// the reply (a live migration's pre-copy).
@@ -81,6 +85,8 @@ type request struct {
 	// where the passed memfd holds its layout (memreload).
 	MemSave   *devmem.SaveRequest `json:"mem_save,omitempty"`
 	MemLayout *[2]int64           `json:"mem_layout,omitempty"`
+	// MemPatch marks, one bit per block, what a mempatch copies.
+	MemPatch []byte `json:"mem_patch,omitempty"`
 	// MemPrecopy asks for a pre-copy round (memprecopy).
 	MemPrecopy *devmem.PrecopyRequest `json:"mem_precopy,omitempty"`
 	// MemUnpark maps parked memory back (memunpark).
