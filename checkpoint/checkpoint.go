@@ -166,6 +166,14 @@ type MemWorker interface {
 	ReloadMem(ctx context.Context, f *os.File, layoutOff, layoutLen int64) error
 }
 
+// MemPatcher is a MemWorker whose device memory, holding an earlier save
+// of the same regions, can take only some blocks of a later one: a
+// migration's target restored the session from its last image's dump
+// before the freeze, and the freeze changed only those blocks.
+type MemPatcher interface {
+	PatchMem(ctx context.Context, f *os.File, layoutOff, layoutLen int64, want []byte) error
+}
+
 // MemSizer is a Worker that says how much device memory its session
 // holds, so that gpud can make the memfd its save goes into before the
 // session pauses (devstore.Scratch).
@@ -232,6 +240,12 @@ type Request struct {
 	// whose target took the session over from its staged memory stores
 	// the image once the client runs there, outside its downtime.
 	DeferStore bool
+	// ReuseImage, when set, is the session's last image, whose dump a
+	// migration's target restored ahead of the freeze: the checkpoint
+	// reuses that dump (Reuser) when the worker is still what it holds,
+	// with a migration's options too (MemBase, Saved, MemComplete,
+	// DeferStore), and dumps as usual when not.
+	ReuseImage *images.Manifest
 }
 
 // Result describes a stored checkpoint.
@@ -258,6 +272,8 @@ type Result struct {
 	// ProcessOf is set when the checkpoint reused the dump of the
 	// worker that image holds (Reuser): no driver checkpoint, no CRIU.
 	ProcessOf string `json:"process_of,omitempty"`
+	// Epoch is the image's epoch (images.Meta.Epoch).
+	Epoch uint64 `json:"-"`
 }
 
 // Frozen is a checkpointed session whose original worker is still alive,
@@ -291,7 +307,16 @@ type Frozen struct {
 	// worker, w, was only quiesced: Resume resumes it, no more.
 	reused bool
 	w      Worker
+	// state is the protocol state a reused checkpoint stored
+	// (StateFile).
+	state []byte
 }
+
+// State is the protocol state of a checkpoint that reused its session's
+// last dump (Result.ProcessOf set): what a worker restored from that
+// dump takes to go on from this checkpoint (StateImporter); nil
+// otherwise.
+func (f *Frozen) State() []byte { return f.state }
 
 // Checkpoint runs quiesce, suspend, detach, dump and store. On success the
 // original worker is frozen; see Frozen.
@@ -355,6 +380,7 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 		// be what it holds the dump of (Reuser); reused says it is.
 		reuse  *images.Manifest
 		reused bool
+		state  []byte // the reused checkpoint's protocol state
 	)
 	defer func() {
 		if scratchReady != nil {
@@ -372,15 +398,21 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 	_, parking := cur.(MemParker)
 	parking = parking && saving && req.ResumeEarly && req.Saved == nil && req.MemBase == nil && !p.NoPark
 	_, reusing := cur.(Reuser)
-	reusing = reusing && saving && !p.NoReuse && req.MemBase == nil && req.Saved == nil &&
-		req.Dumped == nil && req.Stored == nil && req.MemComplete == nil && !req.DeferStore
+	reusing = reusing && saving && !p.NoReuse && (req.ReuseImage != nil || req.MemBase == nil && req.Saved == nil &&
+		req.Dumped == nil && req.Stored == nil && req.MemComplete == nil && !req.DeferStore)
 	var steps []Step
 	if saving {
 		// Before the pause: what the save will write into.
 		steps = append(steps, Step{Name: "prepare",
 			Do: func(ctx context.Context) error {
 				defer func() {
-					if reusing {
+					switch {
+					case !reusing:
+					case req.ReuseImage != nil:
+						if m := req.ReuseImage; m.Session == req.Session && m.AttachNonce != "" {
+							reuse = m
+						}
+					default:
 						reuse = p.lastDump(ctx, req, base)
 					}
 				}()
@@ -415,6 +447,9 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 				if reused {
 					meta.AttachNonce, meta.ProcessOf = reuse.AttachNonce, cmp.Or(reuse.ProcessOf, reuse.ID)
 					scratchN = 0 // no parked save follows
+					if state, err = os.ReadFile(filepath.Join(imgDir, StateFile)); err != nil {
+						return errs.Wrap(err, errs.Internal, subject, "read the worker's protocol state back")
+					}
 				}
 				return err
 			}},
@@ -427,6 +462,9 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 					if into != nil {
 						into.Close()
 						into = nil
+					}
+					if err == nil && req.Saved != nil {
+						req.Saved(snap)
 					}
 					return err
 				}})
@@ -538,7 +576,7 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 		}
 		fr.snap, fr.base, fr.keepSnap = snap, base, true
 		fr.parked, fr.isParked, parked = parked, isParked, nil
-		fr.reused, fr.w = reused, cur
+		fr.reused, fr.w, fr.state = reused, cur, state
 		w, err := fr.Resume(ctx)
 		if scratchN > 0 && err == nil {
 			n, ch := scratchN, make(chan *os.File, 1)
@@ -604,7 +642,7 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 			return nil, err
 		}
 		fr.snap, fr.base, fr.Steps = snap, base, memTimings(timings, snap)
-		fr.reused, fr.w = reused, cur
+		fr.reused, fr.w, fr.state = reused, cur, state
 		stall = time.Since(tq)
 		if req.DeferStore {
 			keepWork = true
@@ -617,7 +655,7 @@ func (p *Pipeline) Checkpoint(ctx context.Context, req Request) (*Frozen, error)
 	ok = true
 	fr.Result = Result{
 		Session: req.Session, DurationMS: time.Since(t0).Milliseconds(), Steps: fr.Steps, Nonce: meta.AttachNonce,
-		StallMS: stall.Milliseconds(), Early: early, Quiesced: tq, ProcessOf: meta.ProcessOf,
+		StallMS: stall.Milliseconds(), Early: early, Quiesced: tq, ProcessOf: meta.ProcessOf, Epoch: meta.Epoch,
 	}
 	if image != nil { // not yet for DeferStore: Frozen.Store fills these in
 		fr.Image, fr.Bytes, fr.StoredBytes = image.ID, stats.LogicalBytes, stats.StoredBytes

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuctl/gpuctl/api"
 	"github.com/gpuctl/gpuctl/control"
+	"github.com/gpuctl/gpuctl/devmem"
 	"github.com/gpuctl/gpuctl/devmem/devstore"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/ids"
@@ -174,6 +175,34 @@ type FreezeOptions struct {
 	// MemInto and MemMirror are Request.MemInto and Request.MemMirror.
 	MemInto   *os.File
 	MemMirror uint64
+	// ReuseImage is Request.ReuseImage.
+	ReuseImage *images.Manifest
+}
+
+// ReusableDump returns the session's last image when a checkpoint now
+// might reuse its dump (it is in this host's store, holds the session's
+// last save and names its dump's nonce), or nil. Whether the worker is
+// still what the dump holds is known only once it is quiesced.
+func (s *Service) ReusableDump(ctx context.Context, id string) (*images.Manifest, error) {
+	p := s.Pipeline
+	if p.Mem == nil || p.NoReuse {
+		return nil, nil
+	}
+	parent, err := s.Sessions.LastImage(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return p.lastDump(ctx, Request{Session: id}, p.Mem.Base(ctx, id, parent)), nil
+}
+
+// CheckoutProcess writes the files of image m's dump (every file but its
+// device memory) into dir, which exists and is empty: a migration's
+// target restores the session from them ahead of the freeze.
+func (s *Service) CheckoutProcess(ctx context.Context, m *images.Manifest, dir string) error {
+	_, err := images.CheckoutExcept(ctx, s.Pipeline.Mem.Store, m.ID, dir, func(path string) bool {
+		return path == devmem.DataFile || path == devmem.LayoutFile
+	})
+	return err
 }
 
 // FreezeWith is Freeze with options.
@@ -215,7 +244,7 @@ func (s *Service) freezeWith(ctx context.Context, id string, early bool, o Freez
 	resumed := false
 	req := Request{Session: id, Worker: w, Parent: parent, Tenant: s.Sessions.Owner(id),
 		Reattached: func(nw Worker) { cur = nw }, ResumeEarly: early, MemBase: o.MemBase, Saved: o.Saved, Stored: o.Stored, Dumped: o.Dumped,
-		MemComplete: o.MemComplete, DeferStore: o.DeferStore, MemInto: o.MemInto, MemMirror: o.MemMirror,
+		MemComplete: o.MemComplete, DeferStore: o.DeferStore, MemInto: o.MemInto, MemMirror: o.MemMirror, ReuseImage: o.ReuseImage,
 		Resumed: func(nw Worker) {
 			cur, resumed = nw, true
 			if err := s.Sessions.Resumed(id, nw); err != nil {
