@@ -92,7 +92,18 @@ type AdoptRequest struct {
 	// (Gen is not needed then: the image's table is checked against the
 	// save the session was adopted from).
 	Image string `json:"image,omitempty"`
+	// State, for a restore prepared ahead of the freeze from the
+	// session's last image, is the protocol state of the freeze, which
+	// reused that image's dump, and Epoch the freeze's epoch: the
+	// target copies in the blocks the freeze changed and puts the state
+	// into the prepared worker before it adopts it.
+	State []byte `json:"state,omitempty"`
+	Epoch uint64 `json:"epoch,omitempty"`
 }
+
+// MaxAdoptBody bounds POST /v1/chunks/staged/{id}/adopt: a protocol
+// state of up to 64 MiB, in base64.
+const MaxAdoptBody = 96 << 20
 
 // RestoreReply is the reply to POST /v1/images/{id}/restore, which takes
 // no body.
@@ -148,6 +159,14 @@ type MigrateReply struct {
 	// failed: the session runs on the target all the same.
 	Memory     bool   `json:"memory,omitempty"`
 	ImageError string `json:"image_error,omitempty"`
+	// Ahead names the session's last image when the target restored
+	// the session from that image's dump while it still ran here, and
+	// the freeze reused the dump: the freeze then handed over only the
+	// changed device memory and the protocol state, and the target's
+	// restore was done before the client paused. AheadError says why
+	// the target did not restore the session ahead when it was tried.
+	Ahead      string `json:"ahead,omitempty"`
+	AheadError string `json:"ahead_error,omitempty"`
 }
 
 // PrecopyRound is one pass of a live migration's pre-copy.

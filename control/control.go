@@ -65,8 +65,12 @@ func WriteError(w http.ResponseWriter, err error) {
 
 // DecodeJSON reads a request body into v, limited to 1 MiB, and returns
 // an InvalidArgument error that says what was wrong.
-func DecodeJSON(r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
+func DecodeJSON(r *http.Request, v any) error { return DecodeJSONMax(r, v, 1<<20) }
+
+// DecodeJSONMax is DecodeJSON for a body of up to max bytes: a request
+// that carries a worker's protocol state (api.AdoptRequest.State).
+func DecodeJSONMax(r *http.Request, v any, max int64) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, max))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return errs.Wrap(err, errs.InvalidArgument, "", "request body")

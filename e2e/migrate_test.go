@@ -50,6 +50,33 @@ type migrateResult struct {
 	TargetSteps []struct {
 		Step string `json:"step"`
 	} `json:"target_steps"`
+	FreezeSteps []struct {
+		Step string `json:"step"`
+	} `json:"freeze_steps"`
+	// Ahead: B restored the session from this image's dump before the
+	// freeze, which reused it.
+	Ahead      string `json:"ahead"`
+	AheadError string `json:"ahead_error"`
+}
+
+// targetHas and freezeHas report whether the target's restore and the
+// freeze ran step.
+func (m migrateResult) targetHas(step string) bool {
+	for _, s := range m.TargetSteps {
+		if s.Step == step {
+			return true
+		}
+	}
+	return false
+}
+
+func (m migrateResult) freezeHas(step string) bool {
+	for _, s := range m.FreezeSteps {
+		if s.Step == step {
+			return true
+		}
+	}
+	return false
 }
 
 // prepared says whether the target restored the session ahead of its
@@ -552,4 +579,92 @@ func TestIdleCheckpointsDedup(t *testing.T) {
 		t.Errorf("restore of %s: session %q, steps %+v; want %s with the image's protocol state (step state)", c3.Image, rs.Session, rs.Steps, s.ID)
 	}
 	w.result(<-run) // and the session's memory is still intact
+}
+
+// TestMigrateAhead: a session checkpointed once and idle since migrates
+// with its target restoring the image's dump before the freeze; the
+// freeze reuses the dump (no dump, no driver checkpoint), hands over the
+// changed blocks and the protocol state, and the target catches the
+// prepared worker up. The session goes on bit-exact on B, B's next
+// checkpoint reuses the same dump, and it migrates back the same way.
+func TestMigrateAhead(t *testing.T) {
+	w := newWorld(t, true)
+	old := w.sessions(w.a)
+	run := w.start(w.a, w.workload, 64, 0, 25000) // 64 MiB, then idle for 25 s
+	s := w.session(w.a, old...)
+	time.Sleep(2 * time.Second) // the fill is done
+	var c1 checkpointResult
+	w.ctlJSON(w.a, &c1, "checkpoint", s.ID, "--leave-running")
+	var m1 migrateResult
+	w.ctlJSON(w.a, &m1, "migrate", s.ID, "--to", w.b.API())
+	if m1.Ahead != c1.Image || m1.AheadError != "" || !m1.Memory {
+		t.Errorf("migrate A->B: ahead of %q (error %q), memory %v; want the target to restore image %s's dump ahead of a memory pre-copy's freeze", m1.Ahead, m1.AheadError, m1.Memory, c1.Image)
+	}
+	if m1.freezeHas("dump") || m1.freezeHas("suspend") || !m1.freezeHas("reuse") {
+		t.Errorf("migrate A->B: the freeze dumped the worker: %+v", m1.FreezeSteps)
+	}
+	if !m1.targetHas("catchup") || !m1.targetHas("prepared") {
+		t.Errorf("migrate A->B: the target did not catch its ahead restore up: %+v", m1.TargetSteps)
+	}
+	if m1.Image == "" || m1.ImageError != "" {
+		t.Errorf("migrate A->B left no image (%q)", m1.ImageError)
+	}
+	t.Logf("A->B: downtime %d ms, freeze %+v, target %+v", m1.DowntimeMS, m1.FreezeSteps, m1.TargetSteps)
+	// B runs the process that image's dump holds: its checkpoint
+	// reuses the dump too.
+	time.Sleep(time.Second)
+	var c2 checkpointResult
+	w.ctlJSON(w.b, &c2, "checkpoint", s.ID, "--leave-running")
+	if c2.ProcessOf != c1.Image || c2.has("dump") {
+		t.Errorf("checkpoint on B reused the dump of %q (want %s): %+v", c2.ProcessOf, c1.Image, c2.Steps)
+	}
+	var m2 migrateResult
+	w.ctlJSON(w.b, &m2, "migrate", s.ID, "--to", w.a.API())
+	if m2.Ahead != c2.Image || m2.freezeHas("dump") || !m2.targetHas("catchup") {
+		t.Errorf("migrate B->A: ahead of %q (want %s; error %q), freeze %+v, target %+v", m2.Ahead, c2.Image, m2.AheadError, m2.FreezeSteps, m2.TargetSteps)
+	}
+	w.result(<-run) // and the session's memory is intact
+}
+
+// TestMigrateAheadBusy: a checkpointed session that keeps running
+// migrates with its target restoring the image's dump ahead of the
+// freeze. One that only launches kernels and copies since (the stateful
+// client rewrites its buffer every step) is still what the dump holds:
+// the freeze reuses it and the target copies in the changed blocks. One
+// that loads a module every step is not: the freeze dumps the worker and
+// the target's normal prepare replaces the one made ahead. Either way
+// the session finishes bit-exact on B.
+func TestMigrateAheadBusy(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		env   []string
+		ahead bool
+	}{
+		{"launches and copies", nil, true},
+		{"loads modules", []string{"STATEFUL_LOAD=floatmath"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, true)
+			want := w.reference()
+			w.env = append(w.env, tc.env...)
+			old := w.sessions(w.a)
+			run := w.start(w.a, w.stateful, wlMiB, wlSteps, wlSleep)
+			s := w.session(w.a, old...)
+			time.Sleep(300 * time.Millisecond)
+			var c1 checkpointResult
+			w.ctlJSON(w.a, &c1, "checkpoint", s.ID, "--leave-running")
+			var m migrateResult
+			w.ctlJSON(w.a, &m, "migrate", s.ID, "--to", w.b.API())
+			if tc.ahead {
+				if m.Ahead != c1.Image || m.freezeHas("dump") || !m.targetHas("catchup") {
+					t.Errorf("migrated with ahead %q (want %s; error %q), freeze %+v, target %+v; want the dump reused and the target caught up", m.Ahead, c1.Image, m.AheadError, m.FreezeSteps, m.TargetSteps)
+				}
+			} else if m.Ahead != "" || !m.freezeHas("dump") || !m.prepared() || m.targetHas("catchup") {
+				t.Errorf("migrated with ahead %q, freeze %+v, target %+v; want a dump and the normal prepare", m.Ahead, m.FreezeSteps, m.TargetSteps)
+			}
+			if got := w.result(<-run); got != want {
+				t.Errorf("migrated run: %q, unmigrated: %q", got, want)
+			}
+		})
+	}
 }

@@ -4,6 +4,9 @@
 //	precheck  B answers GET /v1/host, runs the same backend, has GPUs,
 //	          knows the session's tenant by the same token and has room
 //	          for the session within the tenant's limits
+//	precopy   the session's device memory goes to B while it runs
+//	ahead     B restores the session's last image's dump, while it still
+//	          runs here, when a freeze may reuse that dump
 //	freeze    the checkpoint pipeline on A: quiesce, suspend, detach, dump,
 //	          store; A's worker stays alive, frozen     (undo: resume on A)
 //	migrating the session is marked as being restored elsewhere
@@ -28,7 +31,9 @@
 // session's device memory to B while it runs, and B stages it in memory
 // (package stage) laid out as the worker's memory file; the blocks the
 // freeze's save copies go to B while CRIU dumps, so B's restore reads
-// almost nothing from its store.
+// almost nothing from its store. When B restored the session's last
+// image's dump ahead (prepareAhead) and the freeze reuses that dump, the
+// freeze hands over only the changed blocks and the protocol state.
 //
 // Any failure up to "restore" leaves the session running on A, and the
 // error names the step and the host. Once B has adopted the session the
@@ -127,6 +132,10 @@ type Service struct {
 	// dump ahead of its image (see preparing); it implies
 	// DurablePrecopy.
 	NoPrepare bool
+	// NoAhead keeps the target from restoring the session from its last
+	// image's dump before the freeze (the "ahead" step; see
+	// prepareAhead).
+	NoAhead bool
 	// DurablePrecopy stores every pre-copy round on both hosts instead
 	// of a memory pre-copy (precopy.Copier.Memory), which is used
 	// wherever the target is prepared (outside a cluster's registry and
@@ -226,6 +235,9 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 		// freeze's save, which its staging must hold.
 		memory  bool
 		saveGen uint64
+		// aheadOf is the session's last image when the target restored
+		// the session from its dump before the freeze (prepareAhead).
+		aheadOf *images.Manifest
 	)
 	defer func() {
 		if stream != nil {
@@ -277,6 +289,27 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 			}
 			return err
 		}},
+		{Name: "ahead",
+			// Only where the target adopts the session from its staging:
+			// the freeze then need not send a dump at all.
+			Skip: func() bool {
+				return pc == nil || !pc.InMemory() || pc.Base() == nil || !s.prepares(shared) || s.NoAhead
+			},
+			Do: func(ctx context.Context) error {
+				m, err := s.Checkpoint.ReusableDump(ctx, id)
+				if err != nil || m == nil {
+					return nil // nothing to restore ahead: the freeze dumps
+				}
+				p, err := s.prepareAhead(ctx, target, id, m, pc.Base().Gen())
+				if err != nil {
+					// Costs only the time: the freeze dumps the worker.
+					res.AheadError = err.Error()
+					s.log().Info("the target did not restore the session ahead of the freeze; the freeze dumps it", "session", id, "target", to, "image", m.ID, "err", err)
+					return nil
+				}
+				prep, aheadOf = p, m
+				return nil
+			}},
 		{Name: "freeze",
 			Do: func(ctx context.Context) error {
 				tq = time.Now()
@@ -286,7 +319,7 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 					base = pc.Base()
 					memory = base != nil && pc.InMemory()
 				}
-				opts := checkpoint.FreezeOptions{Claimed: true, MemBase: base}
+				opts := checkpoint.FreezeOptions{Claimed: true, MemBase: base, ReuseImage: aheadOf}
 				if base != nil {
 					// The blocks changed since the last round go to the
 					// target while CRIU dumps the worker.
@@ -438,7 +471,12 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 			}
 			var rr *api.RestoreReply
 			var err error
-			if memory {
+			if memory && aheadOf != nil && fr.ProcessOf != "" {
+				// The freeze reused the dump the target restored ahead:
+				// it takes the changed blocks and the protocol state.
+				res.Ahead = aheadOf.ID
+				rr, err = target.AdoptPrepared(ctx, id, api.AdoptRequest{Nonce: fr.Nonce, Gen: saveGen, State: fr.State(), Epoch: fr.Epoch})
+			} else if memory {
 				if prep == nil || !prep.sentAll() || prep.failed() {
 					perr := errors.New("the dump was not sent")
 					if prep != nil && prep.failed() {

@@ -42,6 +42,13 @@ type preparing struct {
 // route, once gen (precopy.Copier.StagedGen) says what is staged there.
 // The files are linked first: the freeze removes dir after its store.
 func (s *Service) startPrepare(ctx context.Context, target *control.Client, id, dir string, meta images.Meta, gen func() uint64) *preparing {
+	return s.startPrepareWith(ctx, target, id, dir, meta, gen, false)
+}
+
+// startPrepareWith is startPrepare; with ahead, dir holds the session's
+// last image's dump and meta is that image's, sent before the freeze
+// (restore.PrepareHeader.Ahead).
+func (s *Service) startPrepareWith(ctx context.Context, target *control.Client, id, dir string, meta images.Meta, gen func() uint64, ahead bool) *preparing {
 	ctx, cancel := context.WithCancel(ctx)
 	p := &preparing{cancel: cancel, sent: make(chan struct{}), done: make(chan struct{}), nonce: meta.AttachNonce}
 	own, err := linkTree(dir)
@@ -65,7 +72,7 @@ func (s *Service) startPrepare(ctx context.Context, target *control.Client, id, 
 		go func() {
 			defer close(wrote)
 			defer close(p.sent)
-			err := restore.WritePrepare(ctx, pw, restore.PrepareHeader{Meta: meta, Gen: g}, own)
+			err := restore.WritePrepare(ctx, pw, restore.PrepareHeader{Meta: meta, Gen: g, Ahead: ahead}, own)
 			p.wrote = err == nil
 			pw.CloseWithError(err)
 		}()
@@ -74,6 +81,33 @@ func (s *Service) startPrepare(ctx context.Context, target *control.Client, id, 
 		<-wrote // before the files go
 	}()
 	return p
+}
+
+// prepareAhead has the target restore the session, while it still runs
+// here, from the dump of its last image (m) and the device memory the
+// pre-copy staged there (round gen), and waits for it: when the freeze
+// finds the worker still what that dump holds (checkpoint.Reuser), it
+// reuses the dump, and the target only copies in the changed blocks and
+// takes the protocol state (restore.Restorer.AdoptPrepared). It returns
+// the prepare, done, or why there is none.
+func (s *Service) prepareAhead(ctx context.Context, target *control.Client, id string, m *images.Manifest, gen uint64) (*preparing, error) {
+	work, err := os.MkdirTemp(s.Checkpoint.Pipeline.WorkDir, "ahead-")
+	if err != nil {
+		return nil, errs.Wrap(err, errs.Internal, errs.Session(id), "check out the dump of image %s", m.ID)
+	}
+	defer os.RemoveAll(work)
+	dir := filepath.Join(work, "img")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, errs.Wrap(err, errs.Internal, errs.Session(id), "check out the dump of image %s", m.ID)
+	}
+	if err := s.Checkpoint.CheckoutProcess(ctx, m, dir); err != nil {
+		return nil, errs.Wrap(err, errs.KindOf(err), errs.Image(m.ID), "check out its dump")
+	}
+	p := s.startPrepareWith(ctx, target, id, dir, m.Meta, func() uint64 { return gen }, true)
+	if err := p.wait(); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // whenSent waits until the whole dump has been sent: the target has

@@ -56,7 +56,7 @@ func TestAdoptThenCommit(t *testing.T) {
 		res:   &Result{Session: id, Meta: images.Meta{Session: id, AttachNonce: nonce}, mem: snap, table: tab},
 		timer: time.AfterFunc(time.Hour, func() {}),
 	}}
-	res, err := r.AdoptPrepared(ctx, id, nonce, tab.Gen())
+	res, err := r.AdoptPrepared(ctx, id, nonce, tab.Gen(), nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,12 @@ package restore
 
 import (
 	"context"
+	"io"
+	"os"
 	"slices"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpuctl/gpuctl/checkpoint"
 	"github.com/gpuctl/gpuctl/devmem/devstore"
@@ -27,7 +31,12 @@ type prepared struct {
 // directory, meta (the image's metadata to be), and the device memory
 // staged here for it, which must be of save gen, up to the reload, and
 // keeps it for the Restore that commits it. It returns the steps' times.
-func (r *Restorer) Prepare(ctx context.Context, files func(dir string) error, meta images.Meta, gen uint64) ([]checkpoint.Timing, error) {
+//
+// With ahead, the files and meta are the session's last image's, sent
+// before the freeze, and gen a pre-copy round: the worker reloads from a
+// copy of the staging, and only AdoptPrepared with the freeze's protocol
+// state takes it (a freeze that reused that image's dump).
+func (r *Restorer) Prepare(ctx context.Context, files func(dir string) error, meta images.Meta, gen uint64, ahead bool) ([]checkpoint.Timing, error) {
 	subject := errs.Session(meta.Session)
 	if r.Mem == nil || r.Staged == nil {
 		return nil, errs.New(errs.FailedPrecondition, subject, "this host restores device memory from its store only; restore the image")
@@ -39,10 +48,11 @@ func (r *Restorer) Prepare(ctx context.Context, files func(dir string) error, me
 	}
 	r.begun[meta.Session] = meta.AttachNonce
 	r.mu.Unlock()
-	res, err := r.restore(ctx, "", &early{files: files, meta: meta, gen: gen})
+	res, err := r.restore(ctx, "", &early{files: files, meta: meta, gen: gen, ahead: ahead})
 	if err != nil {
 		return nil, err
 	}
+	res.ahead = ahead
 	p := &prepared{res: res}
 	r.mu.Lock()
 	if r.drops[meta.Session] != drops || ctx.Err() != nil {
@@ -176,6 +186,9 @@ func (r *Restorer) takePrepared(ctx context.Context, image string) *Result {
 	}
 	p.timer.Stop()
 	switch {
+	case p.res.ahead:
+		r.discard(p, "it was prepared ahead of its freeze, for an adoption with the freeze's protocol state")
+		return nil
 	case terr != nil:
 		r.discard(p, "the image's device memory could not be read: "+terr.Error())
 		return nil
@@ -204,7 +217,12 @@ func (r *Restorer) takePrepared(ctx context.Context, image string) *Result {
 // freeze's, whose changed blocks the source sent last); anything else is
 // killed and refused, and the source resumes the session where it was.
 // It waits, as RestoreAfter does, for a prepare sent in full.
-func (r *Restorer) AdoptPrepared(ctx context.Context, session, nonce string, gen uint64) (*Result, error) {
+//
+// A restore prepared ahead of its freeze (Prepare, ahead) is brought to
+// the freeze first (catchUp): state is the protocol state the freeze
+// handed over and epoch the freeze's; a prepare that was not ahead takes
+// no state.
+func (r *Restorer) AdoptPrepared(ctx context.Context, session, nonce string, gen uint64, state []byte, epoch uint64) (*Result, error) {
 	subject := errs.Session(session)
 	r.awaitPrepare(ctx, session, nonce, 5*time.Second)
 	r.mu.Lock()
@@ -229,6 +247,16 @@ func (r *Restorer) AdoptPrepared(ctx context.Context, session, nonce string, gen
 	case p.res.Meta.AttachNonce != nonce:
 		r.discard(p, "it is of another checkpoint than the one adopted")
 		return nil, errs.New(errs.FailedPrecondition, subject, "the prepared restore is of another checkpoint; its source keeps it")
+	case p.res.ahead != (len(state) > 0):
+		r.discard(p, "the adoption and the prepare disagree on whether it was prepared ahead of its freeze")
+		return nil, errs.New(errs.FailedPrecondition, subject, "the prepared restore (ahead of the freeze: %v) does not match the adoption (with a protocol state: %v); its source keeps it", p.res.ahead, len(state) > 0)
+	case p.res.ahead:
+		t0 := time.Now()
+		if err := r.catchUp(ctx, p.res, gen, state, epoch); err != nil {
+			r.discard(p, "it could not be brought to its freeze: "+err.Error())
+			return nil, errs.Wrap(err, errs.KindOf(err), subject, "bring the restore prepared ahead of the freeze to the freeze; its source keeps it")
+		}
+		p.res.Steps = append(slices.Clone(p.res.Steps), checkpoint.Timing{Step: "catchup", Duration: time.Since(t0)})
 	case p.res.table.Gen() != gen || gen == 0:
 		r.discard(p, "its device memory is not the freeze's save")
 		return nil, errs.New(errs.FailedPrecondition, subject, "the prepared restore reloaded save %x, not the freeze's %x; its source keeps it", p.res.table.Gen(), gen)
@@ -253,6 +281,84 @@ func (r *Restorer) AdoptPrepared(ctx context.Context, session, nonce string, gen
 	res.mem, res.table = nil, nil
 	res.Steps = append(slices.Clone(res.Steps), checkpoint.Timing{Step: "prepared"})
 	return res, nil
+}
+
+// catchUp brings res, restored ahead of its freeze from the session's
+// last image and a pre-copy round, to the freeze: the blocks of save gen
+// (the freeze's, staged here) that differ from the round are copied into
+// the worker, and the freeze's protocol state goes in at its epoch. The
+// freeze reused the image's dump, so the process is as it was then.
+func (r *Restorer) catchUp(ctx context.Context, res *Result, gen uint64, state []byte, epoch uint64) error {
+	session := res.Session
+	if r.AwaitStaged != nil {
+		if err := r.AwaitStaged(ctx, session, gen); err != nil {
+			return err
+		}
+	}
+	sg, err := r.takeStaged(session, gen)
+	if err != nil {
+		return err
+	}
+	tab := sg.Table()
+	snap, _, err := sg.Load(ctx, r.Mem.Store, tab)
+	sg.Release()
+	if err != nil {
+		return err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			snap.Close()
+		}
+	}()
+	if !devstore.SameBlocks(res.table.Layout, tab.Layout) {
+		return errs.New(errs.FailedPrecondition, "", "its device memory was laid out anew since the round it was restored from")
+	}
+	want := make([]byte, (tab.Layout.Blocks+7)/8)
+	for i, c := range tab.Chunks {
+		if c != res.table.Chunks[i] {
+			want[i/8] |= 1 << (i % 8)
+		}
+	}
+	mp, isP := res.Worker.(checkpoint.MemPatcher)
+	si, isS := res.Worker.(checkpoint.StateImporter)
+	if !isP || !isS {
+		return errs.New(errs.Internal, "", "the restored worker cannot take the freeze's device memory and protocol state")
+	}
+	if err := mp.PatchMem(ctx, snap.File, snap.Saved.LayoutOff, snap.Saved.LayoutLen, want); err != nil {
+		return err
+	}
+	f, err := memfdWith(state)
+	if err != nil {
+		return errs.Wrap(err, errs.Internal, "", "pass the protocol state")
+	}
+	defer f.Close()
+	if err := si.ImportState(ctx, f, epoch); err != nil {
+		return errs.Wrap(err, errs.KindOf(err), "", "put the freeze's protocol state into the worker")
+	}
+	// The copy it was reloaded from goes; unmapping gigabytes takes a
+	// while, not the client's.
+	go res.mem.Close()
+	res.mem, res.table, ok = snap, tab, true
+	return nil
+}
+
+// memfdWith returns a memfd holding b, read from its start.
+func memfdWith(b []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate("gpuctl-state", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "gpuctl-state")
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // adoptIdle bounds how long an adopted session's reloaded save waits for

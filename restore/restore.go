@@ -96,6 +96,11 @@ type Restorer struct {
 	// gen whole (the last blocks of a migration's freeze may arrive while
 	// the prepared restore runs), or says why it will not.
 	AwaitStaged func(ctx context.Context, session string, gen uint64) error
+	// CopyStaged, when set, waits until session's staging holds save
+	// gen whole and returns a copy of it, leaving the staging in place
+	// (stage.Stager.Copy): a restore prepared ahead of its freeze
+	// reloads from the copy while the staging takes the freeze's blocks.
+	CopyStaged func(ctx context.Context, session string, gen uint64) (*devstore.Snapshot, *devstore.Table, error)
 	// PrepareIdle bounds how long a prepared restore waits for the
 	// Restore that commits it before it is killed; zero means 1 minute.
 	PrepareIdle time.Duration
@@ -141,6 +146,10 @@ type Result struct {
 	// the session's base when its image commits it.
 	mem   *devstore.Snapshot
 	table *devstore.Table
+	// ahead: prepared before its freeze, from the session's last image
+	// and a pre-copy round; only an adoption that brings the freeze's
+	// protocol state takes it (AdoptPrepared).
+	ahead bool
 }
 
 // Restore restores image as a live worker. On failure nothing is left
@@ -175,6 +184,10 @@ type early struct {
 	files func(dir string) error
 	meta  images.Meta
 	gen   uint64
+	// ahead: the files are the session's last image's and gen a
+	// pre-copy round, before the freeze; the reload reads a copy of the
+	// staging (CopyStaged), which stays for the freeze's blocks.
+	ahead bool
 }
 
 // restore runs the restore pipeline, from the store, or from pre when
@@ -267,6 +280,16 @@ func (r *Restorer) restore(ctx context.Context, image string, pre *early) (*Resu
 				// CRIU and the driver restore the process meanwhile,
 				// and the reload waits for the staging.
 				loadMem(loadCtx, func() (Staging, error) {
+					if pre.ahead {
+						if r.CopyStaged == nil {
+							return nil, errs.New(errs.FailedPrecondition, subject, "this host cannot restore a session ahead of its freeze")
+						}
+						snap, tab, err := r.CopyStaged(loadCtx, meta.Session, pre.gen)
+						if err != nil {
+							return nil, err
+						}
+						return copied{snap, tab}, nil
+					}
 					if r.AwaitStaged != nil {
 						if err := r.AwaitStaged(loadCtx, meta.Session, pre.gen); err != nil {
 							return nil, err
@@ -395,6 +418,25 @@ func (r *Restorer) restore(ctx context.Context, image string, pre *early) (*Resu
 		mem: keptSnap, table: memTable,
 	}, nil
 }
+
+// copied is a copy of a staging (Restorer.CopyStaged) as a Staging: its
+// Load hands the copy over.
+type copied struct {
+	snap *devstore.Snapshot
+	tab  *devstore.Table
+}
+
+func (c copied) Load(_ context.Context, _ *store.Store, t *devstore.Table) (*devstore.Snapshot, int, error) {
+	if t != c.tab {
+		c.snap.Close()
+		return nil, 0, errs.New(errs.Internal, "", "a copy of the staging loaded for another table")
+	}
+	return c.snap, len(t.Chunks), nil
+}
+
+func (copied) Release() {}
+
+func (c copied) Table() *devstore.Table { return c.tab }
 
 // takeStaged takes session's staging, which must be of save gen.
 func (r *Restorer) takeStaged(session string, gen uint64) (Staging, error) {

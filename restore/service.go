@@ -60,7 +60,7 @@ func (s *Service) Register(mux *http.ServeMux) {
 			return errs.New(errs.InvalidArgument, errs.Session(id), "prepared restore: the header is of session %q", h.Meta.Session)
 		}
 		t0 := time.Now()
-		steps, err := s.Restorer.Prepare(r.Context(), files, h.Meta, h.Gen)
+		steps, err := s.Restorer.Prepare(r.Context(), files, h.Meta, h.Gen, h.Ahead)
 		if err != nil {
 			return err
 		}
@@ -73,7 +73,7 @@ func (s *Service) Register(mux *http.ServeMux) {
 			return err
 		}
 		var req api.AdoptRequest
-		if err := control.DecodeJSON(r, &req); err != nil {
+		if err := control.DecodeJSONMax(r, &req, api.MaxAdoptBody); err != nil {
 			return err
 		}
 		if req.Image != "" {
@@ -89,7 +89,7 @@ func (s *Service) Register(mux *http.ServeMux) {
 			control.WriteJSON(w, &api.RestoreReply{Session: id, Image: req.Image, Listen: s.Listen})
 			return nil
 		}
-		res, err := s.Restorer.AdoptPrepared(r.Context(), id, req.Nonce, req.Gen)
+		res, err := s.Restorer.AdoptPrepared(r.Context(), id, req.Nonce, req.Gen, req.State, req.Epoch)
 		if err != nil {
 			return err
 		}

@@ -22,6 +22,9 @@ import (
 type PrepareHeader struct {
 	Meta images.Meta `json:"meta"`
 	Gen  uint64      `json:"gen"`
+	// Ahead: the files and Meta are the session's last image's, sent
+	// before the freeze, and Gen a pre-copy round (Restorer.Prepare).
+	Ahead bool `json:"ahead,omitempty"`
 }
 
 const headerName = "prepare.json"

@@ -59,6 +59,12 @@ func runMigrate(ctx context.Context, e *env, cl *control.Client, id, to string, 
 		e.printf("  pre-copy round %d: %d blocks, %s changed, %s sent, %d ms (client paused %d ms)\n",
 			i+1, r.Blocks, humanBytes(uint64(r.Bytes)), humanBytes(uint64(r.SentBytes)), r.DurationMS, r.PauseMS)
 	}
+	switch {
+	case res.Ahead != "":
+		e.printf("  the target restored the session from image %s's dump before the freeze, which reused it\n", res.Ahead)
+	case res.AheadError != "":
+		e.printf("  the target did not restore the session ahead of the freeze: %s\n", res.AheadError)
+	}
 	printSteps(e, res.Steps)
 	return nil
 }

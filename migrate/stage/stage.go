@@ -33,6 +33,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -429,6 +430,42 @@ func (s *Stager) Await(ctx context.Context, session string, gen uint64) error {
 		case <-time.After(time.Millisecond):
 		}
 	}
+}
+
+// Copy waits, as Await does, until session's staging holds save gen
+// whole, and returns a copy of it, which is the caller's to close; the
+// staging stays, to take the freeze's blocks. A migration's target
+// restores the session from its last image's dump before the freeze
+// (restore.Restorer.Prepare, ahead) and reloads it from the copy.
+func (s *Stager) Copy(ctx context.Context, session string, gen uint64) (*devstore.Snapshot, *devstore.Table, error) {
+	if err := s.Await(ctx, session, gen); err != nil {
+		return nil, nil, err
+	}
+	s.mu.Lock()
+	g := s.groups[session]
+	s.mu.Unlock()
+	if g == nil {
+		return nil, nil, errs.New(errs.FailedPrecondition, errs.Session(session), "no device memory is staged for it here")
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.file == nil || g.taken || g.tab.Gen() != gen || !g.full() {
+		return nil, nil, errs.New(errs.FailedPrecondition, errs.Session(session), "the staged device memory is not save %x, whole", gen)
+	}
+	snap, err := devstore.Create(g.tab.Layout)
+	if err != nil {
+		return nil, nil, errs.Wrap(err, errs.Internal, errs.Session(session), "copy the staged device memory")
+	}
+	const piece = 64 << 20
+	n := int64(len(snap.Data))
+	_ = devmem.Parallel(int((n+piece-1)/piece), func(i int) error {
+		lo := int64(i) * piece
+		hi := min(n, lo+piece)
+		copy(snap.Data[lo:hi], g.file.Data[lo:hi])
+		return nil
+	})
+	tab := &devstore.Table{Layout: g.tab.Layout, Chunks: slices.Clone(g.tab.Chunks)}
+	return snap, tab, nil
 }
 
 // full says whether every block holds its table's chunk (g.mu held).
