@@ -321,8 +321,33 @@ func (m *Manager) Moved(id, addr string) error {
 		w = tc
 	}
 	err = wire.WriteMoved(w, addr)
+	conn := s.conn
+	s.conn = nil
 	m.closeConn(s)
+	lingerClose(conn)
 	return errs.Wrap(err, errs.Unavailable, errs.Session(id), "tell the client it moved to %s", addr)
+}
+
+// lingerMax bounds how long a moved client's socket is read after the
+// notice.
+const lingerMax = 5 * time.Second
+
+// lingerClose closes a client's socket after the moved notice: it stops
+// writing, then reads and drops what the client had sent ahead (requests
+// the quiesced worker never read) until the client closes its side or
+// lingerMax passes. Closing with those bytes unread would reset the
+// connection, and a reset can destroy the notice before the client reads
+// it: a migration that takes milliseconds catches the client mid-send.
+func lingerClose(c *net.TCPConn) {
+	if err := c.CloseWrite(); err != nil {
+		c.Close()
+		return
+	}
+	go func() {
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(lingerMax))
+		_, _ = io.Copy(io.Discard, c)
+	}()
 }
 
 // Released records that the session's worker here is gone: the session
