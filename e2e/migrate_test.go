@@ -623,7 +623,13 @@ func TestMigrateAhead(t *testing.T) {
 	if m2.Ahead != c2.Image || m2.freezeHas("dump") || !m2.targetHas("catchup") {
 		t.Errorf("migrate B->A: ahead of %q (want %s; error %q), freeze %+v, target %+v", m2.Ahead, c2.Image, m2.AheadError, m2.FreezeSteps, m2.TargetSteps)
 	}
-	w.result(<-run) // and the session's memory is intact
+	r := <-run
+	w.result(r) // and the session's memory is intact
+	// The client, idle throughout, reads A's moved notice when it wakes
+	// (B has sent it back to A by then, which B's welcome says).
+	if !strings.Contains(r.Stderr, "session moved to "+w.b.Listen()) {
+		t.Errorf("the client was not told the session moved to %s:\n%s", w.b.Listen(), r.Stderr)
+	}
 }
 
 // TestMigrateAheadBusy: a checkpointed session that keeps running

@@ -163,56 +163,93 @@ func (c *Copier) MemComplete(snap *devstore.Snapshot) error {
 	return devstore.CompleteFrom(snap, c.mirror)
 }
 
-// Run does the rounds and reports each.
+// Run does the rounds and reports each. A round's copy off the device
+// (the worker's part) runs while the round before it is digested, sent
+// and mirrored: a round then takes the longer of the two, not their sum,
+// and a session that rewrites its memory at about the link's rate still
+// converges. The rounds' durations overlap by as much.
 func (c *Copier) Run(ctx context.Context, w Worker) ([]api.PrecopyRound, error) {
 	p := c.Policy.fill()
 	subj := errs.Session(c.Session)
-	var rounds []api.PrecopyRound
+	type staged struct {
+		r   api.PrecopyRound
+		err error
+	}
+	var (
+		rounds  []api.PrecopyRound
+		changed []int64 // what each round found changed
+		prev    chan staged
+	)
+	// finish waits for the last round's stage and records it.
+	finish := func() error {
+		if prev == nil {
+			return nil
+		}
+		st := <-prev
+		prev = nil
+		rounds = append(rounds, st.r)
+		n := len(rounds)
+		c.log().Debug("pre-copy round", "session", c.Session, "round", n, "blocks", st.r.Blocks, "bytes", st.r.Bytes, "sent_bytes", st.r.SentBytes, "ms", st.r.DurationMS)
+		if st.err != nil {
+			return errs.Wrap(st.err, errs.KindOf(st.err), subj, "pre-copy round %d", n)
+		}
+		return nil
+	}
+	defer func() { _ = finish() }()
+	base := c.gen
 	for n := 1; ; n++ {
-		r, err := c.round(ctx, w)
+		t0 := time.Now()
+		snap, sv, err := c.copyRound(ctx, w, base)
+		if ferr := finish(); ferr != nil {
+			if err == nil {
+				snap.Close()
+			}
+			return rounds, ferr
+		}
 		if err != nil {
 			return rounds, errs.Wrap(err, errs.KindOf(err), subj, "pre-copy round %d", n)
 		}
-		rounds = append(rounds, r)
-		c.log().Debug("pre-copy round", "session", c.Session, "round", n, "blocks", r.Blocks, "bytes", r.Bytes, "sent_bytes", r.SentBytes, "ms", r.DurationMS)
+		copied := time.Since(t0)
+		base = sv.Gen
+		changed = append(changed, sv.SentBytes)
+		ch := make(chan staged, 1)
+		prev = ch
+		go func() {
+			r, err := c.stage(ctx, snap, false)
+			if c.mirror != snap {
+				snap.Close()
+			}
+			r.CopyMS = copied.Milliseconds()
+			r.PauseMS = sv.PauseNS / 1e6
+			r.DurationMS = time.Since(t0).Milliseconds()
+			ch <- staged{r, err}
+		}()
 		switch {
-		case r.Bytes <= p.SmallBytes:
+		case sv.SentBytes <= p.SmallBytes:
 		case n >= p.MaxRounds:
-		case n >= 2 && float64(r.Bytes) >= p.Shrink*float64(rounds[n-2].Bytes):
+		case n >= 2 && float64(sv.SentBytes) >= p.Shrink*float64(changed[n-2]):
 		default:
 			continue
 		}
-		return rounds, nil
+		return rounds, finish()
 	}
 }
 
-// round has the worker copy what changed, stores it, and sends the target
-// what it lacks.
-func (c *Copier) round(ctx context.Context, w Worker) (api.PrecopyRound, error) {
-	t0 := time.Now()
-	var r api.PrecopyRound
+// copyRound has the worker copy what changed since round base, which
+// the caller stages (stage) and closes.
+func (c *Copier) copyRound(ctx context.Context, w Worker, base uint64) (*devstore.Snapshot, devmem.Saved, error) {
 	if err := failpoint.Inject(ctx, "precopy/round"); err != nil {
-		return r, err
+		return nil, devmem.Saved{}, err
 	}
-	f, sv, err := w.PrecopyMem(ctx, devmem.PrecopyRequest{Base: c.gen})
+	f, sv, err := w.PrecopyMem(ctx, devmem.PrecopyRequest{Base: base})
 	if err != nil {
-		return r, err
+		return nil, devmem.Saved{}, err
 	}
-	copied := time.Since(t0)
 	snap, err := devstore.Open(f, sv)
 	if err != nil {
-		return r, errs.Wrap(err, errs.Internal, "", "read the copied device memory")
+		return nil, devmem.Saved{}, errs.Wrap(err, errs.Internal, "", "read the copied device memory")
 	}
-	defer func() {
-		if c.mirror != snap {
-			snap.Close()
-		}
-	}()
-	r, err = c.stage(ctx, snap, false)
-	r.CopyMS = copied.Milliseconds()
-	r.PauseMS = sv.PauseNS / 1e6
-	r.DurationMS = time.Since(t0).Milliseconds()
-	return r, err
+	return snap, sv, nil
 }
 
 // stage stores the blocks snap holds (those changed since the last
