@@ -19,6 +19,12 @@ type PrecopyRequest struct {
 	// Base is the previous round (its Saved.Gen); 0, or a round the
 	// worker does not know, copies every block.
 	Base uint64 `json:"base,omitempty"`
+	// Into, when set, is the memfd of an earlier round, which gpud is
+	// done with, to copy into instead of a new one: its pages are there
+	// already, and faulting in gigabytes of a new memfd took most of a
+	// round's copy. It travels with the request as a descriptor; the
+	// round's memfd is then that one.
+	Into *os.File `json:"-"`
 }
 
 // precopyBatch bounds the bytes read in one pause of the session: the
@@ -116,11 +122,14 @@ func (t *Tracker) Precopy(ctx context.Context, dev backend.DeviceMemory, between
 		first += len(hs)
 	}
 
-	fd, err := unix.MemfdCreate("gpuctl-devmem", unix.MFD_CLOEXEC)
-	if err != nil {
-		return nil, Saved{}, fmt.Errorf("memfd: %w", err)
+	f := req.Into
+	if f == nil {
+		fd, err := unix.MemfdCreate("gpuctl-devmem", unix.MFD_CLOEXEC)
+		if err != nil {
+			return nil, Saved{}, fmt.Errorf("memfd: %w", err)
+		}
+		f = os.NewFile(uintptr(fd), "devmem")
 	}
-	f := os.NewFile(uintptr(fd), "devmem")
 	ok := false
 	defer func() {
 		if !ok {

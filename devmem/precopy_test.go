@@ -222,3 +222,38 @@ func TestPrecopyRounds(t *testing.T) {
 		t.Fatalf("freeze after a freed region and a new one sent %v, want [1] (the new region)", sent)
 	}
 }
+
+// TestPrecopyInto: a round copies into the memfd it is given (an earlier
+// round's, stale bytes and all) when asked: the round's file is that one,
+// its changed blocks hold the device's bytes, and only they are marked.
+func TestPrecopyInto(t *testing.T) {
+	ctx := context.Background()
+	const mib = 1 << 20
+	m := newFakeMem(4*mib, 2*mib)
+	tr := devmem.NewTracker()
+	between := func(f func()) { f() }
+	f1, r1, err := tr.Precopy(ctx, m, between, devmem.PrecopyRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f1.Close()
+	into, err := os.CreateTemp(t.TempDir(), "spare")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer into.Close()
+	if _, err := into.Write(slices.Repeat([]byte{0xaa}, 8*mib)); err != nil {
+		t.Fatal(err)
+	}
+	m.data[m.regs[1].ID][mib+5] ^= 0xff // block 5
+	f2, r2, err := tr.Precopy(ctx, m, between, devmem.PrecopyRequest{Base: r1.Gen, Into: into})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f2 != into {
+		t.Fatal("the round did not copy into the memfd it was given")
+	}
+	if sent, _ := sentBlocks(t, m, f2, r2); !slices.Equal(sent, []int{5}) {
+		t.Errorf("the round into a spare memfd marked blocks %v, want [5]", sent)
+	}
+}

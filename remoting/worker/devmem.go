@@ -181,7 +181,7 @@ func (w *worker) memPatch(f *os.File, at *[2]int64, want []byte) error {
 // memPrecopy runs a pre-copy round from the control goroutine while the
 // session may be serving: the tracker reads device memory between the
 // session's requests (dispatch.Session.Between), never during one.
-func (w *worker) memPrecopy(req *devmem.PrecopyRequest) (*os.File, *devmem.Saved, error) {
+func (w *worker) memPrecopy(req *devmem.PrecopyRequest, into *os.File) (*os.File, *devmem.Saved, error) {
 	dm, err := w.devMem()
 	if err != nil {
 		return nil, nil, err
@@ -189,6 +189,7 @@ func (w *worker) memPrecopy(req *devmem.PrecopyRequest) (*os.File, *devmem.Saved
 	if req == nil {
 		req = &devmem.PrecopyRequest{}
 	}
+	req.Into = into
 	f, sv, err := w.mem.Precopy(context.Background(), dm, w.sess.Between, *req)
 	if err != nil {
 		return nil, nil, fmt.Errorf("pre-copy device memory: %w", err)

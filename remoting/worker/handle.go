@@ -648,7 +648,11 @@ func (h *Handle) PatchMem(ctx context.Context, f *os.File, layoutOff, layoutLen 
 // runs, in a memfd. A worker whose backend cannot save its memory answers
 // with an error.
 func (h *Handle) PrecopyMem(ctx context.Context, req devmem.PrecopyRequest) (*os.File, devmem.Saved, error) {
-	r, err := h.call(ctx, request{Op: opMemPrecopy, MemPrecopy: &req}, -1)
+	fd := -1
+	if req.Into != nil {
+		fd = int(req.Into.Fd())
+	}
+	r, err := h.call(ctx, request{Op: opMemPrecopy, MemPrecopy: &req}, fd)
 	if err != nil {
 		if r.file != nil {
 			r.file.Close()

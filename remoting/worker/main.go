@@ -307,7 +307,7 @@ func (w *worker) run() int {
 			}
 		case opMemPrecopy:
 			var mf *os.File
-			mf, r.Mem, err = w.memPrecopy(req.MemPrecopy)
+			mf, r.Mem, err = w.memPrecopy(req.MemPrecopy, f)
 			if err == nil {
 				err = w.send(r, int(mf.Fd()))
 				mf.Close()
