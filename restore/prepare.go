@@ -34,7 +34,7 @@ type prepared struct {
 //
 // With ahead, the files and meta are the session's last image's, sent
 // before the freeze, and gen a pre-copy round: the worker reloads from a
-// copy of the staging, and only AdoptPrepared with the freeze's protocol
+// view of the staging, and only AdoptPrepared with the freeze's protocol
 // state takes it (a freeze that reused that image's dump).
 func (r *Restorer) Prepare(ctx context.Context, files func(dir string) error, meta images.Meta, gen uint64, ahead bool) ([]checkpoint.Timing, error) {
 	subject := errs.Session(meta.Session)
@@ -336,8 +336,8 @@ func (r *Restorer) catchUp(ctx context.Context, res *Result, gen uint64, state [
 	if err := si.ImportState(ctx, f, epoch); err != nil {
 		return errs.Wrap(err, errs.KindOf(err), "", "put the freeze's protocol state into the worker")
 	}
-	// The copy it was reloaded from goes; unmapping gigabytes takes a
-	// while, not the client's.
+	// The view it was reloaded from goes (the staging's file is snap
+	// now); unmapping gigabytes takes a while, not the client's.
 	go res.mem.Close()
 	res.mem, res.table, ok = snap, tab, true
 	return nil

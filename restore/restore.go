@@ -96,11 +96,12 @@ type Restorer struct {
 	// gen whole (the last blocks of a migration's freeze may arrive while
 	// the prepared restore runs), or says why it will not.
 	AwaitStaged func(ctx context.Context, session string, gen uint64) error
-	// CopyStaged, when set, waits until session's staging holds save
-	// gen whole and returns a copy of it, leaving the staging in place
-	// (stage.Stager.Copy): a restore prepared ahead of its freeze
-	// reloads from the copy while the staging takes the freeze's blocks.
-	CopyStaged func(ctx context.Context, session string, gen uint64) (*devstore.Snapshot, *devstore.Table, error)
+	// ViewStaged, when set, waits until session's staging holds save
+	// gen whole and returns a view of it, leaving the staging in place
+	// (stage.Stager.View): a restore prepared ahead of its freeze
+	// reloads from the view, and the staging then takes the freeze's
+	// blocks.
+	ViewStaged func(ctx context.Context, session string, gen uint64) (*devstore.Snapshot, *devstore.Table, error)
 	// PrepareIdle bounds how long a prepared restore waits for the
 	// Restore that commits it before it is killed; zero means 1 minute.
 	PrepareIdle time.Duration
@@ -185,8 +186,8 @@ type early struct {
 	meta  images.Meta
 	gen   uint64
 	// ahead: the files are the session's last image's and gen a
-	// pre-copy round, before the freeze; the reload reads a copy of the
-	// staging (CopyStaged), which stays for the freeze's blocks.
+	// pre-copy round, before the freeze; the reload reads a view of the
+	// staging (ViewStaged), which stays for the freeze's blocks.
 	ahead bool
 }
 
@@ -281,14 +282,14 @@ func (r *Restorer) restore(ctx context.Context, image string, pre *early) (*Resu
 				// and the reload waits for the staging.
 				loadMem(loadCtx, func() (Staging, error) {
 					if pre.ahead {
-						if r.CopyStaged == nil {
+						if r.ViewStaged == nil {
 							return nil, errs.New(errs.FailedPrecondition, subject, "this host cannot restore a session ahead of its freeze")
 						}
-						snap, tab, err := r.CopyStaged(loadCtx, meta.Session, pre.gen)
+						snap, tab, err := r.ViewStaged(loadCtx, meta.Session, pre.gen)
 						if err != nil {
 							return nil, err
 						}
-						return copied{snap, tab}, nil
+						return viewed{snap, tab}, nil
 					}
 					if r.AwaitStaged != nil {
 						if err := r.AwaitStaged(loadCtx, meta.Session, pre.gen); err != nil {
@@ -419,24 +420,24 @@ func (r *Restorer) restore(ctx context.Context, image string, pre *early) (*Resu
 	}, nil
 }
 
-// copied is a copy of a staging (Restorer.CopyStaged) as a Staging: its
-// Load hands the copy over.
-type copied struct {
+// viewed is a view of a staging (Restorer.ViewStaged) as a Staging: its
+// Load hands the view over.
+type viewed struct {
 	snap *devstore.Snapshot
 	tab  *devstore.Table
 }
 
-func (c copied) Load(_ context.Context, _ *store.Store, t *devstore.Table) (*devstore.Snapshot, int, error) {
-	if t != c.tab {
-		c.snap.Close()
-		return nil, 0, errs.New(errs.Internal, "", "a copy of the staging loaded for another table")
+func (v viewed) Load(_ context.Context, _ *store.Store, t *devstore.Table) (*devstore.Snapshot, int, error) {
+	if t != v.tab {
+		v.snap.Close()
+		return nil, 0, errs.New(errs.Internal, "", "a view of the staging loaded for another table")
 	}
-	return c.snap, len(t.Chunks), nil
+	return v.snap, len(t.Chunks), nil
 }
 
-func (copied) Release() {}
+func (viewed) Release() {}
 
-func (c copied) Table() *devstore.Table { return c.tab }
+func (v viewed) Table() *devstore.Table { return v.tab }
 
 // takeStaged takes session's staging, which must be of save gen.
 func (r *Restorer) takeStaged(session string, gen uint64) (Staging, error) {

@@ -72,7 +72,7 @@ func (d *daemon) routers() ([]router, error) {
 				return nil
 			},
 			AwaitStaged: staged.Await,
-			CopyStaged:  staged.Copy,
+			ViewStaged:  staged.View,
 		},
 		Sessions: d.manager,
 		Listen:   advertised(d.cfg.listen, ""),

@@ -84,7 +84,7 @@ func (k *Keeper) KeepMirror(session string, s *Snapshot) {
 	if s == nil {
 		return
 	}
-	if s.Layout.SentCount() != s.Layout.Blocks || s.Layout.Size > memAvailable()/2 {
+	if s.Layout.SentCount() != s.Layout.Blocks || s.Layout.Size > MemAvailable()/2 {
 		s.Close()
 		return
 	}
@@ -135,7 +135,7 @@ func (k *Keeper) Stash(session string, s *Snapshot) {
 	for _, o := range k.stashes {
 		held += o.Layout.Size
 	}
-	budget := (memAvailable() + held) / 2
+	budget := (MemAvailable() + held) / 2
 	var drop []*Snapshot
 	for len(k.stashes) > 0 && held+s.Layout.Size > budget {
 		held -= k.stashes[0].Layout.Size
@@ -176,8 +176,8 @@ func (k *Keeper) TakeStash(session string, t *Table) *Snapshot {
 	return s
 }
 
-// memAvailable is the host's MemAvailable, or 0 when unknown.
-func memAvailable() int64 {
+// MemAvailable is the host's MemAvailable, or 0 when unknown.
+func MemAvailable() int64 {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return 0

@@ -214,9 +214,11 @@ func (c *Copier) round(ctx context.Context, w Worker) (api.PrecopyRound, error) 
 	if err != nil {
 		return r, errs.Wrap(err, errs.Internal, "", "read the copied device memory")
 	}
-	if c.gen == 0 && c.spareReady == nil {
+	if c.gen == 0 && c.spareReady == nil && spareRoom(snap.Saved.LayoutOff) {
 		// The first round: a memfd for the second is made while this
-		// one is sent.
+		// one is sent, where the host has room for it and as much again
+		// (an idle session's second round copies next to nothing, and
+		// the later rounds reuse the last one's memfd anyway).
 		ch := make(chan *os.File, 1)
 		c.spareReady = ch
 		n := snap.Saved.LayoutOff
@@ -240,6 +242,10 @@ func (c *Copier) round(ctx context.Context, w Worker) (api.PrecopyRound, error) 
 	r.DurationMS = time.Since(t0).Milliseconds()
 	return r, err
 }
+
+// spareRoom says whether the host has room for a spare memfd of n bytes:
+// n and as much again, and 8 GiB, available.
+func spareRoom(n int64) bool { return devstore.MemAvailable() >= 2*n+8<<30 }
 
 // takeSpare returns the memfd the next round copies into, or nil.
 func (c *Copier) takeSpare() *os.File {

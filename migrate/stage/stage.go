@@ -33,6 +33,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -432,12 +433,14 @@ func (s *Stager) Await(ctx context.Context, session string, gen uint64) error {
 	}
 }
 
-// Copy waits, as Await does, until session's staging holds save gen
-// whole, and returns a copy of it, which is the caller's to close; the
-// staging stays, to take the freeze's blocks. A migration's target
-// restores the session from its last image's dump before the freeze
-// (restore.Restorer.Prepare, ahead) and reloads it from the copy.
-func (s *Stager) Copy(ctx context.Context, session string, gen uint64) (*devstore.Snapshot, *devstore.Table, error) {
+// View waits, as Await does, until session's staging holds save gen
+// whole, and returns a view of its file (its own descriptor and mapping,
+// the caller's to close) with the table it holds; the staging stays, to
+// take the freeze's blocks. A migration's target restores the session
+// from its last image's dump before the freeze (restore.Restorer.Prepare,
+// ahead) and reloads it from the view: the source sends nothing more
+// until that restore is done, so nothing writes the file meanwhile.
+func (s *Stager) View(ctx context.Context, session string, gen uint64) (*devstore.Snapshot, *devstore.Table, error) {
 	if err := s.Await(ctx, session, gen); err != nil {
 		return nil, nil, err
 	}
@@ -452,20 +455,15 @@ func (s *Stager) Copy(ctx context.Context, session string, gen uint64) (*devstor
 	if g.file == nil || g.taken || g.tab.Gen() != gen || !g.full() {
 		return nil, nil, errs.New(errs.FailedPrecondition, errs.Session(session), "the staged device memory is not save %x, whole", gen)
 	}
-	snap, err := devstore.Create(g.tab.Layout)
+	fd, err := unix.Dup(int(g.file.File.Fd()))
 	if err != nil {
-		return nil, nil, errs.Wrap(err, errs.Internal, errs.Session(session), "copy the staged device memory")
+		return nil, nil, errs.Wrap(err, errs.Internal, errs.Session(session), "view the staged device memory")
 	}
-	const piece = 64 << 20
-	n := int64(len(snap.Data))
-	_ = devmem.Parallel(int((n+piece-1)/piece), func(i int) error {
-		lo := int64(i) * piece
-		hi := min(n, lo+piece)
-		copy(snap.Data[lo:hi], g.file.Data[lo:hi])
-		return nil
-	})
-	tab := &devstore.Table{Layout: g.tab.Layout, Chunks: slices.Clone(g.tab.Chunks)}
-	return snap, tab, nil
+	snap, err := devstore.Open(os.NewFile(uintptr(fd), "devmem-staged"), g.file.Saved)
+	if err != nil {
+		return nil, nil, errs.Wrap(err, errs.Internal, errs.Session(session), "view the staged device memory")
+	}
+	return snap, &devstore.Table{Layout: g.tab.Layout, Chunks: slices.Clone(g.tab.Chunks)}, nil
 }
 
 // full says whether every block holds its table's chunk (g.mu held).
