@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"slices"
@@ -451,23 +452,8 @@ func (t *Tracker) Patch(ctx context.Context, dev backend.DeviceMemory, f *os.Fil
 		return fmt.Errorf("map the device memory file: %w", err)
 	}
 	defer t.unmapLater(data)
-	t1 := time.Now()
-	st.MapNS = t1.Sub(tm).Nanoseconds()
-	pr := &prepared{}
-	if st.Copied >= directMin {
-		pr = prepare(ctx, dev, data, ps, false, t.Pin)
-	}
-	t2 := time.Now()
-	st.PinNS = t2.Sub(t1).Nanoseconds()
-	err = Parallel(len(ps), func(i int) error {
-		p := ps[i]
-		return dev.WriteMem(ctx, l.Regions[p.region].MemRegion, p.regOff, data[p.fileOff:p.fileOff+int64(p.n)])
-	})
-	t3 := time.Now()
-	st.CopyNS = t3.Sub(t2).Nanoseconds()
-	pr.release()
-	st.UnpinNS = time.Since(t3).Nanoseconds()
-	return err
+	st.MapNS = time.Since(tm).Nanoseconds()
+	return t.writePieces(ctx, dev, l, data, ps)
 }
 
 // reloadFrom copies every block of l from f into dev.
@@ -516,15 +502,23 @@ func (t *Tracker) reloadFrom(ctx context.Context, dev backend.DeviceMemory, f *o
 	ps := pieces(spans, func(i int) bool { return !zero[i] })
 	st := &t.LastReload
 	st.Copied = piecesBytes(ps)
+	st.ScanNS = time.Since(t0).Nanoseconds()
+	return t.writePieces(ctx, dev, l, data, ps)
+}
+
+// writePieces copies ps from data (f's mapping, laid out as l) into dev
+// on every core, through pinned memory where the copy is large enough,
+// and records where the time went in t.LastReload.
+func (t *Tracker) writePieces(ctx context.Context, dev backend.DeviceMemory, l *Layout, data []byte, ps []piece) error {
+	st := &t.LastReload
 	t1 := time.Now()
-	st.ScanNS = t1.Sub(t0).Nanoseconds()
 	pr := &prepared{}
 	if st.Copied >= directMin {
 		pr = prepare(ctx, dev, data, ps, false, t.Pin)
 	}
 	t2 := time.Now()
 	st.PinNS = t2.Sub(t1).Nanoseconds()
-	err = Parallel(len(ps), func(i int) error {
+	err := Parallel(len(ps), func(i int) error {
 		p := ps[i]
 		return dev.WriteMem(ctx, l.Regions[p.region].MemRegion, p.regOff, data[p.fileOff:p.fileOff+int64(p.n)])
 	})
@@ -533,6 +527,25 @@ func (t *Tracker) reloadFrom(ctx context.Context, dev backend.DeviceMemory, f *o
 	pr.release()
 	st.UnpinNS = time.Since(t3).Nanoseconds()
 	return err
+}
+
+// MemfdWith returns a memfd named name holding b, read from its start:
+// a worker's protocol state passed to or from it as a descriptor.
+func MemfdWith(name string, b []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // isZero reports whether b is all zero bytes.

@@ -2,14 +2,11 @@ package restore
 
 import (
 	"context"
-	"io"
-	"os"
 	"slices"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gpuctl/gpuctl/checkpoint"
+	"github.com/gpuctl/gpuctl/devmem"
 	"github.com/gpuctl/gpuctl/devmem/devstore"
 	"github.com/gpuctl/gpuctl/errs"
 	"github.com/gpuctl/gpuctl/images"
@@ -328,7 +325,7 @@ func (r *Restorer) catchUp(ctx context.Context, res *Result, gen uint64, state [
 	if err := mp.PatchMem(ctx, snap.File, snap.Saved.LayoutOff, snap.Saved.LayoutLen, want); err != nil {
 		return err
 	}
-	f, err := memfdWith(state)
+	f, err := devmem.MemfdWith("gpuctl-state", state)
 	if err != nil {
 		return errs.Wrap(err, errs.Internal, "", "pass the protocol state")
 	}
@@ -343,23 +340,6 @@ func (r *Restorer) catchUp(ctx context.Context, res *Result, gen uint64, state [
 	return nil
 }
 
-// memfdWith returns a memfd holding b, read from its start.
-func memfdWith(b []byte) (*os.File, error) {
-	fd, err := unix.MemfdCreate("gpuctl-state", unix.MFD_CLOEXEC)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(fd), "gpuctl-state")
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return nil, err
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
-}
 
 // adoptIdle bounds how long an adopted session's reloaded save waits for
 // its image (the source stores and pushes the whole session after the

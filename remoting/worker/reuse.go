@@ -8,8 +8,7 @@ import (
 	"io"
 	"os"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/gpuctl/gpuctl/devmem"
 	"github.com/gpuctl/gpuctl/remoting/backend"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
 )
@@ -78,7 +77,7 @@ func (w *worker) reuse(nonce string) (f *os.File, reason string, err error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("reuse: encode the protocol state: %w", err)
 	}
-	f, err = memfdWith(b)
+	f, err = devmem.MemfdWith("gpuctl-state", b)
 	if err != nil {
 		return nil, "", fmt.Errorf("reuse: %w", err)
 	}
@@ -120,21 +119,3 @@ func (w *worker) importState(f *os.File, epoch uint64) error {
 // maxStateBytes bounds a protocol state: its cached replies (at most 16
 // MiB of deferred copies and 1,024 others) in JSON.
 const maxStateBytes = 64 << 20
-
-// memfdWith returns a memfd holding b, read from its start.
-func memfdWith(b []byte) (*os.File, error) {
-	fd, err := unix.MemfdCreate("gpuctl-state", unix.MFD_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("memfd: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), "gpuctl-state")
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return nil, err
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
-}

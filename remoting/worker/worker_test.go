@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpuctl/gpuctl/control"
 	"github.com/gpuctl/gpuctl/control/tlstest"
+	"github.com/gpuctl/gpuctl/devmem"
 	"github.com/gpuctl/gpuctl/remoting/cu"
 	"github.com/gpuctl/gpuctl/remoting/dispatch"
 	"github.com/gpuctl/gpuctl/remoting/tlsrec"
@@ -545,7 +546,7 @@ func TestReuseDump(t *testing.T) {
 		t.Fatalf("reuse of another dump: %v, %q, %v; want a reason", f, reason, err)
 	}
 	// Import: refused below the worker's epoch, taken at a later one.
-	sf, err := memfdWith(st)
+	sf, err := devmem.MemfdWith("gpuctl-state", st)
 	if err != nil {
 		t.Fatal(err)
 	}
