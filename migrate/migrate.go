@@ -132,10 +132,6 @@ type Service struct {
 	// dump ahead of its image (see preparing); it implies
 	// DurablePrecopy.
 	NoPrepare bool
-	// NoAhead keeps the target from restoring the session from its last
-	// image's dump before the freeze (the "ahead" step; see
-	// prepareAhead).
-	NoAhead bool
 	// DurablePrecopy stores every pre-copy round on both hosts instead
 	// of a memory pre-copy (precopy.Copier.Memory), which is used
 	// wherever the target is prepared (outside a cluster's registry and
@@ -291,9 +287,10 @@ func (s *Service) Migrate(ctx context.Context, id, to string) (*api.MigrateReply
 		}},
 		{Name: "ahead",
 			// Only where the target adopts the session from its staging:
-			// the freeze then need not send a dump at all.
+			// the freeze then need not send a dump at all. gpud
+			// --reuse-dump=false turns it off (ReusableDump finds none).
 			Skip: func() bool {
-				return pc == nil || !pc.InMemory() || pc.Base() == nil || !s.prepares(shared) || s.NoAhead
+				return pc == nil || !pc.InMemory() || pc.Base() == nil || !s.prepares(shared)
 			},
 			Do: func(ctx context.Context) error {
 				m, err := s.Checkpoint.ReusableDump(ctx, id)
